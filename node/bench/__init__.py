@@ -1,0 +1,1 @@
+"""Benchmarks as programs (``chatsync bench ...``): print a table, save JSON, compare in one run."""

@@ -1,0 +1,52 @@
+"""The store's exception families.
+
+Two families, because the caller reacts differently to each:
+
+* ``ValueError`` subclasses raised for *local misuse* (a wrong-length id handed
+  to a key builder by our own code) — a bug to fix, never caught in a loop.
+* ``InvalidInput`` and its children for bytes or ops that came from *outside*
+  (a peer, a client, a file). These carry a short machine-readable ``reason``
+  so a session can end with it and a metric can count it. Nothing is written
+  when one is raised.
+"""
+
+from __future__ import annotations
+
+
+class ChatsyncError(Exception):
+    """Base of every exception this project raises on purpose."""
+
+
+class InvalidInput(ChatsyncError, ValueError):
+    """Input from outside the process was rejected; ``reason`` says why."""
+
+    reason: str = "invalid"
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
+
+
+class DecodeError(InvalidInput):
+    """Bytes that are not a valid record (truncated, wrong type, version, oversize, ...)."""
+
+    reason = "decode"
+
+
+class TooLarge(InvalidInput):
+    """A payload, blob or frame over its configured limit."""
+
+    reason = "too_large"
+
+
+class ClockDriftError(InvalidInput):
+    """A remote HLC stamp too far ahead of local physical time."""
+
+    reason = "clock_drift"
+
+
+class BadSignature(InvalidInput):
+    """A signature that does not verify, or an author id that does not match its key."""
+
+    reason = "bad_signature"

@@ -1,0 +1,109 @@
+"""Identity: one opaque blob per user, last writer wins by HLC, indexed by seen_identity for sync."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from store.hlc import Hlc
+from store.keys import bucket_prefix, key_identity
+from store.merge import identity_wins
+from store.records import (
+    IdentityRecord,
+    check_identity_blob,
+    compute_identity_record_id,
+    decode_identity_value,
+    encode_identity_value,
+)
+from store.rocks import RocksBase
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityChange:
+    user_id: bytes
+    old_id: bytes | None
+    new_id: bytes  # == old_id when the incoming blob lost
+
+    @property
+    def changed(self) -> bool:
+        return self.old_id != self.new_id
+
+
+class IdentityStore(RocksBase):
+    def put_identity(self, user_id: bytes, hlc: Hlc, blob: bytes) -> IdentityChange:
+        """Store ``blob`` if (hlc, blob) is newer than what is stored (LWW, ties by blob bytes)."""
+        return self.put_identities([IdentityRecord(user_id, hlc, blob)])[0]
+
+    def put_identities(self, records: Iterable[IdentityRecord]) -> list[IdentityChange]:
+        records = list(records)
+        for record in records:
+            check_identity_blob(record.blob)
+        keys = [key_identity(r.user_id) for r in records]
+        current: dict[bytes, tuple[Hlc, bytes] | None] = {}
+        for key, raw in zip(keys, self.multi_get("identity", keys), strict=True):
+            current.setdefault(key, None if raw is None else decode_identity_value(raw))
+        stored = dict(current)
+        changes = []
+        for key, record in zip(keys, records, strict=True):
+            before = current[key]
+            old_id = None if before is None else compute_identity_record_id(key, *before)
+            if identity_wins((record.hlc, record.blob), before):
+                current[key] = (record.hlc, record.blob)
+                changes.append(IdentityChange(key, old_id, record.record_id))
+            else:
+                assert old_id is not None
+                changes.append(IdentityChange(key, old_id, old_id))
+        self._write_identity_rows(stored, current)
+        return changes
+
+    def _write_identity_rows(
+        self,
+        stored: dict[bytes, tuple[Hlc, bytes] | None],
+        current: dict[bytes, tuple[Hlc, bytes] | None],
+    ) -> None:
+        batch = self.new_batch()
+        identity_cf, seen_cf = self._handle["identity"], self._handle["seen_identity"]
+        for user, after in current.items():
+            before = stored[user]
+            if after is None or after == before:
+                continue
+            if before is not None:
+                batch.delete(compute_identity_record_id(user, *before), seen_cf)
+            batch.put(user, encode_identity_value(*after), identity_cf)
+            batch.put(compute_identity_record_id(user, *after), user, seen_cf)
+        if batch.len():
+            self.write(batch)
+
+    def get_identity(self, user_id: bytes) -> tuple[Hlc, bytes] | None:
+        """(hlc, blob) of the user's current identity; the blob without its HLC prefix."""
+        raw = self.get("identity", key_identity(user_id))
+        return None if raw is None else decode_identity_value(raw)
+
+    # --- sync helpers ---
+
+    def iter_identity_record_ids(self) -> Iterator[bytes]:
+        for record_id, _ in self.iter_all("seen_identity"):
+            yield record_id
+
+    def for_each_identity_record_id(self, callback: Callable[[bytes], None]) -> None:
+        for record_id in self.iter_identity_record_ids():
+            callback(record_id)
+
+    def get_bucket_identity_ids(self, bucket: int) -> list[bytes]:
+        return [rid for rid, _ in self.iter_prefix("seen_identity", bucket_prefix(bucket))]
+
+    def get_identity_records_batch(
+        self, ids: list[bytes], max_bytes: int
+    ) -> tuple[list[bytes], bool]:
+        users = [user for user in self.multi_get("seen_identity", ids) if user]
+        out: list[bytes] = []
+        used = 0
+        for user, raw in zip(users, self.multi_get("identity", users), strict=True):
+            if raw is None:
+                continue
+            encoded = IdentityRecord(user, *decode_identity_value(raw)).encode()
+            if out and used + len(encoded) > max_bytes:
+                return out, True
+            out.append(encoded)
+            used += len(encoded)
+        return out, False

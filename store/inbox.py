@@ -1,0 +1,125 @@
+"""A user's chat list (user_inbox, newest first) and read progress (user_read_progress).
+
+Both are local views: they hold per-replica sequence numbers and are never
+shipped by sync. Unread count = the entry's ``last_seq`` minus the user's read
+progress in that chat; both count messages in the order this replica stored them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from store.errors import InvalidInput
+from store.keys import (
+    USER_ID_LEN,
+    USER_INBOX_KEY_LEN,
+    check_len,
+    decode_cursor,
+    encode_cursor,
+    key_user_inbox,
+    key_user_read_progress,
+    prefix_end,
+    rev_ts,
+)
+from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
+from store.records import InboxEntry, decode_inbox_entry
+from store.rocks import RocksBase
+
+
+@dataclass(frozen=True, slots=True)
+class ChatListItem:
+    entry: InboxEntry
+    unread: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChatListPage:
+    items: list[ChatListItem]
+    next_cursor: str | None
+
+
+class InboxStore(RocksBase):
+    def _find_inbox_key(self, user_id: bytes, chat_id: bytes) -> bytes | None:
+        # The key holds rev_ts, which the caller does not know: one prefix scan recovers it.
+        for key, _ in self.iter_prefix("user_inbox", check_len(user_id, USER_ID_LEN, "user_id")):
+            if key[-len(chat_id) :] == chat_id:
+                return key
+        return None
+
+    def upsert_inbox_for_members(
+        self, chat_id: bytes, members: Iterable[bytes], entry: InboxEntry
+    ) -> None:
+        """Give each member exactly one inbox entry for ``chat_id``: ``entry``, sorted by its last_ts."""
+        batch = self.new_batch()
+        inbox_cf = self._handle["user_inbox"]
+        encoded = entry.encode()
+        for user in members:
+            new_key = key_user_inbox(user, rev_ts(entry.last_ts), chat_id)
+            old_key = self._find_inbox_key(user, chat_id)
+            if old_key is not None and old_key != new_key:
+                batch.delete(old_key, inbox_cf)
+            batch.put(new_key, encoded, inbox_cf)
+        if batch.len():
+            self.write(batch)
+
+    def delete_user_inbox_entry(self, user_id: bytes, chat_id: bytes) -> bool:
+        """Remove ``chat_id`` from the user's chat list (after a Remove or Leave)."""
+        key = self._find_inbox_key(user_id, chat_id)
+        if key is None:
+            return False
+        batch = self.new_batch()
+        batch.delete(key, self._handle["user_inbox"])
+        self.write(batch)
+        return True
+
+    def list_user_chats(
+        self, user_id: bytes, cursor: str | None = None, limit: int = DEFAULT_PAGE_LIMIT
+    ) -> ChatListPage:
+        """The user's chats, most recent first, with unread counts; paginated by cursor."""
+        check_len(user_id, USER_ID_LEN, "user_id")
+        if not 1 <= limit <= MAX_PAGE_LIMIT:
+            raise InvalidInput(
+                f"limit must be 1..{MAX_PAGE_LIMIT}, got {limit}", reason="bad_limit"
+            )
+        start = user_id
+        if cursor is not None:
+            after = decode_cursor(cursor, USER_INBOX_KEY_LEN, user_id)
+            start = after + b"\x00"
+        rows: list[tuple[bytes, InboxEntry]] = []
+        for key, raw in self.iter_range("user_inbox", start, prefix_end(user_id)):
+            if len(rows) == limit:
+                return ChatListPage(self._with_unread(user_id, rows), encode_cursor(rows[-1][0]))
+            rows.append((key, decode_inbox_entry(raw)))
+        return ChatListPage(self._with_unread(user_id, rows), None)
+
+    def _with_unread(
+        self, user_id: bytes, rows: list[tuple[bytes, InboxEntry]]
+    ) -> list[ChatListItem]:
+        keys = [key_user_read_progress(user_id, entry.chat_id) for _, entry in rows]
+        progress = self.multi_get("user_read_progress", keys)
+        return [
+            ChatListItem(entry, max(0, entry.last_seq - _u32(read)))
+            for (_, entry), read in zip(rows, progress, strict=True)
+        ]
+
+    # --- read progress (monotonic) ---
+
+    def set_user_read_progress(self, user_id: bytes, chat_id: bytes, seq: int) -> bool:
+        """Record that the user read up to ``seq``; only moves forward. True if written."""
+        if not 0 <= seq < 1 << 32:
+            raise InvalidInput(f"read progress seq out of u32 range: {seq}", reason="bad_seq")
+        key = key_user_read_progress(user_id, chat_id)
+        if seq <= _u32(self.get("user_read_progress", key)):
+            return False
+        batch = self.new_batch()
+        batch.put(key, seq.to_bytes(4, "big"), self._handle["user_read_progress"])
+        self.write(batch)
+        return True
+
+    def get_user_read_progress(self, user_id: bytes, chat_id: bytes) -> int:
+        return _u32(self.get("user_read_progress", key_user_read_progress(user_id, chat_id)))
+
+
+def _u32(raw: bytes | None) -> int:
+    return int.from_bytes(raw, "big") if raw and len(raw) == 4 else 0

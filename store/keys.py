@@ -1,0 +1,157 @@
+"""Key builders and parsers for every column family (seed 002, "Key Construction").
+
+All integers are big-endian so that RocksDB's bytewise order is numeric order:
+a chat's messages iterate oldest first, a user's inbox newest first
+(``rev_ts = u64::MAX - last_ts``). Id lengths are fixed because the prefix
+extractors depend on them; a wrong length is a programming error here
+(``ValueError``), never a silently wrong key.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from store.errors import InvalidInput
+
+USER_ID_LEN = 20
+CHAT_ID_LEN = 32
+MSG_ID_LEN = 32
+RECORD_ID_LEN = 32
+BUCKET_PREFIX_LEN = 2
+NUM_BUCKETS = 1 << (8 * BUCKET_PREFIX_LEN)
+
+U32_MAX = (1 << 32) - 1
+U64_MAX = (1 << 64) - 1
+
+MESSAGES_KEY_LEN = CHAT_ID_LEN + 8 + 4  # 44
+USER_INBOX_KEY_LEN = USER_ID_LEN + 8 + CHAT_ID_LEN  # 60
+MEMBERS_KEY_LEN = CHAT_ID_LEN + USER_ID_LEN  # 52
+READ_PROGRESS_KEY_LEN = USER_ID_LEN + CHAT_ID_LEN  # 52
+
+
+def check_len(value: bytes, expected: int, what: str) -> bytes:
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise ValueError(f"{what} must be bytes, got {type(value).__name__}")
+    if len(value) != expected:
+        raise ValueError(f"{what} must be {expected} bytes, got {len(value)}")
+    return bytes(value)
+
+
+def _u64(value: int, what: str) -> bytes:
+    if not 0 <= value <= U64_MAX:
+        raise ValueError(f"{what} out of u64 range: {value}")
+    return value.to_bytes(8, "big")
+
+
+def _u32(value: int, what: str) -> bytes:
+    if not 0 <= value <= U32_MAX:
+        raise ValueError(f"{what} out of u32 range: {value}")
+    return value.to_bytes(4, "big")
+
+
+# messages: [chat_id:32][hlc_packed:8][seq:4]
+def key_messages(chat_id: bytes, hlc_packed: int, seq: int) -> bytes:
+    return check_len(chat_id, CHAT_ID_LEN, "chat_id") + _u64(hlc_packed, "hlc") + _u32(seq, "seq")
+
+
+def parse_key_messages(key: bytes) -> tuple[bytes, int, int]:
+    check_len(key, MESSAGES_KEY_LEN, "messages key")
+    return key[:32], int.from_bytes(key[32:40], "big"), int.from_bytes(key[40:44], "big")
+
+
+# seen_msg: [msg_id:32]; seen_member / seen_identity: [record_id:32]
+def key_seen_msg(msg_id: bytes) -> bytes:
+    return check_len(msg_id, MSG_ID_LEN, "msg_id")
+
+
+def key_seen_member(record_id: bytes) -> bytes:
+    return check_len(record_id, RECORD_ID_LEN, "record_id")
+
+
+def key_seen_identity(record_id: bytes) -> bytes:
+    return check_len(record_id, RECORD_ID_LEN, "record_id")
+
+
+# chats_meta: [chat_id:32]
+def key_chats_meta(chat_id: bytes) -> bytes:
+    return check_len(chat_id, CHAT_ID_LEN, "chat_id")
+
+
+# user_inbox: [user:20][rev_ts:8][chat_id:32]
+def rev_ts(last_ts: int) -> int:
+    _u64(last_ts, "last_ts")
+    return U64_MAX - last_ts
+
+
+def key_user_inbox(user_id: bytes, rev: int, chat_id: bytes) -> bytes:
+    return (
+        check_len(user_id, USER_ID_LEN, "user_id")
+        + _u64(rev, "rev_ts")
+        + check_len(chat_id, CHAT_ID_LEN, "chat_id")
+    )
+
+
+def parse_key_user_inbox(key: bytes) -> tuple[bytes, int, bytes]:
+    check_len(key, USER_INBOX_KEY_LEN, "user_inbox key")
+    return key[:20], int.from_bytes(key[20:28], "big"), key[28:60]
+
+
+# members: [chat_id:32][user:20]
+def key_members(chat_id: bytes, user_id: bytes) -> bytes:
+    return check_len(chat_id, CHAT_ID_LEN, "chat_id") + check_len(user_id, USER_ID_LEN, "user_id")
+
+
+def parse_key_members(key: bytes) -> tuple[bytes, bytes]:
+    check_len(key, MEMBERS_KEY_LEN, "members key")
+    return key[:32], key[32:52]
+
+
+# user_read_progress: [user:20][chat_id:32]
+def key_user_read_progress(user_id: bytes, chat_id: bytes) -> bytes:
+    return check_len(user_id, USER_ID_LEN, "user_id") + check_len(chat_id, CHAT_ID_LEN, "chat_id")
+
+
+def parse_key_user_read_progress(key: bytes) -> tuple[bytes, bytes]:
+    check_len(key, READ_PROGRESS_KEY_LEN, "user_read_progress key")
+    return key[:20], key[20:52]
+
+
+# identity: [user_id:20]
+def key_identity(user_id: bytes) -> bytes:
+    return check_len(user_id, USER_ID_LEN, "user_id")
+
+
+def bucket_of(record_id: bytes) -> int:
+    """Merkle bucket of a record id: its first two bytes, big-endian (0..65535)."""
+    return int.from_bytes(check_len(record_id, RECORD_ID_LEN, "record_id")[:2], "big")
+
+
+def bucket_prefix(bucket: int) -> bytes:
+    if not 0 <= bucket < NUM_BUCKETS:
+        raise ValueError(f"bucket out of range 0..{NUM_BUCKETS - 1}: {bucket}")
+    return bucket.to_bytes(BUCKET_PREFIX_LEN, "big")
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (None: no such key)."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return None
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
+def encode_cursor(key: bytes) -> str:
+    """A pagination cursor: the last key of a page, URL-safe base64."""
+    return base64.urlsafe_b64encode(key).decode("ascii")
+
+
+def decode_cursor(cursor: str, key_len: int, prefix: bytes) -> bytes:
+    """The key inside ``cursor``; InvalidInput unless it is ``key_len`` bytes under ``prefix``."""
+    try:
+        key = base64.urlsafe_b64decode(cursor.encode("ascii"))
+    except (binascii.Error, ValueError, UnicodeEncodeError):
+        raise InvalidInput("cursor is not valid base64", reason="bad_cursor") from None
+    if len(key) != key_len or not key.startswith(prefix):
+        raise InvalidInput("cursor does not belong to this listing", reason="bad_cursor")
+    return key

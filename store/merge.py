@@ -1,0 +1,83 @@
+"""CRDT merge rules, pure: no I/O, no clock reads.
+
+Members (seed 002): a (chat, user) row carries ``added_at`` and ``removed_at``
+and is active iff ``removed_at`` is absent or strictly older than ``added_at``.
+Merging takes the maximum of each stamp, and the role that goes with the
+greater ``added_at``.
+
+Tie-break. The seed says "local wins on tie" for the role when both sides have
+the same ``added_at``. That is not commutative: replica A keeps its role,
+replica B keeps its own, and they never agree. Here the role is taken from the
+greater ``(added_at, role)`` pair instead, so on a tie the higher role wins.
+The state is then a pair of max-registers over total orders — a join
+semilattice — which makes the merge commutative, associative and idempotent,
+and any delivery order, duplication or regrouping of ops ends in one state.
+(Two adds with one HLC stamp can only come from one author's clock, so the tie
+is a corner case; what matters is that every replica breaks it the same way.)
+
+Identity: last writer wins by HLC; equal stamps with different blobs are
+broken by the blob's bytes (greater wins) — again a total order, so the
+winner does not depend on arrival order.
+
+ChatMeta: ``last_msg_*`` follow the newest message by ``(hlc, msg_id)``, a
+total order; ``members`` and ``membership_hash`` are functions of the active
+member set. Only ``last_seq`` (and the seq in message keys) depends on
+arrival order: it is a local counter, not replicated state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from store.hlc import HLC_ZERO, Hlc
+from store.records import ChatMeta, MemberInfo, Role
+
+
+def _or_zero(stamp: Hlc | None) -> Hlc:
+    return stamp if stamp is not None else HLC_ZERO
+
+
+def merge_member_states(local: MemberInfo | None, remote: MemberInfo | None) -> MemberInfo | None:
+    """Join of two member states (either may be absent). Commutative, associative, idempotent."""
+    if local is None:
+        return remote
+    if remote is None:
+        return local
+    added_at, role = max((local.added_at, local.role), (remote.added_at, remote.role))
+    removed = max(_or_zero(local.removed_at), _or_zero(remote.removed_at))
+    return MemberInfo(Role(role), added_at, None if removed == HLC_ZERO else removed)
+
+
+def add_op_state(role: Role, hlc: Hlc) -> MemberInfo:
+    """The state an Add op contributes: merged in, it advances added_at only."""
+    return MemberInfo(role, hlc, None)
+
+
+def remove_op_state(hlc: Hlc) -> MemberInfo:
+    """The state a Remove op contributes: a tombstone-only placeholder (added_at = ZERO)."""
+    return MemberInfo(Role.PARTICIPANT, HLC_ZERO, hlc)
+
+
+def identity_wins(incoming: tuple[Hlc, bytes], stored: tuple[Hlc, bytes] | None) -> bool:
+    """LWW: should ``incoming`` (hlc, blob) replace ``stored``? Ties broken by blob bytes."""
+    return stored is None or incoming > stored
+
+
+def meta_after_message(meta: ChatMeta, msg_id: bytes, hlc: Hlc) -> ChatMeta:
+    """ChatMeta after storing one new message: next local seq, newest message by (hlc, id)."""
+    seq = meta.last_seq + 1
+    if (hlc.pack(), msg_id) > (meta.last_msg_ts, meta.last_msg_id):
+        return replace(
+            meta, last_seq=seq, last_ts=hlc.physical_ms, last_msg_id=msg_id, last_msg_ts=hlc.pack()
+        )
+    return replace(meta, last_seq=seq)
+
+
+def meta_after_membership(meta: ChatMeta, user_id: bytes, active: bool) -> ChatMeta:
+    """ChatMeta with ``user_id`` in or out of the active member set."""
+    members = set(meta.members)
+    if (user_id in members) == active:
+        return meta
+    members.symmetric_difference_update({user_id})
+    mask = int.from_bytes(meta.membership_hash, "big") ^ int.from_bytes(user_id, "big")
+    return replace(meta, members=tuple(sorted(members)), membership_hash=mask.to_bytes(32, "big"))

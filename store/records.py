@@ -1,0 +1,509 @@
+"""Records and their canonical CBOR codecs; record ids with BLAKE3.
+
+Every record is a CBOR array whose first element is a version number. Arrays
+are encoded with cbor2's canonical mode (shortest integers, definite lengths),
+and a decoder re-encodes what it read and insists on the same bytes: one value
+has exactly one encoding, so a content-addressed id cannot be changed by
+re-encoding the same message.
+
+Decoders take untrusted bytes and raise only ``DecodeError`` (with a
+``reason``: truncated, malformed, wrong_type, unknown_version, oversize,
+non_canonical, ...) — never a bare cbor2, KeyError or IndexError.
+
+Replicated records (shipped by sync, identical on every replica):
+  MsgV1         a signed chat message; id = BLAKE3(canonical bytes)
+  MemberRecord  (chat, user, MemberInfo); id = BLAKE3(chat|user|role|added_at|removed_at)
+  IdentityRecord (user, hlc, blob);        id = BLAKE3(user|hlc|blob)
+Local records (derived per replica, never shipped): ChatMeta, InboxEntry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from functools import cached_property
+from typing import Any
+
+import blake3
+import cbor2
+from nacl.signing import SigningKey
+
+from store import signing
+from store.errors import BadSignature, DecodeError, TooLarge
+from store.hlc import HLC_ZERO, Hlc
+from store.keys import CHAT_ID_LEN, MSG_ID_LEN, USER_ID_LEN, check_len
+
+DEFAULT_MAX_PAYLOAD = 256 * 1024  # RFC-0005's per-message payload cap
+MAX_IDENTITY_BLOB = 1024
+MAX_PREVIEW_CHARS = 80
+# Room for every field of a record around its payload or blob.
+RECORD_OVERHEAD = 512
+
+MSG_DOMAIN = b"chatsync/msg/v1\x00"
+
+
+class OversizeRecord(DecodeError, TooLarge):
+    """Bytes longer than the record kind allows; rejected before parsing."""
+
+    reason = "oversize"
+
+
+class MessageKind(IntEnum):
+    """Message types (dm3 vocabulary). All but NEW refer to another message by id."""
+
+    NEW = 0
+    EDIT = 1
+    REPLY = 2
+    REACTION = 3
+    READ_RECEIPT = 4
+    DELETE = 5
+
+
+class ChatKind(IntEnum):
+    DM = 0
+    GROUP = 1
+    CHANNEL = 2
+
+
+class Role(IntEnum):
+    PARTICIPANT = 0
+    ADMIN = 1
+
+
+def canonical_cbor(value: Any) -> bytes:
+    return cbor2.dumps(value, canonical=True)
+
+
+def blake3_id(*parts: bytes) -> bytes:
+    hasher = blake3.blake3()
+    for part in parts:
+        hasher.update(part)
+    return hasher.digest()
+
+
+# --- decoding helpers ---------------------------------------------------------------------
+
+
+def load_array(data: Any, *, what: str, version: int, fields: int, max_bytes: int) -> list[Any]:
+    """Parse ``data`` as a versioned CBOR array of ``fields`` items, or raise DecodeError."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise DecodeError(f"{what}: expected bytes, got {type(data).__name__}", reason="wrong_type")
+    if len(data) > max_bytes:
+        raise OversizeRecord(f"{what}: {len(data)} bytes exceeds the limit of {max_bytes}")
+    if len(data) == 0:
+        raise DecodeError(f"{what}: empty input", reason="truncated")
+    try:
+        value = cbor2.loads(bytes(data))
+    except cbor2.CBORDecodeEOF as exc:
+        raise DecodeError(f"{what}: truncated CBOR ({exc})", reason="truncated") from None
+    except Exception as exc:  # cbor2 raises many types on garbage; all mean the same here
+        raise DecodeError(f"{what}: malformed CBOR ({exc})", reason="malformed") from None
+    if not isinstance(value, list) or not value:
+        raise DecodeError(f"{what}: expected a non-empty CBOR array", reason="wrong_type")
+    if type(value[0]) is not int:
+        raise DecodeError(f"{what}: version must be an integer", reason="wrong_type")
+    if value[0] != version:
+        raise DecodeError(f"{what}: unknown version {value[0]}", reason="unknown_version")
+    if len(value) != fields:
+        raise DecodeError(
+            f"{what}: expected {fields} fields, got {len(value)}", reason="wrong_type"
+        )
+    return value
+
+
+def ensure_canonical(value: list[Any], data: bytes, what: str) -> None:
+    if canonical_cbor(value) != bytes(data):
+        raise DecodeError(f"{what}: not canonically encoded", reason="non_canonical")
+
+
+def field_uint(value: Any, what: str, bits: int = 64) -> int:
+    if type(value) is not int or not 0 <= value < (1 << bits):
+        raise DecodeError(f"{what} must be an unsigned {bits}-bit integer", reason="wrong_type")
+    return value
+
+
+def field_bytes(
+    value: Any, what: str, *, length: int | None = None, max_len: int | None = None
+) -> bytes:
+    if type(value) is not bytes:
+        raise DecodeError(f"{what} must be a byte string", reason="wrong_type")
+    if length is not None and len(value) != length:
+        raise DecodeError(f"{what} must be {length} bytes, got {len(value)}", reason="wrong_length")
+    if max_len is not None and len(value) > max_len:
+        raise OversizeRecord(f"{what} is {len(value)} bytes, over the limit of {max_len}")
+    return value
+
+
+def field_hlc(value: Any, what: str) -> Hlc:
+    return Hlc.unpack(field_uint(value, what))
+
+
+def field_enum(value: Any, enum: type[IntEnum], what: str) -> int:
+    number = field_uint(value, what, bits=8)
+    try:
+        return enum(number)
+    except ValueError:
+        raise DecodeError(f"{what}: unknown value {number}", reason="unknown_kind") from None
+
+
+# --- MsgV1 --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MsgV1:
+    """A chat message as its author signed it. The node stores ``payload`` without reading it."""
+
+    chat_id: bytes
+    sender: bytes  # user id = BLAKE3(author_key)[:20]
+    hlc: Hlc
+    kind: MessageKind
+    payload: bytes
+    ref: bytes | None  # the message an EDIT/REPLY/REACTION/... refers to
+    author_key: bytes
+    sig: bytes
+
+    VERSION = 1
+
+    def __post_init__(self) -> None:
+        check_len(self.chat_id, CHAT_ID_LEN, "chat_id")
+        check_len(self.sender, USER_ID_LEN, "sender")
+        check_len(self.author_key, signing.PUBLIC_KEY_LEN, "author_key")
+        check_len(self.sig, signing.SIGNATURE_LEN, "sig")
+        if (self.kind == MessageKind.NEW) != (self.ref is None):
+            raise ValueError("ref is required for every kind but NEW, and forbidden for NEW")
+        if self.ref is not None:
+            check_len(self.ref, MSG_ID_LEN, "ref")
+
+    def _body(self) -> list[Any]:
+        return [
+            self.VERSION,
+            self.chat_id,
+            self.sender,
+            self.hlc.pack(),
+            int(self.kind),
+            self.payload,
+            self.ref,
+            self.author_key,
+        ]
+
+    def signed_body(self) -> bytes:
+        return canonical_cbor(self._body())
+
+    @cached_property
+    def encoded(self) -> bytes:
+        return canonical_cbor([*self._body(), self.sig])
+
+    @cached_property
+    def msg_id(self) -> bytes:
+        return blake3_id(self.encoded)
+
+    @classmethod
+    def create(
+        cls,
+        key: SigningKey,
+        chat_id: bytes,
+        hlc: Hlc,
+        payload: bytes,
+        *,
+        kind: MessageKind = MessageKind.NEW,
+        ref: bytes | None = None,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+    ) -> MsgV1:
+        check_payload_size(payload, max_payload)
+        author_key = signing.public_key(key)
+        unsigned = cls(
+            chat_id,
+            signing.user_id_from_key(author_key),
+            hlc,
+            kind,
+            payload,
+            ref,
+            author_key,
+            bytes(signing.SIGNATURE_LEN),
+        )
+        sig = signing.sign(key, MSG_DOMAIN, unsigned.signed_body())
+        return cls(chat_id, unsigned.sender, hlc, kind, payload, ref, author_key, sig)
+
+    def verify(self) -> None:
+        """Raise BadSignature unless the author's key signed this message and owns ``sender``."""
+        if signing.user_id_from_key(self.author_key) != self.sender:
+            raise BadSignature("sender is not the id of author_key")
+        signing.verify(self.author_key, MSG_DOMAIN, self.signed_body(), self.sig)
+
+
+def check_payload_size(payload: bytes, max_payload: int) -> None:
+    if len(payload) > max_payload:
+        raise TooLarge(f"payload is {len(payload)} bytes, over the limit of {max_payload}")
+
+
+def decode_msg(data: bytes, *, max_payload: int = DEFAULT_MAX_PAYLOAD) -> MsgV1:
+    what = "MsgV1"
+    v = load_array(data, what=what, version=1, fields=9, max_bytes=max_payload + RECORD_OVERHEAD)
+    ref = v[6]
+    fields = (
+        field_bytes(v[1], "chat_id", length=CHAT_ID_LEN),
+        field_bytes(v[2], "sender", length=USER_ID_LEN),
+        field_hlc(v[3], "hlc"),
+        MessageKind(field_enum(v[4], MessageKind, "kind")),
+        field_bytes(v[5], "payload", max_len=max_payload),
+        None if ref is None else field_bytes(ref, "ref", length=MSG_ID_LEN),
+        field_bytes(v[7], "author_key", length=signing.PUBLIC_KEY_LEN),
+        field_bytes(v[8], "sig", length=signing.SIGNATURE_LEN),
+    )
+    ensure_canonical(v, data, what)
+    try:
+        msg = MsgV1(*fields)
+    except ValueError as exc:
+        raise DecodeError(f"{what}: {exc}", reason="invalid_field") from None
+    msg.__dict__["encoded"] = bytes(data)  # canonical, so identical to a re-encode
+    return msg
+
+
+# --- members ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemberInfo:
+    """CRDT state of one (chat, user). Active iff removed_at is None or < added_at."""
+
+    role: Role
+    added_at: Hlc
+    removed_at: Hlc | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.removed_at is None or self.removed_at < self.added_at
+
+    def encode(self) -> bytes:
+        removed = None if self.removed_at is None else self.removed_at.pack()
+        return canonical_cbor([1, int(self.role), self.added_at.pack(), removed])
+
+
+def _removed_at(value: Any) -> Hlc | None:
+    return None if value is None else field_hlc(value, "removed_at")
+
+
+def decode_member_info(data: bytes) -> MemberInfo:
+    v = load_array(data, what="MemberInfo", version=1, fields=4, max_bytes=64)
+    info = MemberInfo(
+        Role(field_enum(v[1], Role, "role")), field_hlc(v[2], "added_at"), _removed_at(v[3])
+    )
+    ensure_canonical(v, data, "MemberInfo")
+    return info
+
+
+def compute_member_record_id(
+    chat_id: bytes, user_id: bytes, role: int, added_at: Hlc, removed_at: Hlc | None
+) -> bytes:
+    """Seed 002: BLAKE3(chat|user|role|added_at_be|removed_at_or_zero_be). None counts as ZERO."""
+    removed = removed_at if removed_at is not None else HLC_ZERO
+    return blake3_id(
+        check_len(chat_id, CHAT_ID_LEN, "chat_id"),
+        check_len(user_id, USER_ID_LEN, "user_id"),
+        bytes([int(role)]),
+        added_at.to_bytes(),
+        removed.to_bytes(),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRecord:
+    """A member row as sync ships it."""
+
+    chat_id: bytes
+    user_id: bytes
+    info: MemberInfo
+
+    def __post_init__(self) -> None:
+        check_len(self.chat_id, CHAT_ID_LEN, "chat_id")
+        check_len(self.user_id, USER_ID_LEN, "user_id")
+
+    @property
+    def record_id(self) -> bytes:
+        i = self.info
+        return compute_member_record_id(
+            self.chat_id, self.user_id, i.role, i.added_at, i.removed_at
+        )
+
+    def encode(self) -> bytes:
+        i = self.info
+        removed = None if i.removed_at is None else i.removed_at.pack()
+        return canonical_cbor(
+            [1, self.chat_id, self.user_id, int(i.role), i.added_at.pack(), removed]
+        )
+
+
+def decode_member_record(data: bytes) -> MemberRecord:
+    v = load_array(data, what="MemberRecord", version=1, fields=6, max_bytes=160)
+    record = MemberRecord(
+        field_bytes(v[1], "chat_id", length=CHAT_ID_LEN),
+        field_bytes(v[2], "user_id", length=USER_ID_LEN),
+        MemberInfo(
+            Role(field_enum(v[3], Role, "role")), field_hlc(v[4], "added_at"), _removed_at(v[5])
+        ),
+    )
+    ensure_canonical(v, data, "MemberRecord")
+    return record
+
+
+# --- identity -----------------------------------------------------------------------------
+
+
+def check_identity_blob(blob: bytes) -> None:
+    if len(blob) > MAX_IDENTITY_BLOB:
+        raise TooLarge(f"identity blob is {len(blob)} bytes, over the limit of {MAX_IDENTITY_BLOB}")
+
+
+def encode_identity_value(hlc: Hlc, blob: bytes) -> bytes:
+    """CF identity value: [hlc_packed:8][blob]."""
+    check_identity_blob(blob)
+    return hlc.to_bytes() + blob
+
+
+def decode_identity_value(data: bytes) -> tuple[Hlc, bytes]:
+    if len(data) < 8:
+        raise DecodeError("identity value shorter than its 8-byte HLC prefix", reason="truncated")
+    if len(data) > 8 + MAX_IDENTITY_BLOB:
+        raise OversizeRecord(f"identity value is {len(data)} bytes")
+    return Hlc.from_bytes(bytes(data[:8])), bytes(data[8:])
+
+
+def compute_identity_record_id(user_id: bytes, hlc: Hlc, blob: bytes) -> bytes:
+    """Seed 002: BLAKE3(user|hlc_packed_be|blob)."""
+    return blake3_id(check_len(user_id, USER_ID_LEN, "user_id"), hlc.to_bytes(), blob)
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityRecord:
+    user_id: bytes
+    hlc: Hlc
+    blob: bytes
+
+    def __post_init__(self) -> None:
+        check_len(self.user_id, USER_ID_LEN, "user_id")
+        check_identity_blob(self.blob)
+
+    @property
+    def record_id(self) -> bytes:
+        return compute_identity_record_id(self.user_id, self.hlc, self.blob)
+
+    def encode(self) -> bytes:
+        return canonical_cbor([1, self.user_id, self.hlc.pack(), self.blob])
+
+
+def decode_identity_record(data: bytes) -> IdentityRecord:
+    v = load_array(
+        data, what="IdentityRecord", version=1, fields=4, max_bytes=MAX_IDENTITY_BLOB + 64
+    )
+    record = IdentityRecord(
+        field_bytes(v[1], "user_id", length=USER_ID_LEN),
+        field_hlc(v[2], "hlc"),
+        field_bytes(v[3], "blob", max_len=MAX_IDENTITY_BLOB),
+    )
+    ensure_canonical(v, data, "IdentityRecord")
+    return record
+
+
+# --- local records ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMeta:
+    """Per-chat aggregate kept by each replica (seed 002). ``last_seq`` is local."""
+
+    last_ts: int = 0  # physical ms of the newest message: sorts the inbox
+    last_seq: int = 0  # local per-chat sequence counter (differs between replicas)
+    last_msg_id: bytes = bytes(MSG_ID_LEN)
+    members: tuple[bytes, ...] = ()  # active members, sorted
+    last_msg_ts: int = 0  # packed HLC of the newest message
+    last_announced_ms: int = 0  # reserved for the node's gossip announcements
+    identity: bytes | None = None  # reserved for DM chats (opaque, max 128 B)
+    membership_hash: bytes = bytes(32)  # XOR of the active members' ids
+
+    def encode(self) -> bytes:
+        return canonical_cbor(
+            [
+                1,
+                self.last_ts,
+                self.last_seq,
+                self.last_msg_id,
+                list(self.members),
+                self.last_msg_ts,
+                self.last_announced_ms,
+                self.identity,
+                self.membership_hash,
+            ]
+        )
+
+
+def decode_chat_meta(data: bytes) -> ChatMeta:
+    v = load_array(data, what="ChatMeta", version=1, fields=9, max_bytes=1 << 24)
+    if not isinstance(v[4], list):
+        raise DecodeError("ChatMeta.members must be an array", reason="wrong_type")
+    meta = ChatMeta(
+        last_ts=field_uint(v[1], "last_ts"),
+        last_seq=field_uint(v[2], "last_seq", bits=32),
+        last_msg_id=field_bytes(v[3], "last_msg_id", length=MSG_ID_LEN),
+        members=tuple(field_bytes(m, "member", length=USER_ID_LEN) for m in v[4]),
+        last_msg_ts=field_uint(v[5], "last_msg_ts"),
+        last_announced_ms=field_uint(v[6], "last_announced_ms"),
+        identity=None if v[7] is None else field_bytes(v[7], "identity", max_len=128),
+        membership_hash=field_bytes(v[8], "membership_hash", length=32),
+    )
+    ensure_canonical(v, data, "ChatMeta")
+    return meta
+
+
+@dataclass(frozen=True, slots=True)
+class InboxEntry:
+    """One chat in a user's chat list (CF user_inbox)."""
+
+    chat_id: bytes
+    kind: ChatKind
+    last_ts: int
+    last_msg_id: bytes
+    last_sender: bytes
+    last_seq: int
+    last_text_preview: str = ""
+
+    def __post_init__(self) -> None:
+        check_len(self.chat_id, CHAT_ID_LEN, "chat_id")
+        check_len(self.last_msg_id, MSG_ID_LEN, "last_msg_id")
+        check_len(self.last_sender, USER_ID_LEN, "last_sender")
+        if len(self.last_text_preview) > MAX_PREVIEW_CHARS:
+            object.__setattr__(
+                self, "last_text_preview", self.last_text_preview[:MAX_PREVIEW_CHARS]
+            )
+
+    def encode(self) -> bytes:
+        return canonical_cbor(
+            [
+                1,
+                self.chat_id,
+                int(self.kind),
+                self.last_ts,
+                self.last_msg_id,
+                self.last_sender,
+                self.last_text_preview,
+                self.last_seq,
+            ]
+        )
+
+
+def decode_inbox_entry(data: bytes) -> InboxEntry:
+    v = load_array(data, what="InboxEntry", version=1, fields=8, max_bytes=1024)
+    if type(v[6]) is not str or len(v[6]) > MAX_PREVIEW_CHARS:
+        raise DecodeError(
+            "InboxEntry.last_text_preview must be a short string", reason="wrong_type"
+        )
+    entry = InboxEntry(
+        chat_id=field_bytes(v[1], "chat_id", length=CHAT_ID_LEN),
+        kind=ChatKind(field_enum(v[2], ChatKind, "kind")),
+        last_ts=field_uint(v[3], "last_ts"),
+        last_msg_id=field_bytes(v[4], "last_msg_id", length=MSG_ID_LEN),
+        last_sender=field_bytes(v[5], "last_sender", length=USER_ID_LEN),
+        last_seq=field_uint(v[7], "last_seq", bits=32),
+        last_text_preview=v[6],
+    )
+    ensure_canonical(v, data, "InboxEntry")
+    return entry

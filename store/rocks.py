@@ -1,0 +1,221 @@
+"""Opening RocksDB with seed 002's column families and options; the shared read/write plumbing.
+
+Every CF is Zstd-compressed with a 10 bits/key bloom filter. The CFs that are
+scanned by prefix get a fixed-prefix extractor and a memtable prefix bloom
+(ratio 0.1); the seen_* sync indexes keep whole-key filtering on so their
+point lookups (dedup) still use the bloom filter. Full scans set
+``total_order_seek`` because a prefix extractor otherwise lets an iterator
+stop at a prefix boundary.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, cast
+
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    DBCompressionType,
+    Options,
+    Rdict,
+    ReadOptions,
+    SliceTransform,
+    WriteBatch,
+    WriteOptions,
+)
+
+from store.hlc import DEFAULT_MAX_OFFSET_MS
+from store.keys import BUCKET_PREFIX_LEN, CHAT_ID_LEN, USER_ID_LEN, prefix_end
+from store.records import DEFAULT_MAX_PAYLOAD, ChatMeta, decode_chat_meta
+
+DEFAULT_PATH = "./chatdb-data"
+
+# CF name -> fixed prefix length (None: point lookups only, no prefix extractor).
+COLUMN_FAMILIES: dict[str, int | None] = {
+    "messages": CHAT_ID_LEN,
+    "seen_msg": BUCKET_PREFIX_LEN,
+    "chats_meta": None,
+    "user_inbox": USER_ID_LEN,
+    "members": CHAT_ID_LEN,
+    "user_read_progress": USER_ID_LEN,
+    "identity": None,
+    "seen_member": BUCKET_PREFIX_LEN,
+    "seen_identity": BUCKET_PREFIX_LEN,
+}
+SYNC_INDEXES = {"seen_msg", "seen_member", "seen_identity"}
+
+
+@dataclass(frozen=True)
+class ChatDbConfig:
+    """Seed 002's RocksDB configuration plus the store's input limits."""
+
+    path: str = DEFAULT_PATH
+    parallelism: int = field(default_factory=lambda: os.cpu_count() or 2)
+    block_cache_mb: int = 512
+    memtable_mb: int = 512
+    bloom_bits_per_key: int = 10
+    memtable_prefix_bloom_ratio: float = 0.1
+    log_files_kept: int = 5
+    write_sync: bool = False  # the WAL still gives crash safety; True = durable acks
+    max_payload: int = DEFAULT_MAX_PAYLOAD
+    max_offset_ms: int = DEFAULT_MAX_OFFSET_MS
+    meta_cache_size: int = 65_536
+
+
+def _cf_options(config: ChatDbConfig, cache: Cache, name: str) -> Options:
+    opts = Options(raw_mode=True)
+    opts.set_compression_type(DBCompressionType.zstd())
+    table = BlockBasedOptions()
+    table.set_bloom_filter(config.bloom_bits_per_key, False)
+    table.set_block_cache(cache)
+    opts.set_block_based_table_factory(table)
+    prefix = COLUMN_FAMILIES.get(name)
+    if prefix is not None:
+        opts.set_prefix_extractor(SliceTransform.create_fixed_prefix(prefix))
+        opts.set_memtable_prefix_bloom_ratio(config.memtable_prefix_bloom_ratio)
+        opts.set_memtable_whole_key_filtering(name in SYNC_INDEXES)
+    return opts
+
+
+def _db_options(config: ChatDbConfig, cache: Cache) -> Options:
+    opts = _cf_options(config, cache, "default")
+    opts.create_if_missing(True)
+    opts.create_missing_column_families(True)
+    opts.increase_parallelism(config.parallelism)
+    opts.set_db_write_buffer_size(config.memtable_mb * 1024 * 1024)
+    opts.set_keep_log_file_num(config.log_files_kept)
+    return opts
+
+
+class RocksBase:
+    """Owns the Rdict, its CF views and handles, and the chats_meta cache.
+
+    Not thread-safe for writes: one writer task owns a ChatDb (ARCHITECTURE.md).
+    """
+
+    def __init__(self, config: ChatDbConfig | None = None, *, path: str | Path | None = None):
+        if config is None:
+            config = ChatDbConfig()
+        if path is not None:
+            config = ChatDbConfig(**{**config.__dict__, "path": str(path)})
+        self.config = config
+        Path(config.path).mkdir(parents=True, exist_ok=True)
+        cache = Cache(config.block_cache_mb * 1024 * 1024)
+        self._db = Rdict(
+            config.path,
+            _db_options(config, cache),
+            column_families={name: _cf_options(config, cache, name) for name in COLUMN_FAMILIES},
+        )
+        self._cf = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}
+        self._handle = {name: self._db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
+        self._write_opts = WriteOptions()
+        self._write_opts.sync = config.write_sync
+        self._meta_cache: dict[bytes, ChatMeta] = {}
+        self._closed = False
+
+    # --- lifecycle ---
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for view in self._cf.values():
+            view.close()
+        self._cf.clear()
+        self._handle.clear()
+        self._db.close()
+
+    def __enter__(self) -> RocksBase:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def flush(self) -> None:
+        for view in self._cf.values():
+            view.flush()
+
+    def compact(self) -> None:
+        """Compact every CF: range tombstones are only reclaimed on disk by compaction."""
+        for view in self._cf.values():
+            view.compact_range(None, None)
+
+    # --- plumbing shared by the domain modules ---
+
+    def new_batch(self) -> WriteBatch:
+        return WriteBatch(raw_mode=True)
+
+    def write(self, batch: WriteBatch) -> None:
+        self._db.write(batch, self._write_opts)
+
+    def iter_prefix(
+        self, cf: str, prefix: bytes, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) of every key starting with ``prefix``, in key order (or reversed)."""
+        return self.iter_range(cf, prefix, prefix_end(prefix), reverse=reverse)
+
+    def iter_all(self, cf: str) -> Iterator[tuple[bytes, bytes]]:
+        return self.iter_range(cf, b"", None)
+
+    def iter_range(
+        self, cf: str, start: bytes, end: bytes | None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) for start <= key < end (end None: to the last key)."""
+        opts = ReadOptions()
+        opts.set_total_order_seek(True)
+        if start:
+            opts.set_iterate_lower_bound(start)
+        if end is not None:
+            opts.set_iterate_upper_bound(end)
+        it = self._cf[cf].iter(opts)
+        if reverse:
+            it.seek_to_last()
+        else:
+            it.seek(start)
+        step = it.prev if reverse else it.next
+        while it.valid():
+            yield it.key(), it.value()
+            step()
+
+    def multi_get(self, cf: str, keys: list[bytes]) -> list[bytes | None]:
+        if not keys:
+            return []
+        values = self._cf[cf].get(cast(Any, keys))  # one multi_get call for the whole list
+        return cast(list[bytes | None], values)
+
+    def get(self, cf: str, key: bytes) -> bytes | None:
+        value: bytes | None = self._cf[cf].get(key)
+        return value
+
+    # --- chats_meta, cached: the single writer is the only one who changes it ---
+
+    def load_meta(self, chat_id: bytes) -> ChatMeta:
+        meta = self._meta_cache.get(chat_id)
+        if meta is None:
+            raw = self.get("chats_meta", chat_id)
+            meta = decode_chat_meta(raw) if raw is not None else ChatMeta()
+        return meta
+
+    def remember_meta(self, metas: dict[bytes, ChatMeta]) -> None:
+        """Cache ``metas`` after their batch was written (never before: a failed write must not leak)."""
+        if len(self._meta_cache) + len(metas) > self.config.meta_cache_size:
+            self._meta_cache.clear()
+        self._meta_cache.update(metas)
+
+    def put_metas(self, batch: WriteBatch, metas: dict[bytes, ChatMeta]) -> None:
+        for chat_id, meta in metas.items():
+            batch.put(chat_id, meta.encode(), self._handle["chats_meta"])
+
+    def get_chat_meta(self, chat_id: bytes) -> ChatMeta | None:
+        raw = self.get("chats_meta", chat_id)
+        return None if raw is None else decode_chat_meta(raw)
