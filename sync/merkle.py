@@ -1,0 +1,152 @@
+"""A Merkle tree of XOR accumulators over 65,536 two-byte buckets.
+
+Shape: fan-out 16, depth 4. Depth ``k`` has ``16**k`` nodes; node ``i`` at
+depth ``k`` covers the buckets whose top ``4*k`` bits equal ``i``; depth 4 is
+the 65,536 leaves, leaf ``b`` = bucket ``b`` = the first two bytes of a record id.
+
+Every node holds ``(xor, count)``: the XOR of the 256-bit ids below it and how
+many there are. Both are order-independent and invertible, so insert, remove
+and replace touch one leaf and its four ancestors — no bucket is re-read. Leaves
+also keep ``check``: the XOR of a 4-byte BLAKE3 check hash of each id. A leaf
+pair whose sets differ by exactly one id is then a *pure cell* (as in an IBLT):
+``xor_a ^ xor_b`` is the missing id, and ``check(id) == check_a ^ check_b``
+confirms it, so the protocol can name a missing id without listing the bucket.
+
+Peers never see raw accumulators below the root: the protocol compares
+*salted, truncated* node hashes (``node_hash``). A fresh salt per pass means an
+attacker cannot precompute ids whose truncated hashes collide, and a chance
+collision in one pass is not repeated in the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import blake3
+
+from store.keys import NUM_BUCKETS, RECORD_ID_LEN
+
+FANOUT_BITS = 4
+FANOUT = 1 << FANOUT_BITS
+DEPTH = 4  # 16**4 == 65,536 leaves
+CHECK_LEN = 4
+assert FANOUT**DEPTH == NUM_BUCKETS
+
+
+def check_hash(record_id: bytes) -> int:
+    """The leaf purity check of one id: 4 bytes of BLAKE3, independent of the id's bits."""
+    return int.from_bytes(blake3.blake3(record_id).digest(CHECK_LEN), "big")
+
+
+def node_hash(salt: bytes, xor: int, count: int, width: int) -> bytes:
+    """What peers compare: a salted, truncated hash of one node's (xor, count)."""
+    return blake3.blake3(salt + xor.to_bytes(32, "big") + count.to_bytes(8, "big")).digest(width)
+
+
+class MerkleTree:
+    """One domain's tree. Not thread-safe: its owner (the DB writer or a session driver) updates it."""
+
+    __slots__ = ("_check", "_count", "_xor")
+
+    def __init__(self) -> None:
+        self._xor: list[list[int]] = [[0] * (FANOUT**k) for k in range(DEPTH + 1)]
+        self._count: list[list[int]] = [[0] * (FANOUT**k) for k in range(DEPTH + 1)]
+        self._check: list[int] = [0] * NUM_BUCKETS
+
+    # --- building ---
+
+    @classmethod
+    def from_ids(cls, ids: Iterable[bytes]) -> MerkleTree:
+        """Build from every id at once: leaves first, then each level from the one below."""
+        tree = cls()
+        leaf_xor, leaf_count, leaf_check = tree._xor[DEPTH], tree._count[DEPTH], tree._check
+        from_bytes = int.from_bytes
+        digest = blake3.blake3
+        for record_id in ids:
+            if len(record_id) != RECORD_ID_LEN:
+                raise ValueError(f"record id must be {RECORD_ID_LEN} bytes, got {len(record_id)}")
+            bucket = (record_id[0] << 8) | record_id[1]
+            leaf_xor[bucket] ^= from_bytes(record_id, "big")
+            leaf_count[bucket] += 1
+            leaf_check[bucket] ^= from_bytes(digest(record_id).digest(CHECK_LEN), "big")
+        for depth in range(DEPTH - 1, -1, -1):
+            below_xor, below_count = tree._xor[depth + 1], tree._count[depth + 1]
+            xors, counts = tree._xor[depth], tree._count[depth]
+            for child in range(FANOUT ** (depth + 1)):
+                parent = child >> FANOUT_BITS
+                xors[parent] ^= below_xor[child]
+                counts[parent] += below_count[child]
+        return tree
+
+    # --- incremental updates ---
+
+    def _toggle(self, record_id: bytes, delta: int) -> None:
+        if len(record_id) != RECORD_ID_LEN:
+            raise ValueError(f"record id must be {RECORD_ID_LEN} bytes, got {len(record_id)}")
+        bucket = (record_id[0] << 8) | record_id[1]
+        value = int.from_bytes(record_id, "big")
+        if delta < 0 and self._count[DEPTH][bucket] == 0:
+            raise ValueError("remove from an empty bucket: the tree and the store disagree")
+        for depth in range(DEPTH, -1, -1):
+            index = bucket >> (FANOUT_BITS * (DEPTH - depth))
+            self._xor[depth][index] ^= value
+            self._count[depth][index] += delta
+        self._check[bucket] ^= check_hash(record_id)
+
+    def insert(self, record_id: bytes) -> None:
+        self._toggle(record_id, +1)
+
+    def remove(self, record_id: bytes) -> None:
+        self._toggle(record_id, -1)
+
+    def replace(self, old_id: bytes | None, new_id: bytes | None) -> None:
+        """Apply a store change: old record id out, new one in (either may be None)."""
+        if old_id == new_id:
+            return
+        if old_id is not None:
+            self.remove(old_id)
+        if new_id is not None:
+            self.insert(new_id)
+
+    # --- reading ---
+
+    @property
+    def count(self) -> int:
+        return self._count[0][0]
+
+    def root(self) -> tuple[bytes, int]:
+        """Full-width root: (XOR of every id, number of ids)."""
+        return self._xor[0][0].to_bytes(32, "big"), self._count[0][0]
+
+    def root_digest(self) -> bytes:
+        """A 32-byte digest of the root, for display and equality checks."""
+        xor, count = self.root()
+        return blake3.blake3(xor + count.to_bytes(8, "big")).digest()
+
+    def node(self, depth: int, index: int) -> tuple[int, int]:
+        return self._xor[depth][index], self._count[depth][index]
+
+    def hashes(self, depth: int, indexes: Iterable[int], salt: bytes, width: int) -> bytes:
+        """Concatenated salted hashes of the given nodes at ``depth``."""
+        xors, counts = self._xor[depth], self._count[depth]
+        return b"".join(node_hash(salt, xors[i], counts[i], width) for i in indexes)
+
+    def cell(self, bucket: int) -> tuple[int, int, int]:
+        """(count, xor, check) of one leaf."""
+        return self._count[DEPTH][bucket], self._xor[DEPTH][bucket], self._check[bucket]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MerkleTree):
+            return NotImplemented
+        return (
+            self._xor[DEPTH] == other._xor[DEPTH]
+            and self._count[DEPTH] == other._count[DEPTH]
+            and self._check == other._check
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def children(depth: int, parents: Iterable[int]) -> list[int]:
+    """Indexes at ``depth + 1`` of the children of ``parents`` (at ``depth``), in order."""
+    return [(p << FANOUT_BITS) | c for p in parents for c in range(FANOUT)]

@@ -1,0 +1,656 @@
+"""The anti-entropy session, sans-IO: bytes in, bytes out, time passed in.
+
+Theory of operation
+-------------------
+Two replicas hold the same three Merkle trees (``sync.merkle``: fan-out 16,
+depth 4, 65,536 leaf buckets). The *initiator* (I) opens a **pass** with HELLO:
+its full-width roots, a fresh salt and the hash width. The *responder* (R)
+answers DONE if every root matches — one round trip for d = 0 — and otherwise
+starts a descent for the domains that differ. The descent alternates sides so
+every frame both answers and asks:
+
+    R: NODES  hashes of all 256 depth-2 nodes
+    I: NODES  flags: which of those differ;  hashes of their depth-3 children
+    R: NODES  flags: which of those differ;  hashes of their leaf children
+    I: CELLS  flags: which leaves differ;    my cells (count, xor, check) for them
+
+A cell pair whose sets differ by one id names that id (``xor_I ^ xor_R``,
+confirmed by the check hash), so R learns, per differing bucket, which id is
+missing and on which side — without listing the bucket. Buckets that do not
+decode get an id list instead: R sends salted 8-byte prefixes of its ids there.
+
+Then both sides exchange TRANSFER frames — records pushed to the side that
+lacks them, ``wants`` (exact ids), ``id_lists`` and ``prefix_wants`` — strictly
+alternating, each bounded by ``max_record_bytes`` and ``max_ids_per_frame``.
+When a side receives an *idle* TRANSFER and has nothing to send, the transfer
+is over; I then opens the next pass with HELLO (new roots, new salt). R
+answers DONE once the roots are equal, or when ``max_passes`` is used up. So
+the end of every session is a root comparison: a truncated-hash collision, a
+bucket that did not decode, or a write that raced the session costs one more
+pass, never a silent divergence.
+
+Every frame from the peer is validated (``sync.frames`` for shape, this module
+for state: expected frame type, bitmap and hash lengths, buckets under
+reconciliation, record ids, signatures). Anything wrong raises
+``RemoteProtocolError`` with a reason and the session is over; valid records
+that arrived in the same frame are still applied. Records are only accepted
+from buckets this pass found different, and are applied through the store's
+merge rules, never trusted.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import blake3
+
+from store.errors import BadSignature, DecodeError
+from store.keys import RECORD_ID_LEN, bucket_of
+from store.records import (
+    DEFAULT_MAX_PAYLOAD,
+    decode_identity_record,
+    decode_member_record,
+    decode_msg,
+)
+from sync.errors import LocalProtocolError, RemoteProtocolError
+from sync.frames import (
+    CELL_LEN,
+    ID_PREFIX_LEN,
+    SALT_LEN,
+    Abort,
+    Cells,
+    Domain,
+    Done,
+    Frame,
+    Hello,
+    IdList,
+    Nodes,
+    PrefixWant,
+    Transfer,
+    TransferSection,
+    decode_frame,
+    encode_frame,
+)
+from sync.merkle import DEPTH, FANOUT, MerkleTree, check_hash, children
+from sync.replica import Record, Replica
+
+TOP_DEPTH = 2  # R's first NODES frame: every depth-2 node (256 hashes)
+FETCH_CHUNK = 256  # ids looked up per replica call while filling a frame
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    hash_width: int = 4  # bytes per salted node hash
+    max_frame: int = 4 * 1024 * 1024
+    max_record_bytes: int = 1024 * 1024  # record bodies per TRANSFER frame
+    max_ids_per_frame: int = 65_536  # ids, prefixes or records in one frame
+    max_cells: int = 16_384  # differing leaves decoded per pass
+    max_bucket_ids: int = 4_096  # ids listed for one undecodable bucket
+    max_outbox: int = 1_000_000  # ids a peer may ask us to send in one pass
+    max_passes: int = 3
+    idle_timeout_ms: int = 30_000
+    cutoff_ms: int | None = None  # retention soft-filter for messages (see RETENTION.md)
+    max_payload: int = DEFAULT_MAX_PAYLOAD
+
+
+class SessionRole(Enum):
+    INITIATOR = "initiator"
+    RESPONDER = "responder"
+
+
+class State(Enum):
+    START = "start"  # initiator, before start()
+    AWAIT_HELLO = "await_hello"  # responder, before a pass
+    AWAIT_TOP = "await_top"  # initiator sent HELLO
+    AWAIT_MIDDLE = "await_middle"  # responder sent depth-2 hashes
+    AWAIT_LEAVES = "await_leaves"  # initiator sent depth-3 hashes
+    AWAIT_CELLS = "await_cells"  # responder sent leaf hashes
+    TRANSFER = "transfer"  # both: records and requests
+    DONE = "done"
+    ABORTED = "aborted"
+
+
+INIT, RESP = SessionRole.INITIATOR, SessionRole.RESPONDER
+
+# (role, state, frame received) -> handler name. The one place transitions live;
+# SYNC.md's state diagram is drawn from it. ABORT is accepted in every live state.
+TRANSITIONS: dict[tuple[SessionRole, State, type], str] = {
+    (RESP, State.AWAIT_HELLO, Hello): "_on_hello",
+    (INIT, State.AWAIT_TOP, Done): "_on_done",
+    (INIT, State.AWAIT_TOP, Nodes): "_on_top",
+    (RESP, State.AWAIT_MIDDLE, Nodes): "_on_middle",
+    (INIT, State.AWAIT_LEAVES, Nodes): "_on_leaves",
+    (RESP, State.AWAIT_CELLS, Cells): "_on_cells",
+    (INIT, State.TRANSFER, Transfer): "_on_transfer",
+    (RESP, State.TRANSFER, Transfer): "_on_transfer",
+    (RESP, State.TRANSFER, Hello): "_on_hello",  # only after R went idle (checked there)
+}
+
+KINDS = ("tree", "ids", "records", "control")
+
+
+@dataclass
+class SessionStats:
+    frames_sent: int = 0
+    frames_received: int = 0
+    bytes_sent: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    bytes_received: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    round_trips: int = 0  # frames the initiator sent
+    round_trips_before_fetch: int | None = None
+    passes: int = 0
+    records_sent: int = 0
+    records_received: int = 0
+    records_applied: int = 0
+    rejected_old: int = 0  # records older than the cutoff, refused
+
+    def reconciliation_bytes(self) -> int:
+        """Both directions, record bodies excluded."""
+        return sum(self.bytes_sent[k] + self.bytes_received[k] for k in KINDS if k != "records")
+
+
+@dataclass
+class _DomainPass:
+    """One domain's progress within one pass."""
+
+    sent: list[int] = field(default_factory=list)  # node indexes whose hashes we sent last
+    diff_buckets: set[int] = field(default_factory=set)
+    outbox: deque[bytes] = field(default_factory=deque)  # ids of records to push
+    shipped: set[bytes] = field(default_factory=set)  # pushed this pass: never twice
+    wants: list[bytes] = field(default_factory=list)
+    prefix_wants: list[PrefixWant] = field(default_factory=list)
+    id_lists: list[IdList] = field(default_factory=list)
+
+    def pending(self) -> bool:
+        return bool(self.outbox or self.wants or self.prefix_wants or self.id_lists)
+
+
+def write_flags(items: list[int], chosen: set[int]) -> bytes:
+    """A bitmap over ``items`` (bit i = items[i] is in ``chosen``), MSB first."""
+    bits = bytearray((len(items) + 7) // 8)
+    for i, item in enumerate(items):
+        if item in chosen:
+            bits[i >> 3] |= 0x80 >> (i & 7)
+    return bytes(bits)
+
+
+def read_flags(items: list[int], flags: bytes) -> list[int]:
+    if len(flags) != (len(items) + 7) // 8:
+        raise RemoteProtocolError(
+            f"flags of {len(flags)} bytes for a list of {len(items)}", reason="bad_flags"
+        )
+    chosen = [item for i, item in enumerate(items) if flags[i >> 3] & (0x80 >> (i & 7))]
+    padding = len(flags) * 8 - len(items)
+    if padding and flags[-1] & ((1 << padding) - 1):
+        raise RemoteProtocolError("flags set beyond the end of the list", reason="bad_flags")
+    return chosen
+
+
+def salted_prefix(salt: bytes, record_id: bytes) -> bytes:
+    return blake3.blake3(salt + record_id).digest(ID_PREFIX_LEN)
+
+
+def _split(blob: bytes, size: int) -> list[bytes]:
+    return [blob[i : i + size] for i in range(0, len(blob), size)]
+
+
+class SyncSession:
+    """One anti-entropy session with one peer. Drive it with ``start`` / ``receive``."""
+
+    def __init__(
+        self,
+        role: SessionRole,
+        replica: Replica,
+        *,
+        now_ms: int,
+        salt_seed: bytes = b"",
+        config: SyncConfig | None = None,
+    ) -> None:
+        self.role = role
+        self.replica = replica
+        self.config = config or SyncConfig()
+        self.salt_seed = salt_seed
+        self.state = State.START if role is INIT else State.AWAIT_HELLO
+        self.stats = SessionStats()
+        self.converged: bool | None = None
+        self.error: str | None = None
+        self._pass_no = 0
+        self._salt = b""
+        self._width = self.config.hash_width
+        self._domains: dict[Domain, _DomainPass] = {}
+        self._last_sent_idle = False
+        self._last_activity_ms = now_ms
+
+    # --- driver API ---
+
+    def start(self, now_ms: int) -> bytes:
+        """Initiator only: the first frame (HELLO of pass 1)."""
+        if self.role is not INIT or self.state is not State.START:
+            raise LocalProtocolError("start() is for an initiator that has not started")
+        self._last_activity_ms = now_ms
+        return self._send(self._begin_pass())
+
+    def receive(self, data: bytes, now_ms: int) -> bytes | None:
+        """Handle one frame from the peer; return the frame to send back (None: session over)."""
+        if self.state in (State.DONE, State.ABORTED, State.START):
+            raise LocalProtocolError(f"receive() in state {self.state.value}")
+        self._last_activity_ms = now_ms
+        try:
+            frame = decode_frame(
+                data, max_frame=self.config.max_frame, max_ids=self.config.max_ids_per_frame
+            )
+            self._count(data, frame, self.stats.bytes_received)
+            self.stats.frames_received += 1
+            reply = self._dispatch(frame)
+        except RemoteProtocolError as exc:
+            self.state, self.error = State.ABORTED, exc.reason
+            raise
+        return None if reply is None else self._send(reply)
+
+    def next_deadline(self) -> int | None:
+        if self.state in (State.DONE, State.ABORTED):
+            return None
+        return self._last_activity_ms + self.config.idle_timeout_ms
+
+    def handle_timeout(self, now_ms: int) -> bytes | None:
+        """If the peer has been silent too long: abort, and return the ABORT frame to send."""
+        deadline = self.next_deadline()
+        if deadline is None or now_ms < deadline:
+            return None
+        self.state, self.error = State.ABORTED, "timeout"
+        return self.abort_frame()
+
+    def abort_frame(self) -> bytes:
+        return encode_frame(Abort(self.error or "aborted"))
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (State.DONE, State.ABORTED)
+
+    # --- plumbing ---
+
+    def _dispatch(self, frame: Frame) -> Frame | None:
+        if isinstance(frame, Abort):
+            raise RemoteProtocolError(f"peer aborted: {frame.reason}", reason="peer_abort")
+        handler = TRANSITIONS.get((self.role, self.state, type(frame)))
+        if handler is None:
+            raise RemoteProtocolError(
+                f"{type(frame).__name__} not expected by the {self.role.value} in state "
+                f"{self.state.value}",
+                reason="unexpected_frame",
+            )
+        reply: Frame | None = getattr(self, handler)(frame)
+        return reply
+
+    def _send(self, frame: Frame) -> bytes:
+        data = encode_frame(frame)
+        self._count(data, frame, self.stats.bytes_sent)
+        self.stats.frames_sent += 1
+        if self.role is INIT:
+            self.stats.round_trips += 1
+        if isinstance(frame, Transfer):
+            self._last_sent_idle = frame.idle
+        return data
+
+    def _count(self, data: bytes, frame: Frame, into: dict[str, int]) -> None:
+        if isinstance(frame, Transfer):
+            records = ids = 0
+            for s in frame.sections.values():
+                records += sum(len(r) for r in s.records)
+                ids += len(s.wants)
+                ids += sum(len(x.prefixes) for x in s.id_lists)
+                ids += sum(len(x.prefixes) for x in s.prefix_wants)
+            into["records"] += records
+            into["ids"] += ids
+            into["control"] += len(data) - records - ids
+            if records and self.stats.round_trips_before_fetch is None:
+                self.stats.round_trips_before_fetch = self.stats.round_trips
+        elif isinstance(frame, Hello | Nodes | Cells):
+            into["tree"] += len(data)
+        else:
+            into["control"] += len(data)
+
+    def _tree(self, domain: Domain) -> MerkleTree:
+        return self.replica.tree(domain)
+
+    def _section_domains(self, sections: dict[Domain, Any], what: str) -> None:
+        if set(sections) != set(self._domains):
+            raise RemoteProtocolError(
+                f"{what} covers domains {sorted(sections)}, expected {sorted(self._domains)}",
+                reason="unexpected_domain",
+            )
+
+    # --- passes ---
+
+    def _begin_pass(self) -> Hello:
+        self._pass_no += 1
+        self.stats.passes = self._pass_no
+        self._salt = blake3.blake3(self.salt_seed + self._pass_no.to_bytes(2, "big")).digest(
+            SALT_LEN
+        )
+        self._domains = {}
+        self.state = State.AWAIT_TOP
+        roots = {d: self._tree(d).root() for d in Domain}
+        return Hello(self._pass_no, self._salt, self.config.hash_width, roots)
+
+    def _on_hello(self, hello: Hello) -> Frame:
+        if self.state is State.TRANSFER and not self._last_sent_idle:
+            raise RemoteProtocolError(
+                "HELLO while a transfer is under way", reason="unexpected_frame"
+            )
+        if hello.pass_no != self._pass_no + 1:
+            raise RemoteProtocolError(
+                f"pass {hello.pass_no} after {self._pass_no}", reason="bad_pass"
+            )
+        if set(hello.roots) != set(Domain):
+            raise RemoteProtocolError(
+                "HELLO must carry a root for every domain", reason="missing_domain"
+            )
+        self._pass_no = self.stats.passes = hello.pass_no
+        self._salt, self._width = hello.salt, hello.width
+        differing = [d for d in Domain if self._tree(d).root() != hello.roots[d]]
+        if not differing or hello.pass_no > self.config.max_passes:
+            self.state, self.converged = State.DONE, not differing
+            return Done(not differing)
+        self._domains = {d: _DomainPass() for d in differing}
+        top = list(range(FANOUT**TOP_DEPTH))
+        sections = {}
+        for domain, dp in self._domains.items():
+            dp.sent = top
+            sections[domain] = (
+                b"",
+                self._tree(domain).hashes(TOP_DEPTH, top, self._salt, self._width),
+            )
+        self.state = State.AWAIT_MIDDLE
+        return Nodes(sections)
+
+    def _on_done(self, done: Done) -> None:
+        self.state, self.converged = State.DONE, done.converged
+        return None
+
+    # --- descent: each step reads the peer's flags and hashes, answers with ours ---
+
+    def _descend(self, domain: Domain, flags: bytes, hashes: bytes, depth: int) -> list[int]:
+        """Indexes at ``depth`` whose hashes differ from the peer's. Remembers nothing."""
+        dp = self._domains[domain]
+        if depth == TOP_DEPTH:
+            if flags:
+                raise RemoteProtocolError(
+                    "the top NODES frame carries no flags", reason="bad_flags"
+                )
+            theirs = list(range(FANOUT**TOP_DEPTH))
+        else:
+            theirs = children(depth - 1, read_flags(dp.sent, flags))
+        if len(hashes) != len(theirs) * self._width:
+            raise RemoteProtocolError(
+                f"{len(hashes)} hash bytes for {len(theirs)} nodes of width {self._width}",
+                reason="bad_hashes",
+            )
+        mine = self._tree(domain).hashes(depth, theirs, self._salt, self._width)
+        w = self._width
+        differ = [
+            n
+            for i, n in enumerate(theirs)
+            if mine[i * w : (i + 1) * w] != hashes[i * w : (i + 1) * w]
+        ]
+        dp.sent = theirs  # what our flags in the reply refer to
+        return differ
+
+    def _answer_with_hashes(self, sections: dict[Domain, tuple[bytes, bytes]], depth: int) -> Nodes:
+        """Flag the peer's differing nodes at ``depth``; send our hashes of their children."""
+        self._section_domains(sections, "NODES")
+        out = {}
+        for domain, (flags, hashes) in sections.items():
+            differ = self._descend(domain, flags, hashes, depth)
+            dp = self._domains[domain]
+            reply_flags = write_flags(dp.sent, set(differ))
+            dp.sent = children(depth, differ)
+            out[domain] = (
+                reply_flags,
+                self._tree(domain).hashes(depth + 1, dp.sent, self._salt, self._width),
+            )
+        return Nodes(out)
+
+    def _on_top(self, nodes: Nodes) -> Nodes:
+        self._domains = {d: _DomainPass() for d in nodes.sections}
+        if not self._domains:
+            raise RemoteProtocolError("NODES without any domain", reason="unexpected_domain")
+        self.state = State.AWAIT_LEAVES
+        return self._answer_with_hashes(nodes.sections, TOP_DEPTH)
+
+    def _on_middle(self, nodes: Nodes) -> Nodes:
+        self.state = State.AWAIT_CELLS
+        return self._answer_with_hashes(nodes.sections, TOP_DEPTH + 1)
+
+    def _on_leaves(self, nodes: Nodes) -> Cells:
+        self._section_domains(nodes.sections, "NODES")
+        out = {}
+        for domain, (flags, hashes) in nodes.sections.items():
+            dp = self._domains[domain]
+            differ = self._descend(domain, flags, hashes, DEPTH)[: self.config.max_cells]
+            dp.diff_buckets = set(differ)
+            tree = self._tree(domain)
+            cells = b"".join(_encode_cell(*tree.cell(b)) for b in differ)
+            out[domain] = (write_flags(dp.sent, dp.diff_buckets), cells)
+        self.state = State.TRANSFER
+        return Cells(out)
+
+    def _on_cells(self, cells: Cells) -> Transfer:
+        self._section_domains(cells.sections, "CELLS")
+        for domain, (flags, blob) in cells.sections.items():
+            dp = self._domains[domain]
+            buckets = read_flags(dp.sent, flags)
+            if len(blob) != len(buckets) * CELL_LEN or len(buckets) > self.config.max_cells:
+                raise RemoteProtocolError(
+                    f"{len(blob)} cell bytes for {len(buckets)} leaves", reason="bad_cells"
+                )
+            dp.diff_buckets = set(buckets)
+            tree = self._tree(domain)
+            for i, bucket in enumerate(buckets):
+                theirs = _decode_cell(blob[i * CELL_LEN : (i + 1) * CELL_LEN])
+                self._reconcile_cell(domain, dp, bucket, tree.cell(bucket), theirs)
+        self.state = State.TRANSFER
+        return self._next_transfer()
+
+    def _reconcile_cell(
+        self,
+        domain: Domain,
+        dp: _DomainPass,
+        bucket: int,
+        mine: tuple[int, int, int],
+        theirs: tuple[int, int, int],
+    ) -> None:
+        """Decode one differing leaf into a want or a push, or fall back to an id list."""
+        decoded = decode_pure_cell(bucket, mine, theirs)
+        if decoded is None:
+            dp.id_lists.append(self._id_list(domain, bucket))
+        elif decoded[0] > 0:
+            dp.wants.append(decoded[1])  # the peer has it, we do not
+        else:
+            dp.outbox.append(decoded[1])  # we have it, the peer does not
+
+    def _id_list(self, domain: Domain, bucket: int) -> IdList:
+        ids = self.replica.bucket_ids(domain, bucket, self._cutoff(domain))
+        prefixes = sorted(salted_prefix(self._salt, i) for i in ids)
+        complete = len(prefixes) <= self.config.max_bucket_ids
+        # An oversized (perhaps ground) bucket sends a salted sample; next pass samples anew.
+        return IdList(bucket, complete, b"".join(prefixes[: self.config.max_bucket_ids]))
+
+    def _cutoff(self, domain: Domain) -> int | None:
+        return self.config.cutoff_ms if domain is Domain.MESSAGES else None
+
+    # --- transfer ---
+
+    def _on_transfer(self, transfer: Transfer) -> Frame:
+        for domain, section in transfer.sections.items():
+            dp = self._domains.get(domain)
+            if dp is None:
+                raise RemoteProtocolError(
+                    f"TRANSFER for {domain.name} outside this pass", reason="unexpected_domain"
+                )
+            self._take_requests(domain, dp, section)
+            self._take_records(domain, dp, section.records)
+        reply = self._next_transfer()
+        nothing_to_say = reply.idle and all(s.empty for s in reply.sections.values())
+        if transfer.idle and nothing_to_say and self.role is INIT:
+            return self._begin_pass()
+        return reply
+
+    def _take_requests(self, domain: Domain, dp: _DomainPass, section: TransferSection) -> None:
+        for record_id in _split(section.wants, RECORD_ID_LEN):
+            self._check_bucket(dp, bucket_of(record_id), "want")
+            dp.outbox.append(record_id)
+        for want in section.prefix_wants:
+            self._check_bucket(dp, want.bucket, "prefix want")
+            asked = set(_split(want.prefixes, ID_PREFIX_LEN))
+            for record_id in self.replica.bucket_ids(domain, want.bucket, self._cutoff(domain)):
+                if salted_prefix(self._salt, record_id) in asked:
+                    dp.outbox.append(record_id)
+        for id_list in section.id_lists:
+            if self.role is not INIT:
+                raise RemoteProtocolError(
+                    "only the responder sends id lists", reason="unexpected_frame"
+                )
+            self._check_bucket(dp, id_list.bucket, "id list")
+            self._compare_id_list(domain, dp, id_list)
+        if len(dp.outbox) > self.config.max_outbox:
+            raise RemoteProtocolError("peer asked for too many records", reason="too_many_items")
+
+    def _compare_id_list(self, domain: Domain, dp: _DomainPass, id_list: IdList) -> None:
+        mine = {
+            salted_prefix(self._salt, i): i
+            for i in self.replica.bucket_ids(domain, id_list.bucket, self._cutoff(domain))
+        }
+        theirs = set(_split(id_list.prefixes, ID_PREFIX_LEN))
+        if id_list.complete:
+            dp.outbox.extend(record_id for p, record_id in mine.items() if p not in theirs)
+        missing = b"".join(sorted(p for p in theirs if p not in mine))
+        if missing:
+            dp.prefix_wants.append(PrefixWant(id_list.bucket, missing))
+
+    def _check_bucket(self, dp: _DomainPass, bucket: int, what: str) -> None:
+        if bucket not in dp.diff_buckets:
+            raise RemoteProtocolError(
+                f"{what} for bucket {bucket}, which this pass did not find different",
+                reason="unsolicited",
+            )
+
+    def _take_records(self, domain: Domain, dp: _DomainPass, blobs: list[bytes]) -> None:
+        """Validate every record, apply the valid ones, then fail on the first invalid one."""
+        valid: list[Record] = []
+        problem: RemoteProtocolError | None = None
+        for blob in blobs:
+            try:
+                record, record_id, physical_ms = self._decode_record(domain, blob)
+                self._check_bucket(dp, bucket_of(record_id), "record")
+            except RemoteProtocolError as exc:
+                problem = problem or exc
+                continue
+            cutoff = self._cutoff(domain)
+            if cutoff is not None and physical_ms is not None and physical_ms <= cutoff:
+                self.stats.rejected_old += 1
+                continue
+            valid.append(record)
+        self.stats.records_received += len(blobs)
+        if valid:
+            self.stats.records_applied += self.replica.apply(domain, valid)
+        if problem is not None:
+            raise problem
+
+    def _decode_record(self, domain: Domain, blob: bytes) -> tuple[Record, bytes, int | None]:
+        try:
+            if domain is Domain.MESSAGES:
+                msg = decode_msg(blob, max_payload=self.config.max_payload)
+                msg.verify()
+                return msg, msg.msg_id, msg.hlc.physical_ms
+            if domain is Domain.MEMBERS:
+                member = decode_member_record(blob)
+                return member, member.record_id, None
+            identity = decode_identity_record(blob)
+            return identity, identity.record_id, None
+        except BadSignature as exc:
+            raise RemoteProtocolError(f"record signature: {exc}", reason="bad_signature") from None
+        except DecodeError as exc:
+            raise RemoteProtocolError(f"record: {exc}", reason="invalid_record") from None
+
+    def _next_transfer(self) -> Transfer:
+        budget = self.config.max_record_bytes
+        id_budget = self.config.max_ids_per_frame
+        sections: dict[Domain, TransferSection] = {}
+        for domain, dp in self._domains.items():
+            records, budget = self._fill_records(domain, dp, budget, id_budget)
+            id_budget -= len(records)
+            wants = dp.wants[:id_budget]
+            del dp.wants[: len(wants)]
+            id_budget -= len(wants)
+            id_lists = _take_within(dp.id_lists, id_budget)
+            id_budget -= sum(len(x.prefixes) // ID_PREFIX_LEN for x in id_lists)
+            prefix_wants = _take_within(dp.prefix_wants, id_budget)
+            id_budget -= sum(len(x.prefixes) // ID_PREFIX_LEN for x in prefix_wants)
+            section = TransferSection(records, b"".join(wants), id_lists, prefix_wants)
+            if not section.empty:
+                sections[domain] = section
+            self.stats.records_sent += len(records)
+        asks = any(s.wants or s.id_lists or s.prefix_wants for s in sections.values())
+        idle = not asks and not any(dp.pending() for dp in self._domains.values())
+        return Transfer(idle, sections)
+
+    def _fill_records(
+        self, domain: Domain, dp: _DomainPass, budget: int, max_records: int
+    ) -> tuple[list[bytes], int]:
+        """Take records for ids at the head of the outbox while they fit in ``budget`` bytes."""
+        out: list[bytes] = []
+        while dp.outbox and len(out) < max_records:
+            chunk = [dp.outbox.popleft() for _ in range(min(FETCH_CHUNK, len(dp.outbox)))]
+            blobs = self.replica.get_records(domain, chunk, self._cutoff(domain))
+            for i, blob in enumerate(blobs):
+                if blob is None or chunk[i] in dp.shipped:
+                    continue  # gone since (superseded, aged out), or already sent
+                if (out and len(blob) > budget) or len(out) >= max_records:
+                    dp.outbox.extendleft(reversed(chunk[i:]))
+                    return out, budget
+                out.append(blob)
+                dp.shipped.add(chunk[i])
+                budget -= len(blob)
+        return out, budget
+
+
+def _take_within(items: list[Any], budget: int) -> list[Any]:
+    """Pop items (IdList / PrefixWant) from the front while their prefixes fit in ``budget``."""
+    taken = []
+    while items and len(items[0].prefixes) // ID_PREFIX_LEN <= budget:
+        item = items.pop(0)
+        budget -= len(item.prefixes) // ID_PREFIX_LEN
+        taken.append(item)
+    return taken
+
+
+def _encode_cell(count: int, xor: int, check: int) -> bytes:
+    return (
+        min(count, 0xFFFFFFFF).to_bytes(4, "big")
+        + xor.to_bytes(32, "big")
+        + check.to_bytes(4, "big")
+    )
+
+
+def _decode_cell(blob: bytes) -> tuple[int, int, int]:
+    return (
+        int.from_bytes(blob[:4], "big"),
+        int.from_bytes(blob[4:36], "big"),
+        int.from_bytes(blob[36:40], "big"),
+    )
+
+
+def decode_pure_cell(
+    bucket: int, mine: tuple[int, int, int], theirs: tuple[int, int, int]
+) -> tuple[int, bytes] | None:
+    """If the two leaves differ by exactly one id: (+1 if the peer has it, -1 if we do, id)."""
+    delta = theirs[0] - mine[0]
+    if delta not in (1, -1):
+        return None
+    record_id = (theirs[1] ^ mine[1]).to_bytes(32, "big")
+    if bucket_of(record_id) != bucket or check_hash(record_id) != theirs[2] ^ mine[2]:
+        return None
+    return delta, record_id

@@ -1,0 +1,199 @@
+"""The narrow storage interface a sync session needs, and two implementations.
+
+``Replica`` is what the protocol reads and writes: a tree per domain, the ids
+of one bucket, encoded records by id, and "apply these validated records".
+``MemoryReplica`` keeps everything in dicts (tests, benchmarks, simulator);
+``DbReplica`` drives a ``ChatDb`` handed to it. Both apply records through the
+store's merge rules and keep their trees in step with what they store, and a
+test asserts they agree (same roots after the same ops).
+
+``cutoff_ms`` is the retention soft-filter: messages whose HLC physical time is
+at or below it are neither listed nor returned (members and identity have no cutoff).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
+
+from store.hlc import Hlc
+from store.merge import identity_wins, merge_member_states
+from store.records import (
+    IdentityRecord,
+    MemberInfo,
+    MemberRecord,
+    MsgV1,
+    compute_identity_record_id,
+    compute_member_record_id,
+)
+from sync.frames import Domain
+from sync.merkle import MerkleTree
+
+if TYPE_CHECKING:  # a ChatDb is passed in; sync never imports rocksdict itself
+    from store.chatdb import ChatDb
+
+Record = MsgV1 | MemberRecord | IdentityRecord
+
+
+class Replica(Protocol):
+    def tree(self, domain: Domain) -> MerkleTree: ...
+
+    def bucket_ids(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]: ...
+
+    def get_records(
+        self, domain: Domain, ids: list[bytes], cutoff_ms: int | None
+    ) -> list[bytes | None]: ...
+
+    def apply(self, domain: Domain, records: list[Record]) -> int:
+        """Merge validated records into the store and its tree; return how many changed it."""
+        ...
+
+
+def _bucket(record_id: bytes) -> int:
+    return (record_id[0] << 8) | record_id[1]
+
+
+class MemoryReplica:
+    """A whole replica in dicts, merged by the same rules as ChatDb."""
+
+    def __init__(self) -> None:
+        self.trees = {d: MerkleTree() for d in Domain}
+        self.messages: dict[bytes, MsgV1] = {}
+        self.members: dict[tuple[bytes, bytes], MemberInfo] = {}
+        self.identities: dict[bytes, tuple[Hlc, bytes]] = {}
+        self._index: dict[Domain, dict[bytes, bytes]] = {d: {} for d in Domain}  # id -> row key
+        self._buckets: dict[Domain, defaultdict[int, set[bytes]]] = {
+            d: defaultdict(set) for d in Domain
+        }
+
+    def tree(self, domain: Domain) -> MerkleTree:
+        return self.trees[domain]
+
+    def _index_replace(self, domain: Domain, old: bytes | None, new: bytes, row: bytes) -> None:
+        if old == new:
+            return
+        if old is not None:
+            del self._index[domain][old]
+            self._buckets[domain][_bucket(old)].discard(old)
+        self._index[domain][new] = row
+        self._buckets[domain][_bucket(new)].add(new)
+        self.trees[domain].replace(old, new)
+
+    def bucket_ids(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]:
+        ids = sorted(self._buckets[domain].get(bucket, ()))
+        if domain is Domain.MESSAGES and cutoff_ms is not None:
+            ids = [i for i in ids if self.messages[i].hlc.physical_ms > cutoff_ms]
+        return ids
+
+    def get_records(
+        self, domain: Domain, ids: list[bytes], cutoff_ms: int | None
+    ) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        for record_id in ids:
+            row = self._index[domain].get(record_id)
+            if row is None:
+                out.append(None)
+            elif domain is Domain.MESSAGES:
+                msg = self.messages[record_id]
+                too_old = cutoff_ms is not None and msg.hlc.physical_ms <= cutoff_ms
+                out.append(None if too_old else msg.encoded)
+            elif domain is Domain.MEMBERS:
+                chat, user = row[:32], row[32:]
+                out.append(MemberRecord(chat, user, self.members[(chat, user)]).encode())
+            else:
+                out.append(IdentityRecord(row, *self.identities[row]).encode())
+        return out
+
+    def apply(self, domain: Domain, records: list[Record]) -> int:
+        changed = 0
+        for record in records:
+            changed += self._apply_one(record)
+        return changed
+
+    def _apply_one(self, record: Record) -> bool:
+        if isinstance(record, MsgV1):
+            if record.msg_id in self.messages:
+                return False
+            self.messages[record.msg_id] = record
+            self._index_replace(Domain.MESSAGES, None, record.msg_id, record.msg_id)
+            return True
+        if isinstance(record, MemberRecord):
+            key = (record.chat_id, record.user_id)
+            before = self.members.get(key)
+            after = merge_member_states(before, record.info)
+            assert after is not None
+            if after == before:
+                return False
+            self.members[key] = after
+            old = None if before is None else _member_id(key, before)
+            self._index_replace(Domain.MEMBERS, old, _member_id(key, after), b"".join(key))
+            return True
+        stored = self.identities.get(record.user_id)
+        if not identity_wins((record.hlc, record.blob), stored):
+            return False
+        self.identities[record.user_id] = (record.hlc, record.blob)
+        old = None if stored is None else compute_identity_record_id(record.user_id, *stored)
+        self._index_replace(Domain.IDENTITY, old, record.record_id, record.user_id)
+        return True
+
+
+def _member_id(key: tuple[bytes, bytes], info: MemberInfo) -> bytes:
+    return compute_member_record_id(key[0], key[1], info.role, info.added_at, info.removed_at)
+
+
+class DbReplica:
+    """A ChatDb seen through the Replica interface, with trees rebuilt from it on creation."""
+
+    def __init__(self, db: ChatDb) -> None:
+        self.db = db
+        self.trees = {
+            Domain.MESSAGES: MerkleTree.from_ids(i for i, _ in db.iter_msg_ids()),
+            Domain.MEMBERS: MerkleTree.from_ids(db.iter_member_record_ids()),
+            Domain.IDENTITY: MerkleTree.from_ids(db.iter_identity_record_ids()),
+        }
+
+    def tree(self, domain: Domain) -> MerkleTree:
+        return self.trees[domain]
+
+    def bucket_ids(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]:
+        if domain is Domain.MESSAGES:
+            if cutoff_ms is None:
+                return self.db.get_bucket_msg_ids(bucket)
+            return self.db.get_bucket_msg_ids_filtered(bucket, cutoff_ms)
+        if domain is Domain.MEMBERS:
+            return self.db.get_bucket_member_ids(bucket)
+        return self.db.get_bucket_identity_ids(bucket)
+
+    def get_records(
+        self, domain: Domain, ids: list[bytes], cutoff_ms: int | None
+    ) -> list[bytes | None]:
+        if domain is Domain.MESSAGES:
+            return self.db.get_messages_cbor_by_ids(ids, cutoff_ms)
+        if domain is Domain.MEMBERS:
+            return self.db.get_member_records_by_ids(ids)
+        return self.db.get_identity_records_by_ids(ids)
+
+    def apply(self, domain: Domain, records: list[Record]) -> int:
+        tree = self.trees[domain]
+        changed = 0
+        if domain is Domain.MESSAGES:
+            msgs = [r for r in records if isinstance(r, MsgV1)]
+            for result in self.db.put_messages(msgs):
+                if not result.duplicate:
+                    tree.insert(result.msg_id)
+                    changed += 1
+            return changed
+        if domain is Domain.MEMBERS:
+            rows = [(r.chat_id, r.user_id, r.info) for r in records if isinstance(r, MemberRecord)]
+            member_changes: Iterable[tuple[bytes | None, bytes]] = (
+                (c.old_id, c.new_id) for c in self.db.apply_member_states(rows)
+            )
+        else:
+            idents = [r for r in records if isinstance(r, IdentityRecord)]
+            member_changes = ((c.old_id, c.new_id) for c in self.db.put_identities(idents))
+        for old_id, new_id in member_changes:
+            if old_id != new_id:
+                tree.replace(old_id, new_id)
+                changed += 1
+        return changed
