@@ -78,6 +78,13 @@ class MerkleTree:
                 counts[parent] += below_count[child]
         return tree
 
+    def copy(self) -> MerkleTree:
+        tree = MerkleTree()
+        tree._xor = [level[:] for level in self._xor]
+        tree._count = [level[:] for level in self._count]
+        tree._check = self._check[:]
+        return tree
+
     # --- incremental updates ---
 
     def _toggle(self, record_id: bytes, delta: int) -> None:
