@@ -87,8 +87,9 @@ class HlcClock:
     def now(self, physical_ms: int) -> Hlc:
         """Send/local-event rule: a stamp greater than every stamp seen so far."""
         last = self.last
+        physical_ms = min(physical_ms, MAX_PHYSICAL)  # clamp first: past 48 bits, tick logically
         if physical_ms > last.physical_ms:
-            stamp = Hlc(min(physical_ms, MAX_PHYSICAL), 0)
+            stamp = Hlc(physical_ms, 0)
         else:
             stamp = _advance(last.physical_ms, last.logical)
         self.last = stamp

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from store.hlc import Hlc
 from store.keys import bucket_prefix, key_identity
 from store.merge import identity_wins
+from store.messages import take_until
 from store.records import (
     IdentityRecord,
     check_identity_blob,
@@ -95,15 +96,18 @@ class IdentityStore(RocksBase):
     def get_identity_records_batch(
         self, ids: list[bytes], max_bytes: int
     ) -> tuple[list[bytes], bool]:
-        users = [user for user in self.multi_get("seen_identity", ids) if user]
-        out: list[bytes] = []
-        used = 0
-        for user, raw in zip(users, self.multi_get("identity", users), strict=True):
-            if raw is None:
-                continue
-            encoded = IdentityRecord(user, *decode_identity_value(raw)).encode()
-            if out and used + len(encoded) > max_bytes:
-                return out, True
-            out.append(encoded)
-            used += len(encoded)
-        return out, False
+        return take_until(self.get_identity_records_by_ids(ids), max_bytes)
+
+    def get_identity_records_by_ids(self, ids: list[bytes]) -> list[bytes | None]:
+        """Encoded IdentityRecord per record id (None: not a current record id)."""
+        users = self.multi_get("seen_identity", ids)
+        present = [user for user in users if user]
+        rows = iter(self.multi_get("identity", present))
+        out: list[bytes | None] = []
+        for user in users:
+            raw = next(rows) if user else None
+            if user and raw is not None:
+                out.append(IdentityRecord(user, *decode_identity_value(raw)).encode())
+            else:
+                out.append(None)
+        return out

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from store.errors import InvalidInput
 from store.keys import (
+    CHAT_ID_LEN,
     USER_ID_LEN,
     USER_INBOX_KEY_LEN,
     check_len,
@@ -42,6 +43,7 @@ class ChatListPage:
 class InboxStore(RocksBase):
     def _find_inbox_key(self, user_id: bytes, chat_id: bytes) -> bytes | None:
         # The key holds rev_ts, which the caller does not know: one prefix scan recovers it.
+        check_len(chat_id, CHAT_ID_LEN, "chat_id")  # else a shorter id matches a key's suffix
         for key, _ in self.iter_prefix("user_inbox", check_len(user_id, USER_ID_LEN, "user_id")):
             if key[-len(chat_id) :] == chat_id:
                 return key

@@ -31,6 +31,8 @@ READ_PROGRESS_KEY_LEN = USER_ID_LEN + CHAT_ID_LEN  # 52
 
 
 def check_len(value: bytes, expected: int, what: str) -> bytes:
+    if type(value) is bytes and len(value) == expected:
+        return value  # the common case, on every key built: skip the isinstance and the copy
     if not isinstance(value, bytes | bytearray | memoryview):
         raise ValueError(f"{what} must be bytes, got {type(value).__name__}")
     if len(value) != expected:
@@ -52,6 +54,9 @@ def _u32(value: int, what: str) -> bytes:
 
 # messages: [chat_id:32][hlc_packed:8][seq:4]
 def key_messages(chat_id: bytes, hlc_packed: int, seq: int) -> bytes:
+    if 0 <= hlc_packed <= U64_MAX and 0 <= seq <= U32_MAX:  # put_messages' hot path: inline
+        chat = check_len(chat_id, CHAT_ID_LEN, "chat_id")
+        return chat + hlc_packed.to_bytes(8, "big") + seq.to_bytes(4, "big")
     return check_len(chat_id, CHAT_ID_LEN, "chat_id") + _u64(hlc_packed, "hlc") + _u32(seq, "seq")
 
 

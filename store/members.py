@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from store.hlc import Hlc
 from store.keys import CHAT_ID_LEN, bucket_prefix, check_len, key_members, parse_key_members
 from store.merge import add_op_state, merge_member_states, meta_after_membership, remove_op_state
+from store.messages import take_until
 from store.records import (
     ChatMeta,
     MemberInfo,
@@ -154,16 +155,19 @@ class MemberStore(RocksBase):
         self, ids: list[bytes], max_bytes: int
     ) -> tuple[list[bytes], bool]:
         """Encoded MemberRecords for ``ids`` that are still current, up to ``max_bytes``."""
-        keys = [key for key in self.multi_get("seen_member", ids) if key]
-        out: list[bytes] = []
-        used = 0
-        for key, raw in zip(keys, self.multi_get("members", keys), strict=True):
-            if raw is None:
-                continue
-            chat, user = parse_key_members(key)
-            encoded = MemberRecord(chat, user, decode_member_info(raw)).encode()
-            if out and used + len(encoded) > max_bytes:
-                return out, True
-            out.append(encoded)
-            used += len(encoded)
-        return out, False
+        return take_until(self.get_member_records_by_ids(ids), max_bytes)
+
+    def get_member_records_by_ids(self, ids: list[bytes]) -> list[bytes | None]:
+        """Encoded MemberRecord per record id (None: not a current record id)."""
+        keys = self.multi_get("seen_member", ids)
+        present = [key for key in keys if key]
+        rows = iter(self.multi_get("members", present))
+        out: list[bytes | None] = []
+        for key in keys:
+            raw = next(rows) if key else None
+            if key and raw is not None:
+                chat, user = parse_key_members(key)
+                out.append(MemberRecord(chat, user, decode_member_info(raw)).encode())
+            else:
+                out.append(None)
+        return out

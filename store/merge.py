@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from store.hlc import HLC_ZERO, Hlc
+from store.hlc import HLC_ZERO, LOGICAL_BITS, Hlc
 from store.records import ChatMeta, MemberInfo, Role
 
 
@@ -65,12 +65,28 @@ def identity_wins(incoming: tuple[Hlc, bytes], stored: tuple[Hlc, bytes] | None)
 
 def meta_after_message(meta: ChatMeta, msg_id: bytes, hlc: Hlc) -> ChatMeta:
     """ChatMeta after storing one new message: next local seq, newest message by (hlc, id)."""
-    seq = meta.last_seq + 1
-    if (hlc.pack(), msg_id) > (meta.last_msg_ts, meta.last_msg_id):
+    return meta_after_messages(meta, meta.last_seq + 1, hlc.pack(), msg_id)
+
+
+def meta_after_messages(
+    meta: ChatMeta, last_seq: int, newest_hlc: int, newest_id: bytes
+) -> ChatMeta:
+    """ChatMeta after storing several new messages at once (one put_messages batch).
+
+    ``last_seq`` is the last seq given out; (``newest_hlc`` packed, ``newest_id``)
+    the greatest (hlc, id) among the new messages. The result equals folding
+    ``meta_after_message`` over them one by one: the seq counts up, and a running
+    maximum of (hlc, id) ends at the maximum of the old newest and the batch's.
+    """
+    if (newest_hlc, newest_id) > (meta.last_msg_ts, meta.last_msg_id):
         return replace(
-            meta, last_seq=seq, last_ts=hlc.physical_ms, last_msg_id=msg_id, last_msg_ts=hlc.pack()
+            meta,
+            last_seq=last_seq,
+            last_ts=newest_hlc >> LOGICAL_BITS,
+            last_msg_id=newest_id,
+            last_msg_ts=newest_hlc,
         )
-    return replace(meta, last_seq=seq)
+    return replace(meta, last_seq=last_seq)
 
 
 def meta_after_membership(meta: ChatMeta, user_id: bytes, active: bool) -> ChatMeta:

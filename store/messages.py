@@ -24,7 +24,7 @@ from store.keys import (
     parse_key_messages,
     prefix_end,
 )
-from store.merge import meta_after_message
+from store.merge import meta_after_messages
 from store.records import ChatMeta, MsgV1, check_payload_size, decode_msg
 from store.rocks import RocksBase
 
@@ -70,6 +70,23 @@ def extract_hlc_physical_from_seen_value(value: bytes) -> int | None:
     return int.from_bytes(value[32:40], "big") >> 16
 
 
+def take_until(records: Iterable[bytes | None], max_bytes: int) -> tuple[list[bytes], bool]:
+    """The records (None skipped) that fit in ``max_bytes``, and whether any were left over.
+
+    At least one record is taken even if it alone is larger, so a big record is never stuck.
+    """
+    out: list[bytes] = []
+    used = 0
+    for record in records:
+        if record is None:
+            continue
+        if out and used + len(record) > max_bytes:
+            return out, True
+        out.append(record)
+        used += len(record)
+    return out, False
+
+
 class MessageStore(RocksBase):
     # --- writes ---
 
@@ -86,42 +103,58 @@ class MessageStore(RocksBase):
         the ingress (node, sync), not here.
         """
         msgs = list(msgs)
-        for msg in msgs:
-            self._check_message(msg, now_ms)
+        self._check_messages(msgs, now_ms)
         ids = [msg.msg_id for msg in msgs]
         already = self.multi_get("seen_msg", ids)
         batch = self.new_batch()
-        metas: dict[bytes, ChatMeta] = {}
+        put = batch.put
+        messages_cf, seen_cf = self._handle["messages"], self._handle["seen_msg"]
+        # Per chat: its stored meta, the last seq given out here, the newest (hlc, id)
+        # here. Folded into one ChatMeta per chat at the end (meta_after_messages).
+        bases: dict[bytes, ChatMeta] = {}
+        seqs: dict[bytes, int] = {}
+        newest: dict[bytes, tuple[int, bytes]] = {}
         results: list[PutResult] = []
         new_ids: set[bytes] = set()
-        messages_cf, seen_cf = self._handle["messages"], self._handle["seen_msg"]
         for msg, msg_id, seen in zip(msgs, ids, already, strict=True):
             if seen is not None or msg_id in new_ids:
                 results.append(PutResult(msg_id, 0, True))
                 continue
             new_ids.add(msg_id)
             chat = msg.chat_id
-            meta = meta_after_message(metas.get(chat) or self.load_meta(chat), msg_id, msg.hlc)
-            metas[chat] = meta
-            key = key_messages(chat, msg.hlc.pack(), meta.last_seq)
-            batch.put(key, msg.encoded, messages_cf)
-            batch.put(msg_id, key, seen_cf)
-            results.append(PutResult(msg_id, meta.last_seq, False))
-        if metas:
+            seq = seqs.get(chat)
+            if seq is None:
+                bases[chat] = base = self.load_meta(chat)
+                seq = base.last_seq
+            seqs[chat] = seq = seq + 1
+            stamp = (msg.hlc.pack(), msg_id)
+            if chat not in newest or stamp > newest[chat]:
+                newest[chat] = stamp
+            key = key_messages(chat, stamp[0], seq)
+            put(key, msg.encoded, messages_cf)
+            put(msg_id, key, seen_cf)
+            results.append(PutResult(msg_id, seq, False))
+        if seqs:
+            metas = {
+                chat: meta_after_messages(bases[chat], seq, *newest[chat])
+                for chat, seq in seqs.items()
+            }
             self.put_metas(batch, metas)
             self.write(batch)
             self.remember_meta(metas)
         return results
 
-    def _check_message(self, msg: MsgV1, now_ms: int | None) -> None:
-        check_payload_size(msg.payload, self.config.max_payload)
-        if now_ms is not None:
-            ahead = msg.hlc.physical_ms - now_ms
-            if ahead > self.config.max_offset_ms:
-                raise ClockDriftError(
-                    f"message HLC is {ahead} ms ahead of local time "
-                    f"(max offset {self.config.max_offset_ms} ms)"
-                )
+    def _check_messages(self, msgs: list[MsgV1], now_ms: int | None) -> None:
+        max_payload, max_offset_ms = self.config.max_payload, self.config.max_offset_ms
+        for msg in msgs:
+            check_payload_size(msg.payload, max_payload)
+            if now_ms is not None:
+                ahead = msg.hlc.physical_ms - now_ms
+                if ahead > max_offset_ms:
+                    raise ClockDriftError(
+                        f"message HLC is {ahead} ms ahead of local time "
+                        f"(max offset {max_offset_ms} ms)"
+                    )
 
     # --- reads ---
 
@@ -197,29 +230,27 @@ class MessageStore(RocksBase):
     def get_messages_cbor_batch_filtered(
         self, ids: list[bytes], max_bytes: int, cutoff_ts: int | None
     ) -> tuple[list[bytes], bool]:
-        """Encoded messages for ``ids`` (unknown ids skipped) up to ``max_bytes``.
+        """Encoded messages for ``ids`` (unknown or too old skipped) up to ``max_bytes``."""
+        return take_until(self.get_messages_cbor_by_ids(ids, cutoff_ts), max_bytes)
 
-        Two multi-gets (seen_msg, then messages). At least one record is returned
-        even if it alone exceeds ``max_bytes``, so a large record is never stuck.
-        ``has_more`` is True when ids were left over because of the byte budget.
+    def get_messages_cbor_by_ids(
+        self, ids: list[bytes], cutoff_ts: int | None = None
+    ) -> list[bytes | None]:
+        """Encoded message per id (None: unknown, or not newer than ``cutoff_ts``).
+
+        Two multi-gets: seen_msg for the keys, then messages for the values.
         """
         keys = self.multi_get("seen_msg", ids)
         wanted = [
             key
-            for key in keys
             if key
             and (cutoff_ts is None or (extract_hlc_physical_from_seen_value(key) or 0) > cutoff_ts)
+            else None
+            for key in keys
         ]
-        out: list[bytes] = []
-        used = 0
-        for value in self.multi_get("messages", wanted):
-            if value is None:
-                continue
-            if out and used + len(value) > max_bytes:
-                return out, True
-            out.append(value)
-            used += len(value)
-        return out, False
+        present = [key for key in wanted if key is not None]
+        values = iter(self.multi_get("messages", present))
+        return [None if key is None else next(values) for key in wanted]
 
     # --- retention helpers ---
 

@@ -270,6 +270,12 @@ class MemberInfo:
     added_at: Hlc
     removed_at: Hlc | None = None
 
+    def __post_init__(self) -> None:
+        # "Never removed" has one form, None: the record id and the merge both count None as
+        # ZERO, so a ZERO stamp here would be a second, differently-active spelling of it.
+        if self.removed_at == HLC_ZERO:
+            raise ValueError("removed_at must be None or a stamp after HLC ZERO")
+
     @property
     def active(self) -> bool:
         return self.removed_at is None or self.removed_at < self.added_at
@@ -280,7 +286,12 @@ class MemberInfo:
 
 
 def _removed_at(value: Any) -> Hlc | None:
-    return None if value is None else field_hlc(value, "removed_at")
+    if value is None:
+        return None
+    stamp = field_hlc(value, "removed_at")
+    if stamp == HLC_ZERO:
+        raise DecodeError("removed_at ZERO must be encoded as null", reason="non_canonical")
+    return stamp
 
 
 def decode_member_info(data: bytes) -> MemberInfo:
@@ -361,6 +372,10 @@ def encode_identity_value(hlc: Hlc, blob: bytes) -> bytes:
 
 
 def decode_identity_value(data: bytes) -> tuple[Hlc, bytes]:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise DecodeError(
+            f"identity value: expected bytes, got {type(data).__name__}", reason="wrong_type"
+        )
     if len(data) < 8:
         raise DecodeError("identity value shorter than its 8-byte HLC prefix", reason="truncated")
     if len(data) > 8 + MAX_IDENTITY_BLOB:

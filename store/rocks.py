@@ -170,22 +170,30 @@ class RocksBase:
     def iter_range(
         self, cf: str, start: bytes, end: bytes | None, *, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
-        """(key, value) for start <= key < end (end None: to the last key)."""
+        """(key, value) for start <= key < end (end None: to the last key).
+
+        The lower bound is enforced here, not by ReadOptions: rocksdict 0.3.x's
+        ``set_iterate_lower_bound`` stores the *upper* bound (options.rs), so it
+        would drop ``end`` and let a reverse scan run into the previous prefix.
+        """
         opts = ReadOptions()
         opts.set_total_order_seek(True)
-        if start:
-            opts.set_iterate_lower_bound(start)
         if end is not None:
             opts.set_iterate_upper_bound(end)
         it = self._cf[cf].iter(opts)
-        if reverse:
-            it.seek_to_last()
-        else:
+        if not reverse:
             it.seek(start)
-        step = it.prev if reverse else it.next
+            while it.valid():
+                yield it.key(), it.value()
+                it.next()
+            return
+        it.seek_to_last()
         while it.valid():
-            yield it.key(), it.value()
-            step()
+            key = it.key()
+            if key < start:
+                return
+            yield key, it.value()
+            it.prev()
 
     def multi_get(self, cf: str, keys: list[bytes]) -> list[bytes | None]:
         if not keys:

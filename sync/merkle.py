@@ -57,11 +57,12 @@ class MerkleTree:
 
     @classmethod
     def from_ids(cls, ids: Iterable[bytes]) -> MerkleTree:
-        """Build from every id at once: leaves first, then each level from the one below."""
+        """Build from every id at once: the leaves first, then each non-empty leaf into its ancestors."""
         tree = cls()
         leaf_xor, leaf_count, leaf_check = tree._xor[DEPTH], tree._count[DEPTH], tree._check
         from_bytes = int.from_bytes
         digest = blake3.blake3
+        touched: set[int] = set()
         for record_id in ids:
             if len(record_id) != RECORD_ID_LEN:
                 raise ValueError(f"record id must be {RECORD_ID_LEN} bytes, got {len(record_id)}")
@@ -69,13 +70,13 @@ class MerkleTree:
             leaf_xor[bucket] ^= from_bytes(record_id, "big")
             leaf_count[bucket] += 1
             leaf_check[bucket] ^= from_bytes(digest(record_id).digest(CHECK_LEN), "big")
-        for depth in range(DEPTH - 1, -1, -1):
-            below_xor, below_count = tree._xor[depth + 1], tree._count[depth + 1]
-            xors, counts = tree._xor[depth], tree._count[depth]
-            for child in range(FANOUT ** (depth + 1)):
-                parent = child >> FANOUT_BITS
-                xors[parent] ^= below_xor[child]
-                counts[parent] += below_count[child]
+            touched.add(bucket)
+        for bucket in touched:  # each non-empty leaf once into its four ancestors
+            xor, count = leaf_xor[bucket], leaf_count[bucket]
+            for depth in range(DEPTH):
+                index = bucket >> (FANOUT_BITS * (DEPTH - depth))
+                tree._xor[depth][index] ^= xor
+                tree._count[depth][index] += count
         return tree
 
     def copy(self) -> MerkleTree:

@@ -70,6 +70,9 @@ class MemoryReplica:
     def tree(self, domain: Domain) -> MerkleTree:
         return self.trees[domain]
 
+    def record_ids(self, domain: Domain) -> list[bytes]:
+        return list(self._index[domain])
+
     def _index_replace(self, domain: Domain, old: bytes | None, new: bytes, row: bytes) -> None:
         if old == new:
             return
@@ -186,13 +189,13 @@ class DbReplica:
             return changed
         if domain is Domain.MEMBERS:
             rows = [(r.chat_id, r.user_id, r.info) for r in records if isinstance(r, MemberRecord)]
-            member_changes: Iterable[tuple[bytes | None, bytes]] = (
+            changes: Iterable[tuple[bytes | None, bytes]] = (
                 (c.old_id, c.new_id) for c in self.db.apply_member_states(rows)
             )
         else:
             idents = [r for r in records if isinstance(r, IdentityRecord)]
-            member_changes = ((c.old_id, c.new_id) for c in self.db.put_identities(idents))
-        for old_id, new_id in member_changes:
+            changes = ((c.old_id, c.new_id) for c in self.db.put_identities(idents))
+        for old_id, new_id in changes:
             if old_id != new_id:
                 tree.replace(old_id, new_id)
                 changed += 1

@@ -1,0 +1,306 @@
+"""Key builders and parsers: lengths, round trips, byte order, buckets, prefixes, cursors."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from store_support import hlcs
+
+from store import Hlc, InvalidInput
+from store import keys as k
+
+chat_ids = st.binary(min_size=32, max_size=32)
+user_ids = st.binary(min_size=20, max_size=20)
+ids32 = st.binary(min_size=32, max_size=32)
+u32s = st.integers(0, k.U32_MAX)
+u64s = st.integers(0, k.U64_MAX)
+
+CHAT = bytes(range(32))
+USER = bytes(range(100, 120))
+ID32 = bytes(range(200, 232))
+
+
+# --- lengths ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "length"),
+    [
+        (k.key_messages(CHAT, 123, 4), 44),
+        (k.key_seen_msg(ID32), 32),
+        (k.key_chats_meta(CHAT), 32),
+        (k.key_user_inbox(USER, 5, CHAT), 60),
+        (k.key_members(CHAT, USER), 52),
+        (k.key_user_read_progress(USER, CHAT), 52),
+        (k.key_identity(USER), 20),
+        (k.key_seen_member(ID32), 32),
+        (k.key_seen_identity(ID32), 32),
+    ],
+    ids=[
+        "messages",
+        "seen_msg",
+        "chats_meta",
+        "user_inbox",
+        "members",
+        "user_read_progress",
+        "identity",
+        "seen_member",
+        "seen_identity",
+    ],
+)
+def test_key_lengths(key: bytes, length: int) -> None:
+    assert len(key) == length
+
+
+def test_length_constants() -> None:
+    assert k.MESSAGES_KEY_LEN == 44
+    assert k.USER_INBOX_KEY_LEN == 60
+    assert k.MEMBERS_KEY_LEN == 52
+    assert k.READ_PROGRESS_KEY_LEN == 52
+    assert k.NUM_BUCKETS == 65_536
+
+
+def test_key_layouts_are_big_endian_concatenations() -> None:
+    assert k.key_messages(CHAT, 0x0102, 0x03) == CHAT + bytes(6) + b"\x01\x02" + bytes(3) + b"\x03"
+    assert k.key_user_inbox(USER, 1, CHAT) == USER + bytes(7) + b"\x01" + CHAT
+    assert k.key_members(CHAT, USER) == CHAT + USER
+    assert k.key_user_read_progress(USER, CHAT) == USER + CHAT
+    assert k.key_identity(USER) == USER
+    assert k.key_seen_msg(ID32) == k.key_seen_member(ID32) == k.key_seen_identity(ID32) == ID32
+
+
+# --- round trips --------------------------------------------------------------------------
+
+
+@given(chat_ids, u64s, u32s)
+def test_messages_key_round_trip(chat: bytes, hlc: int, seq: int) -> None:
+    assert k.parse_key_messages(k.key_messages(chat, hlc, seq)) == (chat, hlc, seq)
+
+
+@given(user_ids, u64s, chat_ids)
+def test_user_inbox_key_round_trip(user: bytes, rev: int, chat: bytes) -> None:
+    assert k.parse_key_user_inbox(k.key_user_inbox(user, rev, chat)) == (user, rev, chat)
+
+
+@given(chat_ids, user_ids)
+def test_members_key_round_trip(chat: bytes, user: bytes) -> None:
+    assert k.parse_key_members(k.key_members(chat, user)) == (chat, user)
+
+
+@given(user_ids, chat_ids)
+def test_read_progress_key_round_trip(user: bytes, chat: bytes) -> None:
+    assert k.parse_key_user_read_progress(k.key_user_read_progress(user, chat)) == (user, chat)
+
+
+@given(ids32, user_ids, chat_ids)
+def test_single_id_keys_are_the_id(record_id: bytes, user: bytes, chat: bytes) -> None:
+    assert k.key_seen_msg(record_id) == record_id
+    assert k.key_seen_member(record_id) == record_id
+    assert k.key_seen_identity(record_id) == record_id
+    assert k.key_chats_meta(chat) == chat
+    assert k.key_identity(user) == user
+
+
+def test_builders_accept_bytearray_and_memoryview() -> None:
+    assert k.key_members(bytearray(CHAT), memoryview(USER)) == CHAT + USER
+    assert type(k.key_identity(bytearray(USER))) is bytes
+
+
+# --- wrong lengths ------------------------------------------------------------------------
+
+Builder = Callable[[bytes], Any]
+
+# (builder with one id slot open, that slot's expected length)
+ID_SLOTS: list[tuple[str, Builder, int]] = [
+    ("messages.chat", lambda b: k.key_messages(b, 1, 1), 32),
+    ("seen_msg", k.key_seen_msg, 32),
+    ("chats_meta", k.key_chats_meta, 32),
+    ("user_inbox.user", lambda b: k.key_user_inbox(b, 1, CHAT), 20),
+    ("user_inbox.chat", lambda b: k.key_user_inbox(USER, 1, b), 32),
+    ("members.chat", lambda b: k.key_members(b, USER), 32),
+    ("members.user", lambda b: k.key_members(CHAT, b), 20),
+    ("read_progress.user", lambda b: k.key_user_read_progress(b, CHAT), 20),
+    ("read_progress.chat", lambda b: k.key_user_read_progress(USER, b), 32),
+    ("identity", k.key_identity, 20),
+    ("seen_member", k.key_seen_member, 32),
+    ("seen_identity", k.key_seen_identity, 32),
+    ("bucket_of", k.bucket_of, 32),
+    ("parse_messages", k.parse_key_messages, 44),
+    ("parse_user_inbox", k.parse_key_user_inbox, 60),
+    ("parse_members", k.parse_key_members, 52),
+    ("parse_read_progress", k.parse_key_user_read_progress, 52),
+]
+
+
+@pytest.mark.parametrize(("builder", "length"), [(b, n) for _, b, n in ID_SLOTS], ids=[name for name, _, _ in ID_SLOTS])
+@pytest.mark.parametrize(
+    "wrong_size",
+    [lambda n: n - 1, lambda n: n + 1, lambda n: 0, lambda n: 2 * n],
+    ids=["short", "long", "empty", "double"],
+)
+def test_wrong_length_ids_raise_value_error(
+    builder: Builder, length: int, wrong_size: Callable[[int], int]
+) -> None:
+    assert builder(b"\x07" * length) is not None  # the right length works
+    with pytest.raises(ValueError, match="bytes"):
+        builder(b"\x07" * wrong_size(length))
+
+
+@pytest.mark.parametrize(("builder", "length"), [(b, n) for _, b, n in ID_SLOTS], ids=[name for name, _, _ in ID_SLOTS])
+def test_non_bytes_ids_raise_value_error(builder: Builder, length: int) -> None:
+    with pytest.raises(ValueError, match="must be bytes"):
+        builder("x" * length)  # type: ignore[arg-type]
+
+
+@given(st.binary().filter(lambda b: len(b) != 32))
+def test_any_wrong_length_chat_id_raises(chat: bytes) -> None:
+    with pytest.raises(ValueError):
+        k.key_messages(chat, 0, 0)
+    with pytest.raises(ValueError):
+        k.key_members(chat, USER)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: k.key_messages(CHAT, -1, 0),
+        lambda: k.key_messages(CHAT, k.U64_MAX + 1, 0),
+        lambda: k.key_messages(CHAT, 0, -1),
+        lambda: k.key_messages(CHAT, 0, k.U32_MAX + 1),
+        lambda: k.key_user_inbox(USER, -1, CHAT),
+        lambda: k.key_user_inbox(USER, k.U64_MAX + 1, CHAT),
+        lambda: k.rev_ts(-1),
+        lambda: k.rev_ts(k.U64_MAX + 1),
+    ],
+)
+def test_out_of_range_integers_raise_value_error(call: Callable[[], Any]) -> None:
+    with pytest.raises(ValueError, match="range"):
+        call()
+
+
+# --- order --------------------------------------------------------------------------------
+
+
+@given(st.lists(st.tuples(hlcs, u32s), max_size=40))
+def test_message_key_order_is_hlc_then_seq(entries: list[tuple[Hlc, int]]) -> None:
+    by_value = sorted(entries, key=lambda e: (e[0], e[1]))
+    by_key = sorted(entries, key=lambda e: k.key_messages(CHAT, e[0].pack(), e[1]))
+    assert [k.key_messages(CHAT, h.pack(), s) for h, s in by_value] == [
+        k.key_messages(CHAT, h.pack(), s) for h, s in by_key
+    ]
+
+
+@given(chat_ids, chat_ids, hlcs, hlcs, u32s, u32s)
+def test_message_keys_group_by_chat(
+    chat_a: bytes, chat_b: bytes, h1: Hlc, h2: Hlc, s1: int, s2: int
+) -> None:
+    key_a = k.key_messages(chat_a, h1.pack(), s1)
+    key_b = k.key_messages(chat_b, h2.pack(), s2)
+    if chat_a != chat_b:
+        assert (key_a < key_b) == (chat_a < chat_b)
+    else:
+        assert (key_a < key_b) == ((h1, s1) < (h2, s2))
+
+
+@given(u64s, u64s)
+def test_rev_ts_sorts_newer_first(a: int, b: int) -> None:
+    key_a = k.key_user_inbox(USER, k.rev_ts(a), CHAT)
+    key_b = k.key_user_inbox(USER, k.rev_ts(b), CHAT)
+    assert (key_a < key_b) == (a > b)
+    assert k.rev_ts(a) == k.U64_MAX - a
+    assert k.rev_ts(k.rev_ts(a)) == a
+
+
+def test_rev_ts_extremes() -> None:
+    assert k.rev_ts(0) == k.U64_MAX
+    assert k.rev_ts(k.U64_MAX) == 0
+
+
+# --- buckets and prefixes -----------------------------------------------------------------
+
+
+@given(ids32)
+def test_bucket_of_is_the_first_two_bytes(record_id: bytes) -> None:
+    bucket = k.bucket_of(record_id)
+    assert 0 <= bucket < k.NUM_BUCKETS
+    assert bucket == record_id[0] * 256 + record_id[1]
+    assert record_id.startswith(k.bucket_prefix(bucket))
+
+
+@given(st.integers(0, k.NUM_BUCKETS - 1))
+def test_bucket_prefix_round_trip(bucket: int) -> None:
+    prefix = k.bucket_prefix(bucket)
+    assert len(prefix) == 2
+    assert k.bucket_of(prefix + bytes(30)) == bucket
+
+
+@pytest.mark.parametrize("bucket", [-1, k.NUM_BUCKETS, 1 << 20])
+def test_bucket_prefix_out_of_range(bucket: int) -> None:
+    with pytest.raises(ValueError, match="bucket"):
+        k.bucket_prefix(bucket)
+
+
+@given(st.binary(min_size=1, max_size=8), st.binary(max_size=10))
+def test_prefix_end_bounds_exactly_the_prefixed_keys(prefix: bytes, key: bytes) -> None:
+    end = k.prefix_end(prefix)
+    if end is None:
+        assert prefix == b"\xff" * len(prefix)
+        assert not key.startswith(prefix) or key >= prefix
+        return
+    assert end > prefix
+    assert not end.startswith(prefix)
+    inside = prefix <= key < end
+    assert inside == key.startswith(prefix)
+
+
+def test_prefix_end_examples() -> None:
+    assert k.prefix_end(b"\x00\x01") == b"\x00\x02"
+    assert k.prefix_end(b"\x00\xff") == b"\x01"
+    assert k.prefix_end(b"a\xff\xff") == b"b"
+    assert k.prefix_end(b"\xff\xff") is None
+    assert k.prefix_end(b"") is None
+
+
+# --- cursors ------------------------------------------------------------------------------
+
+
+@given(st.binary(max_size=80))
+def test_cursor_round_trip(key: bytes) -> None:
+    cursor = k.encode_cursor(key)
+    assert isinstance(cursor, str)
+    assert "+" not in cursor and "/" not in cursor  # URL-safe alphabet
+    assert k.decode_cursor(cursor, len(key), b"") == key
+    assert k.decode_cursor(cursor, len(key), key[:3]) == key
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "!!!",  # not base64 at all
+        "abc",  # bad padding
+        "é",  # not ASCII
+        k.encode_cursor(CHAT + bytes(11)),  # one byte short
+        k.encode_cursor(CHAT + bytes(13)),  # one byte long
+        k.encode_cursor(b"\x01" * 32 + bytes(12)),  # another prefix
+        "",
+    ],
+)
+def test_bad_cursors_raise_invalid_input(cursor: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        k.decode_cursor(cursor, 44, CHAT)
+    assert info.value.reason == "bad_cursor"
+
+
+@given(st.text(max_size=30))
+def test_any_text_cursor_is_a_key_or_invalid_input(cursor: str) -> None:
+    try:
+        key = k.decode_cursor(cursor, 4, b"")
+    except InvalidInput as exc:
+        assert exc.reason == "bad_cursor"
+    else:
+        assert len(key) == 4

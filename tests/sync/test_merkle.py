@@ -1,0 +1,139 @@
+"""Merkle trees: incremental == rebuilt, order independence, salted hashes, pure-cell decoding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store import ChatDb, ChatDbConfig, Hlc, Role
+from sync.frames import Domain
+from sync.merkle import DEPTH, FANOUT, MerkleTree, check_hash, children, node_hash
+from sync.protocol import decode_pure_cell
+from sync.replica import DbReplica
+
+from sync_support import CHATS, USERS, message
+
+ids32 = st.binary(min_size=32, max_size=32)
+
+
+@given(st.lists(ids32, unique=True, max_size=200), st.randoms())
+def test_incremental_equals_rebuild_in_any_order(ids: list[bytes], rnd) -> None:
+    shuffled = ids[:]
+    rnd.shuffle(shuffled)
+    tree = MerkleTree()
+    for record_id in shuffled:
+        tree.insert(record_id)
+    rebuilt = MerkleTree.from_ids(ids)
+    assert tree == rebuilt
+    assert tree.root() == rebuilt.root()
+    assert tree.count == len(ids)
+
+
+@given(st.lists(ids32, unique=True, min_size=1, max_size=100), st.data())
+def test_remove_and_replace_undo_inserts(ids: list[bytes], data: st.DataObject) -> None:
+    keep = data.draw(st.lists(st.sampled_from(ids), unique=True))
+    tree = MerkleTree.from_ids(ids)
+    for record_id in ids:
+        if record_id not in keep:
+            tree.remove(record_id)
+    assert tree == MerkleTree.from_ids(keep)
+    if keep:
+        new_id = data.draw(ids32.filter(lambda x: x not in ids))
+        tree.replace(keep[0], new_id)
+        assert tree == MerkleTree.from_ids([new_id, *keep[1:]])
+
+
+def test_every_level_sums_to_the_root() -> None:
+    ids = [bytes([i, j]) + bytes(30) for i in range(0, 256, 17) for j in range(0, 256, 51)]
+    tree = MerkleTree.from_ids(ids)
+    for depth in range(DEPTH + 1):
+        xor = count = 0
+        for index in range(FANOUT**depth):
+            node_xor, node_count = tree.node(depth, index)
+            xor ^= node_xor
+            count += node_count
+        assert (xor.to_bytes(32, "big"), count) == tree.root()
+
+
+def test_remove_from_empty_bucket_is_refused() -> None:
+    with pytest.raises(ValueError, match="empty bucket"):
+        MerkleTree().remove(bytes(32))
+    with pytest.raises(ValueError):
+        MerkleTree().insert(b"short")
+
+
+def test_node_hashes_depend_on_salt_and_width() -> None:
+    tree = MerkleTree.from_ids([bytes([1]) * 32])
+    a = tree.hashes(2, [0, 1], b"s" * 16, 4)
+    assert len(a) == 8
+    assert a != tree.hashes(2, [0, 1], b"t" * 16, 4)
+    assert len(tree.hashes(2, [0], b"s" * 16, 6)) == 6
+    assert node_hash(b"s", 0, 0, 4) != node_hash(b"s", 0, 1, 4)  # the count is hashed too
+
+
+def test_children_indexes() -> None:
+    assert children(0, [0]) == list(range(16))
+    assert children(3, [2]) == list(range(32, 48))
+
+
+@given(st.lists(ids32, unique=True, max_size=20), ids32)
+def test_a_cell_differing_by_one_id_decodes_to_it(shared: list[bytes], extra: bytes) -> None:
+    bucket = (extra[0] << 8) | extra[1]
+    same_bucket = [bytes(extra[:2]) + s[2:] for s in shared]
+    same_bucket = [s for s in dict.fromkeys(same_bucket) if s != extra]
+    a = MerkleTree.from_ids(same_bucket)
+    b = MerkleTree.from_ids([*same_bucket, extra])
+    assert decode_pure_cell(bucket, a.cell(bucket), b.cell(bucket)) == (1, extra)
+    assert decode_pure_cell(bucket, b.cell(bucket), a.cell(bucket)) == (-1, extra)
+
+
+@given(st.lists(ids32, unique=True, min_size=2, max_size=6))
+def test_a_cell_differing_by_several_ids_does_not_decode(extras: list[bytes]) -> None:
+    extras = list(dict.fromkeys(b"\x00\x07" + e[2:] for e in extras))
+    if len(extras) < 2:
+        return
+    a = MerkleTree()
+    b = MerkleTree.from_ids(extras)
+    # count differs by >= 2: never decodes; equal-size swaps: the check hash rejects them
+    assert decode_pure_cell(7, a.cell(7), b.cell(7)) is None
+    swap_a = MerkleTree.from_ids(extras[:1])
+    swap_b = MerkleTree.from_ids(extras[1:2])
+    assert decode_pure_cell(7, swap_a.cell(7), swap_b.cell(7)) is None
+    assert check_hash(extras[0]) != check_hash(extras[1]) or extras[0] == extras[1]
+
+
+@settings(max_examples=15)
+@given(
+    st.lists(st.integers(0, 40), unique=True, max_size=25),
+    st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(1, 9), st.booleans())),
+    st.lists(st.tuples(st.integers(0, 3), st.integers(1, 9), st.binary(max_size=8))),
+)
+def test_tree_rebuilt_from_chatdb_equals_incremental(
+    tmp_path_factory: pytest.TempPathFactory,
+    msgs: list[int],
+    member_ops: list[tuple[int, int, int, bool]],
+    identity_ops: list[tuple[int, int, bytes]],
+) -> None:
+    path: Path = tmp_path_factory.mktemp("db")
+    with ChatDb(ChatDbConfig(block_cache_mb=8, memtable_mb=8), path=path) as db:
+        replica = DbReplica(db)  # trees built from an empty DB, then maintained incrementally
+        incremental = replica.trees
+        for result in db.put_messages([message(n) for n in msgs]):
+            if not result.duplicate:
+                incremental[Domain.MESSAGES].insert(result.msg_id)
+        for chat, user, hlc, add in member_ops:
+            if add:
+                change = db.add_member_synced(CHATS[chat], USERS[user], Role.ADMIN, Hlc(hlc))
+            else:
+                change = db.remove_member_synced(CHATS[chat], USERS[user], Hlc(hlc))
+            incremental[Domain.MEMBERS].replace(change.old_id, change.new_id)
+        for user, hlc, blob in identity_ops:
+            ichange = db.put_identity(USERS[user], Hlc(hlc), blob)
+            incremental[Domain.IDENTITY].replace(ichange.old_id, ichange.new_id)
+        rebuilt = DbReplica(db).trees
+        for domain in Domain:
+            assert rebuilt[domain] == incremental[domain]
+            assert rebuilt[domain].root() == incremental[domain].root()

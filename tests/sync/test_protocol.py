@@ -1,0 +1,352 @@
+"""The sans-IO session: convergence, exactness, interleaving, loss, and hostile peers."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace as dc_replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store import MsgV1
+from sync.errors import LocalProtocolError, RemoteProtocolError
+from sync.frames import Domain, Transfer, TransferSection, decode_frame, encode_frame
+from sync.loopback import run_session
+from sync.protocol import TRANSITIONS, SessionRole, State, SyncConfig, SyncSession
+from sync.replica import MemoryReplica, Record
+
+from sync_support import (
+    assert_trees_match_contents,
+    contents,
+    fill,
+    identity,
+    member,
+    message,
+    roots,
+)
+
+records = st.one_of(
+    st.integers(0, 60).map(message),
+    st.builds(
+        member,
+        st.integers(0, 2),
+        st.integers(0, 3),
+        st.integers(1, 6),
+        st.integers(0, 6),
+        st.integers(0, 1),
+    ),
+    st.builds(identity, st.integers(0, 3), st.integers(1, 6), st.integers(0, 3)),
+)
+# Each record goes to the first replica, the second, or both.
+placed = st.lists(st.tuples(records, st.sampled_from(["a", "b", "ab"])), max_size=60)
+
+
+def split(ops: list[tuple[Record, str]]) -> tuple[MemoryReplica, MemoryReplica, MemoryReplica]:
+    a = fill(MemoryReplica(), [r for r, where in ops if "a" in where])
+    b = fill(MemoryReplica(), [r for r, where in ops if "b" in where])
+    merged = fill(MemoryReplica(), [r for r, _ in ops])
+    return a, b, merged
+
+
+@given(placed)
+def test_one_session_makes_both_sides_the_merge(ops: list[tuple[Record, str]]) -> None:
+    a, b, merged = split(ops)
+    result = run_session(a, b)
+    assert result.converged
+    assert contents(a) == contents(b) == contents(merged)
+    assert roots(a) == roots(b) == roots(merged)
+    assert_trees_match_contents(a)
+    assert_trees_match_contents(b)
+    # A second session right after finds nothing: one round trip, at most 512 bytes.
+    again = run_session(a, b, salt_seed=b"second")
+    stats = again.initiator.stats
+    assert again.converged and stats.round_trips == 1 and again.frames == 2
+    assert stats.bytes_sent["tree"] + stats.bytes_received["control"] <= 512
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 300), st.sampled_from(["a", "b", "ab"])), unique_by=lambda t: t[0]
+    )
+)
+def test_exactly_the_missing_messages_are_shipped(ops: list[tuple[int, str]]) -> None:
+    a = fill(MemoryReplica(), [message(n) for n, w in ops if "a" in w])
+    b = fill(MemoryReplica(), [message(n) for n, w in ops if "b" in w])
+    only_a = {message(n).msg_id for n, w in ops if w == "a"}
+    only_b = {message(n).msg_id for n, w in ops if w == "b"}
+    shipped: list[bytes] = []
+
+    def watch(sender: str, frame: bytes) -> None:
+        decoded = decode_frame(frame, max_frame=1 << 24, max_ids=1 << 20)
+        if isinstance(decoded, Transfer):
+            for section in decoded.sections.values():
+                shipped.extend(MsgV1.__new__(MsgV1) and _msg_id(r) for r in section.records)
+
+    result = run_session(a, b, on_frame=watch)
+    assert result.converged
+    assert sorted(shipped) == sorted(only_a | only_b)  # each missing record once, nothing else
+    s = result.initiator.stats
+    if only_a or only_b:
+        assert s.round_trips_before_fetch is not None and s.round_trips_before_fetch <= 4
+
+
+def _msg_id(blob: bytes) -> bytes:
+    from store.records import decode_msg
+
+    return decode_msg(blob).msg_id
+
+
+def test_member_versions_converge_and_the_next_session_is_empty() -> None:
+    # Same (chat, user), different CRDT versions on each side: different record ids.
+    a = fill(MemoryReplica(), [member(0, 0, added=5, removed=0, role=1), identity(0, 3, 1)])
+    b = fill(MemoryReplica(), [member(0, 0, added=2, removed=4, role=0), identity(0, 3, 2)])
+    result = run_session(a, b)
+    assert result.converged and contents(a) == contents(b)
+    info = a.members[(member(0, 0, 1, 0, 0).chat_id, member(0, 0, 1, 0, 0).user_id)]
+    assert (info.added_at.physical_ms, info.removed_at.physical_ms if info.removed_at else 0) == (
+        5,
+        4,
+    )
+    assert run_session(a, b, salt_seed=b"x").frames == 2
+
+
+@settings(max_examples=50)
+@given(placed, placed, st.randoms(use_true_random=False))
+def test_interleaved_sessions_then_a_round_converge(
+    ops_ab: list[tuple[Record, str]], ops_c: list[tuple[Record, str]], rnd: random.Random
+) -> None:
+    """A<->B and C<->B run at once, frames delivered one at a time in a random interleaving."""
+    a, b, _ = split(ops_ab)
+    c = fill(MemoryReplica(), [r for r, _ in ops_c])
+    everything = fill(MemoryReplica(), [r for r, _ in ops_ab + ops_c])
+    pairs = []
+    for init, resp, seed in ((a, b, b"1"), (c, b, b"2")):
+        i = SyncSession(SessionRole.INITIATOR, init, now_ms=0, salt_seed=seed)
+        r = SyncSession(SessionRole.RESPONDER, resp, now_ms=0)
+        pairs.append([i, r, i.start(0), r])  # [initiator, responder, frame in flight, its receiver]
+    while any(p[2] is not None for p in pairs):
+        p = rnd.choice([p for p in pairs if p[2] is not None])
+        i, r, frame, receiver = p
+        p[2] = receiver.receive(frame, 0)
+        p[3] = r if receiver is i else i
+    for x in (a, b, c):
+        assert_trees_match_contents(x)
+    for init, resp in ((a, b), (c, b), (a, b)):
+        assert run_session(init, resp, salt_seed=b"round").converged
+    assert contents(a) == contents(b) == contents(c) == contents(everything)
+
+
+@settings(max_examples=50)
+@given(placed, st.integers(1, 12))
+def test_a_session_cut_short_leaves_valid_state_and_the_next_one_converges(
+    ops: list[tuple[Record, str]], cut_after: int
+) -> None:
+    a, b, merged = split(ops)
+    i = SyncSession(SessionRole.INITIATOR, a, now_ms=0, salt_seed=b"lossy")
+    r = SyncSession(SessionRole.RESPONDER, b, now_ms=0)
+    frame, receiver, delivered = i.start(0), r, 0
+    while frame is not None and delivered < cut_after:
+        frame = receiver.receive(frame, 0)
+        receiver = i if receiver is r else r
+        delivered += 1
+    # The rest is lost: the peer vanished. Nothing invalid was written on either side.
+    for x in (a, b):
+        assert_trees_match_contents(x)
+        assert set(x.messages) <= set(merged.messages)
+    assert run_session(a, b, salt_seed=b"retry").converged
+    assert contents(a) == contents(b) == contents(merged)
+
+
+@settings(max_examples=30)
+@given(placed, st.integers(0, 8))
+def test_a_duplicated_frame_ends_the_session_or_is_harmless(
+    ops: list[tuple[Record, str]], dup_at: int
+) -> None:
+    a, b, merged = split(ops)
+    i = SyncSession(SessionRole.INITIATOR, a, now_ms=0, salt_seed=b"dup")
+    r = SyncSession(SessionRole.RESPONDER, b, now_ms=0)
+    frame, receiver, n = i.start(0), r, 0
+    try:
+        while frame is not None:
+            if n == dup_at and not receiver.finished:
+                receiver.receive(frame, 0)  # delivered twice
+            frame = receiver.receive(frame, 0)
+            receiver = i if receiver is r else r
+            n += 1
+    except (RemoteProtocolError, LocalProtocolError):
+        pass
+    for x in (a, b):
+        assert_trees_match_contents(x)
+    assert run_session(a, b, salt_seed=b"after").converged
+    assert contents(a) == contents(b) == contents(merged)
+
+
+# --- hostile peers ------------------------------------------------------------------------
+
+
+def _session_in(state: State) -> tuple[SyncSession, MemoryReplica, bytes]:
+    """A responder or initiator advanced to ``state`` against an honest peer; and the peer's next frame."""
+    a = fill(MemoryReplica(), [message(n) for n in range(0, 30)])
+    b = fill(MemoryReplica(), [message(n) for n in range(10, 40)])
+    i = SyncSession(SessionRole.INITIATOR, a, now_ms=0, salt_seed=b"h")
+    r = SyncSession(SessionRole.RESPONDER, b, now_ms=0)
+    frame: bytes | None = i.start(0)
+    receiver = r
+    while frame is not None:
+        if receiver.state is state:
+            return receiver, (a if receiver is i else b), frame
+        frame = receiver.receive(frame, 0)
+        receiver = i if receiver is r else r
+    raise AssertionError(f"state {state} not reached")
+
+
+LIVE_STATES = [
+    State.AWAIT_HELLO,
+    State.AWAIT_TOP,
+    State.AWAIT_MIDDLE,
+    State.AWAIT_LEAVES,
+    State.AWAIT_CELLS,
+    State.TRANSFER,
+]
+
+
+@pytest.mark.parametrize("state", LIVE_STATES)
+@settings(max_examples=40)
+@given(garbage=st.binary(max_size=200), mutate=st.integers(0, 10_000))
+def test_garbage_in_any_state_aborts_with_a_reason(
+    state: State, garbage: bytes, mutate: int
+) -> None:
+    for attempt in (garbage, _mutated(garbage, mutate, state)):
+        session, replica, _ = _session_in(state)
+        before = contents(replica)
+        try:
+            session.receive(attempt, 0)
+        except RemoteProtocolError as exc:
+            assert exc.reason and session.state is State.ABORTED and session.error == exc.reason
+            with pytest.raises(LocalProtocolError):
+                session.receive(attempt, 0)
+        assert_trees_match_contents(replica)
+        assert set(contents(replica)[0]) >= set(before[0])  # nothing lost
+
+
+def _mutated(garbage: bytes, seed: int, state: State) -> bytes:
+    _, _, honest = _session_in(state)
+    raw = bytearray(honest)
+    rnd = random.Random(seed)
+    for _ in range(rnd.randint(1, 3)):
+        if raw:
+            raw[rnd.randrange(len(raw))] ^= rnd.randint(1, 255)
+    return bytes(raw) + garbage[:3]
+
+
+def test_a_frame_in_the_wrong_state_is_refused() -> None:
+    session, _, _ = _session_in(State.AWAIT_MIDDLE)
+    with pytest.raises(RemoteProtocolError) as info:
+        session.receive(encode_frame(Transfer(True, {})), 0)
+    assert info.value.reason == "unexpected_frame"
+
+
+def _transfer_state() -> tuple[SyncSession, MemoryReplica, Transfer]:
+    session, replica, frame = _session_in(State.TRANSFER)
+    decoded = decode_frame(frame, max_frame=1 << 24, max_ids=1 << 20)
+    assert isinstance(decoded, Transfer)
+    return session, replica, decoded
+
+
+def test_a_forged_record_is_never_applied_and_ends_the_session() -> None:
+    session, replica, honest = _transfer_state()
+    section = honest.sections[Domain.MESSAGES]
+    assert section.records, "the honest frame should carry records"
+    good = section.records[0]
+    forged = good.replace(b"m", b"M", 1)  # payload changed: the signature no longer matches
+    frame = Transfer(
+        honest.idle, {Domain.MESSAGES: dc_replace(section, records=[forged, *section.records[1:]])}
+    )
+    before = set(replica.messages)
+    with pytest.raises(RemoteProtocolError) as info:
+        session.receive(encode_frame(frame), 0)
+    assert info.value.reason in {"bad_signature", "invalid_record", "unsolicited"}
+    applied = set(replica.messages) - before
+    assert all(m in applied or m in before for m in replica.messages)
+    assert _msg_id(forged) not in replica.messages  # never applied
+    assert len(applied) == len(section.records) - 1  # the valid ones in the frame were kept
+    assert_trees_match_contents(replica)
+
+
+def test_a_record_from_a_bucket_not_under_reconciliation_is_refused() -> None:
+    session, replica, honest = _transfer_state()
+    stranger = message(500).encoded  # valid and signed, but nobody asked for its bucket
+    frame = Transfer(True, {Domain.MESSAGES: TransferSection(records=[stranger])})
+    with pytest.raises(RemoteProtocolError) as info:
+        session.receive(encode_frame(frame), 0)
+    assert info.value.reason == "unsolicited"
+    assert message(500).msg_id not in replica.messages
+
+
+def test_wants_for_buckets_not_under_reconciliation_are_refused() -> None:
+    session, _, _ = _transfer_state()
+    frame = Transfer(False, {Domain.MESSAGES: TransferSection(wants=message(501).msg_id)})
+    with pytest.raises(RemoteProtocolError) as info:
+        session.receive(encode_frame(frame), 0)
+    assert info.value.reason == "unsolicited"
+
+
+def test_peer_abort_and_timeout() -> None:
+    session, _, _ = _session_in(State.AWAIT_MIDDLE)
+    assert session.next_deadline() == SyncConfig().idle_timeout_ms
+    assert session.handle_timeout(1) is None
+    abort = session.handle_timeout(SyncConfig().idle_timeout_ms)
+    assert abort is not None and session.state is State.ABORTED and session.error == "timeout"
+    other, _, _ = _session_in(State.AWAIT_MIDDLE)
+    with pytest.raises(RemoteProtocolError) as info:
+        other.receive(abort, 5)
+    assert info.value.reason == "peer_abort"
+    assert other.next_deadline() is None
+
+
+def test_driver_misuse_is_a_local_error() -> None:
+    responder = SyncSession(SessionRole.RESPONDER, MemoryReplica(), now_ms=0)
+    with pytest.raises(LocalProtocolError):
+        responder.start(0)
+    initiator = SyncSession(SessionRole.INITIATOR, MemoryReplica(), now_ms=0)
+    with pytest.raises(LocalProtocolError):
+        initiator.receive(b"", 0)
+
+
+def test_every_transition_is_reachable_in_a_real_session() -> None:
+    seen: set[tuple[SessionRole, State, type]] = set()
+    a = fill(MemoryReplica(), [message(n) for n in range(0, 40)] + [member(0, 0, 3, 0, 1)])
+    b = fill(MemoryReplica(), [message(n) for n in range(20, 60)] + [member(0, 0, 2, 5, 0)])
+    i = SyncSession(SessionRole.INITIATOR, a, now_ms=0, salt_seed=b"t")
+    r = SyncSession(SessionRole.RESPONDER, b, now_ms=0)
+    frame: bytes | None = i.start(0)
+    receiver = r
+    while frame is not None:
+        kind = type(decode_frame(frame, max_frame=1 << 24, max_ids=1 << 20))
+        seen.add((receiver.role, receiver.state, kind))
+        frame = receiver.receive(frame, 0)
+        receiver = i if receiver is r else r
+    assert seen <= set(TRANSITIONS)
+    assert len(seen) >= len(TRANSITIONS) - 1  # all but "R receives HELLO in TRANSFER" or its twin
+
+
+def test_retention_cutoff_neither_ships_nor_accepts_old_messages() -> None:
+    old, new = message(1), message(200)  # physical ms 1_007 and 2_400
+    cutoff = SyncConfig(cutoff_ms=2_000)
+    a = fill(MemoryReplica(), [old, new])
+    b = MemoryReplica()
+    run_session(a, b, config=cutoff)  # a initiates, b responds: both use the cutoff
+    assert set(b.messages) == {new.msg_id}
+    c = fill(MemoryReplica(), [old])
+    d = MemoryReplica()
+    run_session(d, c, config=SyncConfig(), responder_config=cutoff)  # responder filters
+    assert d.messages == {}
+    e = MemoryReplica()
+    result = run_session(
+        e, fill(MemoryReplica(), [old]), config=cutoff, responder_config=SyncConfig()
+    )
+    # The requester refuses it in every pass; the roots stay different until retention's
+    # GC takes it out of the responder's tree (RETENTION.md), so the waste is max_passes records.
+    assert e.messages == {} and not result.converged
+    assert result.initiator.stats.rejected_old == SyncConfig().max_passes
