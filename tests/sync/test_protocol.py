@@ -275,7 +275,7 @@ def test_a_forged_record_is_never_applied_and_ends_the_session() -> None:
 
 
 def test_a_record_from_a_bucket_not_under_reconciliation_is_refused() -> None:
-    session, replica, honest = _transfer_state()
+    session, replica, _ = _transfer_state()
     stranger = message(500).encoded  # valid and signed, but nobody asked for its bucket
     frame = Transfer(True, {Domain.MESSAGES: TransferSection(records=[stranger])})
     with pytest.raises(RemoteProtocolError) as info:
