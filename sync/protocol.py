@@ -89,7 +89,7 @@ class SyncConfig:
     max_ids_per_frame: int = 65_536  # ids, prefixes or records in one frame
     max_cells: int = 16_384  # differing leaves decoded per pass
     max_bucket_ids: int = 4_096  # ids listed for one undecodable bucket
-    max_outbox: int = 1_000_000  # ids a peer may ask us to send in one pass
+    max_outbox: int = 200_000  # ids a peer may ask us to send in one pass (~16 MB)
     max_passes: int = 3
     idle_timeout_ms: int = 30_000
     cutoff_ms: int | None = None  # retention soft-filter for messages (see RETENTION.md)
