@@ -14,6 +14,37 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(bench_app, name="bench")
+node_app = typer.Typer(help="Run a node.", no_args_is_help=True)
+app.add_typer(node_app, name="node")
+
+
+@node_app.command("run")
+def node_run(
+    data: str = typer.Option(None, help="RocksDB directory [default: ./chatdb-data]."),
+    listen: str = typer.Option(None, help="libp2p listen multiaddr, e.g. /ip4/127.0.0.1/tcp/4001."),
+    http: str = typer.Option(None, help="HTTP API host:port, e.g. 127.0.0.1:8080."),
+    bootstrap: list[str] = typer.Option(None, help="Peer multiaddr with /p2p/ id; repeatable."),
+    key: str = typer.Option(None, help="libp2p identity file [default: DATA/node.key]."),
+    config: str = typer.Option(None, help="TOML file with a [node] table; flags override it."),
+    durable: bool = typer.Option(
+        None, "--durable/--no-durable", help="Ack writes only once in the WAL."
+    ),
+    sync_interval: float = typer.Option(None, help="Seconds between anti-entropy rounds per peer."),
+    log_level: str = typer.Option("INFO", help="Logging level."),
+) -> None:
+    """Run a node until SIGINT/SIGTERM (then: tasks cancelled, writer drained, RocksDB closed)."""
+    from node.config import load_config
+    from node.run import run_node
+
+    overrides = {
+        "data": data, "listen": listen, "http": http, "bootstrap": bootstrap or None,
+        "key": key, "durable": durable, "sync_interval_s": sync_interval,
+    }  # fmt: skip
+    try:
+        cfg = load_config(config, overrides)
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    run_node(cfg, log_level)
 
 
 @app.command("demo")

@@ -37,7 +37,9 @@ def store_demo(path: str, *, messages: int, chats: int, users: int = 8) -> None:
 
         t0 = time.perf_counter()
         written = 0
-        for base in track(range(0, messages, BATCH), description="writing messages", console=console):
+        for base in track(
+            range(0, messages, BATCH), description="writing messages", console=console
+        ):
             batch = []
             for i in range(base, min(base + BATCH, messages)):
                 author = i % users

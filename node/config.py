@@ -1,0 +1,69 @@
+"""Node configuration: defaults, a TOML file, then command-line flags — later wins."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from store.hlc import DEFAULT_MAX_OFFSET_MS
+from store.records import DEFAULT_MAX_PAYLOAD
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    data: str = "./chatdb-data"
+    listen: str = "/ip4/127.0.0.1/tcp/0"
+    http: str = "127.0.0.1:8080"
+    bootstrap: tuple[str, ...] = ()
+    key: str | None = None  # libp2p identity file; default: <data>/node.key
+    durable: bool = False  # acknowledge a write only once its WriteBatch is synced to the WAL
+    # write pipeline
+    write_queue: int = 1024  # pending write requests before submitters wait
+    write_batch_max: int = 2048  # ops applied in one WriteBatch
+    # gossip
+    gossip_batch_ops: int = 256  # ops per gossip message
+    gossip_batch_delay_ms: int = 20  # how long the publisher waits to fill a batch
+    gossip_max_bytes: int = 900 * 1024  # py-libp2p drops RPCs over 1 MiB
+    gossip_heartbeat_s: int = 1
+    # anti-entropy
+    sync_interval_s: float = 10.0  # per peer, with +-25 % jitter
+    sync_read_timeout_s: float = 10.0
+    sync_max_frame: int = 4 * 1024 * 1024
+    # peers
+    reconnect_min_s: float = 0.5
+    reconnect_max_s: float = 30.0
+    # input limits
+    max_payload: int = DEFAULT_MAX_PAYLOAD
+    max_offset_ms: int = DEFAULT_MAX_OFFSET_MS
+    # retention (RETENTION.md)
+    retention_days: float = 0.0  # 0 = keep forever
+    max_storage_mb: int = 0  # 0 = unlimited
+    gc_interval_s: float = 300.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key_path(self) -> Path:
+        return Path(self.key) if self.key else Path(self.data) / "node.key"
+
+    @property
+    def http_host_port(self) -> tuple[str, int]:
+        host, _, port = self.http.rpartition(":")
+        return host or "127.0.0.1", int(port)
+
+
+def load_config(path: str | None, overrides: dict[str, Any]) -> NodeConfig:
+    """Defaults < TOML file < ``overrides`` (flags given on the command line; None = not given)."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        with open(path, "rb") as f:
+            values.update(tomllib.load(f).get("node", {}))
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    known = {f.name for f in fields(NodeConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown config keys: {', '.join(unknown)}")
+    if "bootstrap" in values:
+        values["bootstrap"] = tuple(values["bootstrap"])
+    return replace(NodeConfig(), **values)

@@ -1,0 +1,87 @@
+"""Length-prefixed frames over a byte stream, with a maximum frame size.
+
+``FrameStream`` is what the sync service needs. ``Libp2pFrames`` adapts a
+py-libp2p stream (varint length prefix, as libp2p's msgio); ``TrioFrames``
+adapts any trio stream (a u32 prefix) so tests can run sessions over
+``trio.testing.memory_stream_pair`` with the autojump clock. Errors of the
+underlying transport are mapped once, here, to ``StreamClosed``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Protocol
+
+import trio
+
+
+class StreamClosed(Exception):
+    """The peer closed or reset the stream, or sent a frame over the size limit."""
+
+
+class FrameStream(Protocol):
+    async def read_frame(self) -> bytes: ...
+
+    async def write_frame(self, data: bytes) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class TrioFrames:
+    def __init__(self, stream: trio.abc.Stream, max_frame: int) -> None:
+        self.stream = stream
+        self.max_frame = max_frame
+        self._buffer = bytearray()
+
+    async def _read_exactly(self, n: int) -> bytes:
+        while len(self._buffer) < n:
+            try:
+                chunk = await self.stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise StreamClosed(str(exc)) from None
+            if not chunk:
+                raise StreamClosed("end of stream")
+            self._buffer += chunk
+        data = bytes(self._buffer[:n])
+        del self._buffer[:n]
+        return data
+
+    async def read_frame(self) -> bytes:
+        size = int.from_bytes(await self._read_exactly(4), "big")
+        if size > self.max_frame:
+            raise StreamClosed(f"frame of {size} bytes over the limit of {self.max_frame}")
+        return await self._read_exactly(size)
+
+    async def write_frame(self, data: bytes) -> None:
+        try:
+            await self.stream.send_all(len(data).to_bytes(4, "big") + data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise StreamClosed(str(exc)) from None
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+class Libp2pFrames:
+    def __init__(self, stream: Any, max_frame: int) -> None:
+        from libp2p.io.msgio import VarIntLengthMsgReadWriter
+
+        self.stream = stream
+        self._rw = VarIntLengthMsgReadWriter(stream, max_msg_size=max_frame)
+
+    async def read_frame(self) -> bytes:
+        try:
+            data: bytes = await self._rw.read_msg()
+        except Exception as exc:  # libp2p raises many stream/IO/msgio types; all mean "gone"
+            raise StreamClosed(f"{type(exc).__name__}: {exc}") from None
+        return data
+
+    async def write_frame(self, data: bytes) -> None:
+        try:
+            await self._rw.write_msg(data)
+        except Exception as exc:
+            raise StreamClosed(f"{type(exc).__name__}: {exc}") from None
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(Exception):  # closing an already-reset stream: nothing to do
+            await self.stream.close()

@@ -1,0 +1,224 @@
+"""The node process: RocksDB + trees, the writer, libp2p gossip and sync, peers, the HTTP API.
+
+Start-up: open ChatDb, rebuild the Merkle trees from it, start the writer, the
+libp2p host, gossip and sync, the reconnect loops, the HTTP server — then report
+``started``. ``stop()`` (SIGINT/SIGTERM in the CLI) stops the network side
+first, lets the writer drain what it already accepted, then closes RocksDB.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from contextlib import AsyncExitStack
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from node.config import NodeConfig
+from node.framing import Libp2pFrames
+from node.gossip import GossipService
+from node.metrics import Metrics
+from node.p2p import (
+    OPS_TOPIC,
+    SYNC_PROTOCOL,
+    load_or_create_key,
+    peer_id_of,
+    safe_handler,
+    start_host,
+)
+from node.peers import PeerManager
+from node.syncer import SyncService, wall_ms
+from node.writer import DbWriter
+from store.chatdb import ChatDb
+from store.errors import InvalidInput
+from store.ops import Op, validate_op
+from store.rocks import ChatDbConfig
+from sync.frames import Domain
+from sync.protocol import SyncConfig
+from sync.replica import DbReplica
+
+if TYPE_CHECKING:
+    from trio_typing import TaskStatus
+
+log = logging.getLogger(__name__)
+
+
+class Node:
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.db_lock = trio.Lock()
+        self.db: ChatDb | None = None
+        self.replica: DbReplica | None = None
+        self.writer: DbWriter | None = None
+        self.gossip: GossipService | None = None
+        self.sync: SyncService | None = None
+        self.peers: PeerManager | None = None
+        self.host: Any = None
+        self.peer_id = ""
+        self.listen_addrs: list[str] = []
+        self._stop = trio.Event()
+
+    def clock_ms(self) -> int:
+        return wall_ms()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # --- running ---
+
+    async def run(self, *, task_status: TaskStatus[Node] = trio.TASK_STATUS_IGNORED) -> None:
+        cfg = self.config
+        db_config = ChatDbConfig(
+            path=cfg.data,
+            write_sync=cfg.durable,
+            max_payload=cfg.max_payload,
+            max_offset_ms=cfg.max_offset_ms,
+        )
+        self.db = await trio.to_thread.run_sync(ChatDb, db_config)
+        try:
+            self.replica = await trio.to_thread.run_sync(DbReplica, self.db)
+            self.writer = DbWriter(
+                self.db, self.replica, self.db_lock, self.metrics,
+                queue_size=cfg.write_queue, batch_max=cfg.write_batch_max,
+            )  # fmt: skip
+            async with trio.open_nursery() as outer:
+                await outer.start(self.writer.run)
+                try:
+                    await self._run_network(task_status)
+                finally:
+                    self.writer.close()  # the writer drains what it accepted, then returns
+        finally:
+            await trio.to_thread.run_sync(self.db.close)
+            log.info("node stopped, RocksDB closed")
+
+    async def _run_network(self, task_status: TaskStatus[Node]) -> None:
+        cfg = self.config
+        assert self.replica is not None and self.writer is not None
+        async with AsyncExitStack() as stack:
+            key_pair = load_or_create_key(cfg.key_path)
+            self.host, pubsub = await start_host(
+                stack, key_pair, cfg.listen, cfg.gossip_heartbeat_s
+            )
+            self.peer_id = self.host.get_id().to_base58()
+            self.listen_addrs = [str(a) for a in self.host.get_addrs()]
+            self.peers = PeerManager(
+                self.host, reconnect_min_s=cfg.reconnect_min_s, reconnect_max_s=cfg.reconnect_max_s,
+                sync_interval_s=cfg.sync_interval_s, rnd=random.Random(),
+            )  # fmt: skip
+            self.sync = SyncService(
+                self.replica, self.db_lock, self.metrics,
+                config=SyncConfig(max_frame=cfg.sync_max_frame, max_payload=cfg.max_payload),
+                read_timeout_s=cfg.sync_read_timeout_s, clock_ms=self.clock_ms,
+            )  # fmt: skip
+            self.gossip = GossipService(
+                pubsub, OPS_TOPIC, self.writer, self.metrics,
+                own_peer_id=self.host.get_id().to_bytes(), clock_ms=self.clock_ms,
+                max_offset_ms=cfg.max_offset_ms, max_payload=cfg.max_payload,
+                max_bytes=cfg.gossip_max_bytes, batch_ops=cfg.gossip_batch_ops,
+                batch_delay_ms=cfg.gossip_batch_delay_ms, is_blocked=self.peers.is_blocked_bytes,
+                on_applied=self._count_applied,
+            )  # fmt: skip
+            self._register_gauges()
+            self.host.set_stream_handler(
+                SYNC_PROTOCOL, safe_handler("sync", self._respond_sync, self._handler_failed)
+            )
+            pubsub.set_topic_validator(OPS_TOPIC, self.gossip.validate, False)
+            subscription = await pubsub.subscribe(OPS_TOPIC)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.gossip.receive_loop, subscription)
+                nursery.start_soon(self.gossip.publish_loop)
+                for address in cfg.bootstrap:
+                    nursery.start_soon(self.peers.keep_connected, address)
+                nursery.start_soon(self.peers.schedule_syncs, self._initiate_sync)
+                if cfg.http:
+                    from node.api import serve_http
+
+                    await nursery.start(serve_http, self, self._stop.wait)
+                log.info("node %s listening on %s", self.peer_id, ", ".join(self.listen_addrs))
+                task_status.started(self)
+                await self._stop.wait()
+                nursery.cancel_scope.cancel()
+
+    # --- sync over libp2p streams ---
+
+    async def _initiate_sync(self, peer: Any) -> None:
+        assert self.sync is not None and self.peers is not None
+        if peer.to_base58() in self.peers.blocked:
+            return
+        with trio.fail_after(self.config.sync_read_timeout_s):
+            stream = await self.host.new_stream(peer, [SYNC_PROTOCOL])
+        await self.sync.initiate(peer.to_base58(), Libp2pFrames(stream, self.config.sync_max_frame))
+
+    async def _respond_sync(self, stream: Any) -> None:
+        assert self.sync is not None and self.peers is not None
+        peer = peer_id_of(stream)
+        if peer in self.peers.blocked:
+            await stream.reset()
+            return
+        await self.sync.respond(peer, Libp2pFrames(stream, self.config.sync_max_frame))
+
+    def _handler_failed(self, kind: str) -> None:
+        self.metrics.inc("handler_errors", kind=kind, help="stream handlers that raised")
+
+    # --- the API the HTTP layer uses ---
+
+    async def submit_ops(self, ops: list[Op]) -> list[bool]:
+        """Validate, write (ack after the WriteBatch), then gossip the ops that were new."""
+        assert self.writer is not None and self.gossip is not None
+        now = self.clock_ms()
+        for op in ops:
+            try:
+                validate_op(op, now_ms=now, max_offset_ms=self.config.max_offset_ms)
+            except InvalidInput as exc:
+                self.metrics.inc("ops_rejected", reason=exc.reason, help="ops refused at the API")
+                raise
+        new = await self.writer.submit(ops)
+        fresh = [op for op, is_new in zip(ops, new, strict=True) if is_new]
+        self.metrics.inc("ops_submitted", len(ops), help="ops submitted through the API")
+        if fresh:
+            await self.gossip.publish(fresh)
+        return new
+
+    def _count_applied(self, ops: list[Op]) -> None:
+        if not ops:
+            return
+        self.metrics.inc("gossip_ops_applied", len(ops), help="ops from gossip that were new here")
+        now = self.clock_ms()
+        for op in ops:
+            self.metrics.observe_latency(now - op.hlc.physical_ms)
+
+    def status(self) -> dict[str, Any]:
+        assert self.replica is not None and self.writer is not None and self.peers is not None
+        assert self.sync is not None
+        domains = {}
+        for domain in Domain:
+            tree = self.replica.tree(domain)
+            domains[domain.name.lower()] = {"root": tree.root_digest().hex(), "count": tree.count}
+        return {
+            "peer_id": self.peer_id,
+            "listen": self.listen_addrs,
+            "connected_peers": sorted(self.peers.connected()),
+            "blocked_peers": sorted(self.peers.blocked),
+            "domains": domains,
+            "last_sync": {peer: asdict(o) for peer, o in self.sync.last_sync.items()},
+            "writer": asdict(self.writer.statistics()),
+            "durable": self.config.durable,
+        }
+
+    def _register_gauges(self) -> None:
+        assert self.replica is not None and self.writer is not None and self.peers is not None
+        replica, writer, peers = self.replica, self.writer, self.peers
+        self.metrics.gauge(
+            "records",
+            lambda: {(("domain", d.name.lower()),): replica.tree(d).count for d in Domain},
+            help="records per domain",
+        )
+        self.metrics.gauge(
+            "connected_peers", lambda: {(): len(peers.connected())}, help="connected peers"
+        )
+        self.metrics.gauge(
+            "write_queue", lambda: {(): writer.statistics().queued}, help="write requests waiting"
+        )

@@ -1,0 +1,101 @@
+"""The libp2p host: persistent identity, GossipSub tuned for a chat node, stream handlers.
+
+py-libp2p 0.8.1 facts measured here (../shared/notes/py-libp2p.md) and what we do:
+
+* Spam protection caps forwarding at 10 messages/s per topic and silently drops
+  the rest: switched off; our validator is the spam defence and ops are batched.
+* Adaptive gossip pushes the heartbeat to 30-60 s: switched off, heartbeat 1 s.
+* Outbound queues hold 32 RPCs and drop when full: the publisher batches many
+  ops per message, so the message rate stays far below that; anti-entropy
+  repairs whatever is dropped anyway.
+* An uncaught exception in a stream handler ends the whole program:
+  ``safe_handler`` wraps every handler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import multiaddr
+from libp2p import new_host
+from libp2p.crypto.ed25519 import Ed25519PrivateKey, create_new_key_pair
+from libp2p.crypto.keys import KeyPair
+from libp2p.custom_types import TProtocol
+from libp2p.pubsub.gossipsub import GossipSub
+from libp2p.pubsub.pubsub import Pubsub
+from libp2p.tools.anyio_service import background_trio_service
+
+log = logging.getLogger(__name__)
+
+GOSSIP_PROTOCOLS = [TProtocol("/meshsub/1.1.0"), TProtocol("/meshsub/1.0.0")]
+SYNC_PROTOCOL = TProtocol("/chatsync/sync/1")
+OPS_TOPIC = "chatsync/ops/1"
+
+
+def load_or_create_key(path: Path) -> KeyPair:
+    """The node's libp2p identity: a 32-byte ed25519 seed in a 0600 file, created on first run."""
+    if path.exists():
+        seed = path.read_bytes()
+        if len(seed) != 32:
+            raise ValueError(f"{path}: expected a 32-byte ed25519 seed, got {len(seed)} bytes")
+        private = Ed25519PrivateKey.from_bytes(seed)
+        return KeyPair(private, private.get_public_key())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pair = create_new_key_pair()
+    raw = pair.private_key.to_bytes()[:32]
+    path.touch(mode=0o600)
+    path.write_bytes(raw)
+    return load_or_create_key(path)
+
+
+async def start_host(
+    stack: AsyncExitStack, key_pair: KeyPair, listen: str, heartbeat_s: int
+) -> tuple[Any, Pubsub]:
+    """Start a host listening on ``listen`` and its GossipSub; both stop when ``stack`` closes."""
+    addrs = [multiaddr.Multiaddr(listen)]
+    host = new_host(key_pair=key_pair, listen_addrs=addrs)
+    await stack.enter_async_context(host.run(listen_addrs=addrs))
+    router = GossipSub(
+        GOSSIP_PROTOCOLS,
+        degree=6,
+        degree_low=4,
+        degree_high=12,
+        heartbeat_interval=heartbeat_s,
+        adaptive_gossip_enabled=False,
+        spam_protection_enabled=False,
+        max_messages_per_topic_per_second=1e9,
+    )
+    pubsub = Pubsub(host, router)
+    await stack.enter_async_context(background_trio_service(pubsub))
+    await stack.enter_async_context(background_trio_service(router))
+    await pubsub.wait_until_ready()
+    return host, pubsub
+
+
+def safe_handler(
+    name: str, handler: Callable[[Any], Awaitable[None]], on_error: Callable[[str], None]
+) -> Callable[[Any], Awaitable[None]]:
+    """Wrap a stream handler so an exception ends that stream, never the process."""
+
+    async def wrapped(stream: Any) -> None:
+        try:
+            await handler(stream)
+        except Exception as exc:
+            log.warning("%s handler failed: %s: %s", name, type(exc).__name__, exc)
+            on_error(type(exc).__name__)
+            with contextlib.suppress(Exception):  # the stream may already be gone
+                await stream.reset()
+
+    return wrapped
+
+
+def peer_id_of(stream: Any) -> str:
+    try:
+        return str(stream.muxed_conn.peer_id)
+    except AttributeError:
+        return "unknown"

@@ -1,0 +1,133 @@
+"""Peers: our own reconnect loop to bootstrap peers, per-peer sync scheduling, an admin partition switch.
+
+py-libp2p's bootstrap helper forgets a peer after 3 failed dials, so we dial
+bootstrap addresses ourselves, forever, with jittered exponential backoff.
+Anti-entropy runs with each connected peer on connect and then every
+``sync_interval`` (+-25 % jitter so peers do not synchronise their sessions).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import multiaddr
+import trio
+from libp2p.peer.peerinfo import info_from_p2p_addr
+
+log = logging.getLogger(__name__)
+
+
+def backoff_delays(min_s: float, max_s: float, rnd: random.Random) -> Callable[[int], float]:
+    """Delay before the n-th retry: exponential from ``min_s`` to ``max_s``, with full jitter."""
+
+    def delay(attempt: int) -> float:
+        cap = min(max_s, min_s * (2 ** min(attempt, 30)))
+        return rnd.uniform(min_s, cap)
+
+    return delay
+
+
+class PeerManager:
+    def __init__(
+        self,
+        host: Any,
+        *,
+        reconnect_min_s: float,
+        reconnect_max_s: float,
+        sync_interval_s: float,
+        rnd: random.Random | None = None,
+    ) -> None:
+        self.host = host
+        self.rnd = rnd or random.Random()
+        self.delay = backoff_delays(reconnect_min_s, reconnect_max_s, self.rnd)
+        self.sync_interval_s = sync_interval_s
+        self.blocked: set[str] = set()  # peer ids whose traffic is dropped (admin partition)
+        self.dial_failures: dict[str, int] = {}
+
+    # --- partition switch ---
+
+    def is_blocked_bytes(self, peer: bytes) -> bool:
+        if not self.blocked or not peer:
+            return False
+        from libp2p.peer.id import ID
+
+        return ID(peer).to_base58() in self.blocked
+
+    async def block(self, peer_id: str) -> None:
+        self.blocked.add(peer_id)
+        await self._disconnect(peer_id)
+
+    def unblock(self, peer_id: str) -> None:
+        self.blocked.discard(peer_id)
+
+    async def _disconnect(self, peer_id: str) -> None:
+        for peer in list(self.host.get_connected_peers()):
+            if peer.to_base58() == peer_id:
+                try:
+                    await self.host.disconnect(peer)
+                except Exception as exc:  # already gone
+                    log.debug("disconnect %s: %s", peer_id, exc)
+
+    def connected(self) -> list[str]:
+        return [p.to_base58() for p in self.host.get_connected_peers()]
+
+    # --- reconnect loop ---
+
+    async def keep_connected(self, address: str) -> None:
+        """Dial ``address`` (a /p2p/ multiaddr) whenever we are not connected to it. Forever."""
+        info = info_from_p2p_addr(multiaddr.Multiaddr(address))
+        peer_id = info.peer_id.to_base58()
+        attempt = 0
+        while True:
+            if peer_id in self.blocked or peer_id in self.connected():
+                attempt = 0
+                await trio.sleep(1.0)
+                continue
+            try:
+                with trio.fail_after(5):
+                    await self.host.connect(info)  # re-adds the address: peerstore entries expire
+                log.info("connected to %s", peer_id)
+                attempt = 0
+                self.dial_failures[peer_id] = 0
+            except Exception as exc:
+                self.dial_failures[peer_id] = self.dial_failures.get(peer_id, 0) + 1
+                wait = self.delay(attempt)
+                attempt += 1
+                log.debug("dial %s failed (%s); retry in %.1f s", peer_id, exc, wait)
+                await trio.sleep(wait)
+
+    # --- anti-entropy scheduling ---
+
+    async def schedule_syncs(self, run_sync: Callable[[Any], Awaitable[None]]) -> None:
+        """Sync with each connected peer on connect and then periodically, one session per peer."""
+        next_at: dict[str, float] = {}
+        running: set[str] = set()
+        async with trio.open_nursery() as nursery:
+            while True:
+                now = trio.current_time()
+                for peer in self.host.get_connected_peers():
+                    name = peer.to_base58()
+                    if name in self.blocked:
+                        await self._disconnect(name)
+                        continue
+                    if name in running or now < next_at.get(name, 0.0):
+                        continue
+                    jitter = self.rnd.uniform(0.75, 1.25)
+                    next_at[name] = now + self.sync_interval_s * jitter
+                    running.add(name)
+                    nursery.start_soon(self._one_sync, run_sync, peer, running)
+                await trio.sleep(0.25)
+
+    @staticmethod
+    async def _one_sync(
+        run_sync: Callable[[Any], Awaitable[None]], peer: Any, running: set[str]
+    ) -> None:
+        try:
+            await run_sync(peer)
+        except Exception as exc:  # a failed session is counted by the sync service; keep going
+            log.info("sync with %s failed: %s", peer, exc)
+        finally:
+            running.discard(peer.to_base58())

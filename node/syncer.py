@@ -1,0 +1,143 @@
+"""Anti-entropy over streams: drives ``sync.protocol`` sessions over framed streams.
+
+A session step (``session.receive``) reads and writes RocksDB and the trees, so
+it runs in a worker thread under the node's ``db_lock`` — the same lock the DB
+writer holds — keeping one writer at a time. Every read has a timeout; a bad
+frame ends that session with a reason (sent to the peer as ABORT, logged,
+counted), never the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+from node.framing import FrameStream, StreamClosed
+from node.metrics import Metrics
+from sync.errors import RemoteProtocolError
+from sync.protocol import SessionRole, SyncConfig, SyncSession
+from sync.replica import Replica
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SyncOutcome:
+    peer: str
+    role: str
+    converged: bool | None
+    error: str | None
+    started_ms: int
+    duration_ms: float
+    frames: int
+    bytes_sent: int
+    bytes_received: int
+    records_applied: int
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class SyncService:
+    def __init__(
+        self,
+        replica: Replica,
+        db_lock: trio.Lock,
+        metrics: Metrics,
+        *,
+        config: SyncConfig | None = None,
+        read_timeout_s: float = 10.0,
+        clock_ms: Callable[[], int] = wall_ms,
+        salt: Callable[[], bytes] | None = None,
+    ) -> None:
+        self.replica = replica
+        self.db_lock = db_lock
+        self.metrics = metrics
+        self.config = config or SyncConfig()
+        self.read_timeout_s = read_timeout_s
+        self.clock_ms = clock_ms
+        self._salt = salt or (lambda: os.urandom(16))
+        self.last_sync: dict[str, SyncOutcome] = {}
+
+    async def initiate(self, peer: str, frames: FrameStream) -> SyncOutcome:
+        session = SyncSession(
+            SessionRole.INITIATOR, self.replica, now_ms=self.clock_ms(),
+            salt_seed=self._salt(), config=self.config,
+        )  # fmt: skip
+        return await self._drive(peer, session, frames)
+
+    async def respond(self, peer: str, frames: FrameStream) -> SyncOutcome:
+        session = SyncSession(
+            SessionRole.RESPONDER, self.replica, now_ms=self.clock_ms(), config=self.config
+        )
+        return await self._drive(peer, session, frames)
+
+    async def _drive(self, peer: str, session: SyncSession, frames: FrameStream) -> SyncOutcome:
+        started, t0 = self.clock_ms(), time.perf_counter()
+        error: str | None = None
+        try:
+            out = session.start(self.clock_ms()) if session.role is SessionRole.INITIATOR else None
+            while True:
+                if out is not None:
+                    await frames.write_frame(out)
+                if session.finished:
+                    break
+                with trio.fail_after(self.read_timeout_s):
+                    data = await frames.read_frame()
+                async with self.db_lock:
+                    out = await trio.to_thread.run_sync(session.receive, data, self.clock_ms())
+        except RemoteProtocolError as exc:
+            error = exc.reason
+            log.warning("sync with %s ended: %s (%s)", peer, exc.reason, exc)
+            await _try_send(frames, session.abort_frame())
+        except trio.TooSlowError:
+            error = "timeout"
+            await _try_send(frames, session.handle_timeout(10**18) or b"")  # ends the session
+        except StreamClosed as exc:
+            error = "stream_closed"
+            log.info("sync with %s: stream closed (%s)", peer, exc)
+        finally:
+            with trio.CancelScope(shield=True):
+                await frames.aclose()
+        outcome = SyncOutcome(
+            peer=peer,
+            role=session.role.value,
+            converged=session.converged if error is None else False,
+            error=error,
+            started_ms=started,
+            duration_ms=(time.perf_counter() - t0) * 1000,
+            frames=session.stats.frames_sent + session.stats.frames_received,
+            bytes_sent=sum(session.stats.bytes_sent.values()),
+            bytes_received=sum(session.stats.bytes_received.values()),
+            records_applied=session.stats.records_applied,
+        )
+        self._record(outcome)
+        return outcome
+
+    def _record(self, outcome: SyncOutcome) -> None:
+        self.last_sync[outcome.peer] = outcome
+        result = outcome.error or ("converged" if outcome.converged else "not_converged")
+        self.metrics.inc(
+            "sync_sessions", role=outcome.role, result=result, help="sync sessions by result"
+        )
+        self.metrics.inc("sync_bytes", outcome.bytes_sent, direction="sent", help="sync bytes")
+        self.metrics.inc("sync_bytes", outcome.bytes_received, direction="received")
+        self.metrics.inc(
+            "sync_records_applied", outcome.records_applied, help="records applied by sync"
+        )
+
+
+async def _try_send(frames: FrameStream, data: bytes) -> None:
+    if not data:
+        return
+    try:
+        with trio.move_on_after(1):
+            await frames.write_frame(data)
+    except StreamClosed:
+        pass
