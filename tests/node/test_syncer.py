@@ -1,0 +1,141 @@
+"""Sync sessions over in-memory streams: convergence, timeouts, garbage, a peer that vanishes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+import trio.testing
+
+from node.framing import TrioFrames
+from node.metrics import Metrics
+from node.syncer import SyncService
+from sync.frames import Domain
+from sync.replica import DbReplica
+
+from node_support import add, identity, messages, small_db
+
+MAX_FRAME = 1 << 22
+
+
+def service(replica: DbReplica, metrics: Metrics, *, timeout: float = 3600) -> SyncService:
+    return SyncService(
+        replica, trio.Lock(), metrics, read_timeout_s=timeout, clock_ms=lambda: 10_000
+    )
+
+
+async def test_two_nodes_converge_over_a_stream(tmp_path: Path) -> None:
+    a_db, b_db = small_db(tmp_path / "a"), small_db(tmp_path / "b")
+    try:
+        a_db.put_messages(messages(0, 60))
+        b_db.put_messages(messages(30, 60))
+        a_db.apply_member_states([(add(1, 5).chat_id, add(1, 5).user_id, add(1, 5).state())])
+        b_db.put_identities([identity(2, 9)])
+        a, b = DbReplica(a_db), DbReplica(b_db)
+        left, right = trio.testing.memory_stream_pair()
+        metrics = Metrics()
+        outcomes = []
+
+        async def respond() -> None:
+            outcomes.append(await service(b, metrics).respond("a", TrioFrames(right, MAX_FRAME)))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(respond)
+            outcomes.append(await service(a, metrics).initiate("b", TrioFrames(left, MAX_FRAME)))
+        assert all(o.converged and o.error is None for o in outcomes)
+        for domain in Domain:
+            assert a.tree(domain).root() == b.tree(domain).root()
+        assert a.tree(Domain.MESSAGES).count == 90
+        assert metrics.counter("sync_sessions", role="initiator", result="converged") == 1
+    finally:
+        a_db.close()
+        b_db.close()
+
+
+async def test_a_silent_peer_times_out(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    db = small_db(tmp_path / "a")
+    try:
+        left, _right = trio.testing.memory_stream_pair()  # nobody answers on the right
+        outcome = await service(DbReplica(db), Metrics(), timeout=10).initiate(
+            "x", TrioFrames(left, MAX_FRAME)
+        )
+        assert outcome.error == "timeout" and outcome.converged is False
+    finally:
+        db.close()
+
+
+async def test_garbage_ends_the_session_and_the_next_one_works(tmp_path: Path) -> None:
+    db = small_db(tmp_path / "a")
+    try:
+        db.put_messages(messages(0, 5))
+        replica, metrics = DbReplica(db), Metrics()
+        left, right = trio.testing.memory_stream_pair()
+        peer = TrioFrames(left, MAX_FRAME)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(peer.write_frame, b"\xff\x00garbage")
+            outcome = await service(replica, metrics).respond("evil", TrioFrames(right, MAX_FRAME))
+            abort = await peer.read_frame()  # the responder told the peer why
+        assert outcome.error == "malformed_frame"
+        assert b"malformed" in abort or len(abort) > 0
+        assert metrics.counter("sync_sessions", role="responder", result="malformed_frame") == 1
+        # the same service still serves an honest peer afterwards
+        other = small_db(tmp_path / "b")
+        try:
+            left, right = trio.testing.memory_stream_pair()
+            results = []
+
+            async def respond() -> None:
+                results.append(
+                    await service(replica, metrics).respond("ok", TrioFrames(right, MAX_FRAME))
+                )
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(respond)
+                results.append(
+                    await service(DbReplica(other), metrics).initiate(
+                        "s", TrioFrames(left, MAX_FRAME)
+                    )
+                )
+            assert all(r.converged for r in results)
+            assert sum(1 for _ in other.iter_msg_ids()) == 5
+        finally:
+            other.close()
+    finally:
+        db.close()
+
+
+async def test_a_peer_that_vanishes_mid_session(tmp_path: Path) -> None:
+    db = small_db(tmp_path / "a")
+    try:
+        db.put_messages(messages(0, 5))
+        left, right = trio.testing.memory_stream_pair()
+        peer = TrioFrames(left, MAX_FRAME)
+
+        async def vanish() -> None:
+            await peer.read_frame()  # take the HELLO, then hang up
+            await left.aclose()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(vanish)
+            outcome = await service(DbReplica(db), Metrics()).initiate(
+                "gone", TrioFrames(right, MAX_FRAME)
+            )
+        assert outcome.error == "stream_closed"
+    finally:
+        db.close()
+
+
+async def test_an_oversized_frame_is_refused_before_reading_it(tmp_path: Path) -> None:
+    db = small_db(tmp_path / "a")
+    try:
+        left, right = trio.testing.memory_stream_pair()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(left.send_all, (MAX_FRAME + 1).to_bytes(4, "big") + b"x" * 10)
+            outcome = await service(DbReplica(db), Metrics()).respond(
+                "big", TrioFrames(right, MAX_FRAME)
+            )
+        assert outcome.error == "stream_closed"
+    finally:
+        db.close()

@@ -1,0 +1,107 @@
+"""The DB writer: acks after the write, batching, backpressure, drain, trees in step with RocksDB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from node.metrics import Metrics
+from node.writer import DbWriter
+from sync.frames import Domain
+from sync.replica import DbReplica
+
+from node_support import USERS, add, identity, messages, small_db
+
+
+@pytest.fixture
+def parts(tmp_path: Path):  # type: ignore[no-untyped-def]
+    db = small_db(tmp_path / "db")
+    replica = DbReplica(db)
+    yield db, replica
+    db.close()
+
+
+def make_writer(parts, **kw) -> DbWriter:  # type: ignore[no-untyped-def]
+    db, replica = parts
+    return DbWriter(db, replica, trio.Lock(), Metrics(), **kw)
+
+
+async def test_ops_are_written_acknowledged_and_reflected_in_the_trees(parts) -> None:  # type: ignore[no-untyped-def]
+    db, replica = parts
+    writer = make_writer(parts)
+    msgs = messages(0, 20)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        new = await writer.submit([*msgs, add(1, 5), identity(1, 7)])
+        assert new == [True] * 22
+        again = await writer.submit([msgs[0], add(1, 5), identity(1, 7)])
+        assert again == [False, False, False]  # duplicates change nothing
+        writer.close()
+    assert db.is_member(msgs[0].chat_id, USERS[1])
+    assert db.get_identity(USERS[1]) is not None
+    rebuilt = DbReplica(db).trees
+    for domain in Domain:
+        assert rebuilt[domain] == replica.trees[domain]
+    assert replica.trees[Domain.MESSAGES].count == 20
+
+
+async def test_waiting_requests_are_merged_into_one_batch(parts) -> None:  # type: ignore[no-untyped-def]
+    writer = make_writer(parts, batch_max=10_000)
+    requests = [writer.submit_nowait(messages(i * 10, 10)) for i in range(8)]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        for request in requests:
+            assert await writer.wait(request) == [True] * 10
+        writer.close()
+    stats = writer.statistics()
+    assert stats.batches == 1 and stats.ops_applied == 80 and stats.ops_new == 80
+
+
+async def test_a_full_queue_pushes_back(parts, autojump_clock: trio.testing.MockClock) -> None:  # type: ignore[no-untyped-def]
+    writer = make_writer(parts, queue_size=2)
+    writer.submit_nowait(messages(0, 1))
+    writer.submit_nowait(messages(1, 1))
+    with pytest.raises(trio.WouldBlock):
+        writer.submit_nowait(messages(2, 1))
+    finished = trio.Event()
+
+    async def blocked_submitter() -> None:
+        await writer.submit(messages(3, 1))
+        finished.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(blocked_submitter)
+        await trio.sleep(5)
+        assert not finished.is_set()  # waits while nobody drains the queue
+        assert writer.statistics().queued == 2
+        await nursery.start(writer.run)
+        # No deadline here: the autojump clock would jump while the write runs in its thread.
+        await finished.wait()
+        writer.close()
+
+
+async def test_close_drains_what_was_accepted(parts) -> None:  # type: ignore[no-untyped-def]
+    db, _ = parts
+    writer = make_writer(parts)
+    requests = [writer.submit_nowait(messages(i, 1)) for i in range(5)]
+    writer.close()
+    await writer.run()  # returns once the queue is empty
+    assert all(r.done.is_set() and r.new == [True] for r in requests)
+    assert sum(1 for _ in db.iter_msg_ids()) == 5
+
+
+async def test_a_failing_request_fails_alone(parts) -> None:  # type: ignore[no-untyped-def]
+    writer = make_writer(parts)
+    too_big = messages(0, 1)[0]
+    object.__setattr__(too_big, "payload", b"x" * (300 * 1024))  # over the store's 256 KiB limit
+    good = writer.submit_nowait(messages(1, 3))
+    bad = writer.submit_nowait([too_big])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        assert await writer.wait(good) == [True] * 3
+        with pytest.raises(Exception, match="over the limit"):
+            await writer.wait(bad)
+        writer.close()
