@@ -1,0 +1,115 @@
+"""Signed ops and their envelope: round trips, signatures, self-certifying identities, hostile bytes."""
+
+from __future__ import annotations
+
+import cbor2
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from store import BadSignature, ClockDriftError, DecodeError, Hlc, MsgV1, Role
+from store.ops import (
+    MembershipAction,
+    MembershipOp,
+    decode_ops,
+    encode_ops,
+    make_identity,
+    validate_op,
+    verify_identity,
+)
+from store.signing import key_from_seed, public_key, user_id_from_key
+
+KEYS = [key_from_seed(bytes([i + 90]) * 32) for i in range(3)]
+USERS = [user_id_from_key(public_key(k)) for k in KEYS]
+CHAT = b"\x42" * 32
+LIMITS = {"max_bytes": 1 << 20, "max_ops": 100}
+
+ops = st.one_of(
+    st.builds(
+        lambda k, u, a, h, r: MembershipOp.create(KEYS[k], CHAT, USERS[u], a, Hlc(h), r),
+        st.integers(0, 2),
+        st.integers(0, 2),
+        st.sampled_from([MembershipAction.ADD, MembershipAction.REMOVE]),
+        st.integers(1, 10**6),
+        st.sampled_from(list(Role)),
+    ),
+    st.builds(
+        lambda k, h: make_identity(KEYS[k], bytes([k]) * 32, Hlc(h)),
+        st.integers(0, 2),
+        st.integers(1, 10**6),
+    ),
+    st.builds(
+        lambda k, h, p: MsgV1.create(KEYS[k], CHAT, Hlc(h), p),
+        st.integers(0, 2),
+        st.integers(1, 10**6),
+        st.binary(max_size=50),
+    ),
+)
+
+
+@given(st.lists(ops, max_size=6))
+def test_envelope_round_trip_and_every_op_verifies(batch: list) -> None:  # type: ignore[type-arg]
+    decoded = decode_ops(encode_ops(batch), **LIMITS)
+    assert decoded == batch
+    for op in decoded:
+        validate_op(op, now_ms=10**6, max_offset_ms=0)
+
+
+@given(ops, st.integers(0, 200), st.integers(1, 255))
+def test_a_flipped_byte_never_verifies(op, position: int, flip: int) -> None:  # type: ignore[no-untyped-def]
+    raw = bytearray(encode_ops([op]))
+    raw[position % len(raw)] ^= flip
+    try:
+        decoded = decode_ops(bytes(raw), **LIMITS)
+    except DecodeError:
+        return
+    for candidate in decoded:
+        if candidate != op:
+            with pytest.raises((BadSignature, DecodeError, ClockDriftError)):
+                validate_op(candidate, now_ms=10**6, max_offset_ms=0)
+
+
+@given(st.binary(max_size=300))
+def test_garbage_raises_only_decode_errors(data: bytes) -> None:
+    try:
+        decode_ops(data, **LIMITS)
+    except DecodeError as exc:
+        assert exc.reason
+
+
+def test_leave_must_be_signed_by_the_leaver() -> None:
+    own = MembershipOp.create(KEYS[1], CHAT, USERS[1], MembershipAction.LEAVE, Hlc(5))
+    own.verify()
+    other = MembershipOp.create(KEYS[0], CHAT, USERS[1], MembershipAction.LEAVE, Hlc(5))
+    with pytest.raises(BadSignature):
+        other.verify()
+
+
+def test_identity_blob_must_belong_to_the_user() -> None:
+    record = make_identity(KEYS[0], b"\x01" * 32, Hlc(7))
+    assert verify_identity(record).box_key == b"\x01" * 32
+    stolen = type(record)(USERS[1], record.hlc, record.blob)  # someone else's id, my blob
+    with pytest.raises(BadSignature):
+        verify_identity(stolen)
+    replayed = type(record)(USERS[0], Hlc(8), record.blob)  # the blob signed for another stamp
+    with pytest.raises(BadSignature):
+        verify_identity(replayed)
+
+
+def test_far_future_ops_are_refused() -> None:
+    msg = MsgV1.create(KEYS[0], CHAT, Hlc(200_000), b"x")
+    with pytest.raises(ClockDriftError):
+        validate_op(msg, now_ms=0, max_offset_ms=120_000)
+    validate_op(msg, now_ms=80_001, max_offset_ms=120_000)
+
+
+def test_envelope_limits() -> None:
+    many = encode_ops([MsgV1.create(KEYS[0], CHAT, Hlc(i + 1), b"") for i in range(5)])
+    with pytest.raises(DecodeError):
+        decode_ops(many, max_bytes=1 << 20, max_ops=4)
+    with pytest.raises(DecodeError) as info:
+        decode_ops(many, max_bytes=100, max_ops=10)
+    assert info.value.reason == "oversize"
+    with pytest.raises(DecodeError) as info:
+        decode_ops(cbor2.dumps([1, [[9, b"x"]]]), **LIMITS)
+    assert info.value.reason == "unknown_kind"
