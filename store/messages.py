@@ -40,8 +40,9 @@ class Direction(Enum):
 @dataclass(frozen=True, slots=True)
 class PutResult:
     msg_id: bytes
-    seq: int  # 0 when the message was a duplicate
+    seq: int  # 0 when the message was a duplicate or expired
     duplicate: bool
+    expired: bool = False  # older than the retention cutoff: refused, never stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,9 @@ def take_until(records: Iterable[bytes | None], max_bytes: int) -> tuple[list[by
 
 
 class MessageStore(RocksBase):
+    # Retention cutoff (RETENTION.md): messages with hlc.physical_ms <= this are refused.
+    # Set by the GC (store.retention); None keeps everything.
+    expire_before_ms: int | None = None
     # --- writes ---
 
     def put_message(self, msg: MsgV1, *, now_ms: int | None = None) -> PutResult:
@@ -116,9 +120,14 @@ class MessageStore(RocksBase):
         newest: dict[bytes, tuple[int, bytes]] = {}
         results: list[PutResult] = []
         new_ids: set[bytes] = set()
+        expire = self.expire_before_ms
         for msg, msg_id, seen in zip(msgs, ids, already, strict=True):
             if seen is not None or msg_id in new_ids:
                 results.append(PutResult(msg_id, 0, True))
+                continue
+            if expire is not None and msg.hlc.physical_ms <= expire:
+                # GC removed (or would remove) it: storing it again would resurrect it.
+                results.append(PutResult(msg_id, 0, True, expired=True))
                 continue
             new_ids.add(msg_id)
             chat = msg.chat_id

@@ -43,12 +43,18 @@ class FrameType(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class Hello:
-    """Starts a pass: the initiator's full-width roots, the pass's salt and hash width."""
+    """Starts a pass: the initiator's full-width roots, the pass's salt and hash width.
+
+    ``cutoff_ms``: the initiator's retention cutoff for messages (0: none). ``final``:
+    compare roots and end — no descent (the last pass moved nothing it could move).
+    """
 
     pass_no: int
     salt: bytes
     width: int
     roots: dict[Domain, tuple[bytes, int]]  # domain -> (xor, count)
+    cutoff_ms: int = 0
+    final: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +64,14 @@ class Done:
 
 @dataclass(frozen=True, slots=True)
 class Nodes:
-    """Per domain: a bitmap over the peer's last node list (which differed) and our next hashes."""
+    """Per domain: a bitmap over the peer's last node list (which differed) and our next hashes.
+
+    ``cutoff_ms`` in the responder's first NODES of a pass: the session's message cutoff,
+    the later of both sides' (0: none); both then neither list, ship nor accept older.
+    """
 
     sections: dict[Domain, tuple[bytes, bytes]]  # domain -> (flags, concatenated hashes)
+    cutoff_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,16 +127,18 @@ Frame = Hello | Done | Nodes | Cells | Transfer | Abort
 
 def encode_frame(frame: Frame) -> bytes:
     match frame:
-        case Hello(pass_no, salt, width, roots):
+        case Hello(pass_no, salt, width, roots, cutoff_ms, final):
             body: list[Any] = [
                 FrameType.HELLO, PROTOCOL_VERSION, pass_no, salt, width,
                 [[int(d), xor, count] for d, (xor, count) in sorted(roots.items())],
+                cutoff_ms, final,
             ]  # fmt: skip
         case Done(converged):
             body = [FrameType.DONE, converged]
-        case Nodes(sections) | Cells(sections):
-            kind = FrameType.NODES if isinstance(frame, Nodes) else FrameType.CELLS
-            body = [kind, [[int(d), a, b] for d, (a, b) in sorted(sections.items())]]
+        case Nodes(sections, cutoff_ms):
+            body = [FrameType.NODES, _tree_sections(sections), cutoff_ms]
+        case Cells(sections):
+            body = [FrameType.CELLS, _tree_sections(sections)]
         case Transfer(idle, sections):
             body = [
                 FrameType.TRANSFER,
@@ -135,6 +148,10 @@ def encode_frame(frame: Frame) -> bytes:
         case Abort(reason):
             body = [FrameType.ABORT, reason[:200]]
     return cbor2.dumps(body)
+
+
+def _tree_sections(sections: dict[Domain, tuple[bytes, bytes]]) -> list[Any]:
+    return [[int(d), a, b] for d, (a, b) in sorted(sections.items())]
 
 
 def _encode_section(domain: Domain, s: TransferSection) -> list[Any]:
@@ -237,7 +254,7 @@ def decode_frame(data: bytes, *, max_frame: int, max_ids: int) -> Frame:
 
 
 def _decode_hello(v: list[Any], max_ids: int) -> Hello:
-    version, pass_no, salt, width, roots = _arity(v, 5, "HELLO")
+    version, pass_no, salt, width, roots, cutoff_ms, final = _arity(v, 7, "HELLO")
     if _uint(version, "version") != PROTOCOL_VERSION:
         raise _fail(f"unsupported protocol version {version}", "unsupported_version")
     width = _uint(width, "hash width", 256)
@@ -248,7 +265,12 @@ def _decode_hello(v: list[Any], max_ids: int) -> Hello:
         xor, count = _arity(rest, 2, "HELLO root")
         parsed[domain] = (_bytes(xor, "root xor", length=32), _uint(count, "root count"))
     return Hello(
-        _uint(pass_no, "pass", 1 << 16), _bytes(salt, "salt", length=SALT_LEN), width, parsed
+        _uint(pass_no, "pass", 1 << 16),
+        _bytes(salt, "salt", length=SALT_LEN),
+        width,
+        parsed,
+        _uint(cutoff_ms, "cutoff"),
+        _bool(final, "final"),
     )
 
 
@@ -269,7 +291,8 @@ def _decode_tree_sections(
 
 
 def _decode_nodes(v: list[Any], max_ids: int) -> Nodes:
-    return Nodes(_decode_tree_sections(v, "NODES", None))
+    sections, cutoff_ms = _arity(v, 2, "NODES")
+    return Nodes(_decode_tree_sections([sections], "NODES", None), _uint(cutoff_ms, "cutoff"))
 
 
 def _decode_cells(v: list[Any], max_ids: int) -> Cells:

@@ -222,6 +222,8 @@ class SyncSession:
         self._domains: dict[Domain, _DomainPass] = {}
         self._last_sent_idle = False
         self._last_activity_ms = now_ms
+        self._session_cutoff = self.config.cutoff_ms  # the later of both sides' (RETENTION.md)
+        self._moved = 0  # records sent or received in this pass
 
     # --- driver API ---
 
@@ -324,16 +326,17 @@ class SyncSession:
 
     # --- passes ---
 
-    def _begin_pass(self) -> Hello:
+    def _begin_pass(self, *, final: bool = False) -> Hello:
         self._pass_no += 1
         self.stats.passes = self._pass_no
-        self._salt = blake3.blake3(self.salt_seed + self._pass_no.to_bytes(2, "big")).digest(
-            SALT_LEN
-        )
+        seed = self.salt_seed + self._pass_no.to_bytes(2, "big")
+        self._salt = blake3.blake3(seed).digest(SALT_LEN)
         self._domains = {}
+        self._moved = 0
         self.state = State.AWAIT_TOP
         roots = {d: self._tree(d).root() for d in Domain}
-        return Hello(self._pass_no, self._salt, self.config.hash_width, roots)
+        own_cutoff = self.config.cutoff_ms or 0
+        return Hello(self._pass_no, self._salt, self.config.hash_width, roots, own_cutoff, final)
 
     def _on_hello(self, hello: Hello) -> Frame:
         if self.state is State.TRANSFER and not self._last_sent_idle:
@@ -350,8 +353,9 @@ class SyncSession:
             )
         self._pass_no = self.stats.passes = hello.pass_no
         self._salt, self._width = hello.salt, hello.width
+        self._session_cutoff = _later(self.config.cutoff_ms, hello.cutoff_ms)
         differing = [d for d in Domain if self._tree(d).root() != hello.roots[d]]
-        if not differing or hello.pass_no > self.config.max_passes:
+        if not differing or hello.final or hello.pass_no > self.config.max_passes:
             self.state, self.converged = State.DONE, not differing
             return Done(not differing)
         self._domains = {d: _DomainPass() for d in differing}
@@ -364,7 +368,7 @@ class SyncSession:
                 self._tree(domain).hashes(TOP_DEPTH, top, self._salt, self._width),
             )
         self.state = State.AWAIT_MIDDLE
-        return Nodes(sections)
+        return Nodes(sections, self._session_cutoff or 0)
 
     def _on_done(self, done: Done) -> None:
         self.state, self.converged = State.DONE, done.converged
@@ -414,6 +418,7 @@ class SyncSession:
         return Nodes(out)
 
     def _on_top(self, nodes: Nodes) -> Nodes:
+        self._session_cutoff = _later(self.config.cutoff_ms, nodes.cutoff_ms)
         self._domains = {d: _DomainPass() for d in nodes.sections}
         if not self._domains:
             raise RemoteProtocolError("NODES without any domain", reason="unexpected_domain")
@@ -479,7 +484,7 @@ class SyncSession:
         return IdList(bucket, complete, b"".join(prefixes[: self.config.max_bucket_ids]))
 
     def _cutoff(self, domain: Domain) -> int | None:
-        return self.config.cutoff_ms if domain is Domain.MESSAGES else None
+        return self._session_cutoff if domain is Domain.MESSAGES else None
 
     # --- transfer ---
 
@@ -495,7 +500,10 @@ class SyncSession:
         reply = self._next_transfer()
         nothing_to_say = reply.idle and all(s.empty for s in reply.sections.values())
         if transfer.idle and nothing_to_say and self.role is INIT:
-            return self._begin_pass()
+            # A pass that found differences but could move nothing (e.g. records the
+            # other side's retention refuses) would find the same again: compare and end.
+            found = any(dp.diff_buckets for dp in self._domains.values())
+            return self._begin_pass(final=found and self._moved == 0)
         return reply
 
     def _take_requests(self, domain: Domain, dp: _DomainPass, section: TransferSection) -> None:
@@ -554,6 +562,7 @@ class SyncSession:
                 continue
             valid.append(record)
         self.stats.records_received += len(blobs)
+        self._moved += len(blobs)
         if valid:
             self.stats.records_applied += self.replica.apply(domain, valid)
         if problem is not None:
@@ -593,6 +602,7 @@ class SyncSession:
             if not section.empty:
                 sections[domain] = section
             self.stats.records_sent += len(records)
+            self._moved += len(records)
         asks = any(s.wants or s.id_lists or s.prefix_wants for s in sections.values())
         idle = not asks and not any(dp.pending() for dp in self._domains.values())
         return Transfer(idle, sections)
@@ -615,6 +625,12 @@ class SyncSession:
                 dp.shipped.add(chunk[i])
                 budget -= len(blob)
         return out, budget
+
+
+def _later(own: int | None, peer: int) -> int | None:
+    """The later of two message cutoffs; 0 from the wire and None here both mean none."""
+    present = [c for c in (own, peer) if c]
+    return max(present) if present else None
 
 
 def _take_within(items: list[Any], budget: int) -> list[Any]:

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from store_support import CHATS, KEYS, USERS, dump_all, fresh_db, make_msg, msg_ids
 
 from store import (
     BadSignature,
@@ -22,7 +21,6 @@ from store import (
     ClockDriftError,
     DecodeError,
     Hlc,
-    IdentityRecord,
     InboxEntry,
     InvalidInput,
     MemberInfo,
@@ -42,6 +40,8 @@ from store.records import (
     decode_msg,
 )
 from store.signing import public_key, user_id_from_key
+
+from store_support import CHATS, KEYS, USERS, dump_all, fresh_db, make_msg, msg_ids
 
 CHAT, CHAT2, _ = CHATS
 ALICE, BOB = USERS[:2]
@@ -314,7 +314,9 @@ def test_configured_max_offset() -> None:
 
 
 def test_remove_at_hlc_zero_is_rejected(full_db: ChatDb) -> None:
-    assert_rejected(full_db, lambda: full_db.remove_member_synced(CHAT, ALICE, HLC_ZERO), ValueError)
+    assert_rejected(
+        full_db, lambda: full_db.remove_member_synced(CHAT, ALICE, HLC_ZERO), ValueError
+    )
 
 
 # --- other out-of-range input -------------------------------------------------------------

@@ -26,6 +26,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from store import ChatDb, ChatMeta, IdentityRecord, MemberInfo, MsgV1
+from store.merge import add_op_state, merge_member_states, remove_op_state
+from store.records import compute_identity_record_id
+
 from store_support import (
     CHATS,
     TMP_ROOT,
@@ -43,10 +48,6 @@ from store_support import (
     small_config,
     small_hlcs,
 )
-
-from store import ChatDb, ChatMeta, IdentityRecord, MemberInfo, MsgV1
-from store.merge import add_op_state, merge_member_states, remove_op_state
-from store.records import compute_identity_record_id
 
 SYNC_CHATS = CHATS[:2]
 SYNC_USERS = USERS[:3]
@@ -96,7 +97,9 @@ def apply_one(db: ChatDb, op: tuple[Any, ...]) -> None:
 def apply_batched(db: ChatDb, batch: list[tuple[Any, ...]]) -> None:
     """Many ops through the batch APIs (one WriteBatch per domain)."""
     db.put_messages([op[1] for op in batch if op[0] == "msg"])
-    db.apply_member_states([member_state(op) for op in batch if op[0] in ("add", "remove", "record")])
+    db.apply_member_states(
+        [member_state(op) for op in batch if op[0] in ("add", "remove", "record")]
+    )
     db.put_identities([IdentityRecord(*op[1:]) for op in batch if op[0] == "identity"])
 
 
@@ -205,7 +208,11 @@ class ReplicaPair(RuleBasedStateMachine):
     def deliver_some(self, data: st.DataObject) -> None:
         """Gossip: some pending ops reach B in another order, maybe with old ones again."""
         chosen = data.draw(st.lists(st.sampled_from(self.pending), min_size=1, unique=True))
-        again = data.draw(st.lists(st.sampled_from(self.delivered), max_size=3)) if self.delivered else []
+        again = (
+            data.draw(st.lists(st.sampled_from(self.delivered), max_size=3))
+            if self.delivered
+            else []
+        )
         batch = data.draw(st.permutations(chosen + again))
         if data.draw(st.booleans()):
             apply_batched(self.b, batch)
@@ -256,5 +263,5 @@ class ReplicaPair(RuleBasedStateMachine):
             self._tmp.cleanup()
 
 
-ReplicaPair.TestCase.settings = settings(max_examples=20, stateful_step_count=20)
+ReplicaPair.TestCase.settings = settings(max_examples=15, stateful_step_count=20)
 TestReplicaPair = ReplicaPair.TestCase

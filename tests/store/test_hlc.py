@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from store_support import hlcs
 
 from store import ClockDriftError, Hlc, HlcClock, InvalidInput
 from store.hlc import (
@@ -15,6 +14,8 @@ from store.hlc import (
     MAX_PACKED,
     MAX_PHYSICAL,
 )
+
+from store_support import hlcs
 
 physical_times = st.integers(0, MAX_PHYSICAL)
 

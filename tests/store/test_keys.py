@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from store_support import hlcs
 
 from store import Hlc, InvalidInput
 from store import keys as k
+
+from store_support import hlcs
 
 chat_ids = st.binary(min_size=32, max_size=32)
 user_ids = st.binary(min_size=20, max_size=20)
@@ -137,7 +137,9 @@ ID_SLOTS: list[tuple[str, Builder, int]] = [
 ]
 
 
-@pytest.mark.parametrize(("builder", "length"), [(b, n) for _, b, n in ID_SLOTS], ids=[name for name, _, _ in ID_SLOTS])
+@pytest.mark.parametrize(
+    ("builder", "length"), [(b, n) for _, b, n in ID_SLOTS], ids=[name for name, _, _ in ID_SLOTS]
+)
 @pytest.mark.parametrize(
     "wrong_size",
     [lambda n: n - 1, lambda n: n + 1, lambda n: 0, lambda n: 2 * n],
@@ -151,7 +153,9 @@ def test_wrong_length_ids_raise_value_error(
         builder(b"\x07" * wrong_size(length))
 
 
-@pytest.mark.parametrize(("builder", "length"), [(b, n) for _, b, n in ID_SLOTS], ids=[name for name, _, _ in ID_SLOTS])
+@pytest.mark.parametrize(
+    ("builder", "length"), [(b, n) for _, b, n in ID_SLOTS], ids=[name for name, _, _ in ID_SLOTS]
+)
 def test_non_bytes_ids_raise_value_error(builder: Builder, length: int) -> None:
     with pytest.raises(ValueError, match="must be bytes"):
         builder("x" * length)  # type: ignore[arg-type]
@@ -248,9 +252,9 @@ def test_bucket_prefix_out_of_range(bucket: int) -> None:
 @given(st.binary(min_size=1, max_size=8), st.binary(max_size=10))
 def test_prefix_end_bounds_exactly_the_prefixed_keys(prefix: bytes, key: bytes) -> None:
     end = k.prefix_end(prefix)
-    if end is None:
+    if end is None:  # all 0xff: every key from the prefix on starts with it
         assert prefix == b"\xff" * len(prefix)
-        assert not key.startswith(prefix) or key >= prefix
+        assert (key >= prefix) == key.startswith(prefix)
         return
     assert end > prefix
     assert not end.startswith(prefix)

@@ -9,15 +9,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from store_support import (
-    fold_members,
-    member_infos,
-    member_ops,
-    op_state,
-    optional_member_infos,
-    roles,
-    small_hlcs,
-)
 
 from store import ChatMeta, Hlc, MemberInfo, Role
 from store.hlc import HLC_ZERO
@@ -28,6 +19,16 @@ from store.merge import (
     meta_after_membership,
     meta_after_message,
     remove_op_state,
+)
+
+from store_support import (
+    fold_members,
+    member_infos,
+    member_ops,
+    op_state,
+    optional_member_infos,
+    roles,
+    small_hlcs,
 )
 
 bin32 = st.binary(min_size=32, max_size=32)
@@ -118,7 +119,9 @@ def test_any_order_or_duplication_of_ops_folds_to_one_state(
 def test_folded_ops_match_their_maxima(ops: list[tuple[Any, ...]]) -> None:
     state = fold_members([op_state(op) for op in ops])
     assert state is not None
-    adds = [op[2] for op in ops if op[0] == "add"] + [op[1].added_at for op in ops if op[0] == "record"]
+    adds = [op[2] for op in ops if op[0] == "add"] + [
+        op[1].added_at for op in ops if op[0] == "record"
+    ]
     removes = [op[1] for op in ops if op[0] == "remove"] + [
         op[1].removed_at for op in ops if op[0] == "record" and op[1].removed_at is not None
     ]
@@ -179,9 +182,7 @@ def test_identity_winner_is_order_independent(
 
 
 @given(identity_candidates, identity_candidates)
-def test_identity_wins_is_a_strict_total_order(
-    a: tuple[Hlc, bytes], b: tuple[Hlc, bytes]
-) -> None:
+def test_identity_wins_is_a_strict_total_order(a: tuple[Hlc, bytes], b: tuple[Hlc, bytes]) -> None:
     assert identity_wins(a, None)
     assert not identity_wins(a, a)
     if a != b:
@@ -199,7 +200,12 @@ def test_identity_tie_is_broken_by_blob_bytes() -> None:
 
 
 @given(
-    st.lists(st.tuples(bin32, small_hlcs(3, 1)), min_size=1, max_size=10, unique_by=operator.itemgetter(0)),
+    st.lists(
+        st.tuples(bin32, small_hlcs(3, 1)),
+        min_size=1,
+        max_size=10,
+        unique_by=operator.itemgetter(0),
+    ),
     st.data(),
 )
 def test_meta_last_message_is_order_independent(
@@ -248,7 +254,13 @@ def test_meta_after_message_keeps_other_fields() -> None:
 users = st.binary(min_size=20, max_size=20)
 
 
-@given(st.lists(st.tuples(st.sampled_from([b"\x01" * 20, b"\x02" * 20, b"\x83" * 20]), st.booleans()), max_size=12), st.data())
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([b"\x01" * 20, b"\x02" * 20, b"\x83" * 20]), st.booleans()),
+        max_size=12,
+    ),
+    st.data(),
+)
 def test_meta_membership_is_a_function_of_the_final_active_set(
     changes: list[tuple[bytes, bool]], data: st.DataObject
 ) -> None:

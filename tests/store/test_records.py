@@ -9,9 +9,8 @@ from typing import Any
 import blake3
 import cbor2
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from store_support import AUTHOR_IDS, KEYS, hlcs, make_msg, messages, roles
 
 from store import (
     BadSignature,
@@ -48,6 +47,8 @@ from store.records import (
     encode_identity_value,
 )
 from store.signing import public_key, user_id_from_key
+
+from store_support import AUTHOR_IDS, KEYS, hlcs, make_msg, messages, roles
 
 bin20 = st.binary(min_size=20, max_size=20)
 bin32 = st.binary(min_size=32, max_size=32)
@@ -87,6 +88,10 @@ inbox_entries = st.builds(
     last_seq=u32s,
     last_text_preview=st.text(max_size=100),
 )
+
+
+# Tests parametrized over all seven codecs run half the profile's examples per codec.
+PER_CODEC = settings(max_examples=max(10, settings.default.max_examples // 2))
 
 
 def reencode_msg(msg: MsgV1) -> bytes:
@@ -151,6 +156,7 @@ def reason_of(decode: Callable[[bytes], Any], data: bytes) -> str:
 
 
 @pytest.mark.parametrize("codec", CODECS, ids=repr)
+@PER_CODEC
 @given(data=st.data())
 def test_decode_encode_round_trip(codec: Codec, data: st.DataObject) -> None:
     value = data.draw(codec.strategy)
@@ -404,6 +410,7 @@ def test_chat_meta_identity_limit() -> None:
 
 
 @pytest.mark.parametrize("codec", CODECS, ids=repr)
+@PER_CODEC
 @given(data=st.binary(max_size=300))
 def test_arbitrary_bytes_only_raise_decode_error(codec: Codec, data: bytes) -> None:
     decode_or_reject(codec, data)
@@ -432,6 +439,7 @@ def mutations(draw: st.DrawFn, data: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("codec", CODECS, ids=repr)
+@PER_CODEC
 @given(data=st.data())
 def test_mutated_encodings_only_raise_decode_error(codec: Codec, data: st.DataObject) -> None:
     valid = codec.encode(data.draw(codec.strategy))
@@ -445,12 +453,15 @@ cbor_values = st.recursive(
     | st.binary(max_size=40)
     | st.text(max_size=8)
     | st.floats(allow_nan=False),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
     max_leaves=12,
 )
 
 
 @pytest.mark.parametrize("codec", CBOR_CODECS, ids=repr)
+@PER_CODEC
 @given(data=st.data())
 def test_valid_cbor_with_a_replaced_field_only_raises_decode_error(
     codec: Codec, data: st.DataObject
@@ -464,6 +475,7 @@ def test_valid_cbor_with_a_replaced_field_only_raises_decode_error(
 
 
 @pytest.mark.parametrize("codec", CBOR_CODECS, ids=repr)
+@PER_CODEC
 @given(value=cbor_values)
 def test_any_cbor_value_only_raises_decode_error(codec: Codec, value: Any) -> None:
     decode_or_reject(codec, cbor2.dumps(value))
@@ -473,6 +485,7 @@ def test_any_cbor_value_only_raises_decode_error(codec: Codec, value: Any) -> No
 
 
 @pytest.mark.parametrize("codec", CODECS, ids=repr)
+@PER_CODEC
 @given(data=st.data())
 def test_every_truncation_is_reason_truncated(codec: Codec, data: st.DataObject) -> None:
     valid = codec.encode(data.draw(codec.strategy))
@@ -493,7 +506,18 @@ def test_malformed_cbor(codec: Codec, data: bytes) -> None:
 @pytest.mark.parametrize(
     "value",
     [1, "text", b"bytes", {"a": 1}, [], ["1"], [True], [None], [1.0], [1]],
-    ids=["int", "text", "bytes", "map", "empty", "str_version", "bool_version", "none", "float", "short"],
+    ids=[
+        "int",
+        "text",
+        "bytes",
+        "map",
+        "empty",
+        "str_version",
+        "bool_version",
+        "none",
+        "float",
+        "short",
+    ],
 )
 def test_wrong_type(codec: Codec, value: Any) -> None:
     assert reason_of(codec.decode, canonical_cbor(value)) == "wrong_type"
@@ -628,7 +652,12 @@ def test_new_message_with_a_ref_is_invalid() -> None:
 
 @pytest.mark.parametrize(
     ("index", "value", "reason"),
-    [(1, 2, "unknown_kind"), (1, True, "wrong_type"), (2, "x", "wrong_type"), (3, b"", "wrong_type")],
+    [
+        (1, 2, "unknown_kind"),
+        (1, True, "wrong_type"),
+        (2, "x", "wrong_type"),
+        (3, b"", "wrong_type"),
+    ],
 )
 def test_member_info_field_errors(index: int, value: Any, reason: str) -> None:
     fields = [1, 0, 5, None]

@@ -45,10 +45,14 @@ frames: st.SearchStrategy[Frame] = st.one_of(
         st.dictionaries(
             domains, st.tuples(st.binary(min_size=32, max_size=32), st.integers(0, 2**40))
         ),
+        cutoff_ms=st.integers(0, 2**48),
+        final=st.booleans(),
     ),
     st.builds(Done, st.booleans()),
     st.builds(
-        Nodes, st.dictionaries(domains, st.tuples(st.binary(max_size=40), st.binary(max_size=40)))
+        Nodes,
+        st.dictionaries(domains, st.tuples(st.binary(max_size=40), st.binary(max_size=40))),
+        cutoff_ms=st.integers(0, 2**48),
     ),
     st.builds(
         Cells,
@@ -116,10 +120,11 @@ def test_well_formed_cbor_of_the_wrong_shape(value: object) -> None:
     ("raw", "reason"),
     [
         (cbor2.dumps([99]), "unknown_frame"),
-        (cbor2.dumps([1, 2, 1, b"s" * 16, 4, []]), "unsupported_version"),
-        (cbor2.dumps([1, 1, 1, b"s" * 16, 40, []]), "bad_width"),
-        (cbor2.dumps([3, [[7, b"", b""]]]), "unknown_domain"),
-        (cbor2.dumps([3, [[0, b"", b""], [0, b"", b""]]]), "duplicate_domain"),
+        (cbor2.dumps([1, 2, 1, b"s" * 16, 4, [], 0, False]), "unsupported_version"),
+        (cbor2.dumps([1, 1, 1, b"s" * 16, 40, [], 0, False]), "bad_width"),
+        (cbor2.dumps([1, 1, 1, b"s" * 16, 4, [], -1, False]), "malformed_frame"),
+        (cbor2.dumps([3, [[7, b"", b""]], 0]), "unknown_domain"),
+        (cbor2.dumps([3, [[0, b"", b""], [0, b"", b""]], 0]), "duplicate_domain"),
         (cbor2.dumps([5, True, [[0, [], b"", [[70000, True, b""]], []]]]), "bad_bucket"),
         (cbor2.dumps([5, True, [[0, [b"r"] * 1001, b"", [], []]]]), "too_many_items"),
         (cbor2.dumps([4, [[0, b"", b"x" * 39]]]), "malformed_frame"),
