@@ -1,4 +1,8 @@
-"""The ``chatsync`` command line (typer)."""
+"""The ``chatsync`` command line (typer).
+
+Node operators: ``chatsync node run``, ``chatsync demo``, ``chatsync bench ...``.
+Users (``node.user_cli``): ``keygen``, ``publish``, ``send``, ``history``, ``status``.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import typer
 
 from node.bench.cli import bench_app
 from node.demo import store_demo
+from node.user_cli import register as register_user_commands
 
 app = typer.Typer(
     name="chatsync",
@@ -16,6 +21,7 @@ app = typer.Typer(
 app.add_typer(bench_app, name="bench")
 node_app = typer.Typer(help="Run a node.", no_args_is_help=True)
 app.add_typer(node_app, name="node")
+register_user_commands(app)
 
 
 @node_app.command("run")

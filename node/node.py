@@ -165,8 +165,12 @@ class Node:
 
     # --- the API the HTTP layer uses ---
 
-    async def submit_ops(self, ops: list[Op]) -> list[bool]:
-        """Validate, write (ack after the WriteBatch), then gossip the ops that were new."""
+    async def submit_ops(self, ops: list[Op], *, wait_for_room: bool = True) -> list[bool]:
+        """Validate, write (ack after the WriteBatch), then gossip the ops that were new.
+
+        With ``wait_for_room=False`` a full write queue raises ``trio.WouldBlock`` at
+        once instead of waiting (the HTTP API answers 503 then).
+        """
         assert self.writer is not None and self.gossip is not None
         now = self.clock_ms()
         for op in ops:
@@ -175,7 +179,10 @@ class Node:
             except InvalidInput as exc:
                 self.metrics.inc("ops_rejected", reason=exc.reason, help="ops refused at the API")
                 raise
-        new = await self.writer.submit(ops)
+        if wait_for_room:
+            new = await self.writer.submit(ops)
+        else:
+            new = await self.writer.wait(self.writer.submit_nowait(ops))
         fresh = [op for op, is_new in zip(ops, new, strict=True) if is_new]
         self.metrics.inc("ops_submitted", len(ops), help="ops submitted through the API")
         if fresh:

@@ -12,6 +12,15 @@ acknowledged op survives kill -9.
 Sync sessions also write (records they receive). They take the same ``db_lock``
 around each step, so there is one writer at a time and the trees always match
 what is on disk.
+
+Inbox: after the ops of a batch are stored, ``update_inboxes`` rewrites the
+chat-list entry (CF user_inbox) of every chat that got new messages — one
+``upsert_inbox_for_members`` call per chat per batch — for the chat's active
+members plus the batch's senders. The entry comes from the chat's ChatMeta
+(newest message, local ``last_seq``, which the unread count is measured against);
+its kind is DM when the chat id is the DM id of its two participants
+(``node.e2e.dm_chat_id``), else GROUP. The inbox is a local view: it is written in
+its own WriteBatch right after the messages', and derived again on the next message.
 """
 
 from __future__ import annotations
@@ -153,13 +162,16 @@ class DbWriter:
         new = [False] * len(ops)
         trees = self.replica.trees
         msgs = [(i, op) for i, op in enumerate(ops) if isinstance(op, MsgV1)]
+        fresh: list[MsgV1] = []
+        previous = {m.chat_id: self.db.load_meta(m.chat_id).last_ts for _, m in msgs}
         if msgs:
-            for (i, _), result in zip(
+            for (i, msg), result in zip(
                 msgs, self.db.put_messages([m for _, m in msgs]), strict=True
             ):
                 if not result.duplicate:
                     trees[Domain.MESSAGES].insert(result.msg_id)
                     new[i] = True
+                    fresh.append(msg)
         members = [(i, op) for i, op in enumerate(ops) if isinstance(op, MembershipOp)]
         if members:
             rows = [(op.chat_id, op.user_id, op.state()) for _, op in members]
@@ -173,4 +185,6 @@ class DbWriter:
             ):
                 trees[Domain.IDENTITY].replace(ichange.old_id, ichange.new_id)
                 new[i] = ichange.changed
+        if fresh:  # after the member ops: a first message may come with its chat's members
+            self.db.refresh_inboxes(fresh, previous)
         return new

@@ -24,7 +24,7 @@ from store.keys import (
     rev_ts,
 )
 from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
-from store.records import InboxEntry, decode_inbox_entry
+from store.records import ChatKind, InboxEntry, MsgV1, decode_inbox_entry, decode_msg, is_dm_chat
 from store.rocks import RocksBase
 
 
@@ -50,20 +50,69 @@ class InboxStore(RocksBase):
         return None
 
     def upsert_inbox_for_members(
-        self, chat_id: bytes, members: Iterable[bytes], entry: InboxEntry
+        self,
+        chat_id: bytes,
+        members: Iterable[bytes],
+        entry: InboxEntry,
+        *,
+        previous_last_ts: int | None = None,
     ) -> None:
-        """Give each member exactly one inbox entry for ``chat_id``: ``entry``, sorted by its last_ts."""
+        """Give each member exactly one inbox entry for ``chat_id``: ``entry``, sorted by its last_ts.
+
+        The old entry's key holds its rev_ts. With ``previous_last_ts`` (the chat's last_ts
+        when its entries were last written) one multi-get finds most old keys; a member
+        without an entry there (new to the chat) costs a prefix scan of its inbox.
+        """
+        members = list(members)
+        guesses: list[bytes | None] = [None] * len(members)
+        if previous_last_ts is not None:
+            keys = [key_user_inbox(u, rev_ts(previous_last_ts), chat_id) for u in members]
+            found = self.multi_get("user_inbox", keys)
+            guesses = [
+                key if value is not None else None for key, value in zip(keys, found, strict=True)
+            ]
         batch = self.new_batch()
         inbox_cf = self._handle["user_inbox"]
         encoded = entry.encode()
-        for user in members:
+        for user, guess in zip(members, guesses, strict=True):
             new_key = key_user_inbox(user, rev_ts(entry.last_ts), chat_id)
-            old_key = self._find_inbox_key(user, chat_id)
+            old_key = guess or self._find_inbox_key(user, chat_id)
             if old_key is not None and old_key != new_key:
                 batch.delete(old_key, inbox_cf)
             batch.put(new_key, encoded, inbox_cf)
         if batch.len():
             self.write(batch)
+
+    def refresh_inboxes(self, fresh: list[MsgV1], previous_last_ts: dict[bytes, int]) -> None:
+        """Point each participant's entry of every chat in ``fresh`` at the chat's newest message.
+
+        ``fresh``: messages just stored (not duplicates); ``previous_last_ts``: each chat's
+        ChatMeta.last_ts before they were stored. Participants: the chat's active members
+        and the senders of ``fresh``. One upsert per chat.
+        """
+        by_chat: dict[bytes, list[MsgV1]] = {}
+        for msg in fresh:
+            by_chat.setdefault(msg.chat_id, []).append(msg)
+        for chat_id, chat_msgs in by_chat.items():
+            meta = self.load_meta(chat_id)  # just written by put_messages (and cached)
+            newest = next((m for m in chat_msgs if m.msg_id == meta.last_msg_id), None)
+            sender = newest.sender if newest is not None else self._sender_of(meta.last_msg_id)
+            users = sorted(set(meta.members) | {m.sender for m in chat_msgs})
+            entry = InboxEntry(
+                chat_id=chat_id,
+                kind=ChatKind.DM if is_dm_chat(chat_id, users) else ChatKind.GROUP,
+                last_ts=meta.last_ts,
+                last_msg_id=meta.last_msg_id,
+                last_sender=sender or chat_msgs[-1].sender,
+                last_seq=meta.last_seq,
+            )
+            previous = previous_last_ts.get(chat_id)
+            self.upsert_inbox_for_members(chat_id, users, entry, previous_last_ts=previous)
+
+    def _sender_of(self, msg_id: bytes) -> bytes | None:
+        raw = self.get("seen_msg", msg_id)
+        stored = self.get("messages", raw) if raw else None
+        return None if stored is None else decode_msg(stored).sender
 
     def delete_user_inbox_entry(self, user_id: bytes, chat_id: bytes) -> bool:
         """Remove ``chat_id`` from the user's chat list (after a Remove or Leave)."""

@@ -65,6 +65,22 @@ class ChatKind(IntEnum):
     CHANNEL = 2
 
 
+DM_CHAT_DOMAIN = b"chatsync/dm-chat/v1\x00"
+
+
+def dm_chat_id(user_a: bytes, user_b: bytes) -> bytes:
+    """The chat id of the direct-message chat between two users (order does not matter)."""
+    low, high = sorted(
+        (check_len(user_a, USER_ID_LEN, "user_id"), check_len(user_b, USER_ID_LEN, "user_id"))
+    )
+    return blake3_id(DM_CHAT_DOMAIN, low, high)
+
+
+def is_dm_chat(chat_id: bytes, members: list[bytes] | tuple[bytes, ...]) -> bool:
+    """True if ``chat_id`` is the DM chat of exactly these two members."""
+    return len(members) == 2 and dm_chat_id(members[0], members[1]) == chat_id
+
+
 class Role(IntEnum):
     PARTICIPANT = 0
     ADMIN = 1

@@ -182,11 +182,15 @@ class DbReplica:
         changed = 0
         if domain is Domain.MESSAGES:
             msgs = [r for r in records if isinstance(r, MsgV1)]
-            for result in self.db.put_messages(msgs):
+            previous = {m.chat_id: self.db.load_meta(m.chat_id).last_ts for m in msgs}
+            fresh = []
+            for msg, result in zip(msgs, self.db.put_messages(msgs), strict=True):
                 if not result.duplicate:
                     tree.insert(result.msg_id)
-                    changed += 1
-            return changed
+                    fresh.append(msg)
+            if fresh:  # the chat lists are local views: keep them in step with sync too
+                self.db.refresh_inboxes(fresh, previous)
+            return len(fresh)
         if domain is Domain.MEMBERS:
             rows = [(r.chat_id, r.user_id, r.info) for r in records if isinstance(r, MemberRecord)]
             changes: Iterable[tuple[bytes | None, bytes]] = (

@@ -835,3 +835,26 @@ def test_message_values_decode(db: ChatDb) -> None:
     for key, value in db.iter_all("messages"):
         msg = decode_msg(value)
         assert parse_key_messages(key)[:2] == (msg.chat_id, msg.hlc.pack())
+
+
+def test_refresh_inboxes_keeps_one_entry_per_member_with_or_without_the_fast_path(db) -> None:  # type: ignore[no-untyped-def]
+    from store.signing import key_from_seed, public_key, user_id_from_key
+
+    keys = [key_from_seed(bytes([0x70 + i]) * 32) for i in range(3)]
+    users = [user_id_from_key(public_key(k)) for k in keys]
+    chat = b"\x66" * 32
+    for user in users[:2]:
+        db.add_member_synced(chat, user, Role.PARTICIPANT, Hlc(1))
+    for step in range(1, 6):
+        previous = {chat: db.load_meta(chat).last_ts}
+        msgs = [MsgV1.create(keys[step % 3], chat, Hlc(100 * step + i), b"m") for i in range(3)]
+        db.put_messages(msgs)
+        if step == 3:
+            previous = {}  # no hint: the slow path must give the same result
+        db.refresh_inboxes(msgs, previous)
+        meta = db.load_meta(chat)
+        for user in users[:2]:
+            items = [i for i in db.list_user_chats(user).items if i.entry.chat_id == chat]
+            assert len(items) == 1
+            assert items[0].entry.last_msg_id == meta.last_msg_id
+            assert items[0].entry.last_seq == meta.last_seq

@@ -1,0 +1,240 @@
+"""A small synchronous client of the node's HTTP API (httpx), used by the CLI and the tests.
+
+Every method maps one endpoint. A refusal (4xx/5xx) raises ``ChatsyncClientError``
+with the server's ``code`` and ``message``; a node that cannot be reached raises it
+with ``code="unreachable"`` and status 0. Records that come back are rebuilt and
+checked (a message's signature and id, an identity's self-certification), so a
+client need not trust the node it talks to.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from nacl.signing import SigningKey
+
+from store.errors import InvalidInput
+from store.hlc import Hlc, HlcClock
+from store.messages import DEFAULT_PAGE_LIMIT
+from store.ops import (
+    IdentityDoc,
+    MembershipAction,
+    MembershipOp,
+    Op,
+    encode_op,
+    op_kind,
+    verify_identity,
+)
+from store.records import IdentityRecord, MessageKind, MsgV1, Role
+
+
+class ChatsyncClientError(Exception):
+    """The node refused a request (``status`` 4xx/5xx) or could not be reached (status 0)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}" + (f" (HTTP {status})" if status else ""))
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def b64encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii")
+
+
+def b64decode(value: str) -> bytes:
+    return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+
+
+def hlc_of(value: dict[str, int]) -> Hlc:
+    return Hlc(value["physical_ms"], value["logical"])
+
+
+@dataclass(frozen=True)
+class Message:
+    msg: MsgV1  # rebuilt from the JSON; its signature and id were checked
+    seq: int
+
+    @property
+    def id(self) -> bytes:
+        return self.msg.msg_id
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    messages: list[Message]
+    next_cursor: str | None
+
+
+def message_from_json(item: dict[str, Any]) -> Message:
+    """Rebuild a MsgV1 from the API's JSON; InvalidInput if it is forged or altered."""
+    ref = item.get("ref")
+    try:
+        msg = MsgV1(
+            chat_id=bytes.fromhex(item["chat_id"]), sender=bytes.fromhex(item["sender"]),
+            hlc=hlc_of(item["hlc"]), kind=MessageKind(item["kind"]),
+            payload=b64decode(item["payload"]), ref=None if ref is None else bytes.fromhex(ref),
+            author_key=bytes.fromhex(item["author_key"]), sig=b64decode(item["sig"]),
+        )  # fmt: skip
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidInput(f"the node sent a malformed message: {exc}") from None
+    msg.verify()
+    if msg.msg_id.hex() != item["id"]:
+        raise InvalidInput("the node sent a message whose id does not match its content")
+    return Message(msg, int(item["seq"]))
+
+
+class ChatsyncClient:
+    def __init__(self, base_url: str, *, timeout: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
+        self.clock = HlcClock()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ChatsyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- plumbing ---
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ChatsyncClientError(
+                0, "unreachable", f"cannot reach the node at {self.base_url}: {exc}"
+            ) from None
+        if response.is_success:
+            if response.headers.get("content-type", "").startswith("application/json"):
+                return response.json()
+            return response.text
+        try:
+            body = response.json()
+            code, message = str(body["code"]), str(body["message"])
+        except (ValueError, KeyError, TypeError):
+            code, message = "http_error", response.text[:200] or response.reason_phrase
+        raise ChatsyncClientError(response.status_code, code, message)
+
+    def now(self) -> Hlc:
+        """The next stamp of this client's HLC (wall clock)."""
+        return self.clock.now(int(time.time() * 1000))
+
+    # --- writes ---
+
+    def post_ops(self, ops: list[Op]) -> list[bool]:
+        """Submit signed ops; per op, whether it was new to the node."""
+        body = {"ops": [{"kind": int(op_kind(op)), "data": b64encode(encode_op(op))} for op in ops]}
+        result = self._request("POST", "/ops", json=body)
+        return [bool(x) for x in result["new"]]
+
+    def send_message(
+        self,
+        key: SigningKey,
+        chat_id: bytes,
+        payload: bytes,
+        *,
+        kind: MessageKind = MessageKind.NEW,
+        ref: bytes | None = None,
+        extra_ops: list[Op] | None = None,
+    ) -> MsgV1:
+        """Sign ``payload`` as a message of ``key``'s user in ``chat_id`` and post it.
+
+        ``extra_ops`` (identity, memberships) go first, in the same request.
+        """
+        msg = MsgV1.create(key, chat_id, self.now(), payload, kind=kind, ref=ref)
+        self.post_ops([*(extra_ops or []), msg])
+        return msg
+
+    def membership_op(
+        self,
+        key: SigningKey,
+        chat_id: bytes,
+        user_id: bytes,
+        action: MembershipAction = MembershipAction.ADD,
+        role: Role = Role.PARTICIPANT,
+    ) -> MembershipOp:
+        return MembershipOp.create(key, chat_id, user_id, action, self.now(), role)
+
+    def put_identity(self, record: IdentityRecord) -> bool:
+        result = self._request(
+            "PUT", f"/identity/{record.user_id.hex()}", json={"data": b64encode(record.encode())}
+        )
+        return bool(result["new"])
+
+    def set_read_progress(self, user_id: bytes, chat_id: bytes, seq: int) -> dict[str, Any]:
+        path = f"/users/{user_id.hex()}/chats/{chat_id.hex()}/read"
+        result: dict[str, Any] = self._request("PUT", path, json={"seq": seq})
+        return result
+
+    # --- reads ---
+
+    def history(
+        self,
+        chat_id: bytes,
+        *,
+        cursor: str | None = None,
+        limit: int = DEFAULT_PAGE_LIMIT,
+        direction: str = "backward",
+    ) -> HistoryPage:
+        params: dict[str, Any] = {"limit": limit, "direction": direction}
+        if cursor is not None:
+            params["cursor"] = cursor
+        result = self._request("GET", f"/chats/{chat_id.hex()}/messages", params=params)
+        return HistoryPage(
+            [message_from_json(item) for item in result["messages"]], result["next_cursor"]
+        )
+
+    def chats(
+        self, user_id: bytes, *, cursor: str | None = None, limit: int = DEFAULT_PAGE_LIMIT
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"limit": limit}
+        if cursor is not None:
+            params["cursor"] = cursor
+        result: dict[str, Any] = self._request(
+            "GET", f"/users/{user_id.hex()}/chats", params=params
+        )
+        return result
+
+    def read_progress(self, user_id: bytes, chat_id: bytes) -> dict[str, Any]:
+        result: dict[str, Any] = self._request(
+            "GET", f"/users/{user_id.hex()}/chats/{chat_id.hex()}/read"
+        )
+        return result
+
+    def members(self, chat_id: bytes) -> list[bytes]:
+        result = self._request("GET", f"/chats/{chat_id.hex()}/members")
+        return [bytes.fromhex(m["user_id"]) for m in result["members"]]
+
+    def get_identity(self, user_id: bytes) -> IdentityRecord | None:
+        """The user's identity record as the node has it (None: the node has none)."""
+        try:
+            result = self._request("GET", f"/identity/{user_id.hex()}")
+        except ChatsyncClientError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return IdentityRecord(user_id, hlc_of(result["hlc"]), b64decode(result["blob"]))
+
+    def identity_doc(self, user_id: bytes) -> IdentityDoc | None:
+        """The user's verified identity document (keys); BadSignature if the node's is forged."""
+        record = self.get_identity(user_id)
+        return None if record is None else verify_identity(record)
+
+    def status(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("GET", "/status")
+        return result
+
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("GET", "/health")
+        return result
+
+    def metrics(self) -> str:
+        return str(self._request("GET", "/metrics"))
