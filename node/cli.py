@@ -36,6 +36,11 @@ def node_run(
         None, "--durable/--no-durable", help="Ack writes only once in the WAL."
     ),
     sync_interval: float = typer.Option(None, help="Seconds between anti-entropy rounds per peer."),
+    retention_days: float = typer.Option(None, help="Expire messages older than this (0: keep)."),
+    max_storage_mb: int = typer.Option(
+        None, help="Expire oldest messages above this size (0: no cap)."
+    ),
+    gc_interval: float = typer.Option(None, help="Seconds between retention GC cycles."),
     log_level: str = typer.Option("INFO", help="Logging level."),
 ) -> None:
     """Run a node until SIGINT/SIGTERM (then: tasks cancelled, writer drained, RocksDB closed)."""
@@ -45,6 +50,8 @@ def node_run(
     overrides = {
         "data": data, "listen": listen, "http": http, "bootstrap": bootstrap or None,
         "key": key, "durable": durable, "sync_interval_s": sync_interval,
+        "retention_days": retention_days, "max_storage_mb": max_storage_mb,
+        "gc_interval_s": gc_interval,
     }  # fmt: skip
     try:
         cfg = load_config(config, overrides)

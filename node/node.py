@@ -18,6 +18,7 @@ import trio
 
 from node.config import NodeConfig
 from node.framing import Libp2pFrames
+from node.gc import gc_loop
 from node.gossip import GossipService
 from node.metrics import Metrics
 from node.p2p import (
@@ -34,6 +35,7 @@ from node.writer import DbWriter
 from store.chatdb import ChatDb
 from store.errors import InvalidInput
 from store.ops import Op, validate_op
+from store.retention import RetentionPolicy
 from store.rocks import ChatDbConfig
 from sync.frames import Domain
 from sync.protocol import SyncConfig
@@ -79,6 +81,10 @@ class Node:
         )
         self.db = await trio.to_thread.run_sync(ChatDb, db_config)
         try:
+            # Refuse expired messages from the first write on; the GC loop keeps this current.
+            self.db.expire_before_ms = RetentionPolicy(cfg.retention_days).age_cutoff(
+                self.clock_ms()
+            )
             self.replica = await trio.to_thread.run_sync(DbReplica, self.db)
             self.writer = DbWriter(
                 self.db, self.replica, self.db_lock, self.metrics,
@@ -133,6 +139,9 @@ class Node:
                 for address in cfg.bootstrap:
                     nursery.start_soon(self.peers.keep_connected, address)
                 nursery.start_soon(self.peers.schedule_syncs, self._initiate_sync)
+                policy = RetentionPolicy(cfg.retention_days, cfg.max_storage_mb)
+                if policy.retention_days > 0 or policy.max_storage_mb > 0:
+                    nursery.start_soon(self._gc_loop, policy)
                 if cfg.http:
                     from node.api import serve_http
 
@@ -141,6 +150,13 @@ class Node:
                 task_status.started(self)
                 await self._stop.wait()
                 nursery.cancel_scope.cancel()
+
+    async def _gc_loop(self, policy: RetentionPolicy) -> None:
+        assert self.db is not None and self.replica is not None
+        await gc_loop(
+            self.db, self.replica, self.db_lock, policy, self.config.gc_interval_s, self.clock_ms,
+            metrics=self.metrics, sync=self.sync,
+        )  # fmt: skip
 
     # --- sync over libp2p streams ---
 

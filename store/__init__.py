@@ -1,10 +1,13 @@
 """The storage layer: HLC, keys, records (CBOR), CRDT merge rules — all pure — and ChatDb on rocksdict.
 
-Pure modules (no I/O, importable anywhere): ``hlc``, ``keys``, ``records``,
-``merge``, ``signing``, ``errors``. ``ChatDb`` is the only one that touches disk.
+Pure modules (no I/O, importable anywhere, no rocksdict): ``hlc``, ``keys``,
+``records``, ``merge``, ``signing``, ``ops``, ``errors``. ``ChatDb`` and its result
+types are loaded on first use, so ``import store`` stays pure for sync/ and sim/.
 """
 
-from store.chatdb import ChatDb
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from store.errors import (
     BadSignature,
     ChatsyncError,
@@ -14,11 +17,7 @@ from store.errors import (
     TooLarge,
 )
 from store.hlc import HLC_ZERO, Hlc, HlcClock
-from store.identity import IdentityChange
-from store.inbox import ChatListItem, ChatListPage
-from store.members import MemberChange
 from store.merge import identity_wins, merge_member_states
-from store.messages import Direction, PutResult, RangePage, StoredMessage
 from store.records import (
     ChatKind,
     ChatMeta,
@@ -31,7 +30,35 @@ from store.records import (
     OversizeRecord,
     Role,
 )
-from store.rocks import ChatDbConfig
+
+# name -> module, for the parts that need rocksdict
+_LAZY = {
+    "ChatDb": "store.chatdb",
+    "ChatDbConfig": "store.rocks",
+    "IdentityChange": "store.identity",
+    "ChatListItem": "store.inbox",
+    "ChatListPage": "store.inbox",
+    "MemberChange": "store.members",
+    "Direction": "store.messages",
+    "PutResult": "store.messages",
+    "RangePage": "store.messages",
+    "StoredMessage": "store.messages",
+}
+
+if TYPE_CHECKING:
+    from store.chatdb import ChatDb
+    from store.identity import IdentityChange
+    from store.inbox import ChatListItem, ChatListPage
+    from store.members import MemberChange
+    from store.messages import Direction, PutResult, RangePage, StoredMessage
+    from store.rocks import ChatDbConfig
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'store' has no attribute {name!r}")
+
 
 __all__ = [
     "HLC_ZERO",

@@ -160,3 +160,16 @@ def decode_cursor(cursor: str, key_len: int, prefix: bytes) -> bytes:
     if len(key) != key_len or not key.startswith(prefix):
         raise InvalidInput("cursor does not belong to this listing", reason="bad_cursor")
     return key
+
+
+def extract_hlc_physical_from_seen_value(value: bytes) -> int | None:
+    """Physical ms of the packed HLC at bytes 32..40 of a seen_msg value.
+
+    Empty (legacy) values count as 0 so the first GC pass clears them; any other
+    length is not a seen_msg value and gives None.
+    """
+    if len(value) == 0:
+        return 0
+    if len(value) != MESSAGES_KEY_LEN:
+        return None
+    return int.from_bytes(value[32:40], "big") >> 16

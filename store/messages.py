@@ -20,6 +20,7 @@ from store.keys import (
     check_len,
     decode_cursor,
     encode_cursor,
+    extract_hlc_physical_from_seen_value,
     key_messages,
     parse_key_messages,
     prefix_end,
@@ -56,19 +57,6 @@ class StoredMessage:
 class RangePage:
     items: list[StoredMessage]
     next_cursor: str | None  # None: no more messages in this direction
-
-
-def extract_hlc_physical_from_seen_value(value: bytes) -> int | None:
-    """Physical ms of the packed HLC at bytes 32..40 of a seen_msg value.
-
-    Empty (legacy) values count as 0 so the first GC pass clears them; any other
-    length is not a seen_msg value and gives None.
-    """
-    if len(value) == 0:
-        return 0
-    if len(value) != MESSAGES_KEY_LEN:
-        return None
-    return int.from_bytes(value[32:40], "big") >> 16
 
 
 def take_until(records: Iterable[bytes | None], max_bytes: int) -> tuple[list[bytes], bool]:

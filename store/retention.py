@@ -19,12 +19,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from store.chatdb import ChatDb
 from store.hlc import LOGICAL_BITS
-from store.keys import MSG_ID_LEN
-from store.messages import extract_hlc_physical_from_seen_value
+from store.keys import MSG_ID_LEN, extract_hlc_physical_from_seen_value
 from store.records import ChatKind, InboxEntry
+
+if TYPE_CHECKING:  # a ChatDb is passed in; this module imports no rocksdict itself
+    from store.chatdb import ChatDb
 
 DAY_MS = 86_400_000
 

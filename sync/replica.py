@@ -27,6 +27,7 @@ from store.records import (
     compute_identity_record_id,
     compute_member_record_id,
 )
+from store.retention import expire_seen, iter_seen_aged, trim_chats
 from sync.frames import Domain
 from sync.merkle import MerkleTree
 
@@ -58,6 +59,7 @@ class MemoryReplica:
     """A whole replica in dicts, merged by the same rules as ChatDb."""
 
     def __init__(self) -> None:
+        self.expire_before_ms: int | None = None  # retention: older messages are refused
         self.trees = {d: MerkleTree() for d in Domain}
         self.messages: dict[bytes, MsgV1] = {}
         self.members: dict[tuple[bytes, bytes], MemberInfo] = {}
@@ -118,6 +120,9 @@ class MemoryReplica:
         if isinstance(record, MsgV1):
             if record.msg_id in self.messages:
                 return False
+            expire = self.expire_before_ms
+            if expire is not None and record.hlc.physical_ms <= expire:
+                return False  # GC removed (or would remove) it: never store it again
             self.messages[record.msg_id] = record
             self._index_replace(Domain.MESSAGES, None, record.msg_id, record.msg_id)
             return True
@@ -140,6 +145,17 @@ class MemoryReplica:
         self._index_replace(Domain.IDENTITY, old, record.record_id, record.user_id)
         return True
 
+    def expire_messages(self, cutoff_ms: int) -> list[bytes]:
+        """Retention GC, as ChatDb's: drop messages at or before the cutoff, refuse them after."""
+        self.expire_before_ms = max(self.expire_before_ms or cutoff_ms, cutoff_ms)
+        aged = [i for i, m in self.messages.items() if m.hlc.physical_ms <= cutoff_ms]
+        for msg_id in aged:
+            del self.messages[msg_id]
+            del self._index[Domain.MESSAGES][msg_id]
+            self._buckets[Domain.MESSAGES][_bucket(msg_id)].discard(msg_id)
+            self.trees[Domain.MESSAGES].remove(msg_id)
+        return aged
+
 
 def _member_id(key: tuple[bytes, bytes], info: MemberInfo) -> bytes:
     return compute_member_record_id(key[0], key[1], info.role, info.added_at, info.removed_at)
@@ -158,6 +174,21 @@ class DbReplica:
 
     def tree(self, domain: Domain) -> MerkleTree:
         return self.trees[domain]
+
+    def expire_messages(self, cutoff_ms: int, batch: int = 10_000) -> list[bytes]:
+        """Retention GC on the ChatDb, the tree kept in step (one caller at a time)."""
+        trim_chats(self.db, cutoff_ms)
+        aged = iter_seen_aged(self.db, cutoff_ms)
+        expired: list[bytes] = []
+        while ids := expire_seen(aged, self.db, batch):
+            self.remove_from_tree(ids)
+            expired += ids
+        return expired
+
+    def remove_from_tree(self, msg_ids: list[bytes]) -> None:
+        tree = self.trees[Domain.MESSAGES]
+        for msg_id in msg_ids:
+            tree.remove(msg_id)
 
     def bucket_ids(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]:
         if domain is Domain.MESSAGES:

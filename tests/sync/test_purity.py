@@ -1,0 +1,20 @@
+"""The sans-IO rule (ARCHITECTURE.md): the pure core imports no trio, libp2p, rocksdict or pyspark."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+PURE = ["store.hlc", "store.keys", "store.records", "store.merge", "store.ops", "store.retention",
+        "sync.merkle", "sync.frames", "sync.protocol", "sync.replica", "sync.loopback"]  # fmt: skip
+FORBIDDEN = ["trio", "libp2p", "rocksdict", "pyspark"]
+
+
+def test_pure_modules_import_no_io_libraries() -> None:
+    code = (
+        "import sys\n"
+        + "".join(f"import {m}\n" for m in PURE)
+        + f"print([m for m in {FORBIDDEN!r} if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
