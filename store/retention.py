@@ -56,8 +56,10 @@ class RetentionPolicy:
 
 
 def storage_bytes(db: ChatDb) -> int:
-    """Bytes on disk under the DB directory (SST files, WAL, manifest)."""
-    return sum(f.stat().st_size for f in Path(db.config.path).rglob("*") if f.is_file())
+    """Bytes of data on disk: SST files and the WAL (RocksDB's info LOG files are not data)."""
+    return sum(
+        f.stat().st_size for f in Path(db.config.path).iterdir() if f.suffix in (".sst", ".log")
+    )
 
 
 def size_cutoff(db: ChatDb, *, max_bytes: int, used_bytes: int) -> int | None:

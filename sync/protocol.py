@@ -335,7 +335,7 @@ class SyncSession:
         self._moved = 0
         self.state = State.AWAIT_TOP
         roots = {d: self._tree(d).root() for d in Domain}
-        own_cutoff = self.config.cutoff_ms or 0
+        own_cutoff = max(0, self.config.cutoff_ms or 0)  # before the epoch: nothing expired
         return Hello(self._pass_no, self._salt, self.config.hash_width, roots, own_cutoff, final)
 
     def _on_hello(self, hello: Hello) -> Frame:
@@ -368,7 +368,7 @@ class SyncSession:
                 self._tree(domain).hashes(TOP_DEPTH, top, self._salt, self._width),
             )
         self.state = State.AWAIT_MIDDLE
-        return Nodes(sections, self._session_cutoff or 0)
+        return Nodes(sections, max(0, self._session_cutoff or 0))
 
     def _on_done(self, done: Done) -> None:
         self.state, self.converged = State.DONE, done.converged
@@ -629,7 +629,7 @@ class SyncSession:
 
 def _later(own: int | None, peer: int) -> int | None:
     """The later of two message cutoffs; 0 from the wire and None here both mean none."""
-    present = [c for c in (own, peer) if c]
+    present = [c for c in (own, peer) if c and c > 0]
     return max(present) if present else None
 
 
