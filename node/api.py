@@ -20,7 +20,7 @@ store's ``InvalidInput`` (``decode``, ``truncated``, ``malformed``, ``wrong_leng
 ``bad_limit``, ...) or one of the API's own (``bad_id``, ``bad_base64``,
 ``user_mismatch``, ``invalid_request``, ``body_too_large``, ``not_found``, ``busy``).
 Sizes are 413 (dm3: -32011 Too big), well-formed but unacceptable ops (signature,
-clock drift, user mismatch) 422, other bad input 400, a full write queue 503
+clock drift, user mismatch, unauthorized membership) 422, other bad input 400, a full write queue 503
 (dm3: -32005 Limit exceeded). A 500 means a bug: it is logged with its traceback.
 Nothing is written when a request is refused, and the node keeps running.
 
@@ -67,7 +67,7 @@ log = logging.getLogger(__name__)
 MAX_OPS_PER_REQUEST = 1024
 MAX_BODY_BYTES = 8 * 1024 * 1024
 SIZE_REASONS = {"too_large", "oversize", "body_too_large"}
-UNPROCESSABLE_REASONS = {"bad_signature", "clock_drift", "user_mismatch"}
+UNPROCESSABLE_REASONS = {"bad_signature", "clock_drift", "user_mismatch", "unauthorized"}
 
 
 # --- request and response bodies ---------------------------------------------------------

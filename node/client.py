@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 from nacl.signing import SigningKey
 
+from store.authz import AdminGrant, ChatProof
 from store.errors import InvalidInput
 from store.hlc import Hlc, HlcClock
 from store.messages import DEFAULT_PAGE_LIMIT
@@ -160,8 +161,14 @@ class ChatsyncClient:
         user_id: bytes,
         action: MembershipAction = MembershipAction.ADD,
         role: Role = Role.PARTICIPANT,
+        *,
+        proof: ChatProof,
+        grant: AdminGrant | None = None,
     ) -> MembershipOp:
-        return MembershipOp.create(key, chat_id, user_id, action, self.now(), role)
+        """A signed op; ``proof`` shows who controls the chat (store.authz)."""
+        return MembershipOp.create(
+            key, chat_id, user_id, action, self.now(), role, proof=proof, grant=grant
+        )
 
     def put_identity(self, record: IdentityRecord) -> bool:
         result = self._request(

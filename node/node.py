@@ -116,7 +116,9 @@ class Node:
             )  # fmt: skip
             self.sync = SyncService(
                 self.replica, self.db_lock, self.metrics,
-                config=SyncConfig(max_frame=cfg.sync_max_frame, max_payload=cfg.max_payload),
+                config=SyncConfig(
+                    max_frame=cfg.sync_max_frame, max_payload=cfg.max_payload, authenticate=True
+                ),
                 read_timeout_s=cfg.sync_read_timeout_s, clock_ms=self.clock_ms,
             )  # fmt: skip
             self.gossip = GossipService(

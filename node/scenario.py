@@ -17,10 +17,13 @@ from rich.table import Table
 
 from node.cluster import Cluster
 from store import Hlc, HlcClock, MsgV1, Role
+from store.authz import new_group
 from store.ops import MembershipAction, MembershipOp, Op, make_identity
 from store.signing import key_from_seed, public_key, user_id_from_key
 
-GROUP = bytes.fromhex("c4a75e" + "00" * 29)
+# The scenario's group chat: created by the first author; its id commits to that key.
+GROUP_PROOF = new_group(key_from_seed(bytes([0x40]) * 32), b"scenario-group-1")
+GROUP = GROUP_PROOF.chat_id()
 
 
 def wall_ms() -> int:
@@ -70,7 +73,13 @@ def run_scenario(nodes: int, base_dir: Path, *, per_phase: int, out: Path) -> di
             role = Role.ADMIN if i == 0 else Role.PARTICIPANT
             setup.append(
                 MembershipOp.create(
-                    authors.keys[0], GROUP, user, MembershipAction.ADD, authors.stamp(0), role
+                    authors.keys[0],
+                    GROUP,
+                    user,
+                    MembershipAction.ADD,
+                    authors.stamp(0),
+                    role,
+                    proof=GROUP_PROOF,
                 )
             )
         cluster.post_ops(0, setup)

@@ -32,6 +32,7 @@ from node.e2e import (
     seal_dm,
     write_key_file,
 )
+from store.authz import DmProof
 from store.errors import InvalidInput
 from store.keys import CHAT_ID_LEN, USER_ID_LEN
 from store.ops import Op
@@ -150,8 +151,9 @@ def prepare_dm(
     chat_id = dm_chat_id(key.user_id, recipient)
     ops = identity_ops(client, key)
     members = set(client.members(chat_id))
+    proof = DmProof(key.user_id, recipient)
     for user in sorted({key.user_id, recipient} - members):
-        ops.append(client.membership_op(key.signing_key, chat_id, user))
+        ops.append(client.membership_op(key.signing_key, chat_id, user, proof=proof))
     return chat_id, seal_dm(key, doc.box_key, text), ops
 
 

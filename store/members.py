@@ -22,8 +22,8 @@ from store.records import (
     MemberInfo,
     MemberRecord,
     Role,
-    compute_member_record_id,
     decode_member_info,
+    member_record_id,
 )
 from store.rocks import RocksBase
 
@@ -43,8 +43,7 @@ class MemberChange:
         return self.old_id != self.new_id
 
 
-def _record_id(chat_id: bytes, user_id: bytes, info: MemberInfo) -> bytes:
-    return compute_member_record_id(chat_id, user_id, info.role, info.added_at, info.removed_at)
+_record_id = member_record_id
 
 
 class MemberStore(RocksBase):

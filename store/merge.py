@@ -38,24 +38,37 @@ def _or_zero(stamp: Hlc | None) -> Hlc:
 
 
 def merge_member_states(local: MemberInfo | None, remote: MemberInfo | None) -> MemberInfo | None:
-    """Join of two member states (either may be absent). Commutative, associative, idempotent."""
+    """Join of two member states (either may be absent). Commutative, associative, idempotent.
+
+    Each side is a max-register over a total order: (added_at, role, add_proof) and
+    (removed_at, remove_proof). The proofs — the signed ops behind the stamps — travel
+    with the stamp that wins, and only break ties between equal stamps.
+    """
     if local is None:
         return remote
     if remote is None:
         return local
-    added_at, role = max((local.added_at, local.role), (remote.added_at, remote.role))
-    removed = max(_or_zero(local.removed_at), _or_zero(remote.removed_at))
-    return MemberInfo(Role(role), added_at, None if removed == HLC_ZERO else removed)
+    added_at, role, add_proof = max(
+        (local.added_at, local.role, local.add_proof or b""),
+        (remote.added_at, remote.role, remote.add_proof or b""),
+    )
+    removed, remove_proof = max(
+        (_or_zero(local.removed_at), local.remove_proof or b""),
+        (_or_zero(remote.removed_at), remote.remove_proof or b""),
+    )
+    if removed == HLC_ZERO:
+        return MemberInfo(Role(role), added_at, None, add_proof or None, None)
+    return MemberInfo(Role(role), added_at, removed, add_proof or None, remove_proof or None)
 
 
-def add_op_state(role: Role, hlc: Hlc) -> MemberInfo:
+def add_op_state(role: Role, hlc: Hlc, proof: bytes | None = None) -> MemberInfo:
     """The state an Add op contributes: merged in, it advances added_at only."""
-    return MemberInfo(role, hlc, None)
+    return MemberInfo(role, hlc, None, proof, None)
 
 
-def remove_op_state(hlc: Hlc) -> MemberInfo:
+def remove_op_state(hlc: Hlc, proof: bytes | None = None) -> MemberInfo:
     """The state a Remove op contributes: a tombstone-only placeholder (added_at = ZERO)."""
-    return MemberInfo(Role.PARTICIPANT, HLC_ZERO, hlc)
+    return MemberInfo(Role.PARTICIPANT, HLC_ZERO, hlc, None, proof)
 
 
 def identity_wins(incoming: tuple[Hlc, bytes], stored: tuple[Hlc, bytes] | None) -> bool:

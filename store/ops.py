@@ -25,14 +25,17 @@ import cbor2
 from nacl.signing import SigningKey
 
 from store import signing
+from store.authz import AdminGrant, ChatProof, Unauthorized, authorize, decode_grant, decode_proof
 from store.errors import BadSignature, ClockDriftError, DecodeError
-from store.hlc import Hlc
+from store.hlc import HLC_ZERO, Hlc
 from store.keys import CHAT_ID_LEN, USER_ID_LEN, check_len
 from store.merge import add_op_state, remove_op_state
 from store.records import (
     DEFAULT_MAX_PAYLOAD,
+    MAX_PROOF,
     IdentityRecord,
     MemberInfo,
+    MemberRecord,
     MsgV1,
     Role,
     canonical_cbor,
@@ -64,6 +67,8 @@ class MembershipAction(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class MembershipOp:
+    """Add / remove / leave, signed by the actor; ``proof`` binds the chat id to who controls it."""
+
     chat_id: bytes
     user_id: bytes
     action: MembershipAction
@@ -71,6 +76,8 @@ class MembershipOp:
     hlc: Hlc
     actor_key: bytes
     sig: bytes
+    proof: ChatProof | None = None  # required by a node (store.authz)
+    grant: AdminGrant | None = None  # when the actor is an admin, not the creator
 
     def __post_init__(self) -> None:
         check_len(self.chat_id, CHAT_ID_LEN, "chat_id")
@@ -82,6 +89,8 @@ class MembershipOp:
         return [
             1, self.chat_id, self.user_id, int(self.action), int(self.role),
             self.hlc.pack(), self.actor_key,
+            None if self.proof is None else self.proof.to_cbor(),
+            None if self.grant is None else self.grant.to_cbor(),
         ]  # fmt: skip
 
     def encode(self) -> bytes:
@@ -100,26 +109,54 @@ class MembershipOp:
         action: MembershipAction,
         hlc: Hlc,
         role: Role = Role.PARTICIPANT,
+        *,
+        proof: ChatProof | None = None,
+        grant: AdminGrant | None = None,
     ) -> MembershipOp:
         actor_key = signing.public_key(key)
-        unsigned = cls(chat_id, user_id, action, role, hlc, actor_key, bytes(signing.SIGNATURE_LEN))
+        unsigned = cls(
+            chat_id,
+            user_id,
+            action,
+            role,
+            hlc,
+            actor_key,
+            bytes(signing.SIGNATURE_LEN),
+            proof,
+            grant,
+        )
         sig = signing.sign(key, MEMBERSHIP_DOMAIN, canonical_cbor(unsigned._body()))
-        return cls(chat_id, user_id, action, role, hlc, actor_key, sig)
+        return cls(chat_id, user_id, action, role, hlc, actor_key, sig, proof, grant)
 
     def verify(self) -> None:
+        """The signature (and that a leave is the leaver's own)."""
         if self.action is MembershipAction.LEAVE and self.actor != self.user_id:
             raise BadSignature("a leave must be signed by the user who leaves")
         signing.verify(self.actor_key, MEMBERSHIP_DOMAIN, canonical_cbor(self._body()), self.sig)
 
+    def authorize(self) -> None:
+        """The membership rule of store.authz: raises Unauthorized (or without a proof)."""
+        if self.proof is None:
+            raise Unauthorized("a membership op must carry its chat proof")
+        authorize(
+            chat_id=self.chat_id,
+            user=self.user_id,
+            removes=self.action is not MembershipAction.ADD,
+            admin_role=self.role is Role.ADMIN,
+            actor=self.actor,
+            proof=self.proof,
+            grant=self.grant,
+        )
+
     def state(self) -> MemberInfo:
         """The CRDT state this op contributes (merged into the stored row)."""
         if self.action is MembershipAction.ADD:
-            return add_op_state(self.role, self.hlc)
-        return remove_op_state(self.hlc)
+            return add_op_state(self.role, self.hlc, self.encode())
+        return remove_op_state(self.hlc, self.encode())
 
 
 def decode_membership_op(data: bytes) -> MembershipOp:
-    v = load_array(data, what="MembershipOp", version=1, fields=8, max_bytes=256)
+    v = load_array(data, what="MembershipOp", version=1, fields=10, max_bytes=MAX_PROOF)
     op = MembershipOp(
         field_bytes(v[1], "chat_id", length=CHAT_ID_LEN),
         field_bytes(v[2], "user_id", length=USER_ID_LEN),
@@ -127,9 +164,39 @@ def decode_membership_op(data: bytes) -> MembershipOp:
         Role(field_enum(v[4], Role, "role")),
         field_hlc(v[5], "hlc"),
         field_bytes(v[6], "actor_key", length=signing.PUBLIC_KEY_LEN),
-        field_bytes(v[7], "sig", length=signing.SIGNATURE_LEN),
+        field_bytes(v[9], "sig", length=signing.SIGNATURE_LEN),
+        None if v[7] is None else decode_proof(v[7]),
+        decode_grant(v[8]),
     )
     ensure_canonical(v, data, "MembershipOp")
+    return op
+
+
+def verify_member_record(record: MemberRecord) -> None:
+    """A member row from a peer: each stamp must come from a signed, authorized op for this row."""
+    info = record.info
+    if info.added_at != HLC_ZERO:
+        op = _proof_op(info.add_proof, record, "add")
+        if op.action is not MembershipAction.ADD or op.hlc != info.added_at or op.role != info.role:
+            raise BadSignature("add proof does not match the row's added_at and role")
+    elif info.add_proof is not None:
+        raise BadSignature("a tombstone-only row carries no add proof")
+    if info.removed_at is not None:
+        op = _proof_op(info.remove_proof, record, "remove")
+        if op.action is MembershipAction.ADD or op.hlc != info.removed_at:
+            raise BadSignature("remove proof does not match the row's removed_at")
+    elif info.remove_proof is not None:
+        raise BadSignature("a row never removed carries no remove proof")
+
+
+def _proof_op(proof: bytes | None, record: MemberRecord, what: str) -> MembershipOp:
+    if proof is None:
+        raise Unauthorized(f"member row without its signed {what} op")
+    op = decode_membership_op(proof)
+    if (op.chat_id, op.user_id) != (record.chat_id, record.user_id):
+        raise BadSignature(f"{what} proof is for another row")
+    op.verify()
+    op.authorize()
     return op
 
 
@@ -239,5 +306,8 @@ def validate_op(op: Op, *, now_ms: int, max_offset_ms: int) -> None:
         raise ClockDriftError(f"op HLC is {ahead} ms ahead of local time (max {max_offset_ms} ms)")
     if isinstance(op, IdentityRecord):
         verify_identity(op)
+    elif isinstance(op, MembershipOp):
+        op.verify()
+        op.authorize()
     else:
         op.verify()

@@ -285,6 +285,11 @@ class MemberInfo:
     role: Role
     added_at: Hlc
     removed_at: Hlc | None = None
+    # The signed MembershipOps that set added_at/role and removed_at (encoded), so a row
+    # received by sync can be authenticated (store.ops.verify_member_record). None: unsigned
+    # (tests, admin tooling); a node only accepts signed rows from peers.
+    add_proof: bytes | None = None
+    remove_proof: bytes | None = None
 
     def __post_init__(self) -> None:
         # "Never removed" has one form, None: the record id and the merge both count None as
@@ -296,9 +301,25 @@ class MemberInfo:
     def active(self) -> bool:
         return self.removed_at is None or self.removed_at < self.added_at
 
-    def encode(self) -> bytes:
+    def fields(self) -> list[Any]:
         removed = None if self.removed_at is None else self.removed_at.pack()
-        return canonical_cbor([1, int(self.role), self.added_at.pack(), removed])
+        return [int(self.role), self.added_at.pack(), removed, self.add_proof, self.remove_proof]
+
+    def encode(self) -> bytes:
+        return canonical_cbor([1, *self.fields()])
+
+
+MAX_PROOF = 512  # an encoded MembershipOp is ~270 bytes
+
+
+def _member_info(v: list[Any]) -> MemberInfo:
+    """MemberInfo from its five encoded fields (role, added_at, removed_at, proofs)."""
+    add_proof = None if v[3] is None else field_bytes(v[3], "add_proof", max_len=MAX_PROOF)
+    remove_proof = None if v[4] is None else field_bytes(v[4], "remove_proof", max_len=MAX_PROOF)
+    return MemberInfo(
+        Role(field_enum(v[0], Role, "role")), field_hlc(v[1], "added_at"), _removed_at(v[2]),
+        add_proof, remove_proof,
+    )  # fmt: skip
 
 
 def _removed_at(value: Any) -> Hlc | None:
@@ -311,25 +332,48 @@ def _removed_at(value: Any) -> Hlc | None:
 
 
 def decode_member_info(data: bytes) -> MemberInfo:
-    v = load_array(data, what="MemberInfo", version=1, fields=4, max_bytes=64)
-    info = MemberInfo(
-        Role(field_enum(v[1], Role, "role")), field_hlc(v[2], "added_at"), _removed_at(v[3])
-    )
+    v = load_array(data, what="MemberInfo", version=1, fields=6, max_bytes=64 + 2 * MAX_PROOF)
+    info = _member_info(v[1:])
     ensure_canonical(v, data, "MemberInfo")
     return info
 
 
 def compute_member_record_id(
-    chat_id: bytes, user_id: bytes, role: int, added_at: Hlc, removed_at: Hlc | None
+    chat_id: bytes,
+    user_id: bytes,
+    role: int,
+    added_at: Hlc,
+    removed_at: Hlc | None,
+    add_proof: bytes | None = None,
+    remove_proof: bytes | None = None,
 ) -> bytes:
-    """Seed 002: BLAKE3(chat|user|role|added_at_be|removed_at_or_zero_be). None counts as ZERO."""
+    """Seed 002: BLAKE3(chat|user|role|added_at_be|removed_at_or_zero_be). None counts as ZERO.
+
+    A signed row appends BLAKE3 of each proof: two rows with equal stamps but different
+    signed ops are different versions, so sync exchanges them and the merge picks one.
+    """
     removed = removed_at if removed_at is not None else HLC_ZERO
-    return blake3_id(
+    parts = [
         check_len(chat_id, CHAT_ID_LEN, "chat_id"),
         check_len(user_id, USER_ID_LEN, "user_id"),
         bytes([int(role)]),
         added_at.to_bytes(),
         removed.to_bytes(),
+    ]
+    if add_proof is not None or remove_proof is not None:
+        parts += [blake3_id(add_proof or b""), blake3_id(remove_proof or b"")]
+    return blake3_id(*parts)
+
+
+def member_record_id(chat_id: bytes, user_id: bytes, info: MemberInfo) -> bytes:
+    return compute_member_record_id(
+        chat_id,
+        user_id,
+        info.role,
+        info.added_at,
+        info.removed_at,
+        info.add_proof,
+        info.remove_proof,
     )
 
 
@@ -347,27 +391,18 @@ class MemberRecord:
 
     @property
     def record_id(self) -> bytes:
-        i = self.info
-        return compute_member_record_id(
-            self.chat_id, self.user_id, i.role, i.added_at, i.removed_at
-        )
+        return member_record_id(self.chat_id, self.user_id, self.info)
 
     def encode(self) -> bytes:
-        i = self.info
-        removed = None if i.removed_at is None else i.removed_at.pack()
-        return canonical_cbor(
-            [1, self.chat_id, self.user_id, int(i.role), i.added_at.pack(), removed]
-        )
+        return canonical_cbor([1, self.chat_id, self.user_id, *self.info.fields()])
 
 
 def decode_member_record(data: bytes) -> MemberRecord:
-    v = load_array(data, what="MemberRecord", version=1, fields=6, max_bytes=160)
+    v = load_array(data, what="MemberRecord", version=1, fields=8, max_bytes=160 + 2 * MAX_PROOF)
     record = MemberRecord(
         field_bytes(v[1], "chat_id", length=CHAT_ID_LEN),
         field_bytes(v[2], "user_id", length=USER_ID_LEN),
-        MemberInfo(
-            Role(field_enum(v[3], Role, "role")), field_hlc(v[4], "added_at"), _removed_at(v[5])
-        ),
+        _member_info(v[3:]),
     )
     ensure_canonical(v, data, "MemberRecord")
     return record

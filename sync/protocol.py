@@ -47,8 +47,9 @@ from typing import Any
 
 import blake3
 
-from store.errors import BadSignature, DecodeError
+from store.errors import DecodeError, InvalidInput
 from store.keys import RECORD_ID_LEN, bucket_of
+from store.ops import verify_identity, verify_member_record
 from store.records import (
     DEFAULT_MAX_PAYLOAD,
     decode_identity_record,
@@ -93,6 +94,7 @@ class SyncConfig:
     max_passes: int = 3
     idle_timeout_ms: int = 30_000
     cutoff_ms: int | None = None  # retention soft-filter for messages (see RETENTION.md)
+    authenticate: bool = False  # verify member rows' signed ops and identity docs (a node: True)
     max_payload: int = DEFAULT_MAX_PAYLOAD
 
 
@@ -569,6 +571,7 @@ class SyncSession:
             raise problem
 
     def _decode_record(self, domain: Domain, blob: bytes) -> tuple[Record, bytes, int | None]:
+        """Decode and authenticate one record; its id is computed here, never taken from the peer."""
         try:
             if domain is Domain.MESSAGES:
                 msg = decode_msg(blob, max_payload=self.config.max_payload)
@@ -576,13 +579,17 @@ class SyncSession:
                 return msg, msg.msg_id, msg.hlc.physical_ms
             if domain is Domain.MEMBERS:
                 member = decode_member_record(blob)
+                if self.config.authenticate:
+                    verify_member_record(member)
                 return member, member.record_id, None
             identity = decode_identity_record(blob)
+            if self.config.authenticate:
+                verify_identity(identity)
             return identity, identity.record_id, None
-        except BadSignature as exc:
-            raise RemoteProtocolError(f"record signature: {exc}", reason="bad_signature") from None
         except DecodeError as exc:
             raise RemoteProtocolError(f"record: {exc}", reason="invalid_record") from None
+        except InvalidInput as exc:  # BadSignature, Unauthorized
+            raise RemoteProtocolError(f"record: {exc}", reason=exc.reason) from None
 
     def _next_transfer(self) -> Transfer:
         budget = self.config.max_record_bytes

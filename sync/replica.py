@@ -25,7 +25,7 @@ from store.records import (
     MemberRecord,
     MsgV1,
     compute_identity_record_id,
-    compute_member_record_id,
+    member_record_id,
 )
 from store.retention import expire_seen, iter_seen_aged, trim_chats
 from sync.frames import Domain
@@ -158,7 +158,7 @@ class MemoryReplica:
 
 
 def _member_id(key: tuple[bytes, bytes], info: MemberInfo) -> bytes:
-    return compute_member_record_id(key[0], key[1], info.role, info.added_at, info.removed_at)
+    return member_record_id(key[0], key[1], info)
 
 
 class DbReplica:

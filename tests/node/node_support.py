@@ -5,13 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from store import ChatDb, ChatDbConfig, Hlc, MsgV1
+from store.authz import new_group
 from store.ops import MembershipAction, MembershipOp, make_identity
 from store.records import Role
 from store.signing import key_from_seed, public_key, user_id_from_key
 
 KEYS = [key_from_seed(bytes([i + 11]) * 32) for i in range(3)]
 USERS = [user_id_from_key(public_key(k)) for k in KEYS]
-CHAT = b"\xca" * 32
+PROOF = new_group(KEYS[0], b"node-tests-chat!")  # KEYS[0] created the chat
+CHAT = PROOF.chat_id()
 
 
 def small_db(path: Path) -> ChatDb:
@@ -27,7 +29,7 @@ def messages(start: int, count: int, *, author: int = 0) -> list[MsgV1]:
 
 def add(user: int, hlc: int) -> MembershipOp:
     return MembershipOp.create(
-        KEYS[0], CHAT, USERS[user], MembershipAction.ADD, Hlc(hlc), Role.ADMIN
+        KEYS[0], CHAT, USERS[user], MembershipAction.ADD, Hlc(hlc), Role.ADMIN, proof=PROOF
     )
 
 

@@ -26,6 +26,7 @@ from node.client import ChatsyncClient, ChatsyncClientError
 from node.config import NodeConfig
 from node.e2e import UserKey, decode_envelope, open_dm, read_key_file, seal_dm
 from node.node import Node
+from store.authz import DmProof, new_group
 from store.hlc import Hlc
 from store.ops import MembershipAction, MembershipOp, Op, encode_op, op_kind, verify_identity
 from store.records import DEFAULT_MAX_PAYLOAD, IdentityRecord, MsgV1, canonical_cbor, dm_chat_id
@@ -33,7 +34,8 @@ from store.records import DEFAULT_MAX_PAYLOAD, IdentityRecord, MsgV1, canonical_
 ALICE = UserKey.from_seed(b"\x01" * 32)
 BOB = UserKey.from_seed(b"\x02" * 32)
 CAROL = UserKey.from_seed(b"\x03" * 32)
-GROUP = b"\x77" * 32
+GROUP_PROOF = new_group(ALICE.signing_key, b"api-tests-group!")  # Alice created it
+GROUP = GROUP_PROOF.chat_id()
 
 
 def free_port() -> int:
@@ -65,8 +67,10 @@ def message(key: UserKey, text: bytes, ms: int, chat: bytes = GROUP) -> MsgV1:
     return MsgV1.create(key.signing_key, chat, Hlc(ms), text)
 
 
-def add(actor: UserKey, user: UserKey, ms: int, chat: bytes = GROUP) -> MembershipOp:
-    return MembershipOp.create(actor.signing_key, chat, user.user_id, MembershipAction.ADD, Hlc(ms))
+def add(actor: UserKey, user: UserKey, ms: int) -> MembershipOp:
+    return MembershipOp.create(
+        actor.signing_key, GROUP, user.user_id, MembershipAction.ADD, Hlc(ms), proof=GROUP_PROOF
+    )
 
 
 @asynccontextmanager
@@ -217,7 +221,13 @@ async def test_dm_is_encrypted_end_to_end_through_the_node(tmp_path: Path) -> No
                 assert bob_box is not None and bob_box.box_key == BOB.box_key
                 chat = dm_chat_id(ALICE.user_id, BOB.user_id)
                 joins = [
-                    client.membership_op(ALICE.signing_key, chat, u.user_id) for u in (ALICE, BOB)
+                    client.membership_op(
+                        ALICE.signing_key,
+                        chat,
+                        u.user_id,
+                        proof=DmProof(ALICE.user_id, BOB.user_id),
+                    )
+                    for u in (ALICE, BOB)
                 ]
                 sent = client.send_message(
                     ALICE.signing_key,
@@ -293,7 +303,18 @@ async def test_hostile_input_is_refused_with_json_and_writes_nothing(tmp_path: P
         bob_identity = BOB.identity(Hlc(base))
         join = add(ALICE, BOB, base)
         short_chat = canonical_cbor(  # a MembershipOp whose chat id is 31 bytes
-            [1, GROUP[:31], BOB.user_id, 0, 0, Hlc(base).pack(), join.actor_key, join.sig]
+            [
+                1,
+                GROUP[:31],
+                BOB.user_id,
+                0,
+                0,
+                Hlc(base).pack(),
+                join.actor_key,
+                None,
+                None,
+                join.sig,
+            ]
         )
         cases: list[tuple[str, str, dict[str, Any], int, str]] = [
             # (method, path, request kwargs, status, code)
@@ -307,6 +328,10 @@ async def test_hostile_input_is_refused_with_json_and_writes_nothing(tmp_path: P
             ("POST", "/ops", {"json": ops_body(tampered)}, 422, "bad_signature"),
             ("POST", "/ops", {"json": ops_body(impostor)}, 422, "bad_signature"),
             ("POST", "/ops", {"json": ops_body(forged_sig)}, 422, "bad_signature"),
+            # Bob is no admin of Alice's group: he may not add Carol (store.authz)
+            ("POST", "/ops", {"json": ops_body(MembershipOp.create(BOB.signing_key, GROUP, CAROL.user_id, MembershipAction.ADD, Hlc(base), proof=GROUP_PROOF))}, 422, "unauthorized"),
+            # a membership op without its chat proof
+            ("POST", "/ops", {"json": ops_body(MembershipOp.create(ALICE.signing_key, GROUP, CAROL.user_id, MembershipAction.ADD, Hlc(base)))}, 422, "unauthorized"),
             ("POST", "/ops", {"json": ops_body(oversized)}, 413, "oversize"),
             ("POST", "/ops", {"json": ops_body(ahead)}, 422, "clock_drift"),
             # one bad op spoils the batch: the good new op before it is not written either

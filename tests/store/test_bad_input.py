@@ -215,7 +215,7 @@ def test_bad_member_and_identity_records_are_rejected(full_db: ChatDb) -> None:
         record = decode_identity_record(raw)
         full_db.put_identities([record])
 
-    zero_removal = canonical_cbor([1, CHAT, ALICE, 1, Hlc(NOW + 9).pack(), 0])
+    zero_removal = canonical_cbor([1, CHAT, ALICE, 1, Hlc(NOW + 9).pack(), 0, None, None])
     assert_rejected(full_db, lambda: apply_member(zero_removal), DecodeError, "non_canonical")
     assert_rejected(full_db, lambda: apply_member(b"\x86\x01"), DecodeError, "truncated")
     assert_rejected(full_db, lambda: apply_identity(b"\xa0"), DecodeError, "wrong_type")

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from store import BadSignature, ClockDriftError, DecodeError, Hlc, MsgV1, Role
+from store.authz import DmProof, Unauthorized, grant_admin, new_group
 from store.ops import (
     MembershipAction,
     MembershipOp,
@@ -16,18 +17,22 @@ from store.ops import (
     make_identity,
     validate_op,
     verify_identity,
+    verify_member_record,
 )
 from store.signing import key_from_seed, public_key, user_id_from_key
 
 KEYS = [key_from_seed(bytes([i + 90]) * 32) for i in range(3)]
 USERS = [user_id_from_key(public_key(k)) for k in KEYS]
-CHAT = b"\x42" * 32
+PROOF = new_group(KEYS[0], b"ops-tests-group!")  # KEYS[0] created it
+CHAT = PROOF.chat_id()
 LIMITS = {"max_bytes": 1 << 20, "max_ops": 100}
 
 ops = st.one_of(
     st.builds(
-        lambda k, u, a, h, r: MembershipOp.create(KEYS[k], CHAT, USERS[u], a, Hlc(h), r),
-        st.integers(0, 2),
+        lambda k, u, a, h, r: MembershipOp.create(
+            KEYS[k], CHAT, USERS[u], a, Hlc(h), r, proof=PROOF
+        ),
+        st.just(0),  # the creator: always authorized
         st.integers(0, 2),
         st.sampled_from([MembershipAction.ADD, MembershipAction.REMOVE]),
         st.integers(1, 10**6),
@@ -113,3 +118,76 @@ def test_envelope_limits() -> None:
     with pytest.raises(DecodeError) as info:
         decode_ops(cbor2.dumps([1, [[9, b"x"]]]), **LIMITS)
     assert info.value.reason == "unknown_kind"
+
+
+def _op(actor: int, user: int, action: MembershipAction, role: Role = Role.PARTICIPANT, **kw):  # type: ignore[no-untyped-def]
+    return MembershipOp.create(
+        KEYS[actor], CHAT, USERS[user], action, Hlc(9), role, proof=PROOF, **kw
+    )
+
+
+def test_the_membership_rule() -> None:
+    ADD, REMOVE, LEAVE = MembershipAction.ADD, MembershipAction.REMOVE, MembershipAction.LEAVE
+    allowed = [
+        _op(0, 1, ADD, Role.ADMIN),  # the creator: anything
+        _op(0, 0, REMOVE),
+        _op(2, 2, LEAVE),  # anyone may leave
+        _op(2, 2, REMOVE),
+        _op(1, 2, ADD, grant=grant_admin(KEYS[0], PROOF, USERS[1])),  # an admin adds participants
+        _op(1, 2, REMOVE, grant=grant_admin(KEYS[0], PROOF, USERS[1])),
+    ]
+    for op in allowed:
+        op.verify()
+        op.authorize()
+    forged_grant = grant_admin(KEYS[0], PROOF, USERS[2])  # a grant for someone else
+    denied = [
+        _op(1, 2, ADD),  # no grant
+        _op(1, 2, ADD, grant=forged_grant),
+        _op(
+            1, 2, ADD, Role.ADMIN, grant=grant_admin(KEYS[0], PROOF, USERS[1])
+        ),  # admins make no admins
+        _op(1, 0, REMOVE, grant=grant_admin(KEYS[0], PROOF, USERS[1])),  # nor remove the creator
+        MembershipOp.create(KEYS[0], CHAT, USERS[1], ADD, Hlc(9)),  # no chat proof
+        MembershipOp.create(
+            KEYS[0], b"\x01" * 32, USERS[1], ADD, Hlc(9), proof=PROOF
+        ),  # wrong chat
+        MembershipOp.create(
+            KEYS[2], CHAT, USERS[1], ADD, Hlc(9), proof=new_group(KEYS[2], b"x" * 16)
+        ),
+    ]
+    for op in denied:
+        with pytest.raises(Unauthorized):
+            op.authorize()
+
+
+def test_dm_membership() -> None:
+    proof = DmProof(USERS[0], USERS[1])
+    chat = proof.chat_id()
+    ok = MembershipOp.create(KEYS[1], chat, USERS[0], MembershipAction.ADD, Hlc(3), proof=proof)
+    ok.authorize()
+    outsider = MembershipOp.create(
+        KEYS[2], chat, USERS[2], MembershipAction.ADD, Hlc(3), proof=proof
+    )
+    with pytest.raises(Unauthorized):
+        outsider.authorize()
+
+
+def test_member_rows_from_peers_carry_their_signed_ops() -> None:
+    from store.merge import merge_member_states
+    from store.records import MemberRecord
+
+    add_op = _op(0, 1, MembershipAction.ADD, Role.ADMIN)
+    leave = MembershipOp.create(
+        KEYS[1], CHAT, USERS[1], MembershipAction.LEAVE, Hlc(12), proof=PROOF
+    )
+    info = merge_member_states(add_op.state(), leave.state())
+    assert info is not None and not info.active
+    verify_member_record(MemberRecord(CHAT, USERS[1], info))
+    unsigned = type(info)(info.role, info.added_at, info.removed_at)  # the stamps alone
+    with pytest.raises(Unauthorized):
+        verify_member_record(MemberRecord(CHAT, USERS[1], unsigned))
+    promoted = type(info)(Role.ADMIN, Hlc(99), info.removed_at, info.add_proof, info.remove_proof)
+    with pytest.raises(BadSignature):  # a stamp the proof does not back
+        verify_member_record(MemberRecord(CHAT, USERS[1], promoted))
+    with pytest.raises(BadSignature):  # a proof for another row
+        verify_member_record(MemberRecord(CHAT, USERS[2], info))

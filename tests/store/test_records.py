@@ -32,6 +32,7 @@ from store.hlc import HLC_ZERO
 from store.records import (
     DEFAULT_MAX_PAYLOAD,
     MAX_IDENTITY_BLOB,
+    MAX_PROOF,
     RECORD_OVERHEAD,
     canonical_cbor,
     check_identity_blob,
@@ -234,10 +235,12 @@ def test_member_record_id(info: MemberInfo, chat: bytes, user: bytes) -> None:
 def test_removed_at_zero_is_not_a_second_spelling_of_none() -> None:
     with pytest.raises(ValueError, match="removed_at"):
         MemberInfo(Role.PARTICIPANT, Hlc(5), HLC_ZERO)
-    assert reason_of(decode_member_info, canonical_cbor([1, 0, 5, 0])) == "non_canonical"
-    record = canonical_cbor([1, CHAT, USER, 0, 5, 0])
+    assert (
+        reason_of(decode_member_info, canonical_cbor([1, 0, 5, 0, None, None])) == "non_canonical"
+    )
+    record = canonical_cbor([1, CHAT, USER, 0, 5, 0, None, None])
     assert reason_of(decode_member_record, record) == "non_canonical"
-    assert decode_member_info(canonical_cbor([1, 0, 5, None])).removed_at is None
+    assert decode_member_info(canonical_cbor([1, 0, 5, None, None, None])).removed_at is None
 
 
 def test_member_record_id_none_counts_as_zero() -> None:
@@ -379,7 +382,7 @@ def test_decode_msg_honours_a_smaller_max_payload() -> None:
 def test_oversize_input_is_rejected_before_parsing() -> None:
     junk = b"\xff" * (DEFAULT_MAX_PAYLOAD + RECORD_OVERHEAD + 1)  # would be 'malformed'
     assert reason_of(decode_msg, junk) == "oversize"
-    assert reason_of(decode_member_info, b"\xff" * 65) == "oversize"
+    assert reason_of(decode_member_info, b"\xff" * (64 + 2 * MAX_PROOF + 1)) == "oversize"
 
 
 def test_identity_blob_limit() -> None:
@@ -657,10 +660,12 @@ def test_new_message_with_a_ref_is_invalid() -> None:
         (1, True, "wrong_type"),
         (2, "x", "wrong_type"),
         (3, b"", "wrong_type"),
+        (4, "x", "wrong_type"),
+        (5, 7, "wrong_type"),
     ],
 )
 def test_member_info_field_errors(index: int, value: Any, reason: str) -> None:
-    fields = [1, 0, 5, None]
+    fields = [1, 0, 5, None, None, None]
     assert decode_member_info(canonical_cbor(fields)) == MemberInfo(Role.PARTICIPANT, Hlc.unpack(5))
     fields[index] = value
     assert reason_of(decode_member_info, canonical_cbor(fields)) == reason

@@ -353,3 +353,27 @@ def test_retention_cutoff_neither_ships_nor_accepts_old_messages() -> None:
     assert e.messages == {} and not result.converged
     assert stats.rejected_old == 0 and stats.records_received == 0 and stats.records_sent == 0
     assert stats.passes == 2
+
+
+def test_authenticated_sessions_take_signed_member_rows_and_refuse_bare_ones() -> None:
+    from store.authz import new_group
+    from store.ops import MembershipAction, MembershipOp
+    from store.records import MemberRecord
+
+    from sync_support import KEYS, USERS
+
+    proof = new_group(KEYS[0], b"authn-test-group")
+    chat = proof.chat_id()
+    op = MembershipOp.create(
+        KEYS[0], chat, USERS[1], MembershipAction.ADD, message(1).hlc, proof=proof
+    )
+    signed = MemberRecord(chat, USERS[1], op.state())
+    strict = SyncConfig(authenticate=True)
+    a, b = fill(MemoryReplica(), [signed]), MemoryReplica()
+    assert run_session(b, a, config=strict).converged and contents(a) == contents(b)
+
+    bare = member(0, 2, added=5, removed=0, role=1)  # stamps without the signed ops behind them
+    c, d = fill(MemoryReplica(), [bare]), MemoryReplica()
+    with pytest.raises(RemoteProtocolError) as info:
+        run_session(d, c, config=strict)
+    assert info.value.reason == "unauthorized" and d.members == {}
