@@ -48,6 +48,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from node.debug_api import register_debug_routes
+from node.limits import StorageFull
 from store.chatdb import ChatDb
 from store.errors import InvalidInput
 from store.hlc import Hlc
@@ -55,7 +56,7 @@ from store.inbox import ChatListItem
 from store.keys import CHAT_ID_LEN, USER_ID_LEN
 from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, Direction, StoredMessage
 from store.ops import Op, decode_op
-from store.records import ChatKind, MemberInfo, Role, decode_identity_record
+from store.records import ChatKind, IdentityRecord, MemberInfo, Role, decode_identity_record
 
 if TYPE_CHECKING:
     from trio_typing import TaskStatus
@@ -183,7 +184,7 @@ class ErrorOut(BaseModel):
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (400, 404, 413, 422, 503)
+    status: {"model": ErrorOut} for status in (400, 404, 413, 422, 429, 503, 507)
 }
 
 
@@ -197,6 +198,8 @@ def error(status: int, code: str, message: str) -> JSONResponse:
 def status_for(reason: str) -> int:
     if reason in SIZE_REASONS:
         return 413
+    if reason == "rate_limited":
+        return 429
     return 422 if reason in UNPROCESSABLE_REASONS else 400
 
 
@@ -221,9 +224,12 @@ def parse_id(value: str, length: int, what: str) -> bytes:
             reason="bad_id",
         )
     try:
-        return bytes.fromhex(value)
+        raw = bytes.fromhex(value)
     except ValueError:
         raise InvalidInput(f"{what} is not hex", reason="bad_id") from None
+    if len(raw) != length:  # fromhex skips whitespace: "00 00 ..." is 2·length chars, fewer bytes
+        raise InvalidInput(f"{what} must be {length} bytes of hex, got {len(raw)}", reason="bad_id")
+    return raw
 
 
 def chat_param(chat_id: str) -> bytes:
@@ -232,6 +238,22 @@ def chat_param(chat_id: str) -> bytes:
 
 def user_param(user_id: str) -> bytes:
     return parse_id(user_id, USER_ID_LEN, "user id")
+
+
+def decode_ops_in(body: OpsIn, *, max_payload: int) -> list[Op]:
+    """The ops of a ``POST /ops`` body; InvalidInput (``bad_base64``, a decode reason) if any is bad."""
+    return [decode_op(op.kind, b64decode(op.data), max_payload=max_payload) for op in body.ops]
+
+
+def decode_identity_in(user: bytes, body: IdentityIn) -> IdentityRecord:
+    """The record of a ``PUT /identity/{user}`` body; InvalidInput unless it decodes and is ``user``'s."""
+    record = decode_identity_record(b64decode(body.data))
+    if record.user_id != user:
+        raise InvalidInput(
+            f"the record is for user {record.user_id.hex()}, not {user.hex()}",
+            reason="user_mismatch",
+        )
+    return record
 
 
 def message_out(item: StoredMessage) -> MessageOut:
@@ -360,6 +382,11 @@ def create_app(node: Node) -> FastAPI:
             503, "busy", "the write queue is full, retry later (dm3 -32005 Limit exceeded)"
         )
 
+    @app.exception_handler(StorageFull)
+    async def disk_full(request: Request, exc: StorageFull) -> JSONResponse:
+        refused("disk_full")
+        return error(507, "disk_full", str(exc))
+
     @app.exception_handler(Exception)
     async def bug(request: Request, exc: Exception) -> JSONResponse:
         log.exception("%s %s failed", request.method, request.url.path)
@@ -374,10 +401,7 @@ def create_app(node: Node) -> FastAPI:
 
         All or nothing: if any op is malformed, forged or too far ahead, none is written.
         """
-        ops: list[Op] = [
-            decode_op(op.kind, b64decode(op.data), max_payload=node.config.max_payload)
-            for op in body.ops
-        ]
+        ops = decode_ops_in(body, max_payload=node.config.max_payload)
         new = await node.submit_ops(ops, wait_for_room=False)
         return OpsOut(accepted=len(ops), new=new)
 
@@ -487,12 +511,7 @@ def create_app(node: Node) -> FastAPI:
     async def put_identity(user_id: str, body: IdentityIn) -> IdentityPutOut:
         """Publish a signed IdentityRecord for this user (last writer wins by HLC)."""
         user = user_param(user_id)
-        record = decode_identity_record(b64decode(body.data))
-        if record.user_id != user:
-            raise InvalidInput(
-                f"the record is for user {record.user_id.hex()}, not {user.hex()}",
-                reason="user_mismatch",
-            )
+        record = decode_identity_in(user, body)
         new = await node.submit_ops([record], wait_for_room=False)
         return IdentityPutOut(user_id=user.hex(), new=new[0])
 

@@ -11,6 +11,7 @@ import typer
 from node.bench.cli import bench_app
 from node.demo import store_demo
 from node.user_cli import register as register_user_commands
+from sim.cli import sim_app
 
 app = typer.Typer(
     name="chatsync",
@@ -19,6 +20,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(bench_app, name="bench")
+app.add_typer(sim_app, name="sim")
 node_app = typer.Typer(help="Run a node.", no_args_is_help=True)
 app.add_typer(node_app, name="node")
 register_user_commands(app)
@@ -41,6 +43,7 @@ def node_run(
         None, help="Expire oldest messages above this size (0: no cap)."
     ),
     gc_interval: float = typer.Option(None, help="Seconds between retention GC cycles."),
+    min_free_disk_mb: int = typer.Option(None, help="Refuse writes below this much free disk."),
     log_level: str = typer.Option("INFO", help="Logging level."),
 ) -> None:
     """Run a node until SIGINT/SIGTERM (then: tasks cancelled, writer drained, RocksDB closed)."""
@@ -52,6 +55,7 @@ def node_run(
         "key": key, "durable": durable, "sync_interval_s": sync_interval,
         "retention_days": retention_days, "max_storage_mb": max_storage_mb,
         "gc_interval_s": gc_interval,
+        "min_free_disk_mb": min_free_disk_mb,
     }  # fmt: skip
     try:
         cfg = load_config(config, overrides)

@@ -37,6 +37,14 @@ class NodeConfig:
     # input limits
     max_payload: int = DEFAULT_MAX_PAYLOAD
     max_offset_ms: int = DEFAULT_MAX_OFFSET_MS
+    # limits (SECURITY.md)
+    author_ops_per_s: float = 1_000.0  # ops per author, API and gossip
+    author_ops_burst: float = 10_000.0
+    peer_sync_frames_per_s: float = 500.0  # per peer, all its sessions together
+    peer_sync_bytes_per_s: float = 64 * 1024 * 1024
+    min_free_disk_mb: int = 256  # writes refused below this
+    penalty_threshold: float = 10.0  # misbehaviour points before a ban
+    ban_s: float = 600.0
     # retention (RETENTION.md)
     retention_days: float = 0.0  # 0 = keep forever
     max_storage_mb: int = 0  # 0 = unlimited

@@ -20,6 +20,7 @@ from node.config import NodeConfig
 from node.framing import Libp2pFrames
 from node.gc import gc_loop
 from node.gossip import GossipService
+from node.limits import SYNC_PENALTY, PeerPenalties, RateLimited, TokenBuckets
 from node.metrics import Metrics
 from node.p2p import (
     OPS_TOPIC,
@@ -30,11 +31,11 @@ from node.p2p import (
     start_host,
 )
 from node.peers import PeerManager
-from node.syncer import SyncService, wall_ms
+from node.syncer import SyncOutcome, SyncService, wall_ms
 from node.writer import DbWriter
 from store.chatdb import ChatDb
 from store.errors import InvalidInput
-from store.ops import Op, validate_op
+from store.ops import Op, op_author, validate_op
 from store.retention import RetentionPolicy
 from store.rocks import ChatDbConfig
 from sync.frames import Domain
@@ -62,6 +63,8 @@ class Node:
         self.peer_id = ""
         self.listen_addrs: list[str] = []
         self._stop = trio.Event()
+        self.author_limits = TokenBuckets(config.author_ops_per_s, config.author_ops_burst)
+        self.penalties = PeerPenalties(config.penalty_threshold, ban_s=config.ban_s)
 
     def clock_ms(self) -> int:
         return wall_ms()
@@ -89,6 +92,7 @@ class Node:
             self.writer = DbWriter(
                 self.db, self.replica, self.db_lock, self.metrics,
                 queue_size=cfg.write_queue, batch_max=cfg.write_batch_max,
+                min_free_disk_mb=cfg.min_free_disk_mb,
             )  # fmt: skip
             async with trio.open_nursery() as outer:
                 await outer.start(self.writer.run)
@@ -97,8 +101,11 @@ class Node:
                 finally:
                     self.writer.close()  # the writer drains what it accepted, then returns
         finally:
-            await trio.to_thread.run_sync(self.db.close)
-            log.info("node stopped, RocksDB closed")
+            try:
+                await trio.to_thread.run_sync(self.db.close)
+                log.info("node stopped, RocksDB closed")
+            except Exception as exc:  # e.g. no space to flush: the WAL still holds the data
+                log.error("closing RocksDB failed (%s); the WAL keeps the writes", exc)
 
     async def _run_network(self, task_status: TaskStatus[Node]) -> None:
         cfg = self.config
@@ -120,6 +127,8 @@ class Node:
                     max_frame=cfg.sync_max_frame, max_payload=cfg.max_payload, authenticate=True
                 ),
                 read_timeout_s=cfg.sync_read_timeout_s, clock_ms=self.clock_ms,
+                frames_per_s=cfg.peer_sync_frames_per_s, bytes_per_s=cfg.peer_sync_bytes_per_s,
+                on_outcome=self._judge_sync,
             )  # fmt: skip
             self.gossip = GossipService(
                 pubsub, OPS_TOPIC, self.writer, self.metrics,
@@ -141,6 +150,7 @@ class Node:
                 for address in cfg.bootstrap:
                     nursery.start_soon(self.peers.keep_connected, address)
                 nursery.start_soon(self.peers.schedule_syncs, self._initiate_sync)
+                nursery.start_soon(self._lift_bans)
                 policy = RetentionPolicy(cfg.retention_days, cfg.max_storage_mb)
                 if policy.retention_days > 0 or policy.max_storage_mb > 0:
                     nursery.start_soon(self._gc_loop, policy)
@@ -178,6 +188,30 @@ class Node:
             return
         await self.sync.respond(peer, Libp2pFrames(stream, self.config.sync_max_frame))
 
+    # --- misbehaving peers ---
+
+    def _judge_sync(self, outcome: SyncOutcome) -> None:
+        reason = "useless" if outcome.useless else outcome.error
+        points = SYNC_PENALTY.get(reason or "", 0.0)
+        if points:
+            self.punish(outcome.peer, points, reason or "")
+
+    def punish(self, peer: str, points: float, reason: str) -> None:
+        """Count a misbehaviour; past the threshold the peer is banned (blocked) for ban_s."""
+        assert self.peers is not None
+        self.metrics.inc("peer_penalties", reason=reason, help="misbehaviour points given to peers")
+        if self.penalties.penalize(peer, points, trio.current_time()):
+            log.warning("banning peer %s for %.0f s (last: %s)", peer, self.config.ban_s, reason)
+            self.metrics.inc("peers_banned", help="peers banned for misbehaviour")
+            trio.lowlevel.spawn_system_task(self.peers.block, peer)
+
+    async def _lift_bans(self) -> None:
+        assert self.peers is not None
+        while True:
+            for peer in self.penalties.expired_bans(trio.current_time()):
+                self.peers.unblock(peer)
+            await trio.sleep(1.0)
+
     def _handler_failed(self, kind: str) -> None:
         self.metrics.inc("handler_errors", kind=kind, help="stream handlers that raised")
 
@@ -197,6 +231,7 @@ class Node:
             except InvalidInput as exc:
                 self.metrics.inc("ops_rejected", reason=exc.reason, help="ops refused at the API")
                 raise
+        self._check_author_rates(ops)
         if wait_for_room:
             new = await self.writer.submit(ops)
         else:
@@ -206,6 +241,19 @@ class Node:
         if fresh:
             await self.gossip.publish(fresh)
         return new
+
+    def _check_author_rates(self, ops: list[Op]) -> None:
+        per_author: dict[bytes, int] = {}
+        for op in ops:
+            per_author[op_author(op)] = per_author.get(op_author(op), 0) + 1
+        now = trio.current_time()
+        for author, count in per_author.items():
+            if not self.author_limits.take(author, count, now):
+                self.metrics.inc("ops_rejected", reason="rate_limited")
+                raise RateLimited(
+                    f"author {author.hex()} is over {self.config.author_ops_per_s:g} ops/s "
+                    "(dm3 -32005 Limit exceeded)"
+                )
 
     def _count_applied(self, ops: list[Op]) -> None:
         if not ops:

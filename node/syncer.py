@@ -18,8 +18,10 @@ from dataclasses import dataclass
 import trio
 
 from node.framing import FrameStream, StreamClosed
+from node.limits import TokenBuckets
 from node.metrics import Metrics
 from sync.errors import RemoteProtocolError
+from sync.frames import Abort, encode_frame
 from sync.protocol import SessionRole, SyncConfig, SyncSession
 from sync.replica import Replica
 
@@ -37,7 +39,13 @@ class SyncOutcome:
     frames: int
     bytes_sent: int
     bytes_received: int
+    records_received: int
     records_applied: int
+
+    @property
+    def useless(self) -> bool:
+        """The peer sent records and none of them was new: a stale replay, or a lying peer."""
+        return self.error is None and self.records_received > 0 and self.records_applied == 0
 
 
 def wall_ms() -> int:
@@ -55,6 +63,9 @@ class SyncService:
         read_timeout_s: float = 10.0,
         clock_ms: Callable[[], int] = wall_ms,
         salt: Callable[[], bytes] | None = None,
+        frames_per_s: float = float("inf"),
+        bytes_per_s: float = float("inf"),
+        on_outcome: Callable[[SyncOutcome], None] | None = None,
     ) -> None:
         self.replica = replica
         self.db_lock = db_lock
@@ -64,6 +75,10 @@ class SyncService:
         self.clock_ms = clock_ms
         self._salt = salt or (lambda: os.urandom(16))
         self.last_sync: dict[str, SyncOutcome] = {}
+        self.on_outcome = on_outcome
+        # per peer, across its sessions: a peer cannot flood us by opening many of them
+        self._frames = TokenBuckets(frames_per_s, max(frames_per_s, 1.0) * 2)
+        self._bytes = TokenBuckets(bytes_per_s, max(bytes_per_s, 1.0) * 2)
 
     async def initiate(self, peer: str, frames: FrameStream) -> SyncOutcome:
         session = SyncSession(
@@ -90,12 +105,13 @@ class SyncService:
                     break
                 with trio.fail_after(self.read_timeout_s):
                     data = await frames.read_frame()
+                self._check_rate(peer, len(data))
                 async with self.db_lock:
                     out = await trio.to_thread.run_sync(session.receive, data, self.clock_ms())
         except RemoteProtocolError as exc:
             error = exc.reason
             log.warning("sync with %s ended: %s (%s)", peer, exc.reason, exc)
-            await _try_send(frames, session.abort_frame())
+            await _try_send(frames, encode_frame(Abort(exc.reason)))
         except trio.TooSlowError:
             error = "timeout"
             await _try_send(frames, session.handle_timeout(10**18) or b"")  # ends the session
@@ -115,10 +131,21 @@ class SyncService:
             frames=session.stats.frames_sent + session.stats.frames_received,
             bytes_sent=sum(session.stats.bytes_sent.values()),
             bytes_received=sum(session.stats.bytes_received.values()),
+            records_received=session.stats.records_received,
             records_applied=session.stats.records_applied,
         )
         self._record(outcome)
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
         return outcome
+
+    def _check_rate(self, peer: str, size: int) -> None:
+        now = time.monotonic()
+        if not (self._frames.take(peer, 1, now) and self._bytes.take(peer, size, now)):
+            raise RemoteProtocolError(
+                "peer over its sync frame or byte rate (dm3 -32005 Limit exceeded)",
+                reason="rate_limited",
+            )
 
     def _record(self, outcome: SyncOutcome) -> None:
         self.last_sync[outcome.peer] = outcome

@@ -262,6 +262,15 @@ def op_kind(op: Op) -> OpKind:
     return OpKind.PUT_IDENTITY
 
 
+def op_author(op: Op) -> bytes:
+    """The user id that signed ``op`` (what per-author limits count)."""
+    if isinstance(op, MsgV1):
+        return op.sender
+    if isinstance(op, MembershipOp):
+        return op.actor
+    return op.user_id
+
+
 def encode_op(op: Op) -> bytes:
     return op.encoded if isinstance(op, MsgV1) else op.encode()
 

@@ -61,6 +61,7 @@ class ChatDbConfig:
     bloom_bits_per_key: int = 10
     memtable_prefix_bloom_ratio: float = 0.1
     log_files_kept: int = 5
+    max_wal_mb: int = 64  # flush memtables once the WAL holds this much: bounds recovery and disk
     write_sync: bool = False  # the WAL still gives crash safety; True = durable acks
     max_payload: int = DEFAULT_MAX_PAYLOAD
     max_offset_ms: int = DEFAULT_MAX_OFFSET_MS
@@ -89,6 +90,7 @@ def _db_options(config: ChatDbConfig, cache: Cache) -> Options:
     opts.increase_parallelism(config.parallelism)
     opts.set_db_write_buffer_size(config.memtable_mb * 1024 * 1024)
     opts.set_keep_log_file_num(config.log_files_kept)
+    opts.set_max_total_wal_size(config.max_wal_mb * 1024 * 1024)
     return opts
 
 

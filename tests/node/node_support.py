@@ -1,12 +1,23 @@
-"""Builders shared by the node tests."""
+"""Builders shared by the node tests: signed ops, small DBs, a real node on free ports."""
 
 from __future__ import annotations
 
+import base64
+import socket
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
+import httpx
+import trio
+
+from node.config import NodeConfig
+from node.node import Node
 from store import ChatDb, ChatDbConfig, Hlc, MsgV1
 from store.authz import new_group
-from store.ops import MembershipAction, MembershipOp, make_identity
+from store.ops import MembershipAction, MembershipOp, Op, encode_op, make_identity, op_kind
 from store.records import Role
 from store.signing import key_from_seed, public_key, user_id_from_key
 
@@ -35,3 +46,45 @@ def add(user: int, hlc: int) -> MembershipOp:
 
 def identity(user: int, hlc: int):  # type: ignore[no-untyped-def]
     return make_identity(KEYS[user], bytes([user]) * 32, Hlc(hlc))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode()
+
+
+def ops_body(*ops: Op) -> dict[str, Any]:
+    return {"ops": [{"kind": int(op_kind(op)), "data": b64(encode_op(op))} for op in ops]}
+
+
+@asynccontextmanager
+async def running_node(
+    tmp_path: Path, **config: Any
+) -> AsyncIterator[tuple[Node, httpx.AsyncClient]]:
+    port = free_port()
+    node = Node(
+        NodeConfig(
+            data=str(tmp_path / "node"), listen="/ip4/127.0.0.1/tcp/0",
+            http=f"127.0.0.1:{port}", sync_interval_s=3600, **config,
+        )
+    )  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=20) as http:
+            yield node, http
+        node.stop()
+
+
+async def counts(http: httpx.AsyncClient) -> dict[str, int]:
+    status = (await http.get("/status")).json()
+    return {name: d["count"] for name, d in status["domains"].items()}

@@ -10,10 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
-import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,38 +20,19 @@ from typer.testing import CliRunner
 
 from node.cli import app as cli_app
 from node.client import ChatsyncClient, ChatsyncClientError
-from node.config import NodeConfig
 from node.e2e import UserKey, decode_envelope, open_dm, read_key_file, seal_dm
-from node.node import Node
 from store.authz import DmProof, new_group
 from store.hlc import Hlc
-from store.ops import MembershipAction, MembershipOp, Op, encode_op, op_kind, verify_identity
+from store.ops import MembershipAction, MembershipOp, Op, verify_identity
 from store.records import DEFAULT_MAX_PAYLOAD, IdentityRecord, MsgV1, canonical_cbor, dm_chat_id
+
+from node_support import b64, counts, free_port, now_ms, ops_body, running_node
 
 ALICE = UserKey.from_seed(b"\x01" * 32)
 BOB = UserKey.from_seed(b"\x02" * 32)
 CAROL = UserKey.from_seed(b"\x03" * 32)
 GROUP_PROOF = new_group(ALICE.signing_key, b"api-tests-group!")  # Alice created it
 GROUP = GROUP_PROOF.chat_id()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).decode()
-
-
-def ops_body(*ops: Op) -> dict[str, Any]:
-    return {"ops": [{"kind": int(op_kind(op)), "data": b64(encode_op(op))} for op in ops]}
 
 
 async def chunks(count: int, size: int) -> AsyncIterator[bytes]:
@@ -73,31 +51,8 @@ def add(actor: UserKey, user: UserKey, ms: int) -> MembershipOp:
     )
 
 
-@asynccontextmanager
-async def running_node(
-    tmp_path: Path, **config: Any
-) -> AsyncIterator[tuple[Node, httpx.AsyncClient]]:
-    port = free_port()
-    node = Node(
-        NodeConfig(
-            data=str(tmp_path / "node"), listen="/ip4/127.0.0.1/tcp/0",
-            http=f"127.0.0.1:{port}", sync_interval_s=3600, **config,
-        )
-    )  # fmt: skip
-    async with trio.open_nursery() as nursery:
-        await nursery.start(node.run)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=20) as http:
-            yield node, http
-        node.stop()
-
-
 def url_of(http: httpx.AsyncClient) -> str:
     return str(http.base_url).rstrip("/")
-
-
-async def counts(http: httpx.AsyncClient) -> dict[str, int]:
-    status = (await http.get("/status")).json()
-    return {name: d["count"] for name, d in status["domains"].items()}
 
 
 async def post_ok(http: httpx.AsyncClient, *ops: Op) -> list[bool]:
