@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from node.limits import check_free_disk
 from node.metrics import Metrics
 from store.chatdb import ChatDb
 from store.ops import MembershipOp, Op
@@ -71,12 +72,14 @@ class DbWriter:
         *,
         queue_size: int = 1024,
         batch_max: int = 2048,
+        min_free_disk_mb: int = 0,
     ) -> None:
         self.db = db
         self.replica = replica
         self.db_lock = db_lock
         self.metrics = metrics
         self.batch_max = batch_max
+        self.min_free_disk_mb = min_free_disk_mb
         self._capacity = queue_size
         self._send, self._receive = trio.open_memory_channel[WriteRequest](queue_size)
         self._batches = self._ops_applied = self._ops_new = 0
@@ -88,6 +91,12 @@ class DbWriter:
         request = WriteRequest(ops)
         await self._send.send(request)
         return await self.wait(request)
+
+    async def enqueue(self, ops: list[Op]) -> WriteRequest:
+        """Queue ``ops`` (waiting only while the queue is full); ``wait()`` on the result."""
+        request = WriteRequest(ops)
+        await self._send.send(request)
+        return request
 
     def submit_nowait(self, ops: list[Op]) -> WriteRequest:
         """Queue ``ops`` or raise trio.WouldBlock at once; ``wait()`` on the result for the ack."""
@@ -159,6 +168,7 @@ class DbWriter:
 
     def apply_ops(self, ops: list[Op]) -> list[bool]:
         """Apply validated ops (worker thread, under db_lock); per op, whether it changed anything."""
+        check_free_disk(self.db.config.path, self.min_free_disk_mb)  # refuse, never half-write
         new = [False] * len(ops)
         trees = self.replica.trees
         msgs = [(i, op) for i, op in enumerate(ops) if isinstance(op, MsgV1)]
