@@ -10,10 +10,11 @@ import trio.testing
 from node.framing import TrioFrames
 from node.metrics import Metrics
 from node.syncer import SyncService
+from store import Hlc
 from sync.frames import Domain
 from sync.replica import DbReplica
 
-from node_support import add, identity, messages, small_db
+from node_support import CHAT, add, identity, messages, small_db
 
 MAX_FRAME = 1 << 22
 
@@ -137,5 +138,54 @@ async def test_an_oversized_frame_is_refused_before_reading_it(tmp_path: Path) -
                 "big", TrioFrames(right, MAX_FRAME)
             )
         assert outcome.error == "stream_closed"
+    finally:
+        db.close()
+
+
+async def test_a_peer_replaying_stale_versions_forever_is_penalized_to_a_ban(
+    tmp_path: Path,
+) -> None:
+    from node.limits import SYNC_PENALTY, PeerPenalties
+    from store.ops import MembershipAction, MembershipOp
+    from store.records import MemberRecord, Role
+    from sync.replica import MemoryReplica
+
+    from node_support import KEYS, PROOF, USERS
+
+    class Stubborn(MemoryReplica):
+        """A hostile peer: keeps its stale version and never takes ours."""
+
+        def apply(self, domain, records):  # type: ignore[no-untyped-def]
+            return 0
+
+    def op(action: MembershipAction, ms: int) -> MembershipOp:
+        return MembershipOp.create(
+            KEYS[0], CHAT, USERS[1], action, Hlc(ms), Role.PARTICIPANT, proof=PROOF
+        )
+
+    db = small_db(tmp_path / "a")
+    try:
+        add, remove = op(MembershipAction.ADD, 5), op(MembershipAction.REMOVE, 9)
+        stale = MemberRecord(CHAT, USERS[1], add.state())  # superseded by the remove
+        db.apply_member_states([(CHAT, USERS[1], add.state()), (CHAT, USERS[1], remove.state())])
+        mine, peer = DbReplica(db), Stubborn()
+        MemoryReplica.apply(peer, Domain.MEMBERS, [stale])
+        penalties, banned = PeerPenalties(threshold=10), []
+
+        def judge(outcome) -> None:  # type: ignore[no-untyped-def]
+            if outcome.useless and penalties.penalize("stubborn", SYNC_PENALTY["useless"], 0.0):
+                banned.append(outcome.peer)
+
+        ours = SyncService(mine, trio.Lock(), Metrics(), read_timeout_s=3600, on_outcome=judge)
+        for _ in range(10):
+            left, right = trio.testing.memory_stream_pair()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    service(peer, Metrics()).respond, "us", TrioFrames(right, MAX_FRAME)
+                )
+                outcome = await ours.initiate("stubborn", TrioFrames(left, MAX_FRAME))
+            assert outcome.records_received >= 1 and outcome.records_applied == 0
+            assert db.get_member_record(CHAT, USERS[1]).removed_at == Hlc(9)  # never rolled back
+        assert banned == ["stubborn"]  # ten useless sessions: 10 points, the threshold
     finally:
         db.close()
