@@ -191,3 +191,35 @@ def test_member_rows_from_peers_carry_their_signed_ops() -> None:
         verify_member_record(MemberRecord(CHAT, USERS[1], promoted))
     with pytest.raises(BadSignature):  # a proof for another row
         verify_member_record(MemberRecord(CHAT, USERS[2], info))
+
+
+GRANT_1 = grant_admin(KEYS[0], PROOF, USERS[1])
+membership_ops = st.builds(
+    lambda actor, user, action, ms, admin, grant: MembershipOp.create(
+        KEYS[actor], CHAT, USERS[user], action, Hlc(ms), Role.ADMIN if admin else Role.PARTICIPANT,
+        proof=PROOF, grant=GRANT_1 if grant else None,
+    ),  # fmt: skip
+    st.integers(0, 2), st.integers(0, 2), st.sampled_from(list(MembershipAction)),
+    st.integers(1, 20), st.booleans(), st.booleans(),
+)  # fmt: skip
+
+
+@given(st.lists(membership_ops, max_size=25), st.randoms(use_true_random=False))
+def test_replicas_fed_the_same_ops_in_any_order_end_equal(ops: list, rnd) -> None:  # type: ignore[no-untyped-def, type-arg]
+    from store import merge_member_states
+
+    def replay(order: list) -> dict:  # type: ignore[type-arg]
+        rows: dict = {}  # type: ignore[type-arg]
+        for op in order:
+            try:
+                validate_op(op, now_ms=10**6, max_offset_ms=0)
+            except (Unauthorized, BadSignature):
+                continue  # every replica refuses exactly the same ops
+            key = (op.chat_id, op.user_id)
+            rows[key] = merge_member_states(rows.get(key), op.state())
+        return rows
+
+    shuffled = ops[:]
+    rnd.shuffle(shuffled)
+    duplicated = shuffled + shuffled[: len(shuffled) // 2]
+    assert replay(ops) == replay(shuffled) == replay(duplicated)
