@@ -196,12 +196,22 @@ def test_member_rows_from_peers_carry_their_signed_ops() -> None:
 GRANT_1 = grant_admin(KEYS[0], PROOF, USERS[1])
 membership_ops = st.builds(
     lambda actor, user, action, ms, admin, grant: MembershipOp.create(
-        KEYS[actor], CHAT, USERS[user], action, Hlc(ms), Role.ADMIN if admin else Role.PARTICIPANT,
-        proof=PROOF, grant=GRANT_1 if grant else None,
-    ),  # fmt: skip
-    st.integers(0, 2), st.integers(0, 2), st.sampled_from(list(MembershipAction)),
-    st.integers(1, 20), st.booleans(), st.booleans(),
-)  # fmt: skip
+        KEYS[actor],
+        CHAT,
+        USERS[user],
+        action,
+        Hlc(ms),
+        Role.ADMIN if admin else Role.PARTICIPANT,
+        proof=PROOF,
+        grant=GRANT_1 if grant else None,
+    ),
+    st.integers(0, 2),
+    st.integers(0, 2),
+    st.sampled_from(list(MembershipAction)),
+    st.integers(1, 20),
+    st.booleans(),
+    st.booleans(),
+)
 
 
 @given(st.lists(membership_ops, max_size=25), st.randoms(use_true_random=False))
