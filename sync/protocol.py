@@ -161,6 +161,8 @@ class _DomainPass:
     diff_buckets: set[int] = field(default_factory=set)
     outbox: deque[bytes] = field(default_factory=deque)  # ids of records to push
     shipped: set[bytes] = field(default_factory=set)  # pushed this pass: never twice
+    moved: set[int] = field(default_factory=set)  # buckets a record travelled in, either way
+    truncated: bool = False  # more leaves differed than max_cells (initiator)
     wants: list[bytes] = field(default_factory=list)
     prefix_wants: list[PrefixWant] = field(default_factory=list)
     id_lists: list[IdList] = field(default_factory=list)
@@ -436,7 +438,9 @@ class SyncSession:
         out = {}
         for domain, (flags, hashes) in nodes.sections.items():
             dp = self._domains[domain]
-            differ = self._descend(domain, flags, hashes, DEPTH)[: self.config.max_cells]
+            differ = self._descend(domain, flags, hashes, DEPTH)
+            dp.truncated = len(differ) > self.config.max_cells  # the rest: next pass
+            differ = differ[: self.config.max_cells]
             dp.diff_buckets = set(differ)
             tree = self._tree(domain)
             cells = b"".join(_encode_cell(*tree.cell(b)) for b in differ)
@@ -505,8 +509,21 @@ class SyncSession:
             # A pass that found differences but could move nothing (e.g. records the
             # other side's retention refuses) would find the same again: compare and end.
             found = any(dp.diff_buckets for dp in self._domains.values())
-            return self._begin_pass(final=found and self._moved == 0)
+            return self._begin_pass(final=found and (self._moved == 0 or self._stuck()))
         return reply
+
+    def _stuck(self) -> bool:
+        """Only messages differed, all leaves were compared, and in one no record moved.
+
+        Messages are immutable, so such a leaf holds records the session cutoff filters
+        (one side aged them out): the next pass would find it again, and the records that
+        did move are confirmed by the final HELLO's root comparison or the next session.
+        Members and identity are excluded: a merge there supersedes ids, which a pass 2 needs.
+        """
+        dp = self._domains.get(Domain.MESSAGES)
+        if dp is None or len(self._domains) != 1 or dp.truncated:
+            return False
+        return bool(dp.diff_buckets - dp.moved)
 
     def _take_requests(self, domain: Domain, dp: _DomainPass, section: TransferSection) -> None:
         for record_id in _split(section.wants, RECORD_ID_LEN):
@@ -558,6 +575,7 @@ class SyncSession:
             except RemoteProtocolError as exc:
                 problem = problem or exc
                 continue
+            dp.moved.add(bucket_of(record_id))
             cutoff = self._cutoff(domain)
             if cutoff is not None and physical_ms is not None and physical_ms <= cutoff:
                 self.stats.rejected_old += 1
@@ -630,6 +648,7 @@ class SyncSession:
                     return out, budget
                 out.append(blob)
                 dp.shipped.add(chunk[i])
+                dp.moved.add(bucket_of(chunk[i]))
                 budget -= len(blob)
         return out, budget
 
