@@ -50,3 +50,18 @@ class BadSignature(InvalidInput):
     """A signature that does not verify, or an author id that does not match its key."""
 
     reason = "bad_signature"
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """A value from outside, for an error message: ``repr`` cut to ``limit`` characters.
+
+    Never raises: ``repr`` of an integer over 4,300 digits (a CBOR bignum from a peer) raises
+    ValueError (``sys.get_int_max_str_digits``), and of deeply nested arrays RecursionError;
+    either would escape as a crash instead of the decoder's own error.
+    """
+    try:
+        text = repr(value)
+    except Exception:  # whatever a peer's value does to repr, the message must still be made
+        bits = value.bit_length() if isinstance(value, int) else 0
+        return f"<{bits}-bit integer>" if bits else f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -34,6 +34,11 @@ class ChatListItem:
     unread: int
 
 
+_new = object.__new__
+_SET_ITEM = tuple(ChatListItem.__dict__[name].__set__ for name in ChatListItem.__slots__)
+assert ChatListItem.__slots__ == ("entry", "unread")
+
+
 @dataclass(frozen=True, slots=True)
 class ChatListPage:
     items: list[ChatListItem]
@@ -112,7 +117,7 @@ class InboxStore(RocksBase):
     def _sender_of(self, msg_id: bytes) -> bytes | None:
         raw = self.get("seen_msg", msg_id)
         stored = self.get("messages", raw) if raw else None
-        return None if stored is None else decode_msg(stored).sender
+        return None if stored is None else decode_msg(stored, trusted=True).sender
 
     def delete_user_inbox_entry(self, user_id: bytes, chat_id: bytes) -> bool:
         """Remove ``chat_id`` from the user's chat list (after a Remove or Leave)."""
@@ -141,18 +146,26 @@ class InboxStore(RocksBase):
         for key, raw in self.iter_range("user_inbox", start, prefix_end(user_id)):
             if len(rows) == limit:
                 return ChatListPage(self._with_unread(user_id, rows), encode_cursor(rows[-1][0]))
-            rows.append((key, decode_inbox_entry(raw)))
+            rows.append((key, decode_inbox_entry(raw, trusted=True)))  # our own rows
         return ChatListPage(self._with_unread(user_id, rows), None)
 
     def _with_unread(
         self, user_id: bytes, rows: list[tuple[bytes, InboxEntry]]
     ) -> list[ChatListItem]:
-        keys = [key_user_read_progress(user_id, entry.chat_id) for _, entry in rows]
-        progress = self.multi_get("user_read_progress", keys)
-        return [
-            ChatListItem(entry, max(0, entry.last_seq - _u32(read)))
-            for (_, entry), read in zip(rows, progress, strict=True)
-        ]
+        # key_user_read_progress(user_id, chat_id) per row; a decoded entry's chat_id is
+        # always CHAT_ID_LEN bytes, so only the user id needs checking, once.
+        prefix = check_len(user_id, USER_ID_LEN, "user_id")
+        progress = self.multi_get("user_read_progress", [prefix + e.chat_id for _, e in rows])
+        items: list[ChatListItem] = []
+        append = items.append
+        set_entry, set_unread = _SET_ITEM
+        for (_, entry), read in zip(rows, progress, strict=True):
+            unread = entry.last_seq - _u32(read)
+            item = _new(ChatListItem)  # ChatListItem(entry, max(0, unread)), through its slots
+            set_entry(item, entry)
+            set_unread(item, unread if unread > 0 else 0)
+            append(item)
+        return items
 
     # --- read progress (monotonic) ---
 

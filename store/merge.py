@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from store.hlc import HLC_ZERO, LOGICAL_BITS, Hlc
-from store.records import ChatMeta, MemberInfo, Role
+from store.records import ChatMeta, MemberInfo, Role, make_chat_meta
 
 
 def _or_zero(stamp: Hlc | None) -> Hlc:
@@ -91,15 +91,24 @@ def meta_after_messages(
     ``meta_after_message`` over them one by one: the seq counts up, and a running
     maximum of (hlc, id) ends at the maximum of the old newest and the batch's.
     """
-    if (newest_hlc, newest_id) > (meta.last_msg_ts, meta.last_msg_id):
-        return replace(
-            meta,
-            last_seq=last_seq,
-            last_ts=newest_hlc >> LOGICAL_BITS,
-            last_msg_id=newest_id,
-            last_msg_ts=newest_hlc,
-        )
-    return replace(meta, last_seq=last_seq)
+    # Every field spelled out (make_chat_meta), not dataclasses.replace: this runs on every
+    # put and replace costs several times more (tests/store/test_fast_codecs.py: the same).
+    last_msg_ts = meta.last_msg_ts
+    # (newest_hlc, newest_id) > (last_msg_ts, last_msg_id), without building the tuples
+    if newest_hlc > last_msg_ts or (newest_hlc == last_msg_ts and newest_id > meta.last_msg_id):
+        last_ts, last_msg_id, last_msg_ts = newest_hlc >> LOGICAL_BITS, newest_id, newest_hlc
+    else:
+        last_ts, last_msg_id = meta.last_ts, meta.last_msg_id
+    return make_chat_meta(
+        last_ts,
+        last_seq,
+        last_msg_id,
+        meta.members,
+        last_msg_ts,
+        meta.last_announced_ms,
+        meta.identity,
+        meta.membership_hash,
+    )
 
 
 def meta_after_membership(meta: ChatMeta, user_id: bytes, active: bool) -> ChatMeta:

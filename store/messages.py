@@ -10,12 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from store.errors import ClockDriftError, InvalidInput
 from store.hlc import Hlc
 from store.keys import (
     CHAT_ID_LEN,
     MESSAGES_KEY_LEN,
+    U32_MAX,
+    U64_MAX,
     bucket_prefix,
     check_len,
     decode_cursor,
@@ -46,11 +49,35 @@ class PutResult:
     expired: bool = False  # older than the retention cutoff: refused, never stored
 
 
+_new = object.__new__
+_SET_RESULT = tuple(PutResult.__dict__[name].__set__ for name in PutResult.__slots__)
+assert PutResult.__slots__ == ("msg_id", "seq", "duplicate", "expired")
+
+
+def _put_result(msg_id: bytes, seq: int, duplicate: bool, expired: bool = False) -> PutResult:
+    """``PutResult(msg_id, seq, duplicate, expired)``, built through its slots.
+
+    A frozen dataclass's __init__ sets each field with object.__setattr__, which is most of
+    a put's per-message cost outside RocksDB (tests/store/test_fast_codecs.py: equal).
+    """
+    result = _new(PutResult)
+    set_msg_id, set_seq, set_duplicate, set_expired = _SET_RESULT
+    set_msg_id(result, msg_id)
+    set_seq(result, seq)
+    set_duplicate(result, duplicate)
+    set_expired(result, expired)
+    return result
+
+
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
     key: bytes
     seq: int
     msg: MsgV1
+
+
+_SET_STORED = tuple(StoredMessage.__dict__[name].__set__ for name in StoredMessage.__slots__)
+assert StoredMessage.__slots__ == ("key", "seq", "msg")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +110,42 @@ class MessageStore(RocksBase):
     # --- writes ---
 
     def put_message(self, msg: MsgV1, *, now_ms: int | None = None) -> PutResult:
-        """Store one message; a message already seen is a no-op (``duplicate=True``)."""
-        return self.put_messages([msg], now_ms=now_ms)[0]
+        """Store one message; a message already seen is a no-op (``duplicate=True``).
+
+        Exactly ``put_messages([msg], now_ms=now_ms)[0]`` — the same checks, the same three
+        puts in one WriteBatch — without the per-batch lists, dicts and sets.
+        """
+        if now_ms is not None or len(msg.payload) > self.config.max_payload:
+            self._check_message(msg, now_ms)
+        msg_id = msg.msg_id
+        if self._cf["seen_msg"].get(msg_id) is not None:
+            return _put_result(msg_id, 0, True)
+        hlc = msg.hlc
+        expire = self.expire_before_ms
+        if expire is not None and hlc.physical_ms <= expire:
+            return _put_result(msg_id, 0, True, True)
+        chat = msg.chat_id
+        base = self.load_meta(chat)
+        seq = base.last_seq + 1
+        packed = hlc.pack()
+        if (
+            type(chat) is bytes
+            and len(chat) == CHAT_ID_LEN
+            and 0 <= packed <= U64_MAX
+            and seq <= U32_MAX
+        ):
+            key = chat + (packed << 32 | seq).to_bytes(12, "big")  # = key_messages(...)
+        else:
+            key = key_messages(chat, packed, seq)  # converts, or raises the ValueError
+        meta = meta_after_messages(base, seq, packed, msg_id)
+        handle = self._handle
+        batch = self.new_batch()
+        batch.put(key, msg.encoded, handle["messages"])
+        batch.put(msg_id, key, handle["seen_msg"])
+        batch.put(chat, meta.encode(), handle["chats_meta"])
+        self.write(batch)
+        self.remember_one_meta(chat, meta)
+        return _put_result(msg_id, seq, False)
 
     def put_messages(self, msgs: Iterable[MsgV1], *, now_ms: int | None = None) -> list[PutResult]:
         """Store many messages in one WriteBatch (messages + seen_msg + chats_meta).
@@ -95,63 +156,79 @@ class MessageStore(RocksBase):
         the ingress (node, sync), not here.
         """
         msgs = list(msgs)
-        self._check_messages(msgs, now_ms)
+        max_payload = self.config.max_payload
+        for msg in msgs:
+            if len(msg.payload) > max_payload or now_ms is not None:
+                self._check_message(msg, now_ms)
         ids = [msg.msg_id for msg in msgs]
         already = self.multi_get("seen_msg", ids)
         batch = self.new_batch()
         put = batch.put
         messages_cf, seen_cf = self._handle["messages"], self._handle["seen_msg"]
-        # Per chat: its stored meta, the last seq given out here, the newest (hlc, id)
-        # here. Folded into one ChatMeta per chat at the end (meta_after_messages).
+        # Per chat: its stored meta, and [last seq given out here, newest (hlc, id) here,
+        # key prefix]. Folded into one ChatMeta per chat at the end (meta_after_messages).
         bases: dict[bytes, ChatMeta] = {}
-        seqs: dict[bytes, int] = {}
-        newest: dict[bytes, tuple[int, bytes]] = {}
+        chats: dict[bytes, list[Any]] = {}
         results: list[PutResult] = []
+        append = results.append
         new_ids: set[bytes] = set()
+        add_id = new_ids.add
         expire = self.expire_before_ms
+        set_msg_id, set_seq, set_duplicate, set_expired = _SET_RESULT
         for msg, msg_id, seen in zip(msgs, ids, already, strict=True):
             if seen is not None or msg_id in new_ids:
-                results.append(PutResult(msg_id, 0, True))
+                append(_put_result(msg_id, 0, True))
                 continue
-            if expire is not None and msg.hlc.physical_ms <= expire:
+            hlc = msg.hlc
+            if expire is not None and hlc.physical_ms <= expire:
                 # GC removed (or would remove) it: storing it again would resurrect it.
-                results.append(PutResult(msg_id, 0, True, expired=True))
+                append(_put_result(msg_id, 0, True, True))
                 continue
-            new_ids.add(msg_id)
+            add_id(msg_id)
             chat = msg.chat_id
-            seq = seqs.get(chat)
-            if seq is None:
+            state = chats.get(chat)
+            if state is None:
                 bases[chat] = base = self.load_meta(chat)
-                seq = base.last_seq
-            seqs[chat] = seq = seq + 1
-            stamp = (msg.hlc.pack(), msg_id)
-            if chat not in newest or stamp > newest[chat]:
-                newest[chat] = stamp
-            key = key_messages(chat, stamp[0], seq)
+                prefix = chat if type(chat) is bytes and len(chat) == CHAT_ID_LEN else None
+                chats[chat] = state = [base.last_seq, -1, b"", prefix]
+            state[0] = seq = state[0] + 1
+            packed = hlc.pack()
+            if packed > state[1] or (packed == state[1] and msg_id > state[2]):
+                state[1], state[2] = packed, msg_id  # the newest (hlc, id) so far
+            prefix = state[3]
+            if prefix is not None and 0 <= packed <= U64_MAX and seq <= U32_MAX:
+                key = prefix + (packed << 32 | seq).to_bytes(12, "big")  # = key_messages(...)
+            else:
+                key = key_messages(chat, packed, seq)  # converts, or raises the ValueError
             put(key, msg.encoded, messages_cf)
             put(msg_id, key, seen_cf)
-            results.append(PutResult(msg_id, seq, False))
-        if seqs:
+            result = _new(PutResult)  # _put_result(msg_id, seq, False), inlined
+            set_msg_id(result, msg_id)
+            set_seq(result, seq)
+            set_duplicate(result, False)
+            set_expired(result, False)
+            append(result)
+        if chats:
             metas = {
-                chat: meta_after_messages(bases[chat], seq, *newest[chat])
-                for chat, seq in seqs.items()
+                chat: meta_after_messages(bases[chat], seq, packed, msg_id)
+                for chat, (seq, packed, msg_id, _) in chats.items()
             }
             self.put_metas(batch, metas)
             self.write(batch)
             self.remember_meta(metas)
         return results
 
-    def _check_messages(self, msgs: list[MsgV1], now_ms: int | None) -> None:
-        max_payload, max_offset_ms = self.config.max_payload, self.config.max_offset_ms
-        for msg in msgs:
-            check_payload_size(msg.payload, max_payload)
-            if now_ms is not None:
-                ahead = msg.hlc.physical_ms - now_ms
-                if ahead > max_offset_ms:
-                    raise ClockDriftError(
-                        f"message HLC is {ahead} ms ahead of local time "
-                        f"(max offset {max_offset_ms} ms)"
-                    )
+    def _check_message(self, msg: MsgV1, now_ms: int | None) -> None:
+        config = self.config
+        if len(msg.payload) > config.max_payload:
+            check_payload_size(msg.payload, config.max_payload)  # raises TooLarge
+        if now_ms is not None:
+            ahead = msg.hlc.physical_ms - now_ms
+            if ahead > config.max_offset_ms:
+                raise ClockDriftError(
+                    f"message HLC is {ahead} ms ahead of local time "
+                    f"(max offset {config.max_offset_ms} ms)"
+                )
 
     # --- reads ---
 
@@ -163,7 +240,9 @@ class MessageStore(RocksBase):
         if not key:
             return None
         raw = self.get("messages", key)
-        return None if raw is None else decode_msg(raw, max_payload=self.config.max_payload)
+        if raw is None:
+            return None
+        return decode_msg(raw, max_payload=self.config.max_payload, trusted=True)
 
     def range(
         self,
@@ -192,11 +271,23 @@ class MessageStore(RocksBase):
                 end = after
         rows = self.iter_range("messages", start, end, reverse=direction is Direction.BACKWARD)
         items: list[StoredMessage] = []
+        append = items.append
+        max_payload = self.config.max_payload
+        set_key, set_seq, set_msg = _SET_STORED
         for key, value in rows:
             if len(items) == limit:
                 return RangePage(items, encode_cursor(items[-1].key))
-            msg = decode_msg(value, max_payload=self.config.max_payload)
-            items.append(StoredMessage(key, parse_key_messages(key)[2], msg))
+            # Our own rows, written by put_messages: decoded trusted (see decode_msg).
+            msg = decode_msg(value, max_payload=max_payload, trusted=True)
+            if len(key) == MESSAGES_KEY_LEN:
+                seq = int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big")
+            else:
+                seq = parse_key_messages(key)[2]  # raises: not a messages key
+            item = _new(StoredMessage)  # StoredMessage(key, seq, msg), through its slots
+            set_key(item, key)
+            set_seq(item, seq)
+            set_msg(item, msg)
+            append(item)
         return RangePage(items, None)
 
     # --- sync helpers (seed 002: Merkle rebuild, step 4, step 5) ---

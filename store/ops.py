@@ -26,7 +26,7 @@ from nacl.signing import SigningKey
 
 from store import signing
 from store.authz import AdminGrant, ChatProof, Unauthorized, authorize, decode_grant, decode_proof
-from store.errors import BadSignature, ClockDriftError, DecodeError
+from store.errors import BadSignature, ClockDriftError, DecodeError, shown
 from store.hlc import HLC_ZERO, Hlc
 from store.keys import CHAT_ID_LEN, USER_ID_LEN, check_len
 from store.merge import add_op_state, remove_op_state
@@ -286,7 +286,7 @@ def decode_op(kind: int, data: bytes, *, max_payload: int = DEFAULT_MAX_PAYLOAD)
         return decode_membership_op(data)
     if kind == OpKind.PUT_IDENTITY:
         return decode_identity_record(data)
-    raise DecodeError(f"unknown op kind {kind!r}", reason="unknown_kind")
+    raise DecodeError(f"unknown op kind {shown(kind)}", reason="unknown_kind")
 
 
 def decode_ops(

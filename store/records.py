@@ -29,8 +29,8 @@ import cbor2
 from nacl.signing import SigningKey
 
 from store import signing
-from store.errors import BadSignature, DecodeError, TooLarge
-from store.hlc import HLC_ZERO, Hlc
+from store.errors import BadSignature, DecodeError, TooLarge, shown
+from store.hlc import HLC_ZERO, LOGICAL_BITS, MAX_LOGICAL, MAX_PACKED, Hlc
 from store.keys import CHAT_ID_LEN, MSG_ID_LEN, USER_ID_LEN, check_len
 
 DEFAULT_MAX_PAYLOAD = 256 * 1024  # RFC-0005's per-message payload cap
@@ -90,6 +90,56 @@ def canonical_cbor(value: Any) -> bytes:
     return cbor2.dumps(value, canonical=True)
 
 
+# --- hand-built canonical CBOR for the hot fixed-shape records ----------------------------
+# cbor2 walks any value; a record written on every put (ChatMeta) has a fixed shape, so its
+# bytes can be joined from shortest-form heads directly. Only exact ``int``/``bytes`` values
+# take this path (a bool is an int to Python but not to CBOR); anything else goes to cbor2,
+# and tests/store/test_fast_codecs.py checks both give the same bytes.
+
+_U64_LIMIT = 1 << 64
+_SMALL_HEADS = tuple(tuple(bytes([major | n]) for n in range(24)) for major in range(0, 256, 32))
+
+
+def _head(major: int, n: int) -> bytes:
+    """The canonical (shortest) head of CBOR major type ``major`` (shifted: 0x00, 0x40, ...)."""
+    if n < 24:
+        return _SMALL_HEADS[major >> 5][n]
+    if n < 0x100:
+        return bytes((major | 24, n))
+    if n < 0x10000:
+        return ((major | 25) << 16 | n).to_bytes(3, "big")
+    if n < 0x100000000:
+        return ((major | 26) << 32 | n).to_bytes(5, "big")
+    return ((major | 27) << 64 | n).to_bytes(9, "big")
+
+
+def _uint(n: int) -> bytes:
+    """An unsigned integer below 2**64, canonically (``_head`` of major type 0, inlined)."""
+    if n < 24:
+        return _SMALL_HEADS[0][n]
+    if n < 0x100:
+        return bytes((24, n))
+    if n < 0x10000:
+        return (0x190000 | n).to_bytes(3, "big")
+    if n < 0x100000000:
+        return (0x1A00000000 | n).to_bytes(5, "big")
+    return (0x1B << 64 | n).to_bytes(9, "big")
+
+
+def _bstr(b: bytes) -> bytes:
+    return _head(0x40, len(b)) + b
+
+
+def _member_array(members: tuple[bytes, ...]) -> bytes | None:
+    """ChatMeta.members as a CBOR array of byte strings (None: a member is not ``bytes``)."""
+    parts = [_head(0x80, len(members))]
+    for member in members:
+        if type(member) is not bytes:
+            return None
+        parts.append(b"\x54" + member if len(member) == USER_ID_LEN else _bstr(member))
+    return b"".join(parts)
+
+
 def blake3_id(*parts: bytes) -> bytes:
     hasher = blake3.blake3()
     for part in parts:
@@ -119,7 +169,7 @@ def load_array(data: Any, *, what: str, version: int, fields: int, max_bytes: in
     if type(value[0]) is not int:
         raise DecodeError(f"{what}: version must be an integer", reason="wrong_type")
     if value[0] != version:
-        raise DecodeError(f"{what}: unknown version {value[0]}", reason="unknown_version")
+        raise DecodeError(f"{what}: unknown version {shown(value[0])}", reason="unknown_version")
     if len(value) != fields:
         raise DecodeError(
             f"{what}: expected {fields} fields, got {len(value)}", reason="wrong_type"
@@ -252,7 +302,37 @@ def check_payload_size(payload: bytes, max_payload: int) -> None:
         raise TooLarge(f"payload is {len(payload)} bytes, over the limit of {max_payload}")
 
 
-def decode_msg(data: bytes, *, max_payload: int = DEFAULT_MAX_PAYLOAD) -> MsgV1:
+_MESSAGE_KINDS = {kind.value: kind for kind in MessageKind}
+_new = object.__new__
+_set_physical = Hlc.__dict__["physical_ms"].__set__  # Hlc's slots, set without __init__
+_set_logical = Hlc.__dict__["logical"].__set__
+
+
+def _hlc_of(packed: int) -> Hlc:
+    """``Hlc.unpack(packed)`` for a packed stamp known to be a u64: skips the range checks."""
+    hlc = _new(Hlc)
+    _set_physical(hlc, packed >> LOGICAL_BITS)
+    _set_logical(hlc, packed & MAX_LOGICAL)
+    return hlc
+
+
+def decode_msg(
+    data: bytes, *, max_payload: int = DEFAULT_MAX_PAYLOAD, trusted: bool = False
+) -> MsgV1:
+    """The MsgV1 in ``data``, or DecodeError.
+
+    ``trusted``: the bytes come from this replica's own RocksDB, where only ``MsgV1.encoded``
+    of checked messages is ever written (canonical by construction). Every field is still
+    checked, inline and cheaply, but not the canonical re-encode, which costs more than the
+    rest of the decode together; anything unexpected goes through the full decode below. So
+    the result (or the DecodeError) is the full decode's for every input but a non-canonical
+    encoding (or trailing bytes), which is accepted here and refused there. Bytes from
+    anywhere else — sync, gossip, HTTP — are never trusted.
+    """
+    if trusted:
+        msg = _decode_msg_trusted(data, max_payload)
+        if msg is not None:
+            return msg
     what = "MsgV1"
     v = load_array(data, what=what, version=1, fields=9, max_bytes=max_payload + RECORD_OVERHEAD)
     ref = v[6]
@@ -272,6 +352,59 @@ def decode_msg(data: bytes, *, max_payload: int = DEFAULT_MAX_PAYLOAD) -> MsgV1:
     except ValueError as exc:
         raise DecodeError(f"{what}: {exc}", reason="invalid_field") from None
     msg.__dict__["encoded"] = bytes(data)  # canonical, so identical to a re-encode
+    return msg
+
+
+def _decode_msg_trusted(data: bytes, max_payload: int) -> MsgV1 | None:
+    """decode_msg without the canonical check; None if any check fails (decode it fully)."""
+    if type(data) is not bytes or len(data) > max_payload + RECORD_OVERHEAD:
+        return None
+    try:
+        v = cbor2.loads(data)
+    except Exception:
+        return None
+    if type(v) is not list or len(v) != 9:
+        return None
+    version, chat_id, sender, hlc, kind, payload, ref, author_key, sig = v
+    if not (
+        type(version) is int
+        and version == 1
+        and type(chat_id) is bytes
+        and len(chat_id) == CHAT_ID_LEN
+        and type(sender) is bytes
+        and len(sender) == USER_ID_LEN
+        and type(hlc) is int
+        and 0 <= hlc <= MAX_PACKED
+        and type(kind) is int
+        and kind in _MESSAGE_KINDS
+        and type(payload) is bytes
+        and len(payload) <= max_payload
+        and (
+            ref is None
+            if kind == MessageKind.NEW
+            else type(ref) is bytes and len(ref) == MSG_ID_LEN
+        )
+        and type(author_key) is bytes
+        and len(author_key) == signing.PUBLIC_KEY_LEN
+        and type(sig) is bytes
+        and len(sig) == signing.SIGNATURE_LEN
+    ):
+        return None
+    # What MsgV1(...) would set (its checks are the ones above), plus the cached encoding.
+    msg = _new(MsgV1)
+    msg.__dict__.update(
+        {
+            "chat_id": chat_id,
+            "sender": sender,
+            "hlc": _hlc_of(hlc),
+            "kind": _MESSAGE_KINDS[kind],
+            "payload": payload,
+            "ref": ref,
+            "author_key": author_key,
+            "sig": sig,
+            "encoded": data,
+        }
+    )
     return msg
 
 
@@ -487,6 +620,45 @@ class ChatMeta:
     membership_hash: bytes = bytes(32)  # XOR of the active members' ids
 
     def encode(self) -> bytes:
+        last_ts, last_seq, last_msg_ts = self.last_ts, self.last_seq, self.last_msg_ts
+        last_msg_id, members, identity = self.last_msg_id, self.members, self.identity
+        announced, membership_hash = self.last_announced_ms, self.membership_hash
+        if not (  # the shape every ChatMeta the store makes has; else cbor2 encodes it
+            type(last_ts) is int
+            and type(last_seq) is int
+            and type(last_msg_ts) is int
+            and type(announced) is int
+            and 0 <= last_ts < _U64_LIMIT
+            and 0 <= last_seq < _U64_LIMIT
+            and 0 <= last_msg_ts < _U64_LIMIT
+            and 0 <= announced < _U64_LIMIT
+            and type(last_msg_id) is bytes
+            and type(membership_hash) is bytes
+            and (identity is None or type(identity) is bytes)
+            and type(members) is tuple
+        ):
+            return self.encode_reference()
+        member_bytes = _member_array(members) if members else b"\x80"  # b"\x80": empty array
+        if member_bytes is None:
+            return self.encode_reference()
+        return b"".join(
+            (
+                b"\x89\x01",  # array(9), version 1
+                _uint(last_ts),
+                _uint(last_seq),
+                b"\x58\x20" + last_msg_id if len(last_msg_id) == 32 else _bstr(last_msg_id),
+                member_bytes,
+                _uint(last_msg_ts),
+                _uint(announced),
+                b"\xf6" if identity is None else _bstr(identity),  # null
+                b"\x58\x20" + membership_hash
+                if len(membership_hash) == 32
+                else _bstr(membership_hash),
+            )
+        )
+
+    def encode_reference(self) -> bytes:
+        """``encode`` through cbor2: any field values (the fast path's reference in tests)."""
         return canonical_cbor(
             [
                 1,
@@ -500,6 +672,44 @@ class ChatMeta:
                 self.membership_hash,
             ]
         )
+
+
+_CHAT_META_SLOTS = tuple(  # ChatMeta's slots in field order, set without __init__
+    ChatMeta.__dict__[name].__set__
+    for name in (
+        "last_ts", "last_seq", "last_msg_id", "members",
+        "last_msg_ts", "last_announced_ms", "identity", "membership_hash",
+    )
+)  # fmt: skip
+
+
+def make_chat_meta(
+    last_ts: int,
+    last_seq: int,
+    last_msg_id: bytes,
+    members: tuple[bytes, ...],
+    last_msg_ts: int,
+    last_announced_ms: int,
+    identity: bytes | None,
+    membership_hash: bytes,
+) -> ChatMeta:
+    """``ChatMeta(...)`` with every field given, built through its slots.
+
+    ChatMeta has no __post_init__, so this is the same object; a frozen dataclass's
+    __init__ sets each field with object.__setattr__, which costs twice as much, and
+    this runs on every put (merge.meta_after_messages).
+    """
+    meta = _new(ChatMeta)
+    s0, s1, s2, s3, s4, s5, s6, s7 = _CHAT_META_SLOTS
+    s0(meta, last_ts)
+    s1(meta, last_seq)
+    s2(meta, last_msg_id)
+    s3(meta, members)
+    s4(meta, last_msg_ts)
+    s5(meta, last_announced_ms)
+    s6(meta, identity)
+    s7(meta, membership_hash)
+    return meta
 
 
 def decode_chat_meta(data: bytes) -> ChatMeta:
@@ -556,7 +766,20 @@ class InboxEntry:
         )
 
 
-def decode_inbox_entry(data: bytes) -> InboxEntry:
+_CHAT_KINDS = {kind.value: kind for kind in ChatKind}
+_INBOX_SLOTS = tuple(  # InboxEntry's slots, set without __init__ (trusted decode)
+    InboxEntry.__dict__[name].__set__
+    for name in ("chat_id", "kind", "last_ts", "last_msg_id", "last_sender", "last_seq")
+)
+_set_inbox_preview = InboxEntry.__dict__["last_text_preview"].__set__
+
+
+def decode_inbox_entry(data: bytes, *, trusted: bool = False) -> InboxEntry:
+    """The InboxEntry in ``data``, or DecodeError. ``trusted``: as for ``decode_msg``."""
+    if trusted:
+        entry = _decode_inbox_entry_trusted(data)
+        if entry is not None:
+            return entry
     v = load_array(data, what="InboxEntry", version=1, fields=8, max_bytes=1024)
     if type(v[6]) is not str or len(v[6]) > MAX_PREVIEW_CHARS:
         raise DecodeError(
@@ -572,4 +795,47 @@ def decode_inbox_entry(data: bytes) -> InboxEntry:
         last_text_preview=v[6],
     )
     ensure_canonical(v, data, "InboxEntry")
+    return entry
+
+
+def _decode_inbox_entry_trusted(data: bytes) -> InboxEntry | None:
+    """decode_inbox_entry without the canonical check; None if any check fails."""
+    if type(data) is not bytes or len(data) > 1024:
+        return None
+    try:
+        v = cbor2.loads(data)
+    except Exception:
+        return None
+    if type(v) is not list or len(v) != 8:
+        return None
+    version, chat_id, kind, last_ts, last_msg_id, last_sender, preview, last_seq = v
+    if not (
+        type(version) is int
+        and version == 1
+        and type(chat_id) is bytes
+        and len(chat_id) == CHAT_ID_LEN
+        and type(kind) is int
+        and kind in _CHAT_KINDS
+        and type(last_ts) is int
+        and 0 <= last_ts <= MAX_PACKED
+        and type(last_msg_id) is bytes
+        and len(last_msg_id) == MSG_ID_LEN
+        and type(last_sender) is bytes
+        and len(last_sender) == USER_ID_LEN
+        and type(preview) is str
+        and len(preview) <= MAX_PREVIEW_CHARS
+        and type(last_seq) is int
+        and 0 <= last_seq <= 0xFFFFFFFF
+    ):
+        return None
+    # What InboxEntry(...) would hold (its checks are the ones above), without its __init__.
+    entry = _new(InboxEntry)
+    set_chat_id, set_kind, set_last_ts, set_msg_id, set_sender, set_seq = _INBOX_SLOTS
+    set_chat_id(entry, chat_id)
+    set_kind(entry, _CHAT_KINDS[kind])
+    set_last_ts(entry, last_ts)
+    set_msg_id(entry, last_msg_id)
+    set_sender(entry, last_sender)
+    set_seq(entry, last_seq)
+    _set_inbox_preview(entry, preview)
     return entry

@@ -222,6 +222,13 @@ class RocksBase:
             self._meta_cache.clear()
         self._meta_cache.update(metas)
 
+    def remember_one_meta(self, chat_id: bytes, meta: ChatMeta) -> None:
+        """``remember_meta({chat_id: meta})`` without building the dict (put_message)."""
+        cache = self._meta_cache
+        if len(cache) >= self.config.meta_cache_size:
+            cache.clear()
+        cache[chat_id] = meta
+
     def put_metas(self, batch: WriteBatch, metas: dict[bytes, ChatMeta]) -> None:
         for chat_id, meta in metas.items():
             batch.put(chat_id, meta.encode(), self._handle["chats_meta"])

@@ -16,6 +16,7 @@ from typing import Any
 
 import cbor2
 
+from store.errors import shown
 from store.keys import NUM_BUCKETS, RECORD_ID_LEN
 from sync.errors import RemoteProtocolError
 
@@ -211,7 +212,7 @@ def _domain(value: Any) -> Domain:
 
 def _bucket(value: Any) -> int:
     if type(value) is not int or not 0 <= value < NUM_BUCKETS:
-        raise _fail(f"bucket out of range 0..{NUM_BUCKETS - 1}: {value!r}", "bad_bucket")
+        raise _fail(f"bucket out of range 0..{NUM_BUCKETS - 1}: {shown(value)}", "bad_bucket")
     return value
 
 
@@ -248,7 +249,7 @@ def decode_frame(data: bytes, *, max_frame: int, max_ids: int) -> Frame:
         raise _fail("frame must be a non-empty array")
     kind = value[0]
     if type(kind) is not int or kind not in FrameType._value2member_map_:
-        raise _fail(f"unknown frame type {kind!r}", "unknown_frame")
+        raise _fail(f"unknown frame type {shown(kind)}", "unknown_frame")
     decoder = _DECODERS[FrameType(kind)]
     return decoder(value[1:], max_ids)
 

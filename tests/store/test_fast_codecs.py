@@ -1,0 +1,410 @@
+"""The store's fast paths against their reference spellings (store performance work, issue 2).
+
+Each fast path — hand-joined ChatMeta CBOR, the trusted decoders for rows read back from our
+own RocksDB, slot-built result objects, the one-message put, the write loop's inlined keys —
+must give exactly what the plain code gives, for arbitrary valid values; hostile bytes must
+get the same answer too, except that a trusted decode does not insist on canonical bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import cbor2
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store import ChatKind, ChatMeta, DecodeError, Direction, Hlc, InboxEntry, MsgV1
+from store.inbox import ChatListItem
+from store.merge import meta_after_messages
+from store.messages import PutResult, StoredMessage, _put_result
+from store.records import (
+    DEFAULT_MAX_PAYLOAD,
+    canonical_cbor,
+    decode_chat_meta,
+    decode_inbox_entry,
+    decode_msg,
+    make_chat_meta,
+)
+
+from store_support import CHATS, USERS, dump_all, fresh_db, make_msg, messages, small_hlcs
+
+bin20 = st.binary(min_size=20, max_size=20)
+bin32 = st.binary(min_size=32, max_size=32)
+u32s = st.integers(0, (1 << 32) - 1)
+u64s = st.integers(0, (1 << 64) - 1)
+# Integers around every CBOR head size boundary, where a hand encoder goes wrong first.
+BOUNDARIES = [0, 23, 24, 255, 256, 65535, 65536, (1 << 32) - 1, 1 << 32, (1 << 64) - 1]
+edgy_u64s = st.sampled_from(BOUNDARIES) | u64s
+any_bytes = st.binary(max_size=300)  # lengths across the 1- and 2-byte length heads
+
+# --- ChatMeta: hand-joined canonical CBOR ---------------------------------------------------
+
+valid_chat_metas = st.builds(
+    ChatMeta,
+    last_ts=edgy_u64s,
+    last_seq=st.sampled_from(BOUNDARIES[:8]) | u32s,
+    last_msg_id=bin32,
+    members=st.lists(bin20, max_size=30).map(tuple),
+    last_msg_ts=edgy_u64s,
+    last_announced_ms=edgy_u64s,
+    identity=st.none() | st.binary(max_size=128),
+    membership_hash=bin32,
+)
+# Any bytes lengths and any member count: the encoder must still agree with cbor2.
+loose_chat_metas = st.builds(
+    ChatMeta,
+    last_ts=edgy_u64s,
+    last_seq=edgy_u64s,
+    last_msg_id=any_bytes,
+    members=st.lists(any_bytes, max_size=30).map(tuple),
+    last_msg_ts=edgy_u64s,
+    last_announced_ms=edgy_u64s,
+    identity=st.none() | any_bytes,
+    membership_hash=any_bytes,
+)
+# Values the fast path must hand to cbor2: bools, negatives, big ints, lists, bytearrays.
+odd_ints = st.sampled_from([True, False, -1, -(1 << 70), 1 << 64, 1 << 80]) | edgy_u64s
+odd_bytes = any_bytes | any_bytes.map(bytearray)
+odd_chat_metas = st.builds(
+    ChatMeta,
+    last_ts=odd_ints,
+    last_seq=odd_ints,
+    last_msg_id=odd_bytes,
+    members=st.lists(odd_bytes, max_size=4).map(tuple) | st.lists(bin20, max_size=4),
+    last_msg_ts=odd_ints,
+    last_announced_ms=odd_ints,
+    identity=st.none() | odd_bytes,
+    membership_hash=odd_bytes,
+)
+
+
+@given(valid_chat_metas | loose_chat_metas | odd_chat_metas)
+def test_chat_meta_encode_is_cbor2_canonical(meta: ChatMeta) -> None:
+    fields = [1, meta.last_ts, meta.last_seq, meta.last_msg_id, list(meta.members)]
+    fields += [meta.last_msg_ts, meta.last_announced_ms, meta.identity, meta.membership_hash]
+    assert meta.encode() == meta.encode_reference() == canonical_cbor(fields)
+
+
+@given(valid_chat_metas)
+def test_chat_meta_fast_encoding_round_trips(meta: ChatMeta) -> None:
+    assert decode_chat_meta(meta.encode()) == meta
+
+
+@pytest.mark.parametrize("n", BOUNDARIES)
+def test_chat_meta_encode_at_every_head_boundary(n: int) -> None:
+    meta = ChatMeta(n, n & 0xFFFFFFFF, bytes(32), (), n, n, None, bytes(32))
+    assert meta.encode() == cbor2.dumps(
+        [1, n, n & 0xFFFFFFFF, bytes(32), [], n, n, None, bytes(32)], canonical=True
+    )
+
+
+# --- ChatMeta: the per-batch fold without dataclasses.replace --------------------------------
+
+
+def meta_after_messages_reference(
+    meta: ChatMeta, last_seq: int, newest_hlc: int, newest_id: bytes
+) -> ChatMeta:
+    """The fold as it was written with dataclasses.replace."""
+    if (newest_hlc, newest_id) > (meta.last_msg_ts, meta.last_msg_id):
+        return dataclasses.replace(
+            meta,
+            last_seq=last_seq,
+            last_ts=newest_hlc >> 16,
+            last_msg_id=newest_id,
+            last_msg_ts=newest_hlc,
+        )
+    return dataclasses.replace(meta, last_seq=last_seq)
+
+
+@given(
+    valid_chat_metas,
+    u32s,
+    st.sampled_from([0, 1 << 16]) | u64s,
+    bin32 | st.sampled_from([bytes(32), b"\xff" * 32]),
+    st.booleans(),
+)
+def test_meta_after_messages_equals_replace(
+    meta: ChatMeta, seq: int, hlc: int, msg_id: bytes, tie: bool
+) -> None:
+    if tie:  # same HLC as the stored newest: the id decides
+        hlc = meta.last_msg_ts
+    got = meta_after_messages(meta, seq, hlc, msg_id)
+    want = meta_after_messages_reference(meta, seq, hlc, msg_id)
+    assert got == want
+    assert got.encode() == want.encode()
+    assert [type(getattr(got, f.name)) for f in dataclasses.fields(ChatMeta)] == [
+        type(getattr(want, f.name)) for f in dataclasses.fields(ChatMeta)
+    ]
+
+
+@given(valid_chat_metas)
+def test_make_chat_meta_equals_the_constructor(meta: ChatMeta) -> None:
+    values = [getattr(meta, f.name) for f in dataclasses.fields(ChatMeta)]
+    built = make_chat_meta(*values)
+    assert built == ChatMeta(*values) == meta
+    assert hash(built) == hash(meta)
+
+
+# --- slot-built result objects ---------------------------------------------------------------
+
+
+@given(bin32, u32s, st.booleans(), st.booleans())
+def test_put_result_built_through_slots(msg_id: bytes, seq: int, dup: bool, exp: bool) -> None:
+    built = _put_result(msg_id, seq, dup, exp)
+    assert built == PutResult(msg_id, seq, dup, exp)
+    assert hash(built) == hash(PutResult(msg_id, seq, dup, exp))
+    assert _put_result(msg_id, seq, dup) == PutResult(msg_id, seq, dup)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.seq = 1  # type: ignore[misc]
+
+
+# --- trusted decodes: identical to the full decode on valid bytes -----------------------------
+
+
+def same_msg(got: MsgV1, want: MsgV1) -> None:
+    assert got == want
+    assert got.msg_id == want.msg_id  # (caches msg_id on both, so the dicts can match)
+    assert got.__dict__ == want.__dict__  # the cached encoding too
+    assert {k: type(v) for k, v in got.__dict__.items()} == {
+        k: type(v) for k, v in want.__dict__.items()
+    }
+    assert got.hlc.pack() == want.hlc.pack()
+
+
+@settings(max_examples=200)
+@given(messages(chats=(*CHATS, bytes(range(32)))))
+def test_trusted_decode_msg_equals_full_decode(msg: MsgV1) -> None:
+    data = msg.encoded
+    full = decode_msg(data)
+    same_msg(decode_msg(data, trusted=True), full)
+    same_msg(full, msg)
+
+
+@pytest.mark.parametrize("hlc", [Hlc(0, 0), Hlc(0, 23), Hlc(0, 24), Hlc(1, 0), Hlc(1 << 47, 7)])
+def test_trusted_decode_msg_at_hlc_head_boundaries(hlc: Hlc) -> None:
+    msg = make_msg(CHATS[1], hlc, b"x" * 300)
+    same_msg(decode_msg(msg.encoded, trusted=True), decode_msg(msg.encoded))
+
+
+valid_inbox_entries = st.builds(
+    InboxEntry,
+    chat_id=bin32,
+    kind=st.sampled_from(ChatKind),
+    last_ts=edgy_u64s,
+    last_msg_id=bin32,
+    last_sender=bin20,
+    last_seq=st.sampled_from(BOUNDARIES[:8]) | u32s,
+    last_text_preview=st.text(max_size=100),
+)
+
+
+@given(valid_inbox_entries)
+def test_trusted_decode_inbox_entry_equals_full_decode(entry: InboxEntry) -> None:
+    data = entry.encode()
+    got, want = decode_inbox_entry(data, trusted=True), decode_inbox_entry(data)
+    assert got == want == entry
+    assert [type(getattr(got, f.name)) for f in dataclasses.fields(InboxEntry)] == [
+        type(getattr(want, f.name)) for f in dataclasses.fields(InboxEntry)
+    ]
+
+
+# --- trusted decodes on hostile bytes: the same answer, but for canonical form ---------------
+
+
+def _outcome(decode: Any, data: bytes) -> tuple[str, Any]:
+    try:
+        return "ok", decode(data)
+    except DecodeError as exc:
+        return "error", exc.reason
+
+
+def check_trusted_matches(decode: Any, data: bytes, canonical: Any) -> None:
+    """decode(data, trusted=True) agrees with decode(data) unless only canonical form differs."""
+    full = _outcome(decode, data)
+    trusted = _outcome(lambda d: decode(d, trusted=True), data)
+    if full[0] == "ok" or trusted[0] == "error":
+        assert trusted == full
+        return
+    # Only a non-canonical encoding of valid fields may pass a trusted decode; the value it
+    # gives is what the canonical bytes of those fields decode to.
+    assert full == ("error", "non_canonical")
+    assert decode(canonical(trusted[1])) == trusted[1]
+
+
+def _mutations(data: bytes) -> st.SearchStrategy[bytes]:
+    n = len(data)
+    flip = st.tuples(st.integers(0, n - 1), st.integers(0, 255)).map(
+        lambda p: data[: p[0]] + bytes([p[1]]) + data[p[0] + 1 :]
+    )
+    cut = st.integers(0, n - 1).map(lambda i: data[:i])
+    grow = st.binary(min_size=1, max_size=8).map(lambda extra: data + extra)
+    return flip | cut | grow
+
+
+def _msg_canonical(msg: MsgV1) -> bytes:
+    return MsgV1(*(getattr(msg, f.name) for f in dataclasses.fields(MsgV1))).encoded
+
+
+@settings(max_examples=300)
+@given(st.data())
+def test_trusted_decode_msg_on_mutated_bytes(data: st.DataObject) -> None:
+    msg = data.draw(messages())
+    mutated = data.draw(_mutations(msg.encoded))
+    check_trusted_matches(decode_msg, mutated, _msg_canonical)
+
+
+# Field values of the wrong type or size, put into an otherwise valid canonical MsgV1 array.
+WRONG_FIELDS: list[tuple[int, Any]] = [
+    (0, 2), (0, True), (0, "1"),
+    (1, bytes(31)), (1, "x" * 32), (1, None),
+    (2, bytes(21)), (2, [bytes(20)]),
+    (3, -1), (3, 1 << 64), (3, True), (3, 1.5), (3, b"\x00" * 8),
+    (4, 6), (4, 255), (4, 256), (4, -1), (4, True), (4, None),
+    (5, "text"), (5, None), (5, bytes(DEFAULT_MAX_PAYLOAD + 1)),
+    (6, bytes(31)), (6, "r" * 32),
+    (7, bytes(31)), (7, None),
+    (8, bytes(63)), (8, bytes(65)), (8, "s"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("index", "value"), WRONG_FIELDS)
+@pytest.mark.parametrize("kind", [0, 1])
+def test_trusted_decode_msg_rejects_wrong_fields_like_the_full_decode(
+    index: int, value: Any, kind: int
+) -> None:
+    ref = None if kind == 0 else bytes(32)
+    fields: list[Any] = [1, CHATS[1], USERS[0], Hlc(5, 1).pack(), kind, b"p", ref]
+    fields += [bytes(32), bytes(64)]
+    fields[index] = value
+    data = canonical_cbor(fields)
+    check_trusted_matches(decode_msg, data, _msg_canonical)
+    assert _outcome(decode_msg, data)[0] == "error"
+    # and the ref rule: NEW without a ref, every other kind with one
+    fields = [1, CHATS[1], USERS[0], 7, kind, b"p", bytes(32) if kind == 0 else None]
+    data = canonical_cbor([*fields, bytes(32), bytes(64)])
+    check_trusted_matches(decode_msg, data, _msg_canonical)
+    assert _outcome(decode_msg, data)[0] == "error"
+
+
+def test_trusted_decode_msg_refuses_what_is_not_a_message() -> None:
+    for data in [b"", b"\x80", b"\xa0", canonical_cbor(list(range(9))), canonical_cbor([1] * 10)]:
+        assert _outcome(lambda d: decode_msg(d, trusted=True), data) == _outcome(decode_msg, data)
+    raw = bytearray(make_msg(CHATS[0], Hlc(9, 9)).encoded)
+    same_msg(decode_msg(raw, trusted=True), decode_msg(raw))  # type: ignore[arg-type]
+
+
+def test_trusted_decode_msg_honours_max_payload() -> None:
+    data = make_msg(CHATS[0], Hlc(1), b"\x00" * 101).encoded
+    assert decode_msg(data, max_payload=101, trusted=True).payload == b"\x00" * 101
+    assert _outcome(lambda d: decode_msg(d, max_payload=100, trusted=True), data) == (
+        "error",
+        "oversize",
+    )
+
+
+def _inbox_canonical(entry: InboxEntry) -> bytes:
+    return entry.encode()
+
+
+@settings(max_examples=300)
+@given(st.data())
+def test_trusted_decode_inbox_entry_on_mutated_bytes(data: st.DataObject) -> None:
+    entry = data.draw(valid_inbox_entries)
+    mutated = data.draw(_mutations(entry.encode()))
+    check_trusted_matches(decode_inbox_entry, mutated, _inbox_canonical)
+
+
+WRONG_INBOX_FIELDS: list[tuple[int, Any]] = [
+    (0, 2), (0, True), (1, bytes(31)), (1, "c"), (2, 3), (2, -1), (2, True), (2, 256),
+    (3, -1), (3, 1 << 64), (3, False), (4, bytes(33)), (5, bytes(19)), (5, None),
+    (6, b"bytes"), (6, "x" * 81), (6, None), (7, 1 << 32), (7, -1), (7, True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("index", "value"), WRONG_INBOX_FIELDS)
+def test_trusted_decode_inbox_entry_rejects_wrong_fields(index: int, value: Any) -> None:
+    fields: list[Any] = [1, CHATS[1], 1, 5, bytes(32), USERS[0], "hi", 3]
+    fields[index] = value
+    data = canonical_cbor(fields)
+    check_trusted_matches(decode_inbox_entry, data, _inbox_canonical)
+    assert _outcome(decode_inbox_entry, data)[0] == "error"
+
+
+# --- the write paths: one message, batches, the inlined key --------------------------------
+
+stamps = small_hlcs(max_physical=6, max_logical=3)
+msg_lists = st.lists(messages(stamps=stamps), max_size=12)
+
+
+def _put_each_via_batches(db: Any, msgs: list[MsgV1], sizes: list[int]) -> list[PutResult]:
+    out: list[PutResult] = []
+    i = 0
+    for size in sizes:
+        out += db.put_messages(msgs[i : i + size])
+        i += size
+    return out + db.put_messages(msgs[i:])
+
+
+@settings(max_examples=40)
+@given(
+    msg_lists,
+    st.lists(st.integers(0, 5), max_size=6),
+    st.none() | st.integers(0, 4),
+    st.integers(0, 3),
+)
+def test_put_message_and_batches_store_what_one_by_one_put_messages_does(
+    msgs: list[MsgV1], sizes: list[int], expire: int | None, repeats: int
+) -> None:
+    """put_message(m), put_messages(batches) and put_messages([m]) per message: same everything."""
+    msgs = msgs + msgs[:repeats]  # some duplicates, across and inside batches
+    with fresh_db() as single, fresh_db() as batched, fresh_db() as reference:
+        for db in (single, batched, reference):
+            db.expire_before_ms = expire
+        want = [r for m in msgs for r in reference.put_messages([m])]
+        assert [single.put_message(m) for m in msgs] == want
+        assert _put_each_via_batches(batched, msgs, sizes) == want
+        state = dump_all(reference)
+        assert dump_all(single) == state
+        assert dump_all(batched) == state
+        for chat in CHATS:  # the cached metas match what was written
+            for db in (single, batched):
+                assert db.load_meta(chat) == reference.load_meta(chat)
+                assert db.get_chat_meta(chat) == reference.get_chat_meta(chat)
+
+
+@settings(max_examples=30)
+@given(st.lists(messages(stamps=stamps), min_size=1, max_size=15), st.integers(1, 6))
+def test_range_items_equal_plain_construction(msgs: list[MsgV1], limit: int) -> None:
+    with fresh_db() as db:
+        db.put_messages(msgs)
+        for chat in CHATS:
+            for direction in Direction:
+                cursor: str | None = None
+                while True:
+                    page = db.range(chat, cursor, limit=limit, direction=direction)
+                    for item in page.items:
+                        assert item == StoredMessage(item.key, item.seq, item.msg)
+                        same_msg(item.msg, decode_msg(item.msg.encoded))
+                        assert item.seq == int.from_bytes(item.key[40:], "big")
+                    if (cursor := page.next_cursor) is None:
+                        break
+
+
+def test_chat_list_items_equal_plain_construction() -> None:
+    with fresh_db() as db:
+        for i, chat in enumerate(CHATS):
+            msgs = [make_msg(chat, Hlc(10 * i + j + 1)) for j in range(4)]
+            db.put_messages(msgs)
+            meta = db.load_meta(chat)
+            entry = InboxEntry(chat, ChatKind.GROUP, meta.last_ts, meta.last_msg_id, USERS[0], 4)
+            db.upsert_inbox_for_members(chat, USERS[:2], entry)
+        db.set_user_read_progress(USERS[0], CHATS[0], 3)
+        db.set_user_read_progress(USERS[0], CHATS[1], 9)  # ahead of last_seq: unread 0
+        page = db.list_user_chats(USERS[0])
+        assert [item.unread for item in page.items] == [4, 0, 1]
+        for item in page.items:
+            assert item == ChatListItem(item.entry, item.unread)
+            assert item.entry == decode_inbox_entry(item.entry.encode())
