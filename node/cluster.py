@@ -23,6 +23,22 @@ import httpx
 from store.ops import Op, encode_op, op_kind
 
 
+def node_config_toml(values: dict[str, Any]) -> str:
+    """A ``[node]`` TOML table of scalar settings (int, float, bool, str)."""
+    lines = ["[node]"]
+    for key, value in values.items():
+        if isinstance(value, bool):
+            rendered = "true" if value else "false"
+        elif isinstance(value, int | float):
+            rendered = repr(value)
+        elif isinstance(value, str):
+            rendered = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        else:
+            raise TypeError(f"node config {key}: unsupported value {value!r}")
+        lines.append(f"{key} = {rendered}")
+    return "\n".join(lines) + "\n"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -66,11 +82,17 @@ class Cluster:
         durable: bool = False,
         sync_interval_s: float = 2.0,
         log_level: str = "WARNING",
+        node_config: dict[str, Any] | None = None,
+        extra_args: list[str] | None = None,
     ) -> None:
+        """``node_config``: [node] settings (NodeConfig fields) for every node, passed as a TOML
+        file (``--config``); ``extra_args``: more ``chatsync node run`` flags, appended as given."""
         self.base_dir = base_dir
         self.durable = durable
         self.sync_interval_s = sync_interval_s
         self.log_level = log_level
+        self.node_config = dict(node_config or {})
+        self.extra_args = list(extra_args or [])
         self.nodes = [
             NodeProcess(i, base_dir / f"node{i}", free_port(), free_port(), [])
             for i in range(nodes)
@@ -98,6 +120,11 @@ class Cluster:
         ]  # fmt: skip
         for address in bootstrap:
             args += ["--bootstrap", address]
+        if self.node_config:
+            config_path = node.data.parent / f"node{node.index}.toml"
+            config_path.write_text(node_config_toml(self.node_config))
+            args += ["--config", str(config_path)]
+        args += self.extra_args
         node.args = args
         log = node.log_path.open("ab")
         node.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=os.getcwd())
@@ -120,7 +147,12 @@ class Cluster:
         if node.proc is None or not node.alive:
             return
         node.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-        node.proc.wait(timeout=timeout_s)
+        try:
+            node.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:  # a stuck shutdown must not leave a process behind
+            node.proc.kill()
+            node.proc.wait(timeout=timeout_s)
+            raise
 
     def restart(self, index: int, timeout_s: float = 60) -> None:
         node = self.nodes[index]
@@ -129,9 +161,16 @@ class Cluster:
         self._wait_ready(node, timeout_s)
 
     def close(self) -> None:
+        """Stop every node (SIGTERM; SIGKILL for one that does not stop in time)."""
+        stuck = []
         for node in self.nodes:
-            self.stop(node.index)
+            try:
+                self.stop(node.index)
+            except subprocess.TimeoutExpired:
+                stuck.append(node.index)
         self.http.close()
+        if stuck:
+            raise RuntimeError(f"nodes {stuck} did not stop on SIGTERM and were killed")
 
     def __enter__(self) -> Cluster:
         return self

@@ -10,14 +10,14 @@ message is decoded once.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
 import trio
 
 from node.metrics import Metrics
-from node.writer import DbWriter
+from node.writer import DbWriter, WriteRequest
 from store.errors import InvalidInput
 from store.ops import Op, decode_ops, encode_ops, validate_op
 
@@ -25,6 +25,13 @@ log = logging.getLogger(__name__)
 
 MAX_OPS_PER_MESSAGE = 4096
 VALIDATED_CACHE = 4096
+PACE_DEPTH = 8  # hold publishes while a peer's outbound queue (32 RPCs, then drops) has this many
+PACE_POLL_S = 0.005
+PACE_MAX_WAIT_S = 1.0
+OUTGOING_LISTS = 256  # publish() calls waiting for the publisher
+ACK_WINDOW = 4096  # gossip messages handed to the writer and not yet acknowledged
+# (packed HLC, arrival ms) of the newest ops gossip delivered, for GET /debug/latency
+ARRIVAL_LOG = 100_000
 
 
 class GossipService:
@@ -59,13 +66,26 @@ class GossipService:
         self.is_blocked = is_blocked
         self.on_applied = on_applied
         self._validated: OrderedDict[bytes, list[Op]] = OrderedDict()
-        self._outgoing_send, self._outgoing = trio.open_memory_channel[Op](batch_ops * 16)
+        self.arrivals: deque[tuple[int, int]] = deque(maxlen=ARRIVAL_LOG)
+        # lists of ops, one per publish() call (an API request: at most 1,024 ops)
+        self._outgoing_send, self._outgoing = trio.open_memory_channel[list[Op]](OUTGOING_LISTS)
+        metrics.gauge(
+            "gossip_outbound_queue",
+            lambda: {(): self.outbound_depth()},
+            help="RPCs in the fullest per-peer outbound queue of py-libp2p (drops at 32)",
+        )
 
     # --- inbound ---
 
     def validate(self, forwarder: Any, msg: Any) -> bool:
-        """py-libp2p topic validator (synchronous). Never raises."""
+        """py-libp2p topic validator (synchronous). Never raises.
+
+        Our own publishes (forwarder = us: only ``Pubsub.publish`` passes that) carry ops
+        ``Node.submit_ops`` validated already; they are not verified twice.
+        """
         try:
+            if forwarder is not None and _peer_bytes(forwarder) == self.own_peer_id:
+                return True
             if self.is_blocked(bytes(msg.from_id)) or self.is_blocked(_peer_bytes(forwarder)):
                 self._reject("blocked_peer")
                 return False
@@ -99,43 +119,114 @@ class GossipService:
         )
 
     async def receive_loop(self, subscription: Any) -> None:
-        """Apply every validated message from the subscription (our own are skipped)."""
-        while True:
-            msg = await subscription.get()
-            if bytes(msg.from_id) == self.own_peer_id:
-                continue
-            ops = self._validated.pop(_msg_key(msg), None)
-            if ops is None:  # validated before the cache turned over: validate again
-                if not self.validate(None, msg):
+        """Apply every validated message from the subscription (our own are skipped).
+
+        Messages are handed to the writer without waiting for each write: py-libp2p drops
+        whatever does not fit its 32-message subscription channel, so this loop only
+        waits while the writer's own bounded queue is full. ``_ack_loop`` waits for the
+        writes (in order) and reports what was new.
+        """
+        acks_send, acks = trio.open_memory_channel[tuple[list[Op], WriteRequest]](ACK_WINDOW)
+        async with trio.open_nursery() as nursery, acks_send:
+            nursery.start_soon(self._ack_loop, acks)
+            while True:
+                msg = await subscription.get()
+                if bytes(msg.from_id) == self.own_peer_id:
                     continue
-                ops = self._validated.pop(_msg_key(msg))
-            self.metrics.inc("gossip_messages_received", help="gossip messages accepted")
-            self.metrics.inc("gossip_ops_received", len(ops), help="ops received by gossip")
-            new = await self.writer.submit(ops)
-            if self.on_applied is not None:
-                self.on_applied([op for op, is_new in zip(ops, new, strict=True) if is_new])
+                ops = self._validated.pop(_msg_key(msg), None)
+                if ops is None:  # validated before the cache turned over: validate again
+                    if not self.validate(None, msg):
+                        continue
+                    ops = self._validated.pop(_msg_key(msg))
+                self.metrics.inc("gossip_messages_received", help="gossip messages accepted")
+                self.metrics.inc("gossip_ops_received", len(ops), help="ops received by gossip")
+                await acks_send.send((ops, await self.writer.enqueue(ops)))
+
+    async def _ack_loop(
+        self, acks: trio.MemoryReceiveChannel[tuple[list[Op], WriteRequest]]
+    ) -> None:
+        async with acks:
+            async for ops, request in acks:
+                try:
+                    new = await self.writer.wait(request)
+                except Exception as exc:  # counted by the writer; anti-entropy repairs it
+                    log.info("gossip write failed: %s", exc)
+                    continue
+                fresh = [op for op, is_new in zip(ops, new, strict=True) if is_new]
+                now = self.clock_ms()
+                self.arrivals.extend((op.hlc.pack(), now) for op in fresh)
+                if self.on_applied is not None:
+                    self.on_applied(fresh)
 
     # --- outbound ---
 
     async def publish(self, ops: list[Op]) -> None:
         """Queue ops for gossip (waits while the publisher is behind)."""
-        for op in ops:
-            await self._outgoing_send.send(op)
+        await self._outgoing_send.send(list(ops))
 
     async def publish_loop(self) -> None:
-        """Gather queued ops into messages of up to ``batch_ops`` ops / ``max_bytes`` and publish."""
+        """Gather queued ops into messages and publish them.
+
+        A message closes when it holds ``batch_ops`` ops or half of ``max_bytes``, or
+        ``batch_delay`` after its first op — but not while py-libp2p's outbound queue to
+        some peer holds ``PACE_DEPTH`` RPCs or more (that queue drops what does not fit in
+        32): then the publisher keeps gathering, so under load messages grow instead of
+        being dropped. It waits for room at most ``PACE_MAX_WAIT_S`` (a stuck peer must not
+        stall gossip to the others; anti-entropy repairs what that peer misses).
+        """
+        pending: list[Op] = []
         async with self._outgoing:
             while True:
-                batch = [await self._outgoing.receive()]
-                size = _op_size(batch[0])
-                with trio.move_on_after(self.batch_delay_s):
-                    while len(batch) < self.batch_ops:
-                        op = await self._outgoing.receive()
-                        batch.append(op)
-                        size += _op_size(op)
-                        if size > self.max_bytes // 2:
+                if not pending:
+                    pending = await self._outgoing.receive()
+                now = trio.current_time()
+                deadline, give_up = now + self.batch_delay_s, now + PACE_MAX_WAIT_S
+                while not self._full(pending):
+                    now = trio.current_time()
+                    if now >= deadline:
+                        if now >= give_up or self.outbound_depth() < PACE_DEPTH:
                             break
+                        wake = min(now + PACE_POLL_S, give_up)
+                    else:
+                        wake = deadline
+                    with trio.move_on_at(wake):
+                        pending += await self._outgoing.receive()
+                batch, pending = self._take(pending)
+                await self._wait_for_room(give_up)
                 await self._publish_batch(batch)
+
+    def _full(self, pending: list[Op]) -> bool:
+        """Drain what is queued without waiting; True once a message's worth is pending."""
+        while len(pending) < self.batch_ops:
+            try:
+                pending += self._outgoing.receive_nowait()
+            except trio.WouldBlock:
+                break
+        return len(pending) >= self.batch_ops or _size(pending) > self.max_bytes // 2
+
+    def _take(self, pending: list[Op]) -> tuple[list[Op], list[Op]]:
+        """One message's worth from the head of ``pending``, and the rest."""
+        size, n = 0, 0
+        for op in pending[: self.batch_ops]:
+            size += _op_size(op)
+            n += 1
+            if size > self.max_bytes // 2:
+                break
+        return pending[:n], pending[n:]
+
+    def outbound_depth(self) -> int:
+        """RPCs waiting in the fullest of py-libp2p's per-peer outbound queues."""
+        queues = getattr(self.pubsub, "peer_queues", None) or {}
+        return max((len(q) for q in list(queues.values())), default=0)
+
+    async def _wait_for_room(self, give_up: float) -> None:
+        if self.outbound_depth() < PACE_DEPTH:
+            return
+        self.metrics.inc(
+            "gossip_publish_paced", help="publishes held back by a deep outbound queue"
+        )
+        while self.outbound_depth() >= PACE_DEPTH and trio.current_time() < give_up:
+            await trio.sleep(PACE_POLL_S)
 
     async def _publish_batch(self, batch: list[Op]) -> None:
         data = encode_ops(batch)
@@ -147,6 +238,10 @@ class GossipService:
         await self.pubsub.publish(self.topic, data)
         self.metrics.inc("gossip_messages_published", help="gossip messages published")
         self.metrics.inc("gossip_ops_published", len(batch), help="ops published by gossip")
+
+
+def _size(ops: list[Op]) -> int:
+    return sum(_op_size(op) for op in ops)
 
 
 def _op_size(op: Op) -> int:

@@ -26,6 +26,7 @@ from libp2p import new_host
 from libp2p.crypto.ed25519 import Ed25519PrivateKey, create_new_key_pair
 from libp2p.crypto.keys import KeyPair
 from libp2p.custom_types import TProtocol
+from libp2p.pubsub import pubsub as pubsub_module
 from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
@@ -35,6 +36,10 @@ log = logging.getLogger(__name__)
 GOSSIP_PROTOCOLS = [TProtocol("/meshsub/1.1.0"), TProtocol("/meshsub/1.0.0")]
 SYNC_PROTOCOL = TProtocol("/chatsync/sync/1")
 OPS_TOPIC = "chatsync/ops/1"
+# py-libp2p drops a message (already marked seen, so gossip never brings it again) when our
+# subscription channel is full, and its default of 32 is reached in one scheduler batch of
+# message tasks under load. Messages are ops already validated; 1,024 of them is the bound.
+SUBSCRIPTION_CHANNEL_SIZE = 1024
 
 
 def load_or_create_key(path: Path) -> KeyPair:
@@ -70,11 +75,34 @@ async def start_host(
         spam_protection_enabled=False,
         max_messages_per_topic_per_second=1e9,
     )
+    pubsub_module.SUBSCRIPTION_CHANNEL_SIZE = SUBSCRIPTION_CHANNEL_SIZE  # read by subscribe()
     pubsub = Pubsub(host, router)
+    guarded = guard_pubsub_handler(pubsub)
+    for protocol in GOSSIP_PROTOCOLS:
+        host.set_stream_handler(protocol, guarded)
     await stack.enter_async_context(background_trio_service(pubsub))
     await stack.enter_async_context(background_trio_service(router))
     await pubsub.wait_until_ready()
     return host, pubsub
+
+
+def guard_pubsub_handler(pubsub: Pubsub) -> Callable[[Any], Awaitable[None]]:
+    """Pubsub's stream handler, minus the crash: a connection that dies mid-RPC can hand
+    py-libp2p a truncated frame, and the protobuf DecodeError it raises is not caught there;
+    it would end the whole process. Here it ends that peer's stream, as py-libp2p does for
+    its own read errors (reset, peer dropped; it reconnects and anti-entropy repairs)."""
+
+    async def handler(stream: Any) -> None:
+        try:
+            await pubsub.stream_handler(stream)
+        except Exception as exc:
+            log.warning("pubsub stream failed: %s: %s", type(exc).__name__, exc)
+            with contextlib.suppress(Exception):
+                await stream.reset()
+            with contextlib.suppress(Exception):
+                pubsub._handle_dead_peer(stream.muxed_conn.peer_id)
+
+    return handler
 
 
 def safe_handler(

@@ -27,6 +27,9 @@ from sync.replica import Replica
 
 log = logging.getLogger(__name__)
 
+CLOSE_TIMEOUT_S = 2.0
+BUSY = "busy"  # outcome / ABORT reason: another session was running
+
 
 @dataclass
 class SyncOutcome:
@@ -75,6 +78,12 @@ class SyncService:
         self.clock_ms = clock_ms
         self._salt = salt or (lambda: os.urandom(16))
         self.last_sync: dict[str, SyncOutcome] = {}
+        # One session at a time. A node that was down is missing the same records from every
+        # peer, and all of them start a session with it on reconnect: run concurrently, each
+        # session would verify and apply the same records again (4x the work with 4 peers), and
+        # sessions whose records another one applied first look like stale replays. A session
+        # that finds another running ends at once ("busy") and is retried at the next interval.
+        self._gate = trio.Lock()
         self.on_outcome = on_outcome
         # per peer, across its sessions: a peer cannot flood us by opening many of them
         self._frames = TokenBuckets(frames_per_s, max(frames_per_s, 1.0) * 2)
@@ -85,13 +94,31 @@ class SyncService:
             SessionRole.INITIATOR, self.replica, now_ms=self.clock_ms(),
             salt_seed=self._salt(), config=self.config,
         )  # fmt: skip
-        return await self._drive(peer, session, frames)
+        if self._gate.locked():  # another session is running: try again next interval
+            await _close(frames)
+            return self._busy(peer, session)
+        async with self._gate:
+            return await self._drive(peer, session, frames)
 
     async def respond(self, peer: str, frames: FrameStream) -> SyncOutcome:
         session = SyncSession(
             SessionRole.RESPONDER, self.replica, now_ms=self.clock_ms(), config=self.config
         )
-        return await self._drive(peer, session, frames)
+        if self._gate.locked():
+            await _try_send(frames, encode_frame(Abort(BUSY)))
+            await _close(frames)
+            return self._busy(peer, session)
+        async with self._gate:
+            return await self._drive(peer, session, frames)
+
+    def _busy(self, peer: str, session: SyncSession) -> SyncOutcome:
+        outcome = SyncOutcome(
+            peer=peer, role=session.role.value, converged=False, error=BUSY,
+            started_ms=self.clock_ms(), duration_ms=0.0, frames=0, bytes_sent=0,
+            bytes_received=0, records_received=0, records_applied=0,
+        )  # fmt: skip
+        self.metrics.inc("sync_sessions", role=outcome.role, result=BUSY)
+        return outcome
 
     async def _drive(self, peer: str, session: SyncSession, frames: FrameStream) -> SyncOutcome:
         started, t0 = self.clock_ms(), time.perf_counter()
@@ -110,7 +137,10 @@ class SyncService:
                     out = await trio.to_thread.run_sync(session.receive, data, self.clock_ms())
         except RemoteProtocolError as exc:
             error = exc.reason
-            log.warning("sync with %s ended: %s (%s)", peer, exc.reason, exc)
+            busy = str(exc).endswith(f": {BUSY}")  # the peer was in another session: retried
+            (log.info if busy else log.warning)(
+                "sync with %s ended: %s (%s)", peer, exc.reason, exc
+            )
             await _try_send(frames, encode_frame(Abort(exc.reason)))
         except trio.TooSlowError:
             error = "timeout"
@@ -119,8 +149,7 @@ class SyncService:
             error = "stream_closed"
             log.info("sync with %s: stream closed (%s)", peer, exc)
         finally:
-            with trio.CancelScope(shield=True):
-                await frames.aclose()
+            await _close(frames)
         outcome = SyncOutcome(
             peer=peer,
             role=session.role.value,
@@ -158,6 +187,15 @@ class SyncService:
         self.metrics.inc(
             "sync_records_applied", outcome.records_applied, help="records applied by sync"
         )
+
+
+async def _close(frames: FrameStream) -> None:
+    """Close the stream even when cancelled (shutdown) — but give up after CLOSE_TIMEOUT_S:
+    a yamux stream whose connection is wedged can block its close forever, and a shielded
+    wait without a deadline then keeps the whole node from stopping."""
+    with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
+        scope.shield = True
+        await frames.aclose()
 
 
 async def _try_send(frames: FrameStream, data: bytes) -> None:

@@ -1,0 +1,278 @@
+"""The gossip benchmark's report: goals met or missed, batched / unbatched ratios, the tables."""
+
+from __future__ import annotations
+
+import os
+import platform
+from importlib.metadata import version
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+RATE_GOAL = 2000.0  # ops/s reaching all of 5 nodes
+P99_GOAL_MS = 1000.0
+CATCHUP_GOAL_S = 30.0
+MAELSTROM_P50_MS = 400.0  # Maelstrom broadcast challenge (25 nodes): median < 400 ms
+MAELSTROM_MAX_MS = 600.0  # and max < 600 ms
+
+
+def build_report(
+    params: dict[str, Any],
+    runs: dict[str, Any],
+    catchup: dict[str, Any] | None,
+    load_before: list[float] | None,
+    notes: list[str] | None = None,
+) -> dict[str, Any]:
+    batched = runs["batched"]
+    return {
+        "benchmark": "gossip",
+        "params": params,
+        "machine": _machine(load_before),
+        "runs": runs,
+        "catchup": catchup,
+        "ratios": _ratios(runs),
+        "goals": _goals(params, batched, catchup),
+        "notes": notes or [],
+        "all_delivered": all(r["all_on_every_node"] and r["converged"] for r in runs.values())
+        and (catchup is None or catchup["caught_up"]),
+    }
+
+
+def _lat(run: dict[str, Any], kind: str, q: str) -> float | None:
+    value: float | None = run["latency_ms"][kind][q]
+    return value
+
+
+def _ratios(runs: dict[str, Any]) -> dict[str, float | None]:
+    if "unbatched" not in runs:
+        return {}
+    b, u = runs["batched"], runs["unbatched"]
+
+    def ratio(x: float | None, y: float | None) -> float | None:
+        return x / y if x is not None and y else None
+
+    return {
+        "delivered_ops_s": ratio(b["delivered_ops_s"], u["delivered_ops_s"]),
+        "posted_ops_s": ratio(b["posted_ops_s"], u["posted_ops_s"]),
+        "first_post_to_all_s_unbatched_over_batched": ratio(
+            u["first_post_to_all_s"], b["first_post_to_all_s"]
+        ),
+        "p50_unbatched_over_batched": ratio(
+            _lat(u, "end_to_end", "p50"), _lat(b, "end_to_end", "p50")
+        ),
+        "p99_unbatched_over_batched": ratio(
+            _lat(u, "end_to_end", "p99"), _lat(b, "end_to_end", "p99")
+        ),
+        "cpu_per_op_unbatched_over_batched": ratio(
+            u["node_cpu"]["us_per_op_per_node"], b["node_cpu"]["us_per_op_per_node"]
+        ),
+    }
+
+
+def _goals(
+    params: dict[str, Any], batched: dict[str, Any], catchup: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    p50 = _lat(batched, "end_to_end", "p50")
+    p99 = _lat(batched, "end_to_end", "p99")
+    top = _lat(batched, "end_to_end", "max")
+    goals = [
+        {
+            "goal": f"ops/s reaching all {params['nodes']} nodes",
+            "target": f">= {RATE_GOAL:,.0f}",
+            "measured": batched["delivered_ops_s"],
+            "met": batched["delivered_ops_s"] >= RATE_GOAL and batched["all_on_every_node"],
+        },
+        {
+            "goal": "latency to all nodes p99 (end to end)",
+            "target": f"< {P99_GOAL_MS:,.0f} ms",
+            "measured": p99,
+            "met": p99 is not None and p99 < P99_GOAL_MS,
+        },
+        {
+            "goal": "reference: Maelstrom median (25 nodes)",
+            "target": f"< {MAELSTROM_P50_MS:,.0f} ms",
+            "measured": p50,
+            "met": p50 is not None and p50 < MAELSTROM_P50_MS,
+        },
+        {
+            "goal": "reference: Maelstrom max (25 nodes)",
+            "target": f"< {MAELSTROM_MAX_MS:,.0f} ms",
+            "measured": top,
+            "met": top is not None and top < MAELSTROM_MAX_MS,
+        },
+    ]
+    if catchup is not None:
+        goals.append(
+            {
+                "goal": f"catch-up of {catchup['missed']:,} missed messages",
+                "target": f"< {CATCHUP_GOAL_S:,.0f} s",
+                "measured": catchup["catchup_s"],
+                "met": catchup["catchup_s"] is not None and catchup["catchup_s"] < CATCHUP_GOAL_S,
+            }
+        )
+    return goals
+
+
+def _machine(load_before: list[float] | None) -> dict[str, Any]:
+    try:
+        load_after: list[float] | None = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load_after = None
+    return {
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "libp2p": version("libp2p"),
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+    }
+
+
+# --- printing ------------------------------------------------------------------------------
+
+
+def _ms(value: float | None, count: int = 1) -> str:
+    if count == 0:
+        return "–"
+    return "∞ (anti-entropy)" if value is None else f"{value:,.0f}"
+
+
+def _num(value: float | None, fmt: str = ",.0f", unit: str = "") -> str:
+    return "–" if value is None else f"{value:{fmt}}{unit}"
+
+
+def _ratio(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}x"
+
+
+def print_report(console: Console, report: dict[str, Any]) -> None:
+    params, runs = report["params"], report["runs"]
+    names = list(runs)
+    table = Table(
+        title=(
+            f"gossip: {params['nodes']} node processes, {params['rate']:,} ops/s offered for "
+            f"{params['seconds']:g} s, {params['payload']} B payloads "
+            f"({report['machine']['cpu_count']} cores, shared by nodes and load generator)"
+        )
+    )
+    table.add_column("figure")
+    for name in names:
+        table.add_column(name, justify="right")
+    if "unbatched" in runs:
+        table.add_column("batched / unbatched", justify="right")
+    ratios = report["ratios"]
+
+    def row(label: str, values: list[str], ratio: str = "") -> None:
+        table.add_row(label, *values, *([ratio] if "unbatched" in runs else []))
+
+    row("offered (ops/s)", [_num(r["offered_ops_s"]) for r in runs.values()])
+    row(
+        "acknowledged by the origins (ops/s)",
+        [_num(r["posted_ops_s"]) for r in runs.values()],
+        _ratio(ratios.get("posted_ops_s")),
+    )
+    row(
+        f"delivered to all {params['nodes']} nodes (ops/s, sustained)",
+        [_num(r["delivered_ops_s"]) for r in runs.values()],
+        _ratio(ratios.get("delivered_ops_s")),
+    )
+    row(
+        "every op on every node, after load end (s)",
+        [_num(r["drain_s"], ".2f") if r["all_on_every_node"] else "NO" for r in runs.values()],
+    )
+    for kind, label in (
+        ("end_to_end", "latency POST -> all nodes"),
+        ("propagation", "latency origin ack -> all nodes"),
+        ("origin_ack", "origin ack (POST -> 201)"),
+    ):
+        for q in ("p50", "p99", "max"):
+            ratio = ""
+            if kind == "end_to_end" and q in ("p50", "p99"):
+                ratio = _ratio(ratios.get(f"{q}_unbatched_over_batched"))
+                ratio = f"unbatched {ratio}" if ratio != "–" else ratio
+            row(
+                f"{label} {q} (ms)",
+                [
+                    _ms(r["latency_ms"][kind][q], r["latency_ms"][kind]["count"])
+                    for r in runs.values()
+                ],
+                ratio,
+            )
+    row(
+        "ops some node got only by anti-entropy",
+        [_num(r["latency_ms"]["not_by_gossip"]) for r in runs.values()],
+    )
+    row(
+        "remote deliveries: via gossip / via anti-entropy",
+        [f"{r['via_gossip']:,.0f} / {r['via_sync']:,.0f}" for r in runs.values()],
+    )
+    row(
+        "gossip messages published (ops per message)",
+        [
+            f"{r['gossip_messages_published']:,.0f} ({r['ops_per_gossip_message']:.1f})"
+            for r in runs.values()
+        ],
+    )
+    row(
+        "node CPU during load (cores busy)",
+        [_num(r["node_cpu"]["load_cores"], ".2f") for r in runs.values()],
+    )
+    row(
+        "node CPU per op per node, until drained (µs)",
+        [_num(r["node_cpu"]["us_per_op_per_node"]) for r in runs.values()],
+        (f"unbatched {_ratio(ratios.get('cpu_per_op_unbatched_over_batched'))}" if ratios else ""),
+    )
+    row(
+        "generator: POSTs / 503 busy / late ticks",
+        [
+            f"{r['generator']['posts']:,} / {r['generator']['busy']:,} / "
+            f"{r['generator']['late_ticks']:,}"
+            for r in runs.values()
+        ],
+    )
+    console.print(table)
+
+    catchup = report["catchup"]
+    if catchup is not None:
+        ctable = Table(title=f"catch-up: node {catchup['node']} restarted after missing messages")
+        ctable.add_column("figure")
+        ctable.add_column("value", justify="right")
+        ctable.add_row("messages missed", f"{catchup['missed']:,}")
+        ctable.add_row(
+            "bulk ingest on the other nodes (ops/s, not timed in catch-up)",
+            _num(catchup["ingest_ops_s"]),
+        )
+        ctable.add_row("restart -> HTTP ready (s)", _num(catchup["ready_s"], ".2f"))
+        ctable.add_row("restart -> messages root equal (s)", _num(catchup["catchup_s"], ".2f"))
+        ctable.add_row(
+            "records applied by anti-entropy / by gossip",
+            f"{catchup['sync_records_applied']:,.0f} / {catchup['gossip_ops_applied']:,.0f}",
+        )
+        console.print(ctable)
+
+    goals = Table(title="goals (issue 4 item 9)")
+    goals.add_column("goal")
+    goals.add_column("target", justify="right")
+    goals.add_column("measured", justify="right")
+    goals.add_column("", justify="center")
+    for goal in report["goals"]:
+        measured = goal["measured"]
+        shown = (
+            "–"
+            if measured is None
+            else f"{measured:,.1f}"
+            if measured < 100
+            else f"{measured:,.0f}"
+        )
+        goals.add_row(
+            goal["goal"],
+            goal["target"],
+            shown,
+            "[green]met[/]" if goal["met"] else "[red]missed[/]",
+        )
+    console.print(goals)
+    for note in report["notes"]:
+        console.print(f"[yellow]note[/]: {note}")
+    verdict = "[green]yes[/]" if report["all_delivered"] else "[red]NO[/]"
+    console.print(f"every acknowledged op reached every node: {verdict}")
