@@ -1,0 +1,109 @@
+"""Planted bugs: the checker's own test. Off unless a test or ``--plant`` asks for one.
+
+The simulated nodes take their merge, validation and tree behaviour from a
+``Rules`` object; ``rules_for(None)`` is the project's real code (``store.merge``,
+``HlcClock``'s drift check, the retention cutoff, ``sync.merkle.MerkleTree``).
+Each planted bug swaps one piece for a broken wrapper here, in ``sim/``, so
+``store/`` and ``sync/`` never carry a bug switch. ``chatsync sim bugs`` and
+``tests/sim/test_planted_bugs.py`` show that each one is caught.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sim.trees import SimTree
+from store.hlc import Hlc
+from store.keys import NUM_BUCKETS, RECORD_ID_LEN
+from store.merge import identity_wins, merge_member_states
+from store.records import MemberInfo
+from sync.merkle import DEPTH, FANOUT_BITS, MerkleTree, check_hash
+
+
+class Bug(StrEnum):
+    LWW_ARRIVAL = "lww-arrival"  # identity LWW tie broken by arrival order (last one wins)
+    ADD_REMOVE_INVERTED = "add-remove-inverted"  # an add and a remove at one stamp: add wins
+    NO_MAX_OFFSET = "no-max-offset"  # no HLC drift check on gossip or sync ingress
+    GC_RESURRECTION = "gc-resurrection"  # ingress ignores the retention cutoff
+    BUCKET_OFF_BY_ONE = "bucket-off-by-one"  # the message tree files each id one bucket up
+
+
+IdentityWins = Callable[[tuple[Hlc, bytes], tuple[Hlc, bytes] | None], bool]
+MergeMember = Callable[[MemberInfo | None, MemberInfo | None], MemberInfo | None]
+
+
+def _active(info: MemberInfo) -> bool:
+    return info.active
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What a simulated node runs. The defaults are the project's own functions."""
+
+    identity_wins: IdentityWins = identity_wins
+    merge_member: MergeMember = merge_member_states
+    member_active: Callable[[MemberInfo], bool] = _active
+    check_drift: bool = True
+    retention_filter: bool = True
+    message_tree: Callable[[], MerkleTree] = SimTree
+
+
+# --- the broken pieces ---------------------------------------------------------------------
+
+
+def _identity_wins_by_arrival(
+    incoming: tuple[Hlc, bytes], stored: tuple[Hlc, bytes] | None
+) -> bool:
+    """BUG: compares stamps only, so on a tie whatever arrives last replaces what is stored."""
+    return stored is None or incoming[0] >= stored[0]
+
+
+def _merge_add_wins(local: MemberInfo | None, remote: MemberInfo | None) -> MemberInfo | None:
+    """BUG: an add and a remove with one stamp resolve to the add (the real rule: remove wins)."""
+    merged = merge_member_states(local, remote)
+    if (
+        merged is not None
+        and merged.removed_at is not None
+        and merged.removed_at == merged.added_at
+    ):
+        return MemberInfo(merged.role, merged.added_at, None, merged.add_proof, None)
+    return merged
+
+
+def _active_add_wins(info: MemberInfo) -> bool:
+    return info.removed_at is None or info.removed_at <= info.added_at
+
+
+class OffByOneTree(SimTree):
+    """BUG: ``MerkleTree._toggle`` with the leaf index one too high."""
+
+    __slots__ = ()
+
+    def _toggle(self, record_id: bytes, delta: int) -> None:
+        if len(record_id) != RECORD_ID_LEN:
+            raise ValueError(f"record id must be {RECORD_ID_LEN} bytes, got {len(record_id)}")
+        bucket = (((record_id[0] << 8) | record_id[1]) + 1) % NUM_BUCKETS
+        value = int.from_bytes(record_id, "big")
+        for depth in range(DEPTH, -1, -1):
+            index = bucket >> (FANOUT_BITS * (DEPTH - depth))
+            self._xor[depth][index] ^= value
+            self._count[depth][index] += delta
+        self._check[bucket] ^= check_hash(record_id)
+
+
+def rules_for(bug: Bug | str | None) -> Rules:
+    """The real rules, or the real rules with one planted bug."""
+    if bug is None:
+        return Rules()
+    bug = Bug(bug)
+    if bug is Bug.LWW_ARRIVAL:
+        return Rules(identity_wins=_identity_wins_by_arrival)
+    if bug is Bug.ADD_REMOVE_INVERTED:
+        return Rules(merge_member=_merge_add_wins, member_active=_active_add_wins)
+    if bug is Bug.NO_MAX_OFFSET:
+        return Rules(check_drift=False)
+    if bug is Bug.GC_RESURRECTION:
+        return Rules(retention_filter=False)
+    return Rules(message_tree=OffByOneTree)

@@ -1,0 +1,184 @@
+"""``chatsync sim``: generate a trace, replay it on Spark, print the planted-bug table.
+
+Registered by ``node/cli.py`` (``app.add_typer(sim_app, name="sim")``); ``sim``
+itself never imports ``node``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pyspark.sql import SparkSession
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from sim.bugs import Bug
+from sim.generate import FAULTS, GenParams, generate, parse_faults
+
+sim_app = typer.Typer(
+    help="Spark simulator: replay multi-node traces through store/ and sync/, check convergence.",
+    no_args_is_help=True,
+)
+
+DEFAULT_OUT = Path("sim-results")
+
+
+@sim_app.command("generate")
+def generate_cmd(
+    out: Annotated[Path, typer.Option("-o", "--out", help="Trace file to write (Parquet).")],
+    nodes: Annotated[int, typer.Option(min=1, help="Nodes.")] = 10,
+    users: Annotated[int, typer.Option(min=1, help="Users (each signs with its own key).")] = 50,
+    chats: Annotated[int, typer.Option(min=1, help="Chats.")] = 20,
+    ops: Annotated[
+        int, typer.Option(min=0, help="Ops (messages, member changes, identities).")
+    ] = 10_000,
+    faults: Annotated[
+        str, typer.Option(help=f"all, none, or a comma list of: {', '.join(FAULTS)}.")
+    ] = "all",
+    duration_s: Annotated[
+        float, typer.Option(min=1, help="Simulated seconds of workload.")
+    ] = 600.0,
+    retention_s: Annotated[
+        float | None, typer.Option(help="Retention (default: the final GC keeps about half).")
+    ] = None,
+    anti_entropy_s: Annotated[
+        float, typer.Option(min=0.1, help="Seconds between sessions.")
+    ] = 10.0,
+    tie_rate: Annotated[
+        float, typer.Option(min=0, max=1, help="Share of same-stamp twins.")
+    ] = 0.05,
+    seed: Annotated[int, typer.Option(min=0, help="Seed: same seed, same trace.")] = 1,
+) -> None:
+    """Write a trace of real signed ops and a fault schedule."""
+    try:
+        kinds = parse_faults(faults)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    params = GenParams(
+        nodes=nodes,
+        users=users,
+        chats=chats,
+        ops=ops,
+        seed=seed,
+        faults=kinds,
+        duration_s=duration_s,
+        retention_s=retention_s,
+        anti_entropy_ms=int(anti_entropy_s * 1000),
+        tie_rate=tie_rate,
+    )
+    t0 = time.perf_counter()
+    result = generate(params, out)
+    took = time.perf_counter() - t0
+    Console().print(
+        f"wrote {out}: {result.ops:,} ops, {result.faults:,} fault events, {nodes} nodes "
+        f"in {took:.1f} s ({result.ops / max(took, 1e-9):,.0f} ops/s)"
+        + (f"; far-future clock on node {result.poisoned}" if result.poisoned else "")
+    )
+
+
+@sim_app.command("run")
+def run_cmd(
+    trace: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Trace file.")],
+    master: Annotated[str, typer.Option(help="Spark master URL.")] = "local[*]",
+    shards: Annotated[int, typer.Option(min=1, max=256, help="Shards (bucket ranges).")] = 4,
+    out: Annotated[Path | None, typer.Option(help="Report directory.")] = None,
+    plant: Annotated[
+        Bug | None, typer.Option(hidden=True, help="Test only: plant a bug in the simulated nodes.")
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Replay TRACE on Spark, check every live node against the oracle, write the report."""
+    from sim.report import summary, write_report
+    from sim.runner import run_simulation
+    from sim.spark import spark_session
+
+    console = Console(stderr=True)
+    out = out or DEFAULT_OUT / trace.stem
+    warnings.filterwarnings("ignore", module="pyspark")
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>5.1f}%"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not progress,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("starting Spark", total=1.0)
+        owned = SparkSession.getActiveSession() is None  # in-process callers keep theirs
+        spark = spark_session(master)
+        outcome = run_simulation(
+            spark,
+            trace,
+            shards=shards,
+            plant=plant.value if plant else None,
+            on_progress=lambda f, what: bar.update(task, completed=f, description=what),
+        )
+    paths = write_report(outcome, out)
+    print(summary(outcome))
+    print(f"report: {paths['json']}, {paths['png']}, {paths['summary']}")
+    if owned:
+        spark.stop()
+    if not outcome.ok:
+        print(
+            f"FAILED — seed {outcome.header.seed}; replay with:\n  {outcome.replay}",
+            file=sys.stderr,
+        )
+        raise typer.Exit(1)
+
+
+@sim_app.command("bugs")
+def bugs_cmd(
+    max_seeds: Annotated[int, typer.Option(min=1, help="Seeds to try per bug.")] = 200,
+    master: Annotated[str, typer.Option(help="Spark master URL.")] = "local[*]",
+    out: Annotated[Path | None, typer.Option(help="Also write the table as JSON here.")] = None,
+) -> None:
+    """The planted-bug table: for each bug, the seeds tried until the check caught it."""
+    from sim.hunt import SMALL, hunt
+    from sim.spark import spark_session
+
+    console = Console()
+    warnings.filterwarnings("ignore", module="pyspark")
+    owned = SparkSession.getActiveSession() is None
+    spark = spark_session(master)
+    rows = []
+    with console.status("hunting") as status:
+        for bug in Bug:
+            found = hunt(
+                spark,
+                bug,
+                max_seeds=max_seeds,
+                on_seed=lambda b, s: status.update(f"{b.value}: seed {s}"),
+            )
+            rows.append(found)
+    if owned:
+        spark.stop()
+    table = Table(title=f"planted bugs (small traces: {SMALL}, all faults)")
+    for column in ("bug", "seeds tried until caught", "what the check saw"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r.bug, str(r.caught_at) if r.caught_at else f"not in {r.seeds_tried}", r.why)
+    console.print(table)
+    if out is not None:
+        out.write_text(json.dumps([r.__dict__ for r in rows], indent=1) + "\n")
+    if any(r.caught_at is None for r in rows):
+        raise typer.Exit(1)
+
+
+@sim_app.command("info")
+def info_cmd(trace: Annotated[Path, typer.Argument(exists=True, dir_okay=False)]) -> None:
+    """Print a trace's header and its events by kind."""
+    from sim.trace import read_trace
+
+    t = read_trace(trace, columns=["kind"])
+    counts = t.table.group_by("kind").aggregate([("kind", "count")]).to_pylist()
+    print(json.dumps(t.header.__dict__, indent=1, sort_keys=True))
+    for row in sorted(counts, key=lambda r: r["kind"]):
+        print(f"{row['kind']:>18}  {row['kind_count']:,}")

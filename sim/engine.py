@@ -1,0 +1,510 @@
+"""The per-shard simulation: every node of the trace, restricted to one shard's records.
+
+A shard is a range of 16-bit keys: a message's bucket (the first two bytes of
+its id), or for a member or identity row a hash of its row key (a row's record
+id changes with its state, the row key does not). Records and Merkle subtrees
+split cleanly that way, so each Spark task simulates all N nodes over its own
+slice, and the slices' roots combine by XOR and sum into whole-domain roots.
+
+Each task walks virtual time over the same schedule:
+
+* **trace events** (every shard sees every fault and every op's time and node;
+  only the owner of an op's record applies and gossips it),
+* **gossip deliveries** from a heap, their fates drawn by ``sim.network``,
+* **anti-entropy rounds** every ``anti_entropy_ms``: each live node starts a
+  ``SyncSession`` with a hashed peer (``sim.sessions``),
+* an implicit **heal** at ``heal_ms`` and a final **GC** and **check** at ``end_ms``.
+
+Ingress on a node runs the project's code: ``store.ops.validate_op`` at the
+origin (signature, drift), ``HlcClock.update`` on every gossip receipt (drift
+check), the retention cutoff, and the merge rules inside ``SimReplica``. Nothing
+reads the wall clock or a PRNG; the result depends only on the trace, the shard
+count and the planted bug, never on which executor ran it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import blake3
+import pyarrow.parquet as pq
+
+from sim import retention_model
+from sim import trace as tr
+from sim.bugs import Rules, rules_for
+from sim.network import NetParams, Network
+from sim.rand import derive
+from sim.replica import IDENTITY, MEMBERS, MESSAGES, ShardContext, SimReplica
+from sim.sessions import run_pair
+from sim.shards import Expected, shard_of
+from store.errors import ClockDriftError, InvalidInput
+from store.hlc import HlcClock
+from store.ops import MembershipOp, OpKind, decode_op, validate_op
+from store.records import IdentityRecord, MemberRecord, MsgV1
+from sync.protocol import KINDS, SyncConfig
+from sync.replica import Record
+
+UNCHECKED_OFFSET_MS = 1 << 47  # "no drift check": larger than any physical time
+_OP_CODES = {
+    tr.MSG: OpKind.PUT_MESSAGE,
+    tr.MEMBER_ADD: OpKind.MEMBERSHIP,
+    tr.MEMBER_REMOVE: OpKind.MEMBERSHIP,
+    tr.MEMBER_LEAVE: OpKind.MEMBERSHIP,
+    tr.IDENTITY: OpKind.PUT_IDENTITY,
+}
+ROUND_FIELDS = (
+    "t_ms",
+    "divergence",
+    "gossip",
+    "tree",
+    "ids",
+    "records",
+    "control",
+    "sessions",
+    "converged",
+)
+
+
+@dataclass
+class ShardTask:
+    shard: int
+    shards: int
+    trace_file: str
+    plant: str | None
+    expected: Expected
+    progress: tuple[str, int] | None = None
+
+
+class _Progress:
+    """Best-effort progress lines to the driver's socket; silent if it is unreachable."""
+
+    def __init__(self, address: tuple[str, int] | None, shard: int) -> None:
+        self.shard = shard
+        self.sock: socket.socket | None = None
+        if address is not None:
+            try:
+                self.sock = socket.create_connection(address, timeout=5)
+            except OSError:
+                self.sock = None
+
+    def send(self, done_ms: int, total_ms: int) -> None:
+        if self.sock is None:
+            return
+        line = json.dumps({"shard": self.shard, "done": done_ms, "total": total_ms}) + "\n"
+        try:
+            self.sock.sendall(line.encode())
+        except OSError:
+            self.sock = None
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+
+
+def _record_of(op: Any) -> Record:
+    if isinstance(op, MembershipOp):
+        return MemberRecord(op.chat_id, op.user_id, op.state())
+    assert isinstance(op, MsgV1 | IdentityRecord)
+    return op
+
+
+class ShardSim:
+    def __init__(self, task: ShardTask) -> None:
+        self.task = task
+        self.header = tr.read_header(task.trace_file)
+        h = self.header
+        self.rules: Rules = rules_for(task.plant)
+        self.n = h.nodes
+        self.ctx = ShardContext(h.max_offset_ms)
+        offset_limit = h.max_offset_ms if self.rules.check_drift else UNCHECKED_OFFSET_MS
+        self.offset_limit = offset_limit
+        self.clocks = [HlcClock(max_offset_ms=offset_limit) for _ in range(self.n)]
+        self.reps = [SimReplica(self.ctx, self.rules, c) for c in self.clocks]
+        self.alive = [True] * self.n
+        self.offset = [0] * self.n
+        self.net = Network(self.n, h.seed, NetParams(h.drop, h.dup, h.delay_ms, h.jitter_ms))
+        self.heap: list[tuple[int, int, int, int]] = []  # (t, seq, receiver, op index)
+        self.heap_seq = 0
+        self.stats: dict[str, int] = {
+            "ops_applied": 0,
+            "ops_rejected_at_origin": 0,
+            "ops_at_down_node": 0,
+            "gossip_sent": 0,
+            "gossip_dropped": 0,
+            "gossip_duplicated": 0,
+            "gossip_to_down_node": 0,
+            "gossip_rejected_drift": 0,
+            "gossip_rejected_old": 0,
+            "gossip_applied": 0,
+            "sessions": 0,
+            "sessions_converged": 0,
+            "sessions_unreachable": 0,
+            "sessions_cut": 0,
+            "sessions_aborted": 0,
+            "sync_records_applied": 0,
+            "sync_rejected_old": 0,
+            "gc_runs": 0,
+            "crashes": 0,
+            "writes_lost_in_crashes": 0,
+            "in_flight_at_end": 0,
+        }
+        self.abort_reasons: dict[str, int] = {}
+        self.round_bytes = dict.fromkeys(("gossip", *KINDS), 0)
+        self.round_sessions = [0, 0]
+        self.rounds: list[list[int]] = []
+        self._load()
+
+    # --- loading the trace ---
+
+    def _load(self) -> None:
+        table = pq.read_table(self.task.trace_file).sort_by(
+            [("t_ms", "ascending"), ("seq", "ascending")]
+        )
+        col = table.column
+        self.times: list[int] = col("t_ms").to_pylist()
+        self.nodes: list[int] = col("node").to_pylist()
+        self.kinds: list[str] = col("kind").to_pylist()
+        keys: list[int | None] = col("shard_key").to_pylist()
+        ops: list[bytes | None] = col("op").to_pylist()
+        op_ids: list[bytes | None] = col("op_id").to_pylist()
+        self.fault_args: dict[int, dict[str, Any]] = {}
+        fault_cols = ("group", "drop", "dup", "delay_ms", "jitter_ms", "offset_ms")
+        values = {c: col(c).to_pylist() for c in fault_cols}
+        self.ops: dict[int, tuple[Any, Record, int, int]] = {}  # index -> (op, record, key, size)
+        shard, shards = self.task.shard, self.task.shards
+        self.poisoned: set[int] = set()
+        for i, kind in enumerate(self.kinds):
+            key = keys[i]
+            if kind in _OP_CODES:
+                data, op_id = ops[i], op_ids[i]
+                if key is None or data is None or op_id is None:
+                    raise ValueError(f"trace row {i}: op without shard_key, op or op_id")
+                if shard_of(key, shards) == shard:
+                    op = decode_op(_OP_CODES[kind], data)
+                    op_key = int.from_bytes(derive(self.header.seed, "op", op_id)[:8], "big")
+                    self.ops[i] = (op, _record_of(op), op_key, len(data))
+            else:
+                self.fault_args[i] = {c: values[c][i] for c in fault_cols}
+                if kind == tr.FAR_FUTURE and 0 <= self.nodes[i] < self.n:
+                    self.poisoned.add(self.nodes[i])
+        self.honest = [n not in self.poisoned for n in range(self.n)]
+        for n in self.poisoned:
+            self.reps[n].set_counting(False)
+
+    # --- time ---
+
+    def phys(self, node: int, t_ms: int) -> int:
+        return t_ms + self.offset[node]
+
+    def cutoff(self, node: int, t_ms: int) -> int:
+        h = self.header
+        return retention_model.cutoff(
+            self.phys(node, t_ms), h.retention_ms, self.reps[node].horizon, h.gc_grain_ms
+        )
+
+    # --- the loop ---
+
+    def run(self) -> dict[str, Any]:
+        h = self.header
+        progress = _Progress(self.task.progress, self.task.shard)
+        started, cpu0 = time.perf_counter(), time.process_time()
+        inf = 1 << 62
+        i, n_events = 0, len(self.times)
+        next_round, round_no = h.start_ms + h.anti_entropy_ms, 0
+        healed = False
+        span = max(1, h.end_ms - h.start_ms)
+        while True:
+            t_trace = self.times[i] if i < n_events else inf
+            t_gossip = self.heap[0][0] if self.heap else inf
+            t_heal = h.heal_ms if not healed else inf
+            t = min(t_trace, t_gossip, next_round, t_heal)
+            if t > h.end_ms:
+                break
+            if t_trace == t:
+                self._event(i)
+                i += 1
+            elif t_heal == t:
+                self._heal()
+                healed = True
+            elif t_gossip == t:
+                self._deliver(*heapq.heappop(self.heap))
+            else:
+                self._round(round_no, t)
+                round_no += 1
+                next_round += h.anti_entropy_ms
+                progress.send(t - h.start_ms, span)
+        self.stats["in_flight_at_end"] = len(self.heap)
+        self._final_gc()
+        result = self._result()
+        result["wall_s"] = time.perf_counter() - started
+        result["cpu_s"] = time.process_time() - cpu0
+        progress.send(span, span)
+        progress.close()
+        return result
+
+    def _event(self, i: int) -> None:
+        kind, node, t = self.kinds[i], self.nodes[i], self.times[i]
+        if kind in _OP_CODES:
+            self._local_op(i, node, t)
+            return
+        args = self.fault_args[i]
+        if kind == tr.PARTITION or kind == tr.PARTITION_ONEWAY:
+            self.net.partition(args["group"] or [], oneway=kind == tr.PARTITION_ONEWAY)
+        elif kind == tr.HEAL:
+            self.net.heal()
+        elif kind == tr.NET:
+            p = self.net.params
+            self.net.params = NetParams(
+                p.drop if args["drop"] is None else args["drop"],
+                p.dup if args["dup"] is None else args["dup"],
+                p.delay_ms if args["delay_ms"] is None else args["delay_ms"],
+                p.jitter_ms if args["jitter_ms"] is None else args["jitter_ms"],
+            )
+        elif kind == tr.CRASH:
+            self._crash(node, t)
+        elif kind == tr.RESTART:
+            self._restart(node, t)
+        elif kind == tr.SKEW or kind == tr.FAR_FUTURE:
+            self.offset[node] = int(args["offset_ms"] or 0)
+        elif kind == tr.GC:
+            self._gc(node, t)
+
+    def _local_op(self, i: int, node: int, t: int) -> None:
+        if not self.alive[node]:
+            self.stats["ops_at_down_node"] += 1
+            return
+        rep = self.reps[node]
+        entry = self.ops.get(i)
+        if entry is None:  # another shard's record: only the write's WAL sync matters here
+            rep.flush()
+            return
+        op, record, op_key, size = entry
+        phys = self.phys(node, t)
+        try:
+            validate_op(op, now_ms=phys, max_offset_ms=self.offset_limit)
+            self.clocks[node].update(op.hlc, phys)
+        except InvalidInput:
+            self.stats["ops_rejected_at_origin"] += 1
+            rep.flush()
+            return
+        rep.t_ms, rep.now_ms = t, phys
+        rep.apply_record(record)
+        rep.flush()
+        self.stats["ops_applied"] += 1
+        receivers, times, dropped, dups = self.net.gossip(op_key, node, t)
+        self.stats["gossip_dropped"] += dropped
+        self.stats["gossip_duplicated"] += dups
+        self.stats["gossip_sent"] += len(receivers)
+        self.round_bytes["gossip"] += size * len(receivers)
+        heap, seq = self.heap, self.heap_seq
+        for receiver, at in zip(receivers, times, strict=True):
+            heapq.heappush(heap, (at, seq, receiver, i))
+            seq += 1
+        self.heap_seq = seq
+
+    def _deliver(self, t: int, _seq: int, node: int, i: int) -> None:
+        if not self.alive[node]:
+            self.stats["gossip_to_down_node"] += 1
+            return
+        op, record, _, _ = self.ops[i]
+        phys = self.phys(node, t)
+        try:
+            self.clocks[node].update(op.hlc, phys)
+        except ClockDriftError:
+            self.stats["gossip_rejected_drift"] += 1
+            return
+        rep = self.reps[node]
+        if (
+            isinstance(record, MsgV1)
+            and self.rules.retention_filter
+            and retention_model.too_old(record.hlc.physical_ms, self.cutoff(node, t))
+        ):
+            self.stats["gossip_rejected_old"] += 1
+            return
+        rep.t_ms, rep.now_ms = t, phys
+        if rep.apply_record(record):
+            self.stats["gossip_applied"] += 1
+
+    def _round(self, round_no: int, t: int) -> None:
+        net = self.net
+        for a in range(self.n):
+            if not self.alive[a]:
+                continue
+            b = net.peer(round_no, a)
+            if b == a or not self.alive[b] or not net.can_talk(a, b):
+                self.stats["sessions_unreachable"] += 1
+                continue
+            self._session(round_no, a, b, t)
+        live = sum(1 for n in range(self.n) if self.alive[n] and self.honest[n])
+        rb = self.round_bytes
+        self.rounds.append(
+            [
+                t,
+                self.ctx.divergence(live),
+                rb["gossip"],
+                rb["tree"],
+                rb["ids"],
+                rb["records"],
+                rb["control"],
+                *self.round_sessions,
+            ]
+        )
+        self.round_bytes = dict.fromkeys(rb, 0)
+        self.round_sessions = [0, 0]
+
+    def _session(self, round_no: int, a: int, b: int, t: int) -> None:
+        ra, rb = self.reps[a], self.reps[b]
+        pa, pb = self.phys(a, t), self.phys(b, t)
+        ra.t_ms = rb.t_ms = t
+        ra.now_ms, rb.now_ms = pa, pb
+        filtering = self.rules.retention_filter
+        outcome = run_pair(
+            ra,
+            rb,
+            now_initiator=pa,
+            now_responder=pb,
+            config_initiator=SyncConfig(
+                cutoff_ms=self.cutoff(a, t) if filtering else None, authenticate=True
+            ),
+            config_responder=SyncConfig(
+                cutoff_ms=self.cutoff(b, t) if filtering else None, authenticate=True
+            ),
+            salt_seed=derive(self.header.seed, "salt", round_no, a, b)[:16],
+            cut_after=self.net.cut_after(round_no, a),
+        )
+        s = self.stats
+        s["sessions"] += 1
+        self.round_sessions[0] += 1
+        if outcome.converged:
+            s["sessions_converged"] += 1
+            self.round_sessions[1] += 1
+        if outcome.cut:
+            s["sessions_cut"] += 1
+        if outcome.error is not None:
+            s["sessions_aborted"] += 1
+            self.abort_reasons[outcome.error] = self.abort_reasons.get(outcome.error, 0) + 1
+        s["sync_records_applied"] += outcome.records_applied
+        s["sync_rejected_old"] += outcome.rejected_old
+        for kind, count in outcome.bytes.items():
+            self.round_bytes[kind] += count
+
+    # --- faults ---
+
+    def _crash(self, node: int, t: int) -> None:
+        if not self.alive[node]:
+            return
+        flushed_at = t - t % self.header.flush_ms
+        self.stats["crashes"] += 1
+        self.stats["writes_lost_in_crashes"] += self.reps[node].crash(flushed_at)
+        self.alive[node] = False
+        self.reps[node].set_counting(False)
+
+    def _restart(self, node: int, t: int) -> None:
+        """Back up; one GC cycle at start-up, as the node's GC loop runs one."""
+        if self.alive[node]:
+            return
+        self.alive[node] = True
+        self.reps[node].set_counting(self.honest[node])
+        self._gc(node, t)
+
+    def _gc(self, node: int, t: int) -> None:
+        if not self.alive[node]:
+            return
+        rep = self.reps[node]
+        rep.flush()
+        h = self.header
+        retention_model.run_gc(rep, self.phys(node, t), h.retention_ms, h.gc_grain_ms)
+        self.stats["gc_runs"] += 1
+
+    def _heal(self) -> None:
+        h = self.header
+        self.net.heal()
+        self.net.params = NetParams(0.0, 0.0, h.delay_ms, h.jitter_ms)
+        self.offset = [0] * self.n
+        for node in range(self.n):
+            self._restart(node, h.heal_ms)
+
+    def _final_gc(self) -> None:
+        for node in range(self.n):
+            if self.alive[node]:
+                self._gc(node, self.header.end_ms)
+
+    # --- the check ---
+
+    def _result(self) -> dict[str, Any]:
+        exp = self.task.expected
+        per_node: list[dict[str, Any]] = []
+        for node, rep in enumerate(self.reps):
+            roots = [
+                [int.from_bytes(x, "big"), c] for x, c in (rep.tree(d).root() for d in DOMAINS)
+            ]
+            row: dict[str, Any] = {
+                "node": node,
+                "alive": self.alive[node],
+                "honest": self.honest[node],
+                "roots": roots,
+                "resurrected": rep.counters.resurrected,
+                "rolled_back": rep.counters.rolled_back,
+                "collected": rep.counters.collected,
+                "rejected_drift_sync": rep.counters.rejected_drift,
+                "clock_ahead_ms": self.clocks[node].last.physical_ms - self.header.end_ms,
+            }
+            row.update(_compare(rep, exp))
+            per_node.append(row)
+        return {
+            "shard": self.task.shard,
+            "rounds": self.rounds,
+            "nodes": per_node,
+            "stats": self.stats,
+            "abort_reasons": self.abort_reasons,
+            "ops_in_shard": len(self.ops),
+        }
+
+
+DOMAINS = (MESSAGES, MEMBERS, IDENTITY)
+
+
+def _compare(rep: SimReplica, exp: Expected) -> dict[str, int]:
+    held = set(rep.messages)
+    lost = len(exp.messages - held)
+    extra = len(held - exp.messages)
+    stale = wrong_active = 0
+    for key in rep.members.keys() | exp.members.keys():
+        want = exp.members.get(key)
+        have = rep.member_record_id(key)
+        if want is None:
+            extra += 1
+        elif have is None:
+            lost += 1
+        else:
+            if have != want[0]:
+                stale += 1
+            if rep.member_active(key) != want[1]:
+                wrong_active += 1
+    for user in rep.identities.keys() | exp.identities.keys():
+        want_id = exp.identities.get(user)
+        have = rep.identity_record_id(user)
+        if want_id is None:
+            extra += 1
+        elif have is None:
+            lost += 1
+        elif have != want_id:
+            stale += 1
+    return {"lost": lost, "extra": extra, "stale": stale, "wrong_active": wrong_active}
+
+
+def run_shard(task: ShardTask) -> dict[str, Any]:
+    """Simulate one shard to the end and check it; a plain dict comes back to the driver."""
+    return ShardSim(task).run()
+
+
+def digest_rows(rows: list[list[int]]) -> str:
+    hasher = blake3.blake3()
+    for row in rows:
+        hasher.update(json.dumps(row).encode())
+    return hasher.hexdigest()

@@ -1,0 +1,575 @@
+"""``chatsync sim generate``: a synthetic trace of real signed ops and a fault schedule.
+
+Two phases. The *plan* walks virtual time once, in one process: it draws every
+op (kind, author, chat, origin node), runs each node's ``HlcClock`` on its own
+(possibly skewed) physical clock to stamp the op, and lays out the faults. The
+*signing* phase builds the real records — ``MsgV1.create``, ``MembershipOp.create``,
+``make_identity``, each with the author's ed25519 key from ``key_from_seed`` over
+(seed, user) — in parallel worker processes, one chunk of origin nodes each
+(a reply refers to an earlier message of the same node, so a node stays in one
+chunk). Same parameters and seed, same file, byte for byte.
+
+Deliberate corner cases (``tie_rate``): an identity put and a member add/remove
+pair whose twin carries the *same* HLC stamp from another device, so that the
+tie-breaks (blob bytes, remove-wins) are exercised and a broken tie-break shows.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import shlex
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from nacl.signing import SigningKey
+
+from sim import trace as tr
+from sim.rand import derive
+from store.authz import NONCE_LEN, GroupProof, grant_admin, new_group
+from store.hlc import DEFAULT_MAX_OFFSET_MS, Hlc, HlcClock
+from store.ops import MembershipAction, MembershipOp, make_identity
+from store.records import MessageKind, MsgV1, Role
+from store.signing import key_from_seed, public_key, user_id_from_key
+
+START_MS = 1_767_225_600_000  # 2026-01-01T00:00Z: a fixed virtual epoch keeps traces reproducible
+DAY_MS = 86_400_000
+FAULTS = ("partition", "oneway", "drop", "dup", "delay", "crash", "skew", "far-future", "gc")
+OP_WEIGHTS = {
+    tr.MSG: 0.86,
+    tr.MEMBER_ADD: 0.04,
+    tr.MEMBER_REMOVE: 0.03,
+    tr.MEMBER_LEAVE: 0.02,
+    tr.IDENTITY: 0.05,
+}
+
+
+def parse_faults(text: str) -> frozenset[str]:
+    """``all``, ``none`` or a comma-separated subset of FAULTS."""
+    text = text.strip().lower()
+    if text in ("all", ""):
+        return frozenset(FAULTS) if text == "all" else frozenset()
+    if text == "none":
+        return frozenset()
+    kinds = frozenset(k.strip() for k in text.split(",") if k.strip())
+    unknown = kinds - set(FAULTS)
+    if unknown:
+        raise ValueError(f"unknown fault kinds {sorted(unknown)}; choose from {', '.join(FAULTS)}")
+    return kinds
+
+
+@dataclass
+class GenParams:
+    nodes: int
+    users: int
+    chats: int
+    ops: int
+    seed: int = 1
+    faults: frozenset[str] = field(default_factory=lambda: frozenset(FAULTS))
+    duration_s: float = 600.0
+    retention_s: float | None = None  # default: a third of the duration when GC is on
+    anti_entropy_ms: int = 10_000
+    flush_ms: int = 1_000
+    tie_rate: float = 0.05
+    payload_min: int = 48
+    payload_max: int = 160
+    quiesce_rounds: int | None = None  # default: log2(nodes) + 6
+    workers: int | None = None
+
+    def command(self, out: Path) -> str:
+        parts = [
+            "chatsync sim generate",
+            f"--nodes {self.nodes}",
+            f"--users {self.users}",
+            f"--chats {self.chats}",
+            f"--ops {self.ops}",
+            f"--faults {','.join(sorted(self.faults)) or 'none'}",
+            f"--duration-s {self.duration_s:g}",
+            f"--seed {self.seed}",
+        ]
+        if self.retention_s is not None:
+            parts.append(f"--retention-s {self.retention_s:g}")
+        if self.tie_rate != 0.05:
+            parts.append(f"--tie-rate {self.tie_rate:g}")
+        parts.append(f"-o {shlex.quote(str(out))}")
+        return " ".join(parts)
+
+
+# --- keys and ids, derived from (seed, index) ----------------------------------------------
+
+
+def user_key(seed: int, user: int) -> SigningKey:
+    return key_from_seed(derive(seed, "user-key", user))
+
+
+def chat_proof(seed: int, chat: int, creator: int) -> GroupProof:
+    """A group chat: its id commits to its creator's key and a nonce (store.authz)."""
+    return new_group(user_key(seed, creator), derive(seed, "chat-nonce", chat)[:NONCE_LEN])
+
+
+# --- the plan -----------------------------------------------------------------------------
+
+
+@dataclass
+class Fault:
+    t_ms: int
+    kind: str
+    node: int = -1
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class OpSpec:
+    """One op to sign: everything but the signature, including its HLC stamp."""
+
+    index: int
+    t_ms: int
+    node: int
+    kind: str
+    author: int  # user index whose key signs (the actor, for membership ops)
+    chat: int = -1
+    target: int = -1  # the member a membership op is about
+    role: int = 0
+    hlc: int = 0  # packed
+    reply: bool = False
+    box: int = 0  # identity: which box key version
+    creator: int = -1  # the chat's creator (its id commits to the creator's key)
+    granted: bool = False  # the actor acts as an admin the creator granted
+
+
+class _Planner:
+    def __init__(self, p: GenParams) -> None:
+        self.p = p
+        self.rng = random.Random(int.from_bytes(derive(p.seed, "plan"), "big"))
+        self.start = START_MS
+        self.heal = START_MS + int(p.duration_s * 1000)
+        # Push-pull anti-entropy with one random peer per node and round spreads a record to
+        # all nodes in about log3(N) + a few rounds; log2(N) + 6 leaves a margin.
+        rounds = p.quiesce_rounds or math.ceil(math.log2(max(2, p.nodes))) + 6
+        self.end = self.heal + rounds * p.anti_entropy_ms
+        self.max_offset = DEFAULT_MAX_OFFSET_MS
+        self.faults: list[Fault] = []
+        self.down: dict[int, list[tuple[int, int]]] = {n: [] for n in range(p.nodes)}
+        self.offsets: dict[int, list[tuple[int, int]]] = {n: [] for n in range(p.nodes)}
+        self.poisoned: dict[int, tuple[int, int]] = {}  # node -> (clock jumped, clock fixed)
+        self.home = [u % p.nodes for u in range(p.users)]
+        self.members = self._initial_members()
+
+    def _initial_members(self) -> list[list[int]]:
+        members = []
+        for _ in range(self.p.chats):
+            size = self.rng.randint(2, max(2, min(self.p.users, 8)))
+            members.append(self.rng.sample(range(self.p.users), min(size, self.p.users)))
+        return members
+
+    # faults
+
+    def plan_faults(self) -> None:
+        p, rng, span = self.p, self.rng, self.heal - self.start
+        if p.faults & {"drop", "dup", "delay"}:
+            self._plan_net()
+        episodes = [k for k in ("partition", "oneway") if k in p.faults]
+        if episodes and p.nodes >= 2:
+            count = max(2, int(span / 90_000))
+            slot = span // (count + 1)
+            for i in range(count):
+                kind = episodes[i % len(episodes)]
+                t = self.start + slot * i + rng.randrange(max(1, slot // 2))
+                size = rng.randint(1, max(1, p.nodes // 3))
+                group = sorted(rng.sample(range(p.nodes), size))
+                name = tr.PARTITION if kind == "partition" else tr.PARTITION_ONEWAY
+                self.faults.append(Fault(t, name, args={"group": group}))
+                heal_at = min(t + rng.randint(5_000, max(5_000, min(slot, 40_000))), self.heal - 1)
+                self.faults.append(Fault(heal_at, tr.HEAL))
+        if "crash" in p.faults:
+            count = max(1, round(p.nodes * span / 600_000 / 8))
+            for _ in range(count):
+                node = rng.randrange(p.nodes)
+                t = self.start + rng.randrange(span)
+                back = min(t + rng.randint(2_000, 30_000), self.heal - 1)
+                if t >= back or any(a <= back and t <= b for a, b in self.down[node]):
+                    continue
+                self.down[node].append((t, back))
+                self.faults.append(Fault(t, tr.CRASH, node))
+                self.faults.append(Fault(back, tr.RESTART, node))
+        if "far-future" in p.faults and p.nodes >= 3:
+            # The clock jumps a day (plus the trace) ahead — past max offset for the rest of the
+            # trace — and is fixed again after a minute or less. The node's HLC stays ahead (as an
+            # HLC must), so it makes no valid op again; what it made meanwhile nobody honest takes.
+            node = rng.randrange(p.nodes)
+            t = self.start + rng.randrange(span // 4, span // 2)
+            fixed = min(t + rng.randint(10_000, 60_000), self.heal - 1)
+            self._set_offset(node, t, DAY_MS + (self.end - self.start), tr.FAR_FUTURE)
+            self._set_offset(node, fixed, 0, tr.SKEW)
+            self.poisoned[node] = (t, fixed)
+        if "skew" in p.faults:
+            bound = self.max_offset // 4
+            honest = [n for n in range(p.nodes) if n not in self.poisoned]
+            for node in rng.sample(honest, max(1, len(honest) // 4)):
+                t = self.start + rng.randrange(span)
+                self._set_offset(node, t, rng.randint(-bound, bound), tr.SKEW)
+                back = t + rng.randint(20_000, 120_000)
+                if back < self.heal:
+                    self._set_offset(node, back, 0, tr.SKEW)
+        if "gc" in p.faults:
+            self._plan_gc()
+        # At heal: everything back to normal (the replay does this implicitly too).
+        self.faults.append(Fault(self.heal, tr.HEAL))
+        self.faults.append(Fault(self.heal, tr.NET, args=self._calm_net()))
+        for node in range(p.nodes):
+            if self.offsets[node]:
+                self._set_offset(node, self.heal, 0, tr.SKEW)
+        if "gc" in p.faults:
+            for node in range(p.nodes):
+                self.faults.append(Fault(self.heal, tr.GC, node))
+
+    def _plan_gc(self) -> None:
+        """Each node's GC runs just after its local clock moves the cutoff to the next grain.
+
+        Through the quiescence too: a node that missed a message which then aged out is not
+        sent it again (the soft filter), so the replicas agree only once everyone collected it.
+        """
+        grain, retention = self.grain_ms(), self.retention_ms()
+        for node in range(self.p.nodes):
+            local = self.start + (retention - self.start) % grain
+            while local < self.end:
+                t = local - self.offset(node, local) + self.rng.randrange(max(1, grain // 10))
+                jumped = self.poisoned.get(node)
+                if jumped is not None and jumped[0] <= t <= jumped[1]:
+                    local += grain  # a GC at a far-future clock would collect everything
+                    continue
+                if self.start <= t < self.end:
+                    self.faults.append(Fault(t, tr.GC, node))
+                local += grain
+
+    def _calm_net(self) -> dict[str, Any]:
+        return {"drop": 0.0, "dup": 0.0, "delay_ms": 50, "jitter_ms": 100}
+
+    def _plan_net(self) -> None:
+        p, rng, span = self.p, self.rng, self.heal - self.start
+        phases = max(2, int(span / 120_000))
+        for i in range(phases):
+            t = self.start + span * i // phases
+            burst = i % 2 == 1
+            self.faults.append(
+                Fault(
+                    t,
+                    tr.NET,
+                    args={
+                        "drop": (0.1 if burst else 0.01) if "drop" in p.faults else 0.0,
+                        "dup": (0.05 if burst else 0.01) if "dup" in p.faults else 0.0,
+                        "delay_ms": rng.randint(50, 500) if "delay" in p.faults else 50,
+                        "jitter_ms": rng.randint(200, 3_000) if "delay" in p.faults else 100,
+                    },
+                )
+            )
+
+    def _set_offset(self, node: int, t: int, offset: int, kind: str) -> None:
+        self.offsets[node].append((t, offset))
+        self.offsets[node].sort()
+        self.faults.append(Fault(t, kind, node, {"offset_ms": offset}))
+
+    def retention_ms(self) -> int:
+        """Default: messages start to age during the workload, and the final GC keeps some.
+
+        With Q the quiescence after heal and D the workload, retention is Q + (D - Q) / 2:
+        GC collects from then on, and the final GC (at heal + Q) keeps the last (D - Q) / 2
+        of the workload. With D <= Q, Q + D / 2: nothing ages before heal.
+        """
+        if "gc" not in self.p.faults:
+            return 10 * 365 * DAY_MS
+        if self.p.retention_s is not None:
+            return int(self.p.retention_s * 1000)
+        workload, quiet = self.heal - self.start, self.end - self.heal
+        if workload > quiet:
+            return quiet + (workload - quiet) // 2
+        return quiet + workload // 2
+
+    def grain_ms(self) -> int:
+        if "gc" not in self.p.faults:
+            return 1
+        return min(60_000, max(1_000, self.retention_ms() // 10))
+
+    def poisoned_by(self, node: int, t: int, *, after_fix: bool = False) -> bool:
+        """Has ``node``'s clock jumped by ``t`` (and been fixed, with ``after_fix``)?"""
+        if node not in self.poisoned:
+            return False
+        return t >= self.poisoned[node][1 if after_fix else 0]
+
+    def is_down(self, node: int, t: int) -> bool:
+        return any(a <= t < b for a, b in self.down[node])
+
+    def offset(self, node: int, t: int) -> int:
+        current = 0
+        for at, value in self.offsets[node]:
+            if at > t:
+                break
+            current = value
+        return current
+
+    # ops
+
+    def plan_ops(self) -> list[OpSpec]:
+        p, rng = self.p, self.rng
+        clocks = [HlcClock() for _ in range(p.nodes)]
+        kinds, weights = list(OP_WEIGHTS), list(OP_WEIGHTS.values())
+        span = self.heal - self.start
+        times = sorted(self.start + rng.randrange(span) for _ in range(p.ops))
+        specs: list[OpSpec] = []
+
+        def origin(user: int, t: int, row_op: bool = False) -> int:
+            node = self.home[user]
+            for step in range(p.nodes):  # the user's device is down: another device of theirs
+                candidate = (node + step) % p.nodes
+                if self.is_down(candidate, t):
+                    continue
+                # Past its fix a poisoned device makes no valid op (its HLC is still ahead), so
+                # the user goes on from another device. Row ops leave it at the jump: honest
+                # nodes refuse a row version carrying a far-future stamp, and valid state that
+                # only that version held would be stuck there.
+                if self.poisoned_by(candidate, t, after_fix=not row_op):
+                    continue
+                return candidate
+            return node
+
+        def stamp(node: int, t: int) -> int:
+            return clocks[node].now(t + self.offset(node, t)).pack()
+
+        def add(spec: OpSpec) -> None:
+            spec.index = len(specs)
+            specs.append(spec)
+
+        # Every chat's creator adds its initial members in the first moments; the second one
+        # is an admin (the creator signs an AdminGrant for it).
+        t0 = self.start
+        for chat, members in enumerate(self.members):
+            creator = members[0]
+            node = origin(creator, t0, row_op=True)
+            for i, member in enumerate(members):
+                role = int(Role.ADMIN) if i < 2 else int(Role.PARTICIPANT)
+                hlc = stamp(node, t0)
+                add(
+                    OpSpec(
+                        0,
+                        t0,
+                        node,
+                        tr.MEMBER_ADD,
+                        creator,
+                        chat,
+                        member,
+                        role,
+                        hlc,
+                        creator=creator,
+                    )
+                )
+        for t in times[len(specs) :]:
+            kind = rng.choices(kinds, weights)[0]
+            chat = rng.randrange(p.chats)
+            members = self.members[chat]
+            creator = members[0]
+            if kind == tr.MSG:
+                author = rng.choice(members)
+                node = origin(author, t)
+                reply = rng.random() < 0.2
+                add(OpSpec(0, t, node, kind, author, chat, hlc=stamp(node, t), reply=reply))
+            elif kind in (tr.MEMBER_ADD, tr.MEMBER_REMOVE):
+                target = rng.randrange(p.users)
+                role = int(Role.ADMIN) if rng.random() < 0.1 else int(Role.PARTICIPANT)
+                # An admin may add participants and remove anyone but the creator.
+                granted = (
+                    len(members) > 1
+                    and rng.random() < 0.3
+                    and target != creator
+                    and (kind == tr.MEMBER_REMOVE or role == int(Role.PARTICIPANT))
+                )
+                actor = members[1] if granted else creator
+                node = origin(actor, t, row_op=True)
+                hlc = stamp(node, t)
+                spec = OpSpec(0, t, node, kind, actor, chat, target, role, hlc, creator=creator)
+                spec.granted = granted
+                add(spec)
+                if rng.random() < p.tie_rate and p.nodes > 1:
+                    # The creator's other device does the opposite at the very same stamp.
+                    twin = tr.MEMBER_REMOVE if kind == tr.MEMBER_ADD else tr.MEMBER_ADD
+                    other = (node + 1) % p.nodes
+                    if not self.is_down(other, t) and not self.poisoned_by(other, t):
+                        add(
+                            OpSpec(
+                                0, t, other, twin, creator, chat, target, role, hlc, creator=creator
+                            )
+                        )
+            elif kind == tr.MEMBER_LEAVE:
+                target = rng.choice(members)
+                node = origin(target, t, row_op=True)
+                hlc = stamp(node, t)
+                add(OpSpec(0, t, node, kind, target, chat, target, 0, hlc, creator=creator))
+            else:
+                user = rng.randrange(p.users)
+                node = origin(user, t, row_op=True)
+                hlc = stamp(node, t)
+                add(OpSpec(0, t, node, kind, user, hlc=hlc, box=rng.randrange(1 << 30)))
+                if rng.random() < p.tie_rate and p.nodes > 1:
+                    other = (node + 1) % p.nodes
+                    if not self.is_down(other, t) and not self.poisoned_by(other, t):
+                        add(OpSpec(0, t, other, kind, user, hlc=hlc, box=rng.randrange(1 << 30)))
+        return specs
+
+
+# --- signing (worker processes) -----------------------------------------------------------
+
+_KEYS: dict[tuple[int, int], SigningKey] = {}
+
+
+def _key(seed: int, user: int) -> SigningKey:
+    key = _KEYS.get((seed, user))
+    if key is None:
+        key = _KEYS[(seed, user)] = user_key(seed, user)
+    return key
+
+
+def _user_id(seed: int, user: int) -> bytes:
+    return user_id_from_key(public_key(_key(seed, user)))
+
+
+_PROOFS: dict[tuple[int, int], GroupProof] = {}
+
+
+def _proof(seed: int, chat: int, creator: int) -> GroupProof:
+    proof = _PROOFS.get((seed, chat))
+    if proof is None:
+        proof = _PROOFS[(seed, chat)] = chat_proof(seed, chat, creator)
+    return proof
+
+
+def sign_chunk(
+    seed: int, payload_range: tuple[int, int], creators: list[int], specs: list[OpSpec]
+) -> list[dict[str, Any]]:
+    """Build and sign the ops of one chunk of origin nodes, in time order."""
+    out = []
+    last_msg: dict[tuple[int, int], bytes] = {}  # (node, chat) -> newest message id there
+    lo, hi = payload_range
+    for s in specs:
+        hlc = Hlc.unpack(s.hlc)
+        key = _key(seed, s.author)
+        if s.kind == tr.MSG:
+            draw = derive(seed, "payload", s.index)
+            size = lo + int.from_bytes(draw[:4], "big") % (hi - lo + 1)
+            payload = (draw * (size // 32 + 1))[:size]  # stands in for ciphertext
+            ref = last_msg.get((s.node, s.chat)) if s.reply else None
+            kind = MessageKind.REPLY if ref is not None else MessageKind.NEW
+            chat = _proof(seed, s.chat, creators[s.chat]).chat_id()
+            op: Any = MsgV1.create(key, chat, hlc, payload, kind=kind, ref=ref)
+            last_msg[(s.node, s.chat)] = op.msg_id
+        elif s.kind == tr.IDENTITY:
+            box = derive(seed, "box-key", s.author, s.box)
+            op = make_identity(key, box, hlc)
+        else:
+            action = {
+                tr.MEMBER_ADD: MembershipAction.ADD,
+                tr.MEMBER_REMOVE: MembershipAction.REMOVE,
+                tr.MEMBER_LEAVE: MembershipAction.LEAVE,
+            }[s.kind]
+            target = _user_id(seed, s.target)
+            proof = _proof(seed, s.chat, creators[s.chat])
+            grant = None
+            if s.granted:
+                grant = grant_admin(_key(seed, creators[s.chat]), proof, _user_id(seed, s.author))
+            op = MembershipOp.create(
+                key, proof.chat_id(), target, action, hlc, Role(s.role), proof=proof, grant=grant
+            )
+        out.append({"index": s.index, "t_ms": s.t_ms, "node": s.node, **tr.op_columns(op)})
+    return out
+
+
+def _chunks(specs: list[OpSpec], nodes: int, parts: int) -> list[list[OpSpec]]:
+    by_group: list[list[OpSpec]] = [[] for _ in range(parts)]
+    for s in specs:
+        by_group[s.node % parts].append(s)
+    return [g for g in by_group if g]
+
+
+def _sign_all(p: GenParams, specs: list[OpSpec], creators: list[int]) -> list[dict[str, Any]]:
+    workers = p.workers or os.cpu_count() or 1
+    payloads = (p.payload_min, p.payload_max)
+    if workers <= 1 or len(specs) < 2_000:
+        return sign_chunk(p.seed, payloads, creators, specs)
+    chunks = _chunks(specs, p.nodes, min(p.nodes, workers * 4))
+    rows: list[dict[str, Any]] = []
+    n = len(chunks)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
+        for part in pool.map(sign_chunk, [p.seed] * n, [payloads] * n, [creators] * n, chunks):
+            rows.extend(part)
+    return rows
+
+
+# --- writing ------------------------------------------------------------------------------
+
+
+@dataclass
+class GenResult:
+    path: Path
+    header: tr.TraceHeader
+    ops: int
+    faults: int
+    poisoned: list[int]
+
+
+def generate(p: GenParams, out: str | Path) -> GenResult:
+    if p.nodes < 1 or p.users < 1 or p.chats < 1 or p.ops < 0:
+        raise ValueError("nodes, users and chats must be >= 1 and ops >= 0")
+    out = Path(out)
+    planner = _Planner(p)
+    planner.plan_faults()
+    specs = planner.plan_ops()
+    rows = _sign_all(p, specs, [members[0] for members in planner.members])
+    header = tr.TraceHeader(
+        nodes=p.nodes,
+        seed=p.seed,
+        start_ms=planner.start,
+        heal_ms=planner.heal,
+        end_ms=planner.end,
+        retention_ms=planner.retention_ms(),
+        gc_grain_ms=planner.grain_ms(),
+        max_offset_ms=planner.max_offset,
+        anti_entropy_ms=p.anti_entropy_ms,
+        flush_ms=p.flush_ms,
+        users=p.users,
+        chats=p.chats,
+        ops=len(specs),
+        command=p.command(out),
+        params={
+            "faults": sorted(p.faults),
+            "duration_s": p.duration_s,
+            "tie_rate": p.tie_rate,
+            "poisoned": sorted(planner.poisoned),
+        },
+    )
+    events = _merge_events(planner.faults, rows)
+    with tr.TraceWriter(out, header) as writer:
+        for t, _, item in events:
+            if isinstance(item, Fault):
+                writer.fault(t, item.kind, item.node, **item.args)
+            else:
+                node = item.pop("node")
+                for k in ("index", "t_ms"):
+                    item.pop(k)
+                writer.op_row(t, node, item)
+    return GenResult(out, header, len(specs), len(planner.faults), sorted(planner.poisoned))
+
+
+def _merge_events(
+    faults: Iterable[Fault], rows: Iterable[dict[str, Any]]
+) -> list[tuple[int, tuple[int, int], Fault | dict[str, Any]]]:
+    """Faults before ops at the same millisecond; ops in plan order."""
+    events: list[tuple[int, tuple[int, int], Fault | dict[str, Any]]] = []
+    for i, f in enumerate(faults):
+        events.append((f.t_ms, (0, i), f))
+    for r in rows:
+        events.append((r["t_ms"], (1, r["index"]), r))
+    events.sort(key=lambda e: (e[0], e[1]))
+    return events

@@ -1,0 +1,117 @@
+"""The run's report: ``report.json``, ``report.png`` and ``summary.txt`` in one directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: files only
+import matplotlib.pyplot as plt
+
+from sim.runner import RunOutcome
+
+BYTE_KINDS = ("gossip", "tree", "ids", "records", "control")
+BYTE_LABELS = {
+    "gossip": "gossip (ops)",
+    "tree": "hashes (HELLO, NODES, CELLS)",
+    "ids": "ids (wants, id lists)",
+    "records": "records (sync)",
+    "control": "control",
+}
+
+
+def write_report(outcome: RunOutcome, out_dir: str | Path) -> dict[str, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "report.json", "png": out / "report.png", "summary": out / "summary.txt"}
+    paths["json"].write_text(json.dumps(outcome.report(), indent=1, sort_keys=True) + "\n")
+    plot(outcome, paths["png"])
+    paths["summary"].write_text(summary(outcome) + "\n")
+    return paths
+
+
+def plot(outcome: RunOutcome, path: Path) -> None:
+    h, rounds = outcome.header, outcome.result["rounds"]
+    fields = rounds["fields"]
+    rows = rounds["rows"]
+    col = {name: i for i, name in enumerate(fields)}
+    t = [(r[0] - h.start_ms) / 1000 for r in rows]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    top.plot(t, [max(r[col["divergence"]], 0) for r in rows], color="tab:red", lw=1.5)
+    top.set_ylabel("missing (node, record) pairs")
+    top.set_title(
+        f"divergence among honest live nodes — {h.nodes} nodes, {outcome.result['oracle']['valid_ops'] + outcome.result['oracle']['invalid_ops']:,} ops, seed {h.seed}"
+    )
+    if any(r[col["divergence"]] > 0 for r in rows):
+        top.set_yscale("symlog", linthresh=10)
+    bottom_stack = [0.0] * len(rows)
+    for kind in BYTE_KINDS:
+        values = [r[col[kind]] / 1e6 for r in rows]
+        bottom.bar(
+            t,
+            values,
+            bottom=bottom_stack,
+            width=h.anti_entropy_ms / 1000 * 0.9,
+            label=BYTE_LABELS[kind],
+        )
+        bottom_stack = [a + b for a, b in zip(bottom_stack, values, strict=True)]
+    bottom.set_ylabel("MB per round")
+    bottom.set_xlabel("simulated time (s)")
+    bottom.legend(loc="upper right", fontsize="small")
+    for ax in (top, bottom):
+        ax.axvline((h.heal_ms - h.start_ms) / 1000, color="gray", ls="--", lw=1)
+        ax.grid(alpha=0.3)
+    top.text((h.heal_ms - h.start_ms) / 1000, top.get_ylim()[1], " heal", va="top", color="gray")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def summary(outcome: RunOutcome) -> str:
+    r, h, timing = outcome.result, outcome.header, outcome.timing
+    check = r["check"]
+    stats = r["stats"]
+    lines = [
+        f"{'OK' if r['ok'] else 'FAILED'}: {h.nodes} nodes, {r['oracle']['valid_ops']:,} valid ops"
+        f" (+{r['oracle']['invalid_ops']:,} invalid), seed {h.seed}, {r['shards']} shards"
+        + (f", planted bug {r['plant']}" if r["plant"] else ""),
+        "roots: "
+        + ", ".join(
+            f"{name} {d['distinct_roots']} distinct, {'=' if d['equals_oracle'] else '!='} oracle ({d['oracle_count']:,} records)"
+            for name, d in r["domains"].items()
+        ),
+        "check: "
+        + ", ".join(f"{k} {v:,}" for k, v in check.items())
+        + f" over {r['nodes']['checked']} honest live nodes"
+        + (
+            f" (poisoned clocks, not checked: {r['nodes']['poisoned']})"
+            if r["nodes"]["poisoned"]
+            else ""
+        ),
+        f"gossip: {stats['gossip_sent']:,} sent, {stats['gossip_dropped']:,} dropped, "
+        f"{stats['gossip_duplicated']:,} duplicated, {stats['gossip_rejected_drift']:,} refused (drift), "
+        f"{stats['gossip_rejected_old']:,} refused (retention)",
+        f"anti-entropy: {stats['sessions']:,} shard sessions, {stats['sessions_converged']:,} converged, "
+        f"{stats['sessions_cut']:,} cut, {stats['sessions_aborted']:,} aborted; "
+        f"{stats['sync_records_applied']:,} records repaired",
+        f"quiet (divergence 0 for good) at {(r['quiet_at_ms'] - h.start_ms) / 1000:.0f} s"
+        if r["quiet_at_ms"] is not None
+        else "never quiet before the final GC",
+        f"speed: {timing['node_ops']:,} node-ops in {timing['wall_s']:.1f} s = "
+        f"{timing['node_ops_per_s']:,.0f} node-ops/s ({timing['node_ops_per_s_simulating']:,.0f} while simulating, "
+        f"{timing.get('node_ops_per_cpu_s', 0):,.0f} per task CPU second; "
+        f"oracle {timing['oracle_s']:.1f} s) on {timing['master']}, "
+        f"load average {timing['load_avg_1m'][0]:.1f} -> {timing['load_avg_1m'][1]:.1f} "
+        f"on {timing['cpus']} CPUs",
+    ]
+    if not r["ok"]:
+        lines.append(f"seed {h.seed}; replay: {outcome.replay}")
+    return "\n".join(lines)
+
+
+def load_report(path: str | Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(Path(path).read_text())
+    return data

@@ -1,0 +1,143 @@
+"""One shard's simulation in-process (no Spark): faults bite, the shards converge, the check counts."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from sim import trace as tr
+from sim.bugs import Bug
+from sim.engine import ShardTask, _Progress, run_shard
+from sim.network import NetParams, Network
+from sim.shards import Expected, shard_of
+from sim.spark import ProgressServer
+
+from sim_support import brute_force_expected, small_trace
+
+SHARDS = 2
+
+
+def _restrict(exp: Expected, shard: int) -> Expected:
+    out = Expected()
+    out.messages = {i for i in exp.messages if shard_of((i[0] << 8) | i[1], SHARDS) == shard}
+    out.members = {
+        k: v for k, v in exp.members.items() if shard_of(tr.row_shard_key(*k), SHARDS) == shard
+    }
+    out.identities = {
+        u: v for u, v in exp.identities.items() if shard_of(tr.row_shard_key(u), SHARDS) == shard
+    }
+    return out
+
+
+def _run(path: Path, plant: Bug | None = None) -> list[dict[str, object]]:
+    exp = brute_force_expected(path)
+    return [
+        run_shard(
+            ShardTask(s, SHARDS, str(path), plant.value if plant else None, _restrict(exp, s))
+        )
+        for s in range(SHARDS)
+    ]
+
+
+def _bad(results: list[dict[str, object]]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for r in results:
+        for row in r["nodes"]:  # type: ignore[attr-defined]
+            if row["honest"] and row["alive"]:
+                for k in ("lost", "extra", "stale", "wrong_active", "resurrected"):
+                    totals[k] = totals.get(k, 0) + row[k]
+    return {k: v for k, v in totals.items() if v}
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return small_trace(2, tmp_path_factory.mktemp("engine") / "t.parquet")
+
+
+def test_a_faulty_trace_converges_to_the_expected_state(faulty: Path) -> None:
+    results = _run(faulty)
+    assert _bad(results) == {}
+    stats: dict[str, int] = {}
+    for r in results:
+        for k, v in r["stats"].items():  # type: ignore[attr-defined]
+            stats[k] = stats.get(k, 0) + v
+    # The faults bit: gossip lost ops, a far-future clock was refused, anti-entropy repaired.
+    assert stats["gossip_dropped"] > 0
+    assert stats["gossip_duplicated"] > 0
+    assert stats["gossip_rejected_drift"] > 0
+    assert stats["sessions_unreachable"] > 0
+    assert stats["sync_records_applied"] > 0
+    assert stats["gc_runs"] > 0
+    assert stats["crashes"] > 0
+    # Every honest node ends on one root per domain (shard roots XOR together).
+    roots: dict[int, list[list[int]]] = {}
+    for r in results:
+        for row in r["nodes"]:  # type: ignore[attr-defined]
+            if row["honest"]:
+                acc = roots.setdefault(row["node"], [[0, 0], [0, 0], [0, 0]])
+                for d, (x, c) in enumerate(row["roots"]):
+                    acc[d][0] ^= x
+                    acc[d][1] += c
+    assert len({str(v) for v in roots.values()}) == 1
+
+
+def test_same_trace_same_shard_result(faulty: Path) -> None:
+    exp = _restrict(brute_force_expected(faulty), 0)
+    one = run_shard(ShardTask(0, SHARDS, str(faulty), None, exp))
+    two = run_shard(ShardTask(0, SHARDS, str(faulty), None, exp))
+    for r in (one, two):
+        r.pop("wall_s")
+        r.pop("cpu_s")
+    assert one == two
+
+
+# LWW-by-arrival only shows when two identity versions tie on HLC, which this one fixed trace
+# need not contain; test_every_planted_bug_is_caught_within_200_seeds (test_spark_run) is the
+# issue's criterion and catches it. Reported as xfail here, never counted as a pass.
+_NEEDS_A_TIE = pytest.mark.xfail(reason="needs an HLC tie this fixed trace may lack", strict=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "bug", [pytest.param(b, marks=_NEEDS_A_TIE) if b.value == "lww-arrival" else b for b in Bug]
+)
+def test_each_planted_bug_shows_in_the_check(faulty: Path, bug: Bug) -> None:
+    assert _bad(_run(faulty, bug)) != {}
+
+
+def test_network_partitions_and_fates() -> None:
+    net = Network(6, seed=1, params=NetParams(drop=0.5, dup=0.5, delay_ms=10, jitter_ms=100))
+    receivers, times, dropped, dups = net.gossip(op_key=12345, origin=0, t_ms=1_000)
+    assert 0 not in receivers
+    assert dropped + len(set(receivers)) == 5
+    assert len(receivers) == len(set(receivers)) + dups
+    assert all(1_010 <= t <= 1_010 + 2 * 100 + 1 for t in times)
+    assert net.gossip(12345, 0, 1_000) == (receivers, times, dropped, dups)  # a hash, not a PRNG
+    net.partition([0, 1], oneway=True)
+    assert net.blocked(0, 2) and not net.blocked(2, 0) and not net.can_talk(0, 2)
+    assert net.can_talk(0, 1)
+    net.heal()
+    net.partition([0, 1], oneway=False)
+    assert net.blocked(0, 2) and net.blocked(2, 0)
+    net.params = NetParams()
+    assert set(net.gossip(1, 0, 0)[0]) == {1}
+    assert all(net.peer(r, n) != n for r in range(20) for n in range(6))
+
+
+def test_shard_progress_reaches_the_driver() -> None:
+    server = ProgressServer("127.0.0.1", shards=2)
+    try:
+        reporters = [_Progress(server.address, shard) for shard in range(2)]
+        reporters[0].send(50, 100)
+        reporters[1].send(100, 100)
+        deadline = time.monotonic() + 10
+        while server.fraction() < 0.75 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.fraction() == pytest.approx(0.75)
+        for r in reporters:
+            r.close()
+    finally:
+        server.close()
+    assert _Progress(("127.0.0.1", 1), 0).sock is None  # nobody listening: silently off

@@ -1,0 +1,141 @@
+"""The simulator on real PySpark (local[2], one session for the module): convergence, the oracle,
+determinism across executor counts, and the planted bugs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from typer.testing import CliRunner
+
+from sim.bugs import Bug
+from sim.cli import sim_app
+from sim.hunt import hunt
+from sim.oracle import compute_oracle
+from sim.report import write_report
+from sim.runner import RunOutcome, run_simulation
+from sim.spark import spark_session
+from sim.trace import read_header
+
+from sim_support import brute_force_expected, small_trace
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:Arrow optimization:RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore:Cannot infer the eval type:UserWarning"),
+]
+CHATSYNC = str(Path(sys.executable).parent / "chatsync")
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    session = spark_session("local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return small_trace(2, tmp_path_factory.mktemp("spark") / "faulty.parquet")
+
+
+@pytest.fixture(scope="module")
+def outcome(spark: SparkSession, faulty: Path) -> RunOutcome:
+    return run_simulation(spark, faulty, shards=2)
+
+
+def test_a_small_faulty_trace_converges_and_is_reported(
+    outcome: RunOutcome, tmp_path: Path
+) -> None:
+    r = outcome.result
+    assert r["ok"] and r["converged"], r["check"]
+    for name, domain in r["domains"].items():
+        assert domain["distinct_roots"] == 1 and domain["equals_oracle"], name
+        assert domain["oracle_count"] > 0, name
+    assert r["nodes"]["poisoned"] and r["oracle"]["invalid_ops"] > 0  # a far-future clock ran
+    rows, heal = r["rounds"]["rows"], outcome.header.heal_ms
+    assert max(row[1] for row in rows if row[0] < heal) > 0  # the faults made replicas diverge
+    assert r["quiet_at_ms"] is not None and r["quiet_at_ms"] >= heal
+    assert r["stats"]["sync_records_applied"] > 0 and r["stats"]["gossip_dropped"] > 0
+    assert outcome.timing["node_ops_per_s"] > 0
+
+    paths = write_report(outcome, tmp_path / "report")
+    assert json.loads(paths["json"].read_text())["result"] == json.loads(json.dumps(r))
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert paths["png"].stat().st_size > 20_000
+    assert paths["summary"].read_text().startswith("OK: 5 nodes")
+
+
+def _oracle_as_expected(spark: SparkSession, path: Path) -> tuple[Any, Any, Any]:
+    oracle = compute_oracle(spark, str(path), read_header(path))
+    return (
+        {i for i, _ in oracle.messages},
+        {(chat, user): (rid, active) for chat, user, rid, active, _ in oracle.members},
+        {user: rid for user, rid, _ in oracle.identities},
+    )
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_the_oracle_agrees_with_a_brute_force_fold(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    path = small_trace(seed, tmp_path / "t.parquet")
+    want = brute_force_expected(path)
+    messages, members, identities = _oracle_as_expected(spark, path)
+    assert messages == want.messages and messages
+    assert members == want.members and any(not a for _, a in members.values())
+    assert identities == want.identities and identities
+
+
+def test_one_and_two_executors_give_the_same_result(
+    outcome: RunOutcome, faulty: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "one"
+    cmd = [CHATSYNC, "sim", "run", str(faulty), "--master", "local[1]", "--shards", "2"]
+    done = subprocess.run(
+        [*cmd, "--out", str(out), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["timing"]["default_parallelism"] == 1
+    assert report["result"] == json.loads(json.dumps(outcome.result))
+
+
+def test_every_planted_bug_is_caught_within_200_seeds(spark: SparkSession, tmp_path: Path) -> None:
+    clean: dict[int, bool] = {}
+    for bug in Bug:
+        found = hunt(spark, bug, max_seeds=200, workdir=tmp_path)
+        assert found.caught_at is not None, bug
+        assert found.caught_at <= 200
+        # ... and the same seed without the bug passes: no false alarm.
+        seed = found.caught_at
+        if seed not in clean:
+            trace = small_trace(seed, tmp_path / f"clean-{seed}.parquet")
+            clean[seed] = run_simulation(spark, trace, shards=2).ok
+        assert clean[seed], (bug, seed)
+
+
+def test_a_failed_check_exits_1_with_the_seed_and_the_replay(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    trace = small_trace(4, tmp_path / "t.parquet")
+    cmd = ["run", str(trace), "--shards", "2", "--out", str(tmp_path / "r"), "--no-progress"]
+    result = CliRunner().invoke(sim_app, [*cmd, "--plant", "no-max-offset"])
+    assert result.exit_code == 1, result.output
+    assert "FAILED" in result.stdout and "extra" in result.stdout
+    assert "seed 4" in result.stderr
+    assert "chatsync sim generate" in result.stderr and "--seed 4" in result.stderr
+    assert f"chatsync sim run {trace}" in result.stderr and "--plant no-max-offset" in result.stderr
+    assert (tmp_path / "r" / "report.json").exists()
+    assert not spark.sparkContext._jsc.sc().isStopped()  # the CLI left our session running
