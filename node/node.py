@@ -124,7 +124,10 @@ class Node:
             self.sync = SyncService(
                 self.replica, self.db_lock, self.metrics,
                 config=SyncConfig(
-                    max_frame=cfg.sync_max_frame, max_payload=cfg.max_payload, authenticate=True
+                    max_frame=cfg.sync_max_frame,
+                    max_payload=cfg.max_payload,
+                    authenticate=True,
+                    max_offset_ms=cfg.max_offset_ms,
                 ),
                 read_timeout_s=cfg.sync_read_timeout_s, clock_ms=self.clock_ms,
                 frames_per_s=cfg.peer_sync_frames_per_s, bytes_per_s=cfg.peer_sync_bytes_per_s,

@@ -95,6 +95,7 @@ class SyncConfig:
     idle_timeout_ms: int = 30_000
     cutoff_ms: int | None = None  # retention soft-filter for messages (see RETENTION.md)
     authenticate: bool = False  # verify member rows' signed ops and identity docs (a node: True)
+    max_offset_ms: int | None = None  # skip messages this far ahead of now_ms (a node: 120 s)
     max_payload: int = DEFAULT_MAX_PAYLOAD
 
 
@@ -147,6 +148,7 @@ class SessionStats:
     records_received: int = 0
     records_applied: int = 0
     rejected_old: int = 0  # records older than the cutoff, refused
+    rejected_future: int = 0  # messages too far ahead of our clock: skipped, offered again later
 
     def reconciliation_bytes(self) -> int:
         """Both directions, record bodies excluded."""
@@ -227,6 +229,7 @@ class SyncSession:
         self._last_sent_idle = False
         self._last_activity_ms = now_ms
         self._session_cutoff = self.config.cutoff_ms  # the later of both sides' (RETENTION.md)
+        self._now_ms = now_ms
         self._moved = 0  # records sent or received in this pass
 
     # --- driver API ---
@@ -243,6 +246,7 @@ class SyncSession:
         if self.state in (State.DONE, State.ABORTED, State.START):
             raise LocalProtocolError(f"receive() in state {self.state.value}")
         self._last_activity_ms = now_ms
+        self._now_ms = now_ms
         try:
             frame = decode_frame(
                 data, max_frame=self.config.max_frame, max_ids=self.config.max_ids_per_frame
@@ -579,6 +583,11 @@ class SyncSession:
             cutoff = self._cutoff(domain)
             if cutoff is not None and physical_ms is not None and physical_ms <= cutoff:
                 self.stats.rejected_old += 1
+                continue
+            limit = self.config.max_offset_ms
+            if limit is not None and physical_ms is not None and physical_ms - self._now_ms > limit:
+                # The gossip validator refuses these too; not the peer's fault if our clock lags.
+                self.stats.rejected_future += 1
                 continue
             valid.append(record)
         self.stats.records_received += len(blobs)
