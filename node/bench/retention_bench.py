@@ -32,8 +32,6 @@ from __future__ import annotations
 import gc
 import json
 import math
-import os
-import platform
 import random
 import shutil
 import tempfile
@@ -48,6 +46,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from node.bench.machine import loadavg, machine_info
 from node.bench.retention_waste import WasteParams, grid_size, make_stream, run_waste, stream_size
 from store import ChatDb, Direction, Hlc, MsgV1
 from store.messages import MAX_PAGE_LIMIT
@@ -426,7 +425,7 @@ def run_retention_bench(
     console = console or _console()
     base = params.data or Path(tempfile.mkdtemp(prefix="chatsync-bench-retention-"))
     base.mkdir(parents=True, exist_ok=True)
-    load_before = _loadavg()
+    load_before = loadavg()
     started = perf_counter()
     corpus = plan_corpus(params)
     age_path, size_path = base / "age", base / "size"
@@ -466,7 +465,7 @@ def run_retention_bench(
         if params.data is None:
             shutil.rmtree(base, ignore_errors=True)
     report = _report(params, corpus, age, size, stream.sign_s, len(stream.msgs), cases)
-    report["machine"] = _machine(load_before)
+    report["machine"] = machine_info(load_before)
     report["elapsed_s"] = perf_counter() - started
     _print(console, report)
     params.out.parent.mkdir(parents=True, exist_ok=True)
@@ -593,23 +592,6 @@ def _findings(params: WasteParams, cases: list[dict[str, Any]]) -> list[str]:
             "later cutoff only filters what travels)"
         )
     return out
-
-
-def _machine(load_before: list[float] | None) -> dict[str, Any]:
-    return {
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "loadavg_before": load_before,
-        "loadavg_after": _loadavg(),
-    }
-
-
-def _loadavg() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
 # --- printing ----------------------------------------------------------------------------------

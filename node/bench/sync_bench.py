@@ -27,8 +27,6 @@ import bisect
 import gc
 import json
 import math
-import os
-import platform
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -40,6 +38,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from node.bench.machine import loadavg, machine_info
 from store.hlc import Hlc
 from store.keys import RECORD_ID_LEN
 from store.records import MsgV1, blake3_id
@@ -421,7 +420,7 @@ def run_sync_bench(params: SyncBenchParams, console: Console | None = None) -> d
     widths = sorted(set(params.compare_widths) - {params.hash_width})
     plan = [(n, d, p) for n in sizes for d in diffs if d <= n for p in PLACEMENTS]
     skipped = [(n, d) for n in sizes for d in diffs if d > n]
-    load_before = _loadavg()
+    load_before = loadavg()
     cases: list[dict[str, Any]] = []
     width_cases: list[dict[str, Any]] = []
     bases: dict[int, dict[str, float]] = {}
@@ -553,7 +552,7 @@ def _report(
     return {
         "benchmark": "sync",
         "params": {**asdict(params), "out": str(params.out)},
-        "machine": _machine(load_before),
+        "machine": machine_info(load_before),
         "elapsed_s": elapsed,
         "cases": cases,
         "skipped": [{"n": n, "d": d, "why": "d > n"} for n, d in skipped],
@@ -568,23 +567,6 @@ def _report(
         "failures": failures,
         "notes": __doc__,
     }
-
-
-def _machine(load_before: list[float] | None) -> dict[str, Any]:
-    return {
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "loadavg_before": load_before,
-        "loadavg_after": _loadavg(),
-    }
-
-
-def _loadavg() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
 # --- printing --------------------------------------------------------------------------------
