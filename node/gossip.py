@@ -4,7 +4,19 @@ The validator is what py-libp2p calls for every message, ours included: size,
 envelope and op schema, each op's signature and HLC drift. It must be cheap and
 must not raise (a raise would be a bug in the router's hands), so every failure
 is a logged, counted ``False``. Decoded ops are kept for the receiver, so a
-message is decoded once.
+message is decoded once. Our own publishes are not checked again: their ops were
+checked by ``Node.submit_ops`` before they were written.
+
+The receiver hands each message to the writer and moves on (the writer's bounded
+queue is the backpressure); a second task waits for the writes in order. Waiting
+for each write before taking the next message left py-libp2p's 32-slot
+subscription channel to overflow, and what overflows is lost to gossip for good.
+
+The publisher batches: under load, a message closes after ``batch_delay`` only
+once py-libp2p's per-peer outbound queues have room, so messages grow with the
+load instead of overflowing those queues (32 RPCs, then silent drops). py-libp2p
+spends ~2 ms of CPU per message per hop whatever its size: ops per message is
+what throughput is made of (``chatsync bench gossip``).
 """
 
 from __future__ import annotations

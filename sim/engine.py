@@ -123,6 +123,8 @@ class ShardSim:
         self.ctx = ShardContext(h.max_offset_ms)
         offset_limit = h.max_offset_ms if self.rules.check_drift else UNCHECKED_OFFSET_MS
         self.offset_limit = offset_limit
+        # Sessions skip messages too far ahead of the receiver, as a node configures them.
+        self.sync_offset = h.max_offset_ms if self.rules.check_drift else None
         self.clocks = [HlcClock(max_offset_ms=offset_limit) for _ in range(self.n)]
         self.reps = [SimReplica(self.ctx, self.rules, c) for c in self.clocks]
         self.alive = [True] * self.n
@@ -148,6 +150,7 @@ class ShardSim:
             "sessions_aborted": 0,
             "sync_records_applied": 0,
             "sync_rejected_old": 0,
+            "sync_rejected_future": 0,
             "gc_runs": 0,
             "crashes": 0,
             "writes_lost_in_crashes": 0,
@@ -369,10 +372,14 @@ class ShardSim:
             now_initiator=pa,
             now_responder=pb,
             config_initiator=SyncConfig(
-                cutoff_ms=self.cutoff(a, t) if filtering else None, authenticate=True
+                cutoff_ms=self.cutoff(a, t) if filtering else None,
+                authenticate=True,
+                max_offset_ms=self.sync_offset,
             ),
             config_responder=SyncConfig(
-                cutoff_ms=self.cutoff(b, t) if filtering else None, authenticate=True
+                cutoff_ms=self.cutoff(b, t) if filtering else None,
+                authenticate=True,
+                max_offset_ms=self.sync_offset,
             ),
             salt_seed=derive(self.header.seed, "salt", round_no, a, b)[:16],
             cut_after=self.net.cut_after(round_no, a),
@@ -390,6 +397,7 @@ class ShardSim:
             self.abort_reasons[outcome.error] = self.abort_reasons.get(outcome.error, 0) + 1
         s["sync_records_applied"] += outcome.records_applied
         s["sync_rejected_old"] += outcome.rejected_old
+        s["sync_rejected_future"] += outcome.rejected_future
         for kind, count in outcome.bytes.items():
             self.round_bytes[kind] += count
 

@@ -5,9 +5,10 @@ applies records through ``Rules`` (``store.merge`` unless a planted bug swaps a
 piece), keeping one ``MerkleTree`` per domain in step, as ``MemoryReplica`` does
 (``tests/sim/test_replica.py`` asserts the two agree record for record). On top:
 
-* **Drift check on every received record** (``HlcClock.check_drift`` against
-  the node's local physical time), as ``ChatDb.put_messages(now_ms=...)`` does
-  for messages: a far-future record is refused by sync as well as by gossip.
+* **Drift check on every record a session applies** (``HlcClock.check_drift``
+  against the node's local physical time). Sessions skip far-future *messages*
+  themselves (``SyncConfig.max_offset_ms``); this also covers member rows and
+  identities, whose stamps sync does not look at.
 * **Durability**: writes received from peers go to an undo log until the next
   flush; ``crash()`` rolls back whatever was not flushed.
 * **Retention**: ``collect_messages`` (the GC) and the resurrection counter.

@@ -25,6 +25,7 @@ class SessionOutcome:
     error: str | None = None
     records_applied: int = 0
     rejected_old: int = 0
+    rejected_future: int = 0
     bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
 
 
@@ -70,4 +71,5 @@ def run_pair(
             outcome.bytes[kind] += session.stats.bytes_sent[kind]
         outcome.records_applied += session.stats.records_applied
         outcome.rejected_old += session.stats.rejected_old
+        outcome.rejected_future += session.stats.rejected_future
     return outcome

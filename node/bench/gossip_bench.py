@@ -229,6 +229,17 @@ def post_plan(plan: Plan, node: int, url: str, stats: dict[str, Any]) -> None:
         poster.close()
 
 
+def machine_busy_s() -> float:
+    """CPU seconds all cores spent busy since boot (Linux /proc/stat; nan elsewhere)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return math.nan
+    ticks = [int(x) for x in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def node_cpu_s(pid: int) -> float:
     """utime + stime of a process, in seconds (Linux /proc)."""
     try:
@@ -354,6 +365,7 @@ def _offer(
     stats: dict[str, Any] = {"posts": 0, "busy": 0, "errors": 0, "late_ticks": 0, "max_late_s": 0.0}
     cpu0 = [node_cpu_s(p) for p in pids]
     gen_cpu0 = time.process_time()
+    machine0 = machine_busy_s()
     threads = [
         threading.Thread(target=post_plan, args=(plan, i, cluster.nodes[i].url, stats))
         for i in range(nodes)
@@ -365,6 +377,7 @@ def _offer(
     load_end = time.time()
     cpu_load = [node_cpu_s(p) for p in pids]
     gen_cpu = time.process_time() - gen_cpu0
+    machine_load = machine_busy_s() - machine0
     accepted = sum(1 for a in plan.ack_ms if not math.isnan(a))
     expected = min(baseline) + accepted
     console.print(
@@ -441,6 +454,13 @@ def _offer(
             "until_drained_s": node_cpu_all,
             "cores_until_drained": node_cpu_all / (busy_until - load_start),
             "us_per_op_per_node": node_cpu_all / max(1, accepted) / nodes * 1e6,
+            # the whole machine during the load: what the nodes, the generator and everything
+            # else on it (other jobs) used, in cores
+            "machine_cores_busy_during_load": machine_load / load_s if load_s > 0 else 0.0,
+            "generator_cores_during_load": gen_cpu / load_s if load_s > 0 else 0.0,
+            "other_processes_cores_during_load": (machine_load - node_cpu_load - gen_cpu) / load_s
+            if load_s > 0
+            else 0.0,
         },
         "curve": _curve(monitor, load_start, expected - accepted),
     }

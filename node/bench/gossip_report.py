@@ -219,6 +219,10 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
         [_num(r["node_cpu"]["load_cores"], ".2f") for r in runs.values()],
     )
     row(
+        "other processes on the machine during load (cores busy)",
+        [_num(r["node_cpu"]["other_processes_cores_during_load"], ".2f") for r in runs.values()],
+    )
+    row(
         "node CPU per op per node, until drained (µs)",
         [_num(r["node_cpu"]["us_per_op_per_node"]) for r in runs.values()],
         (f"unbatched {_ratio(ratios.get('cpu_per_op_unbatched_over_batched'))}" if ratios else ""),

@@ -72,7 +72,9 @@ def test_bench_gossip_tiny(tmp_path: Path) -> None:
     catchup = saved["catchup"]
     assert catchup["caught_up"] and catchup["missed"] == 300
     assert catchup["count"] == catchup["expected_count"]
-    assert catchup["sync_records_applied"] >= 300
+    # the restarted node's missed records came by anti-entropy, or (the newest ones, still in
+    # GossipSub's message cache) by gossip IHAVE/IWANT: together, all of them
+    assert catchup["sync_records_applied"] + catchup["gossip_ops_applied"] >= 300
     assert {"delivered_ops_s", "p99_unbatched_over_batched"} <= set(saved["ratios"])
     assert [g["goal"] for g in saved["goals"]][-1].startswith("catch-up of 300")
     assert saved["all_delivered"]
