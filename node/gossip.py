@@ -28,10 +28,11 @@ from typing import Any
 
 import trio
 
+from node.limits import TokenBuckets
 from node.metrics import Metrics
 from node.writer import DbWriter, WriteRequest
 from store.errors import InvalidInput
-from store.ops import Op, decode_ops, encode_ops, validate_op
+from store.ops import Op, decode_ops, encode_ops, op_author, validate_op
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ class GossipService:
         batch_delay_ms: int,
         is_blocked: Callable[[bytes], bool] = lambda peer: False,
         on_applied: Callable[[list[Op]], None] | None = None,
+        author_limits: TokenBuckets | None = None,
+        on_reject: Callable[[str, str], None] | None = None,
     ) -> None:
         self.pubsub = pubsub
         self.topic = topic
@@ -77,6 +80,8 @@ class GossipService:
         self.batch_delay_s = batch_delay_ms / 1000
         self.is_blocked = is_blocked
         self.on_applied = on_applied
+        self.author_limits = author_limits  # shared with the API: one budget per author
+        self.on_reject = on_reject  # (forwarding peer id, reason): the node's penalties
         self._validated: OrderedDict[bytes, list[Op]] = OrderedDict()
         self.arrivals: deque[tuple[int, int]] = deque(maxlen=ARRIVAL_LOG)
         # lists of ops, one per publish() call (an API request: at most 1,024 ops)
@@ -93,17 +98,27 @@ class GossipService:
         """py-libp2p topic validator (synchronous). Never raises.
 
         Our own publishes (forwarder = us: only ``Pubsub.publish`` passes that) carry ops
-        ``Node.submit_ops`` validated already; they are not verified twice.
+        ``Node.submit_ops`` validated (and rate-limited) already; they are not checked twice.
+        A rejection is counted, and charged to the peer that forwarded the message.
         """
+        if forwarder is not None and _peer_bytes(forwarder) == self.own_peer_id:
+            return True
+        reason = self._check(forwarder, msg)
+        if reason is None:
+            return True
+        self._reject(reason)
+        peer = _peer_base58(forwarder)
+        if peer and self.on_reject is not None:
+            self.on_reject(peer, reason)
+        return False
+
+    def _check(self, forwarder: Any, msg: Any) -> str | None:
+        """None if the message is valid (its ops then wait in the cache), else the reason."""
         try:
-            if forwarder is not None and _peer_bytes(forwarder) == self.own_peer_id:
-                return True
             if self.is_blocked(bytes(msg.from_id)) or self.is_blocked(_peer_bytes(forwarder)):
-                self._reject("blocked_peer")
-                return False
+                return "blocked_peer"
             if len(msg.data) > self.max_bytes:
-                self._reject("too_large")
-                return False
+                return "too_large"
             ops = decode_ops(
                 msg.data,
                 max_bytes=self.max_bytes,
@@ -113,17 +128,34 @@ class GossipService:
             now = self.clock_ms()
             for op in ops:
                 validate_op(op, now_ms=now, max_offset_ms=self.max_offset_ms)
+            # charged once, when the router first sees the message (not on a re-validation)
+            if forwarder is not None and not self._within_author_rates(ops):
+                return "rate_limited"
         except InvalidInput as exc:
-            self._reject(exc.reason)
-            return False
+            return exc.reason
         except Exception as exc:  # a validator must answer, whatever the input did
             log.warning("gossip validator error: %s: %s", type(exc).__name__, exc)
-            self._reject("internal")
-            return False
+            return "internal"
         self._validated[_msg_key(msg)] = ops
         while len(self._validated) > VALIDATED_CACHE:
             self._validated.popitem(last=False)
-        return True
+        return None
+
+    def _within_author_rates(self, ops: list[Op]) -> bool:
+        """Take each author's ops from its token bucket; False if one is over its rate.
+
+        The whole message is refused then (a validator accepts or drops a message, not
+        parts of it): nothing of it is written or forwarded. Anti-entropy is not limited
+        per author — it carries history — so the ops still arrive later, at sync's pace.
+        """
+        if self.author_limits is None:
+            return True
+        per_author: dict[bytes, int] = {}
+        for op in ops:
+            author = op_author(op)
+            per_author[author] = per_author.get(author, 0) + 1
+        now = trio.current_time()
+        return all(self.author_limits.take(a, n, now) for a, n in per_author.items())
 
     def _reject(self, reason: str) -> None:
         self.metrics.inc(
@@ -262,6 +294,13 @@ def _op_size(op: Op) -> int:
 
 def _msg_key(msg: Any) -> bytes:
     return bytes(msg.from_id) + bytes(msg.seqno)
+
+
+def _peer_base58(peer: Any) -> str:
+    try:
+        return str(peer.to_base58()) if peer is not None else ""
+    except AttributeError:
+        return ""
 
 
 def _peer_bytes(peer: Any) -> bytes:

@@ -105,6 +105,21 @@ SYNC_PENALTY = {
 }
 
 
+# Points per gossip message the validator refused, charged to the peer that forwarded it.
+# An honest forwarder ran the same checks before forwarding, so only what differs between
+# honest nodes — their clocks (drift) and the timing of their token buckets (rate) — can
+# come from one: those cost little. Anything else is forged or malformed on purpose.
+GOSSIP_PENALTY = {
+    "bad_signature": 5.0,
+    "unauthorized": 5.0,
+    "clock_drift": 0.5,
+    "rate_limited": 0.5,
+    "blocked_peer": 0.0,
+    "internal": 0.0,  # our bug, not theirs
+}
+GOSSIP_PENALTY_OTHER = 3.0  # malformed, oversized, unknown kinds
+
+
 def check_free_disk(path: str, min_free_mb: int) -> None:
     """Raise StorageFull unless the data disk keeps ``min_free_mb`` free beyond the WAL.
 

@@ -20,7 +20,14 @@ from node.config import NodeConfig
 from node.framing import Libp2pFrames
 from node.gc import gc_loop
 from node.gossip import GossipService
-from node.limits import SYNC_PENALTY, PeerPenalties, RateLimited, TokenBuckets
+from node.limits import (
+    GOSSIP_PENALTY,
+    GOSSIP_PENALTY_OTHER,
+    SYNC_PENALTY,
+    PeerPenalties,
+    RateLimited,
+    TokenBuckets,
+)
 from node.metrics import Metrics
 from node.p2p import (
     OPS_TOPIC,
@@ -139,7 +146,8 @@ class Node:
                 max_offset_ms=cfg.max_offset_ms, max_payload=cfg.max_payload,
                 max_bytes=cfg.gossip_max_bytes, batch_ops=cfg.gossip_batch_ops,
                 batch_delay_ms=cfg.gossip_batch_delay_ms, is_blocked=self.peers.is_blocked_bytes,
-                on_applied=self._count_applied,
+                on_applied=self._count_applied, author_limits=self.author_limits,
+                on_reject=self._judge_gossip,
             )  # fmt: skip
             self._register_gauges()
             self.host.set_stream_handler(
@@ -198,6 +206,11 @@ class Node:
         points = SYNC_PENALTY.get(reason or "", 0.0)
         if points:
             self.punish(outcome.peer, points, reason or "")
+
+    def _judge_gossip(self, peer: str, reason: str) -> None:
+        points = GOSSIP_PENALTY.get(reason, GOSSIP_PENALTY_OTHER)
+        if points:
+            self.punish(peer, points, f"gossip_{reason}")
 
     def punish(self, peer: str, points: float, reason: str) -> None:
         """Count a misbehaviour; past the threshold the peer is banned (blocked) for ban_s."""

@@ -9,6 +9,7 @@ import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 
+import cbor2
 import httpx
 import multiaddr
 import pytest
@@ -20,9 +21,10 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 from node.cluster import Cluster
 from node.framing import Libp2pFrames
 from node.limits import PeerPenalties, TokenBuckets
-from node.p2p import SYNC_PROTOCOL, start_host
+from node.p2p import OPS_TOPIC, SYNC_PROTOCOL, start_host
 from node.scenario import GROUP, Authors
 from store import ChatDb, ChatDbConfig, MsgV1
+from store.ops import encode_ops
 
 from node_support import counts, now_ms, ops_body, running_node
 
@@ -141,6 +143,55 @@ async def test_a_peer_that_keeps_sending_garbage_is_banned(tmp_path: Path) -> No
         assert "chatsync_peers_banned_total 1" in metrics
     finally:
         await trio.to_thread.run_sync(cluster.close)
+
+
+async def _gossip_from_a_stranger(cluster: Cluster, envelopes: list[bytes]) -> tuple[str, str]:
+    """Publish ``envelopes`` from a fresh libp2p peer; its peer id and the node's metrics."""
+    node = cluster.nodes[0]
+    async with AsyncExitStack() as stack:
+        host, pubsub = await start_host(stack, create_new_key_pair(), "/ip4/127.0.0.1/tcp/0", 1)
+        await host.connect(info_from_p2p_addr(multiaddr.Multiaddr(node.multiaddr)))
+        await pubsub.subscribe(OPS_TOPIC)
+        await trio.sleep(2)  # the node learns our subscription
+        for data in envelopes:
+            await pubsub.publish(OPS_TOPIC, data)
+            await trio.sleep(0.3)
+        await trio.sleep(1.5)
+        metrics = (await trio.to_thread.run_sync(httpx.get, f"{node.url}/metrics")).text
+        return host.get_id().to_base58(), metrics
+
+
+@pytest.mark.slow
+async def test_a_peer_that_gossips_forged_ops_is_banned(tmp_path: Path) -> None:
+    authors = Authors(1)
+    forged = []
+    for n in range(3):  # forged messages: 5 points each (decaying), the ban comes at 10
+        op = authors.messages(1, f"forged {n}")[0]
+        forged.append(cbor2.dumps([1, [[1, op.encoded.replace(b"forged", b"FORGED")]]]))
+    with Cluster(1, tmp_path) as cluster:
+        await trio.to_thread.run_sync(cluster.start)
+        me, metrics = await _gossip_from_a_stranger(cluster, forged)
+        status = await trio.to_thread.run_sync(cluster.status, 0)
+    assert 'chatsync_gossip_rejected_total{reason="bad_signature"} 3' in metrics
+    assert 'chatsync_peer_penalties_total{reason="gossip_bad_signature"} 3' in metrics
+    assert me in status["blocked_peers"]
+    assert "chatsync_peers_banned_total 1" in metrics
+    assert status["domains"]["messages"]["count"] == 0
+
+
+@pytest.mark.slow
+async def test_an_author_over_its_rate_is_refused_on_the_gossip_path(tmp_path: Path) -> None:
+    authors = Authors(1)
+    burst, more = authors.messages(5, "a"), authors.messages(4, "b", start=10)
+    config = {"author_ops_per_s": 0.01, "author_ops_burst": 5.0}
+    with Cluster(1, tmp_path, node_config=config) as cluster:
+        await trio.to_thread.run_sync(cluster.start)
+        me, metrics = await _gossip_from_a_stranger(cluster, [encode_ops(burst), encode_ops(more)])
+        status = await trio.to_thread.run_sync(cluster.status, 0)
+    assert status["domains"]["messages"]["count"] == 5  # the burst; nothing of the second message
+    assert 'chatsync_gossip_rejected_total{reason="rate_limited"} 1' in metrics
+    assert 'chatsync_peer_penalties_total{reason="gossip_rate_limited"} 1' in metrics
+    assert me not in status["blocked_peers"]  # an honest relay can hit this: it costs little
 
 
 @pytest.mark.slow
