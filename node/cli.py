@@ -44,6 +44,9 @@ def node_run(
     ),
     gc_interval: float = typer.Option(None, help="Seconds between retention GC cycles."),
     min_free_disk_mb: int = typer.Option(None, help="Refuse writes below this much free disk."),
+    trace_out: str = typer.Option(
+        None, help="Record the ops clients submit as a simulator trace (Parquet; SIM.md)."
+    ),
     log_level: str = typer.Option("INFO", help="Logging level."),
 ) -> None:
     """Run a node until SIGINT/SIGTERM (then: tasks cancelled, writer drained, RocksDB closed)."""
@@ -55,7 +58,7 @@ def node_run(
         "key": key, "durable": durable, "sync_interval_s": sync_interval,
         "retention_days": retention_days, "max_storage_mb": max_storage_mb,
         "gc_interval_s": gc_interval,
-        "min_free_disk_mb": min_free_disk_mb,
+        "min_free_disk_mb": min_free_disk_mb, "trace_out": trace_out,
     }  # fmt: skip
     try:
         cfg = load_config(config, overrides)

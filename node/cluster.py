@@ -84,15 +84,18 @@ class Cluster:
         log_level: str = "WARNING",
         node_config: dict[str, Any] | None = None,
         extra_args: list[str] | None = None,
+        trace_dir: Path | None = None,
     ) -> None:
         """``node_config``: [node] settings (NodeConfig fields) for every node, passed as a TOML
-        file (``--config``); ``extra_args``: more ``chatsync node run`` flags, appended as given."""
+        file (``--config``); ``extra_args``: more ``chatsync node run`` flags, appended as given;
+        ``trace_dir``: every node records its clients' ops to ``trace_dir/node<i>.parquet``."""
         self.base_dir = base_dir
         self.durable = durable
         self.sync_interval_s = sync_interval_s
         self.log_level = log_level
         self.node_config = dict(node_config or {})
         self.extra_args = list(extra_args or [])
+        self.trace_dir = trace_dir
         self.nodes = [
             NodeProcess(i, base_dir / f"node{i}", free_port(), free_port(), [])
             for i in range(nodes)
@@ -124,6 +127,8 @@ class Cluster:
             config_path = node.data.parent / f"node{node.index}.toml"
             config_path.write_text(node_config_toml(self.node_config))
             args += ["--config", str(config_path)]
+        if self.trace_dir is not None:
+            args += ["--trace-out", str(self.trace_dir / f"node{node.index}.parquet")]
         args += self.extra_args
         node.args = args
         log = node.log_path.open("ab")

@@ -49,6 +49,8 @@ class NodeConfig:
     retention_days: float = 0.0  # 0 = keep forever
     max_storage_mb: int = 0  # 0 = unlimited
     gc_interval_s: float = 300.0
+    # simulator (SIM.md): record the ops clients submit here as a replayable trace
+    trace_out: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -52,6 +52,8 @@ from sync.replica import DbReplica
 if TYPE_CHECKING:
     from trio_typing import TaskStatus
 
+    from node.recorder import OpRecorder
+
 log = logging.getLogger(__name__)
 
 
@@ -72,6 +74,7 @@ class Node:
         self._stop = trio.Event()
         self.author_limits = TokenBuckets(config.author_ops_per_s, config.author_ops_burst)
         self.penalties = PeerPenalties(config.penalty_threshold, ban_s=config.ban_s)
+        self.recorder: OpRecorder | None = None  # --trace-out
 
     def clock_ms(self) -> int:
         return wall_ms()
@@ -90,6 +93,10 @@ class Node:
             max_offset_ms=cfg.max_offset_ms,
         )
         self.db = await trio.to_thread.run_sync(ChatDb, db_config)
+        if cfg.trace_out:
+            from node.recorder import OpRecorder  # loads pyarrow: only when asked for
+
+            self.recorder = OpRecorder(cfg.trace_out, cfg, self.clock_ms())
         try:
             # Refuse expired messages from the first write on; the GC loop keeps this current.
             self.db.expire_before_ms = RetentionPolicy(cfg.retention_days).age_cutoff(
@@ -108,6 +115,8 @@ class Node:
                 finally:
                     self.writer.close()  # the writer drains what it accepted, then returns
         finally:
+            if self.recorder is not None:
+                self.recorder.close()
             try:
                 await trio.to_thread.run_sync(self.db.close)
                 log.info("node stopped, RocksDB closed")
@@ -255,6 +264,8 @@ class Node:
         fresh = [op for op, is_new in zip(ops, new, strict=True) if is_new]
         self.metrics.inc("ops_submitted", len(ops), help="ops submitted through the API")
         if fresh:
+            if self.recorder is not None:
+                self.recorder.record(now, fresh)
             await self.gossip.publish(fresh)
         return new
 

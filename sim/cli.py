@@ -172,6 +172,25 @@ def bugs_cmd(
         raise typer.Exit(1)
 
 
+@sim_app.command("merge")
+def merge_cmd(
+    recordings: Annotated[
+        list[Path], typer.Argument(exists=True, dir_okay=False, help="Node i's --trace-out file.")
+    ],
+    out: Annotated[Path, typer.Option("-o", "--out", help="The merged trace.")] = Path(
+        "recorded.parquet"
+    ),
+) -> None:
+    """Join several nodes' --trace-out recordings into one trace (node i = the i-th file)."""
+    from sim.trace import merge_traces
+
+    try:
+        header = merge_traces(recordings, out)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    print(f"{out}: {header.nodes} nodes, {header.ops:,} ops; replay: chatsync sim run {out}")
+
+
 @sim_app.command("info")
 def info_cmd(trace: Annotated[Path, typer.Argument(exists=True, dir_okay=False)]) -> None:
     """Print a trace's header and its events by kind."""

@@ -295,7 +295,8 @@ def merge_traces(paths: list[Path], out: Path, header: TraceHeader | None = None
             **asdict(base),
             "nodes": len(paths),
             "source": "recorded",
-            "ops": sum(h.ops for h in headers),
+            # recordings write their header before they know how many ops follow
+            "ops": sum(1 for kind in merged.column("kind").to_pylist() if kind in OP_KINDS),
             "start_ms": int(t[0].as_py()) if merged.num_rows else 0,
         }
     )

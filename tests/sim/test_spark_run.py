@@ -7,10 +7,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import blake3
 import pytest
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner
@@ -139,3 +141,46 @@ def test_a_failed_check_exits_1_with_the_seed_and_the_replay(
     assert f"chatsync sim run {trace}" in result.stderr and "--plant no-max-offset" in result.stderr
     assert (tmp_path / "r" / "report.json").exists()
     assert not spark.sparkContext._jsc.sc().isStopped()  # the CLI left our session running
+
+
+def test_a_recorded_cluster_replays_to_the_cluster_s_own_roots(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``--trace-out`` on a real 2-node cluster (one node restarted: its recording carries
+    over), ``chatsync sim merge``, then the replay: it converges, and its oracle's roots are
+    the roots the real nodes reached."""
+    from node.cluster import Cluster
+    from node.scenario import Authors
+
+    authors = Authors(3)
+    traces = tmp_path / "traces"
+    with Cluster(2, tmp_path / "cluster", trace_dir=traces) as cluster:
+        cluster.start()
+        cluster.post_ops(0, authors.messages(20, "on 0"))
+        cluster.post_ops(1, authors.messages(15, "on 1", start=100))
+        cluster.stop(1)
+        cluster.restart(1)
+        cluster.post_ops(1, authors.messages(10, "after restart", start=200))
+        want = 45
+        for _ in range(300):
+            statuses = [cluster.status(i) for i in range(2)]
+            if all(s["domains"]["messages"]["count"] == want for s in statuses):
+                break
+            time.sleep(0.2)
+        node_roots = {d: statuses[0]["domains"][d]["root"] for d in statuses[0]["domains"]}
+        assert node_roots == {d: statuses[1]["domains"][d]["root"] for d in node_roots}
+    merged = tmp_path / "recorded.parquet"
+    result = CliRunner().invoke(
+        sim_app, ["merge", str(traces / "node0.parquet"), str(traces / "node1.parquet"),
+                  "-o", str(merged)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    header = read_header(merged)
+    assert header.source == "recorded" and header.nodes == 2 and header.ops == want
+    replay = run_simulation(spark, merged, shards=2).result
+    assert replay["ok"] and replay["converged"], replay["check"]
+    for name, domain in replay["domains"].items():
+        xor_hex, count = domain["oracle_root"].split(":")
+        digest = blake3.blake3(bytes.fromhex(xor_hex) + int(count).to_bytes(8, "big")).hexdigest()
+        assert digest == node_roots[name], name
+    assert replay["domains"]["messages"]["oracle_count"] == want
