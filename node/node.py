@@ -192,13 +192,19 @@ class Node:
 
     # --- sync over libp2p streams ---
 
-    async def _initiate_sync(self, peer: Any) -> None:
+    async def _initiate_sync(self, peer: Any) -> bool:
+        """One session with ``peer``; True if it ended cleanly, brought records, and left more
+        to reconcile (it used up its passes): then the next one starts at once. A pair that
+        differs in records neither side accepts (expired, far-future) applies none: it keeps
+        the normal interval."""
         assert self.sync is not None and self.peers is not None
         if peer.to_base58() in self.peers.blocked:
-            return
+            return False
         with trio.fail_after(self.config.sync_read_timeout_s):
             stream = await self.host.new_stream(peer, [SYNC_PROTOCOL])
-        await self.sync.initiate(peer.to_base58(), Libp2pFrames(stream, self.config.sync_max_frame))
+        frames = Libp2pFrames(stream, self.config.sync_max_frame)
+        outcome = await self.sync.initiate(peer.to_base58(), frames)
+        return outcome.error is None and not outcome.converged and outcome.records_applied > 0
 
     async def _respond_sync(self, stream: Any) -> None:
         assert self.sync is not None and self.peers is not None

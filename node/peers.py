@@ -101,8 +101,13 @@ class PeerManager:
 
     # --- anti-entropy scheduling ---
 
-    async def schedule_syncs(self, run_sync: Callable[[Any], Awaitable[None]]) -> None:
-        """Sync with each connected peer on connect and then periodically, one session per peer."""
+    async def schedule_syncs(self, run_sync: Callable[[Any], Awaitable[bool]]) -> None:
+        """Sync with each connected peer on connect and then periodically, one session per peer.
+
+        ``run_sync`` answers whether to go on at once: a session that made progress but used up
+        its passes before the trees matched (a node catching up on many records) is followed by
+        the next one right away instead of after the interval.
+        """
         next_at: dict[str, float] = {}
         running: set[str] = set()
         async with trio.open_nursery() as nursery:
@@ -118,16 +123,21 @@ class PeerManager:
                     jitter = self.rnd.uniform(0.75, 1.25)
                     next_at[name] = now + self.sync_interval_s * jitter
                     running.add(name)
-                    nursery.start_soon(self._one_sync, run_sync, peer, running)
+                    nursery.start_soon(self._one_sync, run_sync, peer, running, next_at)
                 await trio.sleep(0.25)
 
     @staticmethod
     async def _one_sync(
-        run_sync: Callable[[Any], Awaitable[None]], peer: Any, running: set[str]
+        run_sync: Callable[[Any], Awaitable[bool]],
+        peer: Any,
+        running: set[str],
+        next_at: dict[str, float],
     ) -> None:
+        name = peer.to_base58()
         try:
-            await run_sync(peer)
+            if await run_sync(peer):
+                next_at[name] = trio.current_time()
         except Exception as exc:  # a failed session is counted by the sync service; keep going
             log.info("sync with %s failed: %s", peer, exc)
         finally:
-            running.discard(peer.to_base58())
+            running.discard(name)

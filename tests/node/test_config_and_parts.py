@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 
 from node.config import NodeConfig, load_config
 from node.metrics import Metrics
-from node.peers import backoff_delays
+from node.peers import PeerManager, backoff_delays
 
 
 def test_defaults_then_toml_then_flags(tmp_path: Path) -> None:
@@ -38,6 +41,46 @@ def test_backoff_grows_with_jitter_and_is_capped() -> None:
     assert all(0.5 <= s <= 30.0 for s in samples)
     assert max(samples[8:]) > max(samples[:2])  # grows
     assert len(set(samples)) == len(samples)  # jittered
+
+
+class _Peer:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def to_base58(self) -> str:
+        return self.name
+
+
+class _PeerTable:
+    """The one host method the scheduler reads: who is connected."""
+
+    def __init__(self, *names: str) -> None:
+        self.peers = [_Peer(n) for n in names]
+
+    def get_connected_peers(self) -> list[_Peer]:
+        return self.peers
+
+
+async def test_a_session_that_made_progress_is_followed_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Catch-up: sessions that answer "more to do" run back to back; then the interval rules."""
+    manager = PeerManager(
+        _PeerTable("a"), reconnect_min_s=0.5, reconnect_max_s=30, sync_interval_s=10,
+        rnd=random.Random(1),
+    )  # fmt: skip
+    started: list[float] = []
+
+    async def run_sync(peer: _Peer) -> bool:
+        started.append(trio.current_time())
+        await trio.sleep(1.0)  # the session itself
+        return len(started) <= 3  # three sessions with more to do, then caught up
+
+    with trio.move_on_after(40):
+        await manager.schedule_syncs(run_sync)
+    gaps = [b - a for a, b in itertools.pairwise(started)]
+    assert all(g <= 1.5 for g in gaps[:3]), gaps  # back to back (the loop polls every 0.25 s)
+    assert all(g >= 7.5 for g in gaps[3:]) and len(gaps) > 3, gaps  # the interval, jittered
 
 
 def test_prometheus_rendering() -> None:
