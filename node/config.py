@@ -31,6 +31,7 @@ class NodeConfig:
     sync_interval_s: float = 10.0  # per peer, with +-25 % jitter
     sync_read_timeout_s: float = 10.0
     sync_max_frame: int = 4 * 1024 * 1024
+    verify_threads: int = 2  # threads checking a sync frame's signatures (catch-up speed)
     # peers
     reconnect_min_s: float = 0.5
     reconnect_max_s: float = 30.0

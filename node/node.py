@@ -39,6 +39,7 @@ from node.p2p import (
 )
 from node.peers import PeerManager
 from node.syncer import SyncOutcome, SyncService, wall_ms
+from node.verify import ParallelVerifier
 from node.writer import DbWriter
 from store.chatdb import ChatDb
 from store.errors import InvalidInput
@@ -132,6 +133,8 @@ class Node:
                 stack, key_pair, cfg.listen, cfg.gossip_heartbeat_s
             )
             self.peer_id = self.host.get_id().to_base58()
+            verifier = ParallelVerifier(cfg.verify_threads)
+            stack.callback(verifier.close)
             self.listen_addrs = [str(a) for a in self.host.get_addrs()]
             self.peers = PeerManager(
                 self.host, reconnect_min_s=cfg.reconnect_min_s, reconnect_max_s=cfg.reconnect_max_s,
@@ -144,6 +147,7 @@ class Node:
                     max_payload=cfg.max_payload,
                     authenticate=True,
                     max_offset_ms=cfg.max_offset_ms,
+                    verify_messages=verifier,
                 ),
                 read_timeout_s=cfg.sync_read_timeout_s, clock_ms=self.clock_ms,
                 frames_per_s=cfg.peer_sync_frames_per_s, bytes_per_s=cfg.peer_sync_bytes_per_s,
