@@ -436,13 +436,14 @@ def _user_id(seed: int, user: int) -> bytes:
     return user_id_from_key(public_key(_key(seed, user)))
 
 
-_PROOFS: dict[tuple[int, int], GroupProof] = {}
+_PROOFS: dict[tuple[int, int, int], GroupProof] = {}
 
 
 def _proof(seed: int, chat: int, creator: int) -> GroupProof:
-    proof = _PROOFS.get((seed, chat))
+    # Keyed by the creator too: another trace of the same seed (other users) has other creators.
+    proof = _PROOFS.get((seed, chat, creator))
     if proof is None:
-        proof = _PROOFS[(seed, chat)] = chat_proof(seed, chat, creator)
+        proof = _PROOFS[(seed, chat, creator)] = chat_proof(seed, chat, creator)
     return proof
 
 
