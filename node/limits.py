@@ -7,6 +7,7 @@ metric; nothing else is disturbed. Time is passed in (seconds, monotonic).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -129,7 +130,10 @@ def check_free_disk(path: str, min_free_mb: int) -> None:
     """
     if min_free_mb <= 0:
         return
-    unflushed = sum(f.stat().st_size for f in Path(path).glob("*.log"))
+    unflushed = 0
+    for wal in Path(path).glob("*.log"):
+        with contextlib.suppress(FileNotFoundError):  # RocksDB drops old WALs in the background
+            unflushed += wal.stat().st_size
     free = shutil.disk_usage(path).free
     if free < min_free_mb * 1024 * 1024 + unflushed:
         raise StorageFull(

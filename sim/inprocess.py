@@ -381,7 +381,7 @@ class InProcessReplay:
                     clock_ahead_ms=node.clock.last.physical_ms - self.header.end_ms,
                 )
             )
-        stats = {**self.stats, "gc_errors": sum(node.gc_errors for node in self.nodes)}
+        stats = dict(self.stats)
         return InProcessResult(rows, stats, self.abort_reasons)
 
 

@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 
 TOPIC = "chatsync-ops"
 SUBSCRIPTION_SLOTS = 32  # py-libp2p's subscription channel holds 32 messages
-GC_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -122,7 +121,6 @@ class InProcessNode:
         self.offset_ms = 0
         self.clock = HlcClock(max_offset_ms=config.max_offset_ms)
         self.metrics = Metrics()
-        self.gc_errors = 0
         self.alive = False
         self.db: ChatDb | None = None
         self.replica: DbReplica | None = None
@@ -268,21 +266,11 @@ class InProcessNode:
         if cutoff is not None:
             raw = now - self.retention_ms
             now = raw - raw % self.gc_grain_ms + (now - cutoff)  # + the node's retention span
-        for attempt in range(GC_ATTEMPTS):
-            try:
-                cycle = await run_gc_cycle(
-                    self.db, self.replica, self.writer.db_lock, self.policy, now,
-                    metrics=self.metrics, sync=self.sync,
-                )  # fmt: skip
-                return cycle.messages_expired
-            except Exception:
-                # gc_loop logs a failed cycle and tries again at its next interval; here the
-                # next try comes at once, so the trace's GC schedule holds. (Seen: a cycle's
-                # storage_bytes stats an SST file RocksDB deletes after a compaction.)
-                self.gc_errors += 1
-                if attempt == GC_ATTEMPTS - 1:
-                    raise
-        raise AssertionError("unreachable")
+        cycle = await run_gc_cycle(
+            self.db, self.replica, self.writer.db_lock, self.policy, now,
+            metrics=self.metrics, sync=self.sync,
+        )  # fmt: skip
+        return cycle.messages_expired
 
     # --- state ---
 

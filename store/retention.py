@@ -14,6 +14,7 @@ One GC cycle with cutoff ``c`` (every decision takes ``now_ms``; see RETENTION.m
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -56,10 +57,17 @@ class RetentionPolicy:
 
 
 def storage_bytes(db: ChatDb) -> int:
-    """Bytes of data on disk: SST files and the WAL (RocksDB's info LOG files are not data)."""
-    return sum(
-        f.stat().st_size for f in Path(db.config.path).iterdir() if f.suffix in (".sst", ".log")
-    )
+    """Bytes of data on disk: SST files and the WAL (RocksDB's info LOG files are not data).
+
+    RocksDB deletes files in its background threads (obsolete SSTs after a compaction, old
+    WALs): one listed here may be gone when we look at its size, and then counts 0.
+    """
+    total = 0
+    for f in Path(db.config.path).iterdir():
+        if f.suffix in (".sst", ".log"):
+            with contextlib.suppress(FileNotFoundError):
+                total += f.stat().st_size
+    return total
 
 
 def size_cutoff(db: ChatDb, *, max_bytes: int, used_bytes: int) -> int | None:

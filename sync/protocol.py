@@ -97,7 +97,7 @@ class SyncConfig:
     idle_timeout_ms: int = 30_000
     cutoff_ms: int | None = None  # retention soft-filter for messages (see RETENTION.md)
     authenticate: bool = False  # verify member rows' signed ops and identity docs (a node: True)
-    max_offset_ms: int | None = None  # skip messages this far ahead of now_ms (a node: 120 s)
+    max_offset_ms: int | None = None  # skip records this far ahead of now_ms (a node: 120 s)
     max_payload: int = DEFAULT_MAX_PAYLOAD
     # Checks the signatures of one frame's messages: an error (BadSignature) or None per
     # message. Sequential by default; a node passes one that spreads the work over threads
@@ -167,7 +167,7 @@ class SessionStats:
     records_received: int = 0
     records_applied: int = 0
     rejected_old: int = 0  # records older than the cutoff, refused
-    rejected_future: int = 0  # messages too far ahead of our clock: skipped, offered again later
+    rejected_future: int = 0  # records too far ahead of our clock: skipped, offered again later
 
     def reconciliation_bytes(self) -> int:
         """Both directions, record bodies excluded."""
@@ -589,7 +589,7 @@ class SyncSession:
 
     def _take_records(self, domain: Domain, dp: _DomainPass, blobs: list[bytes]) -> None:
         """Validate every record, apply the valid ones, then fail on the first invalid one."""
-        decoded: list[tuple[Record, bytes, int | None]] = []
+        decoded: list[tuple[Record, bytes, int]] = []
         problem: RemoteProtocolError | None = None
         for blob in blobs:
             try:
@@ -604,12 +604,12 @@ class SyncSession:
         valid: list[Record] = []
         for record, record_id, physical_ms in decoded:
             dp.moved.add(bucket_of(record_id))
-            cutoff = self._cutoff(domain)
-            if cutoff is not None and physical_ms is not None and physical_ms <= cutoff:
+            cutoff = self._cutoff(domain)  # messages only: rows and identities never expire
+            if cutoff is not None and domain is Domain.MESSAGES and physical_ms <= cutoff:
                 self.stats.rejected_old += 1
                 continue
             limit = self.config.max_offset_ms
-            if limit is not None and physical_ms is not None and physical_ms - self._now_ms > limit:
+            if limit is not None and physical_ms - self._now_ms > limit:
                 # The gossip validator refuses these too; not the peer's fault if our clock lags.
                 self.stats.rejected_future += 1
                 continue
@@ -622,8 +622,8 @@ class SyncSession:
             raise problem
 
     def _verified(
-        self, decoded: list[tuple[Record, bytes, int | None]], problem: RemoteProtocolError | None
-    ) -> tuple[list[tuple[Record, bytes, int | None]], RemoteProtocolError | None]:
+        self, decoded: list[tuple[Record, bytes, int]], problem: RemoteProtocolError | None
+    ) -> tuple[list[tuple[Record, bytes, int]], RemoteProtocolError | None]:
         """The decoded messages whose signatures verify, and the first problem."""
         verify = self.config.verify_messages or verify_each
         errors = verify([record for record, _, _ in decoded if isinstance(record, MsgV1)])
@@ -635,10 +635,11 @@ class SyncSession:
                 problem = RemoteProtocolError(f"record: {error}", reason=error.reason)
         return kept, problem
 
-    def _decode_record(self, domain: Domain, blob: bytes) -> tuple[Record, bytes, int | None]:
+    def _decode_record(self, domain: Domain, blob: bytes) -> tuple[Record, bytes, int]:
         """Decode one record (a message's signature is checked afterwards, a frame at a time;
-        member rows and identities are authenticated here); its id is computed here, never
-        taken from the peer."""
+        member rows and identities are authenticated here): the record, its id — computed
+        here, never taken from the peer — and the physical time of its newest stamp (for the
+        drift check; a member row is as new as its later of added_at and removed_at)."""
         try:
             if domain is Domain.MESSAGES:
                 msg = decode_msg(blob, max_payload=self.config.max_payload)
@@ -647,11 +648,13 @@ class SyncSession:
                 member = decode_member_record(blob)
                 if self.config.authenticate:
                     verify_member_record(member)
-                return member, member.record_id, None
+                info = member.info
+                newest = max(info.added_at, info.removed_at or info.added_at)
+                return member, member.record_id, newest.physical_ms
             identity = decode_identity_record(blob)
             if self.config.authenticate:
                 verify_identity(identity)
-            return identity, identity.record_id, None
+            return identity, identity.record_id, identity.hlc.physical_ms
         except DecodeError as exc:
             raise RemoteProtocolError(f"record: {exc}", reason="invalid_record") from None
         except InvalidInput as exc:  # BadSignature, Unauthorized

@@ -184,12 +184,6 @@ def _with_far_future_identity(path: Path, out: Path) -> Path:
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="sync applies member rows and identities without a drift check "
-    "(SyncConfig.max_offset_ms covers messages only); the Spark replay's replica adds one",
-)
 def test_a_far_future_identity_does_not_spread_by_sync(
     traces: dict[str, Path], spark_runs: dict[str, RunOutcome], tmp_path: Path, workdir: Path
 ) -> None:

@@ -387,3 +387,20 @@ def test_messages_from_the_far_future_are_not_taken_by_sync() -> None:
     assert future.msg_id not in b.messages and message(2).msg_id in b.messages
     # skipped, not an error (our clock may be the one behind); offered again at most once a pass
     assert 1 <= result.initiator.stats.rejected_future <= SyncConfig().max_passes
+
+
+def test_member_rows_and_identities_from_the_far_future_are_not_taken_by_sync() -> None:
+    """The drift check covers every domain: a row is as new as its newest stamp."""
+    now = 1_000
+    far = 10_000_000  # physical ms: 9,999 s ahead of now
+    late_add = member(0, 1, added=far, removed=0, role=1)
+    late_remove = member(0, 2, added=5, removed=far, role=1)
+    late_identity = identity(1, far, 7)
+    fine_member, fine_identity = member(0, 3, added=5, removed=0, role=1), identity(2, 5, 7)
+    fine = [fine_member, fine_identity]
+    a = fill(MemoryReplica(), [late_add, late_remove, late_identity, *fine])
+    b = MemoryReplica()
+    result = run_session(b, a, now_ms=now, config=SyncConfig(max_offset_ms=120_000))
+    assert set(b.members) == {(fine_member.chat_id, fine_member.user_id)}
+    assert set(b.identities) == {fine_identity.user_id}
+    assert result.initiator.stats.rejected_future >= 3
