@@ -94,11 +94,11 @@ class Node:
             max_offset_ms=cfg.max_offset_ms,
         )
         self.db = await trio.to_thread.run_sync(ChatDb, db_config)
-        if cfg.trace_out:
-            from node.recorder import OpRecorder  # loads pyarrow: only when asked for
-
-            self.recorder = OpRecorder(cfg.trace_out, cfg, self.clock_ms())
         try:
+            if cfg.trace_out:
+                from node.recorder import OpRecorder  # loads pyarrow: only when asked for
+
+                self.recorder = OpRecorder(cfg.trace_out, cfg, self.clock_ms())
             # Refuse expired messages from the first write on; the GC loop keeps this current.
             self.db.expire_before_ms = RetentionPolicy(cfg.retention_days).age_cutoff(
                 self.clock_ms()
