@@ -65,6 +65,7 @@ class GossipService:
         is_blocked: Callable[[bytes], bool] = lambda peer: False,
         on_applied: Callable[[list[Op]], None] | None = None,
         author_limits: TokenBuckets | None = None,
+        new_to_us: Callable[[list[Op]], list[Op]] | None = None,
         on_reject: Callable[[str, str], None] | None = None,
     ) -> None:
         self.pubsub = pubsub
@@ -81,6 +82,7 @@ class GossipService:
         self.is_blocked = is_blocked
         self.on_applied = on_applied
         self.author_limits = author_limits  # shared with the API: one budget per author
+        self.new_to_us = new_to_us  # the ops this replica does not hold yet (node.new_to_us)
         self.on_reject = on_reject  # (forwarding peer id, reason): the node's penalties
         self._validated: OrderedDict[bytes, list[Op]] = OrderedDict()
         self.arrivals: deque[tuple[int, int]] = deque(maxlen=ARRIVAL_LOG)
@@ -106,10 +108,13 @@ class GossipService:
         reason = self._check(forwarder, msg)
         if reason is None:
             return True
-        self._reject(reason)
-        peer = _peer_base58(forwarder)
-        if peer and self.on_reject is not None:
-            self.on_reject(peer, reason)
+        try:
+            self._reject(reason)
+            peer = _peer_base58(forwarder)
+            if peer and self.on_reject is not None:
+                self.on_reject(peer, reason)
+        except Exception as exc:  # e.g. at shutdown; the answer stands
+            log.warning("gossip rejection bookkeeping failed: %s: %s", type(exc).__name__, exc)
         return False
 
     def _check(self, forwarder: Any, msg: Any) -> str | None:
@@ -126,11 +131,18 @@ class GossipService:
                 max_payload=self.max_payload,
             )
             now = self.clock_ms()
+            if ops and max(op.hlc.physical_ms for op in ops) - now > 2 * self.max_offset_ms:
+                # beyond any honest clock difference: as bad as a forgery (and checked before
+                # the signatures, so a forged far-future op is not the cheaper offence)
+                return "far_future"
             for op in ops:
                 validate_op(op, now_ms=now, max_offset_ms=self.max_offset_ms)
-            # charged once, when the router first sees the message (not on a re-validation)
-            if forwarder is not None and not self._within_author_rates(ops):
-                return "rate_limited"
+            if forwarder is not None:  # the router's first look, not a re-validation
+                fresh = self.new_to_us(ops) if self.new_to_us is not None else ops
+                if not fresh:
+                    return "nothing_new"  # a replay: neither written nor forwarded
+                if not self._within_author_rates(fresh):
+                    return "rate_limited"
         except InvalidInput as exc:
             return exc.reason
         except Exception as exc:  # a validator must answer, whatever the input did
@@ -142,11 +154,13 @@ class GossipService:
         return None
 
     def _within_author_rates(self, ops: list[Op]) -> bool:
-        """Take each author's ops from its token bucket; False if one is over its rate.
+        """Take each author's new ops from its token bucket; False if one is over its rate.
 
-        The whole message is refused then (a validator accepts or drops a message, not
-        parts of it): nothing of it is written or forwarded. Anti-entropy is not limited
-        per author — it carries history — so the ops still arrive later, at sync's pace.
+        Only ops this replica does not hold count: replaying an author's old ops must not
+        spend the author's budget. The whole message is refused when one author is over (a
+        validator accepts or drops a message, not parts of it): nothing of it is written or
+        forwarded. Anti-entropy is not limited per author — it carries history — so the ops
+        still arrive later, at sync's pace.
         """
         if self.author_limits is None:
             return True

@@ -107,14 +107,17 @@ SYNC_PENALTY = {
 
 
 # Points per gossip message the validator refused, charged to the peer that forwarded it.
-# An honest forwarder ran the same checks before forwarding, so only what differs between
-# honest nodes — their clocks (drift) and the timing of their token buckets (rate) — can
-# come from one: those cost little. Anything else is forged or malformed on purpose.
+# An honest forwarder ran the same checks before forwarding, but it cannot know our clock or
+# our token buckets: a message a little ahead of our clock, or over an author's rate here,
+# costs nothing (an honest relay sends those too). A stamp beyond twice the allowed drift is
+# no clock difference: it costs as much as a forgery.
 GOSSIP_PENALTY = {
     "bad_signature": 5.0,
     "unauthorized": 5.0,
-    "clock_drift": 0.5,
-    "rate_limited": 0.5,
+    "far_future": 5.0,
+    "clock_drift": 0.0,
+    "rate_limited": 0.0,
+    "nothing_new": 0.0,  # a replay of ops we hold: dropped, not forwarded
     "blocked_peer": 0.0,
     "internal": 0.0,  # our bug, not theirs
 }

@@ -44,6 +44,7 @@ from node.writer import DbWriter
 from store.chatdb import ChatDb
 from store.errors import InvalidInput
 from store.ops import Op, op_author, validate_op
+from store.records import MsgV1
 from store.retention import RetentionPolicy
 from store.rocks import ChatDbConfig
 from sync.frames import Domain
@@ -117,7 +118,10 @@ class Node:
                     self.writer.close()  # the writer drains what it accepted, then returns
         finally:
             if self.recorder is not None:
-                self.recorder.close()
+                try:
+                    self.recorder.close()
+                except Exception as exc:  # e.g. a full disk: RocksDB must still close
+                    log.error("closing the trace %s failed: %s", cfg.trace_out, exc)
             try:
                 await trio.to_thread.run_sync(self.db.close)
                 log.info("node stopped, RocksDB closed")
@@ -128,13 +132,13 @@ class Node:
         cfg = self.config
         assert self.replica is not None and self.writer is not None
         async with AsyncExitStack() as stack:
+            verifier = ParallelVerifier(cfg.verify_threads)
+            stack.callback(verifier.close)  # closed last: after the host and its sessions
             key_pair = load_or_create_key(cfg.key_path)
             self.host, pubsub = await start_host(
                 stack, key_pair, cfg.listen, cfg.gossip_heartbeat_s
             )
             self.peer_id = self.host.get_id().to_base58()
-            verifier = ParallelVerifier(cfg.verify_threads)
-            stack.callback(verifier.close)
             self.listen_addrs = [str(a) for a in self.host.get_addrs()]
             self.peers = PeerManager(
                 self.host, reconnect_min_s=cfg.reconnect_min_s, reconnect_max_s=cfg.reconnect_max_s,
@@ -160,7 +164,7 @@ class Node:
                 max_bytes=cfg.gossip_max_bytes, batch_ops=cfg.gossip_batch_ops,
                 batch_delay_ms=cfg.gossip_batch_delay_ms, is_blocked=self.peers.is_blocked_bytes,
                 on_applied=self._count_applied, author_limits=self.author_limits,
-                on_reject=self._judge_gossip,
+                new_to_us=self.new_to_us, on_reject=self._judge_gossip,
             )  # fmt: skip
             self._register_gauges()
             self.host.set_stream_handler(
@@ -197,10 +201,10 @@ class Node:
     # --- sync over libp2p streams ---
 
     async def _initiate_sync(self, peer: Any) -> bool:
-        """One session with ``peer``; True if it ended cleanly, brought records, and left more
-        to reconcile (it used up its passes): then the next one starts at once. A pair that
-        differs in records neither side accepts (expired, far-future) applies none: it keeps
-        the normal interval."""
+        """One session with ``peer``; True if it ended cleanly, brought records, and used up its
+        passes (a catch-up with more to come): then the next one starts at once (the
+        scheduler caps such runs). A pair that differs in records neither side accepts
+        (expired, far-future) applies none: it keeps the normal interval."""
         assert self.sync is not None and self.peers is not None
         if peer.to_base58() in self.peers.blocked:
             return False
@@ -208,7 +212,8 @@ class Node:
             stream = await self.host.new_stream(peer, [SYNC_PROTOCOL])
         frames = Libp2pFrames(stream, self.config.sync_max_frame)
         outcome = await self.sync.initiate(peer.to_base58(), frames)
-        return outcome.error is None and not outcome.converged and outcome.records_applied > 0
+        used_up = outcome.passes >= self.sync.config.max_passes
+        return outcome.error is None and used_up and outcome.records_applied > 0
 
     async def _respond_sync(self, stream: Any) -> None:
         assert self.sync is not None and self.peers is not None
@@ -279,9 +284,20 @@ class Node:
             await self.gossip.publish(fresh)
         return new
 
+    def new_to_us(self, ops: list[Op]) -> list[Op]:
+        """The ops that can change this replica: every message we do not hold yet, and every
+        member op and identity (rare; their merge decides). Only these count against an
+        author's rate: anyone can replay an author's old signed ops, and that must not
+        spend the author's budget."""
+        assert self.db is not None
+        msgs = [op for op in ops if isinstance(op, MsgV1)]
+        held = {m.msg_id for m, h in zip(msgs, self.db.held_messages([m.msg_id for m in msgs]),
+                                         strict=True) if h}  # fmt: skip
+        return [op for op in ops if not (isinstance(op, MsgV1) and op.msg_id in held)]
+
     def _check_author_rates(self, ops: list[Op]) -> None:
         per_author: dict[bytes, int] = {}
-        for op in ops:
+        for op in self.new_to_us(ops):
             per_author[op_author(op)] = per_author.get(op_author(op), 0) + 1
         now = trio.current_time()
         for author, count in per_author.items():

@@ -19,6 +19,8 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 
 log = logging.getLogger(__name__)
 
+MAX_FOLLOW_UPS = 30  # sessions in a row without the interval; then the interval again
+
 
 def backoff_delays(min_s: float, max_s: float, rnd: random.Random) -> Callable[[int], float]:
     """Delay before the n-th retry: exponential from ``min_s`` to ``max_s``, with full jitter."""
@@ -106,10 +108,12 @@ class PeerManager:
 
         ``run_sync`` answers whether to go on at once: a session that made progress but used up
         its passes before the trees matched (a node catching up on many records) is followed by
-        the next one right away instead of after the interval.
+        the next one right away instead of after the interval — at most ``MAX_FOLLOW_UPS``
+        times in a row, so a peer that keeps feeding a little news cannot hold us in sessions.
         """
         next_at: dict[str, float] = {}
         running: set[str] = set()
+        follow_ups: dict[str, int] = {}
         async with trio.open_nursery() as nursery:
             while True:
                 now = trio.current_time()
@@ -123,7 +127,7 @@ class PeerManager:
                     jitter = self.rnd.uniform(0.75, 1.25)
                     next_at[name] = now + self.sync_interval_s * jitter
                     running.add(name)
-                    nursery.start_soon(self._one_sync, run_sync, peer, running, next_at)
+                    nursery.start_soon(self._one_sync, run_sync, peer, running, next_at, follow_ups)
                 await trio.sleep(0.25)
 
     @staticmethod
@@ -132,10 +136,13 @@ class PeerManager:
         peer: Any,
         running: set[str],
         next_at: dict[str, float],
+        follow_ups: dict[str, int],
     ) -> None:
         name = peer.to_base58()
         try:
-            if await run_sync(peer):
+            again = await run_sync(peer)
+            follow_ups[name] = follow_ups.get(name, 0) + 1 if again else 0
+            if again and follow_ups[name] <= MAX_FOLLOW_UPS:
                 next_at[name] = trio.current_time()
         except Exception as exc:  # a failed session is counted by the sync service; keep going
             log.info("sync with %s failed: %s", peer, exc)

@@ -44,6 +44,7 @@ class SyncOutcome:
     bytes_received: int
     records_received: int
     records_applied: int
+    passes: int = 0  # reconciliation passes the session ran
 
     @property
     def useless(self) -> bool:
@@ -162,6 +163,7 @@ class SyncService:
             bytes_received=sum(session.stats.bytes_received.values()),
             records_received=session.stats.records_received,
             records_applied=session.stats.records_applied,
+            passes=session.stats.passes,
         )
         self._record(outcome)
         if self.on_outcome is not None:

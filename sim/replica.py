@@ -6,9 +6,9 @@ piece), keeping one ``MerkleTree`` per domain in step, as ``MemoryReplica`` does
 (``tests/sim/test_replica.py`` asserts the two agree record for record). On top:
 
 * **Drift check on every record a session applies** (``HlcClock.check_drift``
-  against the node's local physical time). Sessions skip far-future *messages*
-  themselves (``SyncConfig.max_offset_ms``); this also covers member rows and
-  identities, whose stamps sync does not look at.
+  against the node's local physical time). Sessions skip far-future records
+  themselves (``SyncConfig.max_offset_ms``); this check is a second line that
+  also advances the replica's HLC.
 * **Durability**: writes received from peers go to an undo log until the next
   flush; ``crash()`` rolls back whatever was not flushed.
 * **Retention**: ``collect_messages`` (the GC) and the resurrection counter.

@@ -235,6 +235,10 @@ class MessageStore(RocksBase):
     def has_message(self, msg_id: bytes) -> bool:
         return self.get("seen_msg", msg_id) is not None
 
+    def held_messages(self, msg_ids: list[bytes]) -> list[bool]:
+        """For each id, whether this replica holds that message (one multi-get)."""
+        return [v is not None for v in self.multi_get("seen_msg", msg_ids)]
+
     def get_message(self, msg_id: bytes) -> MsgV1 | None:
         key = self.get("seen_msg", msg_id)
         if not key:

@@ -83,6 +83,29 @@ async def test_a_session_that_made_progress_is_followed_at_once(
     assert all(g >= 7.5 for g in gaps[3:]) and len(gaps) > 3, gaps  # the interval, jittered
 
 
+async def test_follow_ups_are_capped(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer that always has a little more news cannot keep us in sessions back to back."""
+    monkeypatch.setattr("node.peers.MAX_FOLLOW_UPS", 2)
+    manager = PeerManager(
+        _PeerTable("a"), reconnect_min_s=0.5, reconnect_max_s=30, sync_interval_s=10,
+        rnd=random.Random(1),
+    )  # fmt: skip
+    started: list[float] = []
+
+    async def run_sync(peer: _Peer) -> bool:
+        started.append(trio.current_time())
+        await trio.sleep(1.0)
+        return True
+
+    with trio.move_on_after(30):
+        await manager.schedule_syncs(run_sync)
+    gaps = [b - a for a, b in itertools.pairwise(started)]
+    assert all(g <= 1.5 for g in gaps[:2]) and all(g >= 7.5 for g in gaps[2:]), gaps
+    assert len(gaps) > 2
+
+
 def test_prometheus_rendering() -> None:
     m = Metrics()
     m.inc("gossip_rejected", reason="bad_signature", help="rejected")
