@@ -44,19 +44,12 @@ from sim.sessions import run_pair
 from sim.shards import Expected, shard_of
 from store.errors import ClockDriftError, InvalidInput
 from store.hlc import HlcClock
-from store.ops import MembershipOp, OpKind, decode_op, validate_op
+from store.ops import MembershipOp, decode_op, validate_op
 from store.records import IdentityRecord, MemberRecord, MsgV1
 from sync.protocol import KINDS, SyncConfig
 from sync.replica import Record
 
 UNCHECKED_OFFSET_MS = 1 << 47  # "no drift check": larger than any physical time
-_OP_CODES = {
-    tr.MSG: OpKind.PUT_MESSAGE,
-    tr.MEMBER_ADD: OpKind.MEMBERSHIP,
-    tr.MEMBER_REMOVE: OpKind.MEMBERSHIP,
-    tr.MEMBER_LEAVE: OpKind.MEMBERSHIP,
-    tr.IDENTITY: OpKind.PUT_IDENTITY,
-}
 ROUND_FIELDS = (
     "t_ms",
     "divergence",
@@ -183,12 +176,12 @@ class ShardSim:
         self.poisoned: set[int] = set()
         for i, kind in enumerate(self.kinds):
             key = keys[i]
-            if kind in _OP_CODES:
+            if kind in tr.OP_CODES:
                 data, op_id = ops[i], op_ids[i]
                 if key is None or data is None or op_id is None:
                     raise ValueError(f"trace row {i}: op without shard_key, op or op_id")
                 if shard_of(key, shards) == shard:
-                    op = decode_op(_OP_CODES[kind], data)
+                    op = decode_op(tr.OP_CODES[kind], data)
                     op_key = int.from_bytes(derive(self.header.seed, "op", op_id)[:8], "big")
                     self.ops[i] = (op, _record_of(op), op_key, len(data))
             else:
@@ -252,7 +245,7 @@ class ShardSim:
 
     def _event(self, i: int) -> None:
         kind, node, t = self.kinds[i], self.nodes[i], self.times[i]
-        if kind in _OP_CODES:
+        if kind in tr.OP_CODES:
             self._local_op(i, node, t)
             return
         args = self.fault_args[i]

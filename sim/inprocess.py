@@ -57,17 +57,10 @@ from sim.inprocess_node import GossipMessage, InProcessNode, peer_id
 from sim.network import NetParams, Network
 from sim.rand import derive
 from store.errors import InvalidInput
-from store.ops import OpKind, decode_op, encode_ops, validate_op
+from store.ops import decode_op, encode_ops, validate_op
 from store.retention import DAY_MS
 from sync.frames import Domain
 
-_OP_CODES = {
-    tr.MSG: OpKind.PUT_MESSAGE,
-    tr.MEMBER_ADD: OpKind.MEMBERSHIP,
-    tr.MEMBER_REMOVE: OpKind.MEMBERSHIP,
-    tr.MEMBER_LEAVE: OpKind.MEMBERSHIP,
-    tr.IDENTITY: OpKind.PUT_IDENTITY,
-}
 _FAULT_COLUMNS = ("group", "drop", "dup", "delay_ms", "jitter_ms", "offset_ms")
 
 
@@ -250,7 +243,7 @@ class InProcessReplay:
 
     async def _event(self, i: int, nursery: trio.Nursery) -> None:
         event = self.events[i]
-        if event.kind in _OP_CODES:
+        if event.kind in tr.OP_CODES:
             await self._local_op(i)
             return
         node, args = event.node, event.args
@@ -391,8 +384,8 @@ def _load(trace: tr.Trace) -> list[_Event]:
     events = []
     for row in rows:
         event = _Event(row["t_ms"], row["node"], row["kind"])
-        if event.kind in _OP_CODES:
-            event.op = decode_op(_OP_CODES[event.kind], row["op"])
+        if event.kind in tr.OP_CODES:
+            event.op = decode_op(tr.OP_CODES[event.kind], row["op"])
             event.data = encode_ops([event.op])
             event.op_key = int.from_bytes(derive(seed, "op", row["op_id"])[:8], "big")
         else:

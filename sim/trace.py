@@ -21,7 +21,7 @@ import blake3
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from store.ops import MembershipAction, MembershipOp, Op, encode_op
+from store.ops import MembershipAction, MembershipOp, Op, OpKind, encode_op
 from store.records import IdentityRecord, MsgV1
 
 FORMAT_VERSION = 1
@@ -36,6 +36,14 @@ MEMBER_REMOVE = "member_remove"
 MEMBER_LEAVE = "member_leave"
 IDENTITY = "identity"
 OP_KINDS = (MSG, MEMBER_ADD, MEMBER_REMOVE, MEMBER_LEAVE, IDENTITY)
+# the store's op kind of each op row (``store.ops.decode_op(OP_CODES[kind], row["op"])``)
+OP_CODES = {
+    MSG: OpKind.PUT_MESSAGE,
+    MEMBER_ADD: OpKind.MEMBERSHIP,
+    MEMBER_REMOVE: OpKind.MEMBERSHIP,
+    MEMBER_LEAVE: OpKind.MEMBERSHIP,
+    IDENTITY: OpKind.PUT_IDENTITY,
+}
 MEMBER_KINDS = (MEMBER_ADD, MEMBER_REMOVE, MEMBER_LEAVE)
 
 PARTITION = "partition"  # group <-> the rest, both directions cut

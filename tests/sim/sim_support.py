@@ -13,20 +13,14 @@ from typing import Any
 from sim import trace as tr
 from sim.hunt import SMALL, small_trace
 from sim.shards import Expected
-from store.ops import MembershipOp, OpKind, decode_op
+from store.ops import MembershipOp, decode_op
 from store.records import MemberRecord, compute_identity_record_id, member_record_id
 from sync.frames import Domain
 from sync.replica import MemoryReplica
 
 __all__ = ["CODES", "SMALL", "brute_force_expected", "small_trace"]
 
-CODES = {
-    tr.MSG: OpKind.PUT_MESSAGE,
-    tr.MEMBER_ADD: OpKind.MEMBERSHIP,
-    tr.MEMBER_REMOVE: OpKind.MEMBERSHIP,
-    tr.MEMBER_LEAVE: OpKind.MEMBERSHIP,
-    tr.IDENTITY: OpKind.PUT_IDENTITY,
-}
+CODES = tr.OP_CODES
 
 
 def brute_force_expected(path: Path) -> Expected:
