@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -61,33 +62,9 @@ class _PeerTable:
         return self.peers
 
 
-async def test_a_session_that_made_progress_is_followed_at_once(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    """Catch-up: sessions that answer "more to do" run back to back; then the interval rules."""
-    manager = PeerManager(
-        _PeerTable("a"), reconnect_min_s=0.5, reconnect_max_s=30, sync_interval_s=10,
-        rnd=random.Random(1),
-    )  # fmt: skip
-    started: list[float] = []
-
-    async def run_sync(peer: _Peer) -> bool:
-        started.append(trio.current_time())
-        await trio.sleep(1.0)  # the session itself
-        return len(started) <= 3  # three sessions with more to do, then caught up
-
-    with trio.move_on_after(40):
-        await manager.schedule_syncs(run_sync)
-    gaps = [b - a for a, b in itertools.pairwise(started)]
-    assert all(g <= 1.5 for g in gaps[:3]), gaps  # back to back (the loop polls every 0.25 s)
-    assert all(g >= 7.5 for g in gaps[3:]) and len(gaps) > 3, gaps  # the interval, jittered
-
-
-async def test_follow_ups_are_capped(
-    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A peer that always has a little more news cannot keep us in sessions back to back."""
-    monkeypatch.setattr("node.peers.MAX_FOLLOW_UPS", 2)
+async def _session_gaps(more_to_do: Callable[[int], bool], run_s: float) -> list[float]:
+    """Seconds between session starts with one peer (10 s interval) when the n-th session
+    answers ``more_to_do(n)``; each session takes 1 s."""
     manager = PeerManager(
         _PeerTable("a"), reconnect_min_s=0.5, reconnect_max_s=30, sync_interval_s=10,
         rnd=random.Random(1),
@@ -97,11 +74,28 @@ async def test_follow_ups_are_capped(
     async def run_sync(peer: _Peer) -> bool:
         started.append(trio.current_time())
         await trio.sleep(1.0)
-        return True
+        return more_to_do(len(started))
 
-    with trio.move_on_after(30):
+    with trio.move_on_after(run_s):
         await manager.schedule_syncs(run_sync)
-    gaps = [b - a for a, b in itertools.pairwise(started)]
+    return [b - a for a, b in itertools.pairwise(started)]
+
+
+async def test_a_session_that_made_progress_is_followed_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Catch-up: sessions that answer "more to do" run back to back; then the interval rules."""
+    gaps = await _session_gaps(lambda n: n <= 3, run_s=40)  # three with more to do
+    assert all(g <= 1.5 for g in gaps[:3]), gaps  # back to back (the loop polls every 0.25 s)
+    assert all(g >= 7.5 for g in gaps[3:]) and len(gaps) > 3, gaps  # the interval, jittered
+
+
+async def test_follow_ups_are_capped(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer that always has a little more news cannot keep us in sessions back to back."""
+    monkeypatch.setattr("node.peers.MAX_FOLLOW_UPS", 2)
+    gaps = await _session_gaps(lambda n: True, run_s=30)
     assert all(g <= 1.5 for g in gaps[:2]) and all(g >= 7.5 for g in gaps[2:]), gaps
     assert len(gaps) > 2
 
