@@ -50,6 +50,7 @@ import httpx
 from rich.console import Console
 
 from node.bench.gossip_report import build_report, print_report
+from node.bench.machine import loadavg
 from node.cluster import Cluster
 from store import Hlc, MsgV1
 from store.signing import key_from_seed
@@ -666,7 +667,7 @@ def _wait_counts(cluster: Cluster, nodes: list[int], expected: int, timeout_s: f
 def run_gossip_bench(params: GossipBenchParams, console: Console | None = None) -> dict[str, Any]:
     """Run the batched load (+ catch-up) and the unbatched load; print, save, return the JSON."""
     console = console or Console()
-    load_before = _loadavg()
+    load_before = loadavg()
     signer = Signer(params.authors, params.chats, params.payload)
     base = Path(tempfile.mkdtemp(prefix="chatsync-gossip-")) if params.data is None else params.data
     if params.data is not None:
@@ -709,10 +710,3 @@ def _close(cluster: Cluster | None, label: str) -> list[str]:
     except RuntimeError as exc:
         return [f"{label}: {exc}"]
     return []
-
-
-def _loadavg() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import platform
 from importlib.metadata import version
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from node.bench.machine import machine_info
 
 RATE_GOAL = 2000.0  # ops/s reaching all of 5 nodes
 P99_GOAL_MS = 1000.0
@@ -115,18 +115,7 @@ def _goals(
 
 
 def _machine(load_before: list[float] | None) -> dict[str, Any]:
-    try:
-        load_after: list[float] | None = [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        load_after = None
-    return {
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "libp2p": version("libp2p"),
-        "loadavg_before": load_before,
-        "loadavg_after": load_after,
-    }
+    return machine_info(load_before, libp2p=version("libp2p"))
 
 
 # --- printing ------------------------------------------------------------------------------

@@ -7,11 +7,13 @@ import platform
 from typing import Any
 
 
-def machine_info(load_before: list[float] | None) -> dict[str, Any]:
+def machine_info(load_before: list[float] | None, **versions: str) -> dict[str, Any]:
+    """CPU count, platform, Python, ``versions`` of what the benchmark compares, load averages."""
     return {
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
+        **versions,
         "loadavg_before": load_before,
         "loadavg_after": loadavg(),
     }

@@ -43,7 +43,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rocksdict import WriteBatch
 
 from node.bench import sqlite_rfc5 as sql
-from node.bench.store_report import Rate, Rates, build_report, loadavg, machine_info, print_report
+from node.bench.machine import loadavg
+from node.bench.store_report import Rate, Rates, build_report, machine_info, print_report
 from node.bench.workload import START_MS, RawRow, Workload, make_workload
 from store import ChatDb, ChatKind, Direction, InboxEntry
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import platform
 import sqlite3
 from dataclasses import asdict, dataclass
 from importlib.metadata import version
@@ -12,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from node.bench import machine
 from node.bench import sqlite_rfc5 as sql
 
 if TYPE_CHECKING:
@@ -184,19 +183,6 @@ def _mark(ratio: float, goal: float, style: str) -> str:
 
 
 def machine_info(load_before: list[float] | None) -> dict[str, Any]:
-    return {
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "rocksdict": version("rocksdict"),
-        "sqlite": sqlite3.sqlite_version,
-        "loadavg_before": load_before,
-        "loadavg_after": loadavg(),
-    }
-
-
-def loadavg() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
+    return machine.machine_info(
+        load_before, rocksdict=version("rocksdict"), sqlite=sqlite3.sqlite_version
+    )
