@@ -254,13 +254,7 @@ class ShardSim:
         elif kind == tr.HEAL:
             self.net.heal()
         elif kind == tr.NET:
-            p = self.net.params
-            self.net.params = NetParams(
-                p.drop if args["drop"] is None else args["drop"],
-                p.dup if args["dup"] is None else args["dup"],
-                p.delay_ms if args["delay_ms"] is None else args["delay_ms"],
-                p.jitter_ms if args["jitter_ms"] is None else args["jitter_ms"],
-            )
+            self.net.params = self.net.params.after(args)
         elif kind == tr.CRASH:
             self._crash(node, t)
         elif kind == tr.RESTART:

@@ -12,6 +12,7 @@ anti-entropy sessions are the guarantee, and they need both directions open.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +32,15 @@ class NetParams:
     dup: float = 0.0
     delay_ms: int = 50
     jitter_ms: int = 100
+
+    def after(self, net_event: dict[str, Any]) -> NetParams:
+        """The conditions after a trace's ``net`` event: each field it leaves out (None) stays."""
+        return NetParams(
+            *(
+                getattr(self, name) if net_event[name] is None else net_event[name]
+                for name in ("drop", "dup", "delay_ms", "jitter_ms")
+            )
+        )
 
 
 def _mix(keys: np.ndarray) -> np.ndarray:

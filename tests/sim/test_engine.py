@@ -124,6 +124,8 @@ def test_network_partitions_and_fates() -> None:
     assert net.blocked(0, 2) and net.blocked(2, 0)
     net.params = NetParams()
     assert set(net.gossip(1, 0, 0)[0]) == {1}
+    change = {"drop": 0.5, "dup": None, "delay_ms": None, "jitter_ms": 9}  # a `net` event
+    assert NetParams(0.1, 0.2, 3, 4).after(change) == NetParams(0.5, 0.2, 3, 9)
     assert all(net.peer(r, n) != n for r in range(20) for n in range(6))
 
 
