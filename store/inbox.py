@@ -27,6 +27,11 @@ from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 from store.records import ChatKind, InboxEntry, MsgV1, decode_inbox_entry, decode_msg, is_dm_chat
 from store.rocks import RocksBase
 
+INBOX_KEY_CACHE = 1 << 17  # (user, chat) pairs whose inbox key is remembered (~25 MB)
+
+# (chat id, users, their new entry, the chat's last_ts when its entries were last written)
+_InboxUpdate = tuple[bytes, list[bytes], InboxEntry, int | None]
+
 
 @dataclass(frozen=True, slots=True)
 class ChatListItem:
@@ -46,11 +51,18 @@ class ChatListPage:
 
 
 class InboxStore(RocksBase):
+    """Chat lists. Every user_inbox write goes through here, so ``_inbox_keys`` (user | chat ->
+    the entry's current key, filled after each successful write) stays true to the disk."""
+
     def _find_inbox_key(self, user_id: bytes, chat_id: bytes) -> bytes | None:
-        # The key holds rev_ts, which the caller does not know: one prefix scan recovers it.
+        # The key holds rev_ts, which the caller may not know: the cache, else one prefix scan.
         check_len(chat_id, CHAT_ID_LEN, "chat_id")  # else a shorter id matches a key's suffix
-        for key, _ in self.iter_prefix("user_inbox", check_len(user_id, USER_ID_LEN, "user_id")):
-            if key[-len(chat_id) :] == chat_id:
+        user_id = check_len(user_id, USER_ID_LEN, "user_id")
+        cached = self._inbox_keys.get(user_id + chat_id)
+        if cached is not None:
+            return cached
+        for key, _ in self.iter_prefix("user_inbox", user_id):
+            if key[-CHAT_ID_LEN:] == chat_id:
                 return key
         return None
 
@@ -64,40 +76,22 @@ class InboxStore(RocksBase):
     ) -> None:
         """Give each member exactly one inbox entry for ``chat_id``: ``entry``, sorted by its last_ts.
 
-        The old entry's key holds its rev_ts. With ``previous_last_ts`` (the chat's last_ts
-        when its entries were last written) one multi-get finds most old keys; a member
-        without an entry there (new to the chat) costs a prefix scan of its inbox.
+        ``previous_last_ts``: the chat's last_ts when its entries were last written (lets
+        one multi-get find old keys the cache does not hold).
         """
-        members = list(members)
-        guesses: list[bytes | None] = [None] * len(members)
-        if previous_last_ts is not None:
-            keys = [key_user_inbox(u, rev_ts(previous_last_ts), chat_id) for u in members]
-            found = self.multi_get("user_inbox", keys)
-            guesses = [
-                key if value is not None else None for key, value in zip(keys, found, strict=True)
-            ]
-        batch = self.new_batch()
-        inbox_cf = self._handle["user_inbox"]
-        encoded = entry.encode()
-        for user, guess in zip(members, guesses, strict=True):
-            new_key = key_user_inbox(user, rev_ts(entry.last_ts), chat_id)
-            old_key = guess or self._find_inbox_key(user, chat_id)
-            if old_key is not None and old_key != new_key:
-                batch.delete(old_key, inbox_cf)
-            batch.put(new_key, encoded, inbox_cf)
-        if batch.len():
-            self.write(batch)
+        self._write_inboxes([(chat_id, list(members), entry, previous_last_ts)])
 
     def refresh_inboxes(self, fresh: list[MsgV1], previous_last_ts: dict[bytes, int]) -> None:
         """Point each participant's entry of every chat in ``fresh`` at the chat's newest message.
 
         ``fresh``: messages just stored (not duplicates); ``previous_last_ts``: each chat's
         ChatMeta.last_ts before they were stored. Participants: the chat's active members
-        and the senders of ``fresh``. One upsert per chat.
+        and the senders of ``fresh``. All chats in one WriteBatch.
         """
         by_chat: dict[bytes, list[MsgV1]] = {}
         for msg in fresh:
             by_chat.setdefault(msg.chat_id, []).append(msg)
+        updates: list[_InboxUpdate] = []
         for chat_id, chat_msgs in by_chat.items():
             meta = self.load_meta(chat_id)  # just written by put_messages (and cached)
             newest = next((m for m in chat_msgs if m.msg_id == meta.last_msg_id), None)
@@ -111,8 +105,56 @@ class InboxStore(RocksBase):
                 last_sender=sender or chat_msgs[-1].sender,
                 last_seq=meta.last_seq,
             )
-            previous = previous_last_ts.get(chat_id)
-            self.upsert_inbox_for_members(chat_id, users, entry, previous_last_ts=previous)
+            updates.append((chat_id, users, entry, previous_last_ts.get(chat_id)))
+        self._write_inboxes(updates)
+
+    def _write_inboxes(self, updates: list[_InboxUpdate]) -> None:
+        """One WriteBatch: each (user, chat) entry moved to its new key.
+
+        The old key comes from, in order: this batch, the cache, a guess at the chat's
+        previous last_ts (one multi-get for every guess), a prefix scan of the user's inbox.
+        """
+        for chat_id, users, _, _ in updates:
+            check_len(chat_id, CHAT_ID_LEN, "chat_id")
+            for user in users:
+                check_len(user, USER_ID_LEN, "user_id")
+        guesses = [
+            key_user_inbox(user, rev_ts(previous), chat_id)
+            for chat_id, users, _, previous in updates
+            if previous is not None
+            for user in users
+            if user + chat_id not in self._inbox_keys
+        ]
+        found = self.multi_get("user_inbox", guesses)
+        guessed = {key for key, value in zip(guesses, found, strict=True) if value is not None}
+        batch = self.new_batch()
+        inbox_cf = self._handle["user_inbox"]
+        written: dict[bytes, bytes] = {}
+        for chat_id, users, entry, previous in updates:
+            encoded = entry.encode()
+            rev = rev_ts(entry.last_ts)
+            for user in users:
+                pair = user + chat_id
+                new_key = key_user_inbox(user, rev, chat_id)
+                old_key = written.get(pair) or self._inbox_keys.get(pair)
+                if old_key is None and previous is not None:
+                    guess = key_user_inbox(user, rev_ts(previous), chat_id)
+                    old_key = guess if guess in guessed else None
+                if old_key is None:
+                    old_key = self._find_inbox_key(user, chat_id)
+                if old_key is not None and old_key != new_key:
+                    batch.delete(old_key, inbox_cf)
+                batch.put(new_key, encoded, inbox_cf)
+                written[pair] = new_key
+        if batch.len():
+            self.write(batch)
+            self._remember_inbox_keys(written)
+
+    def _remember_inbox_keys(self, written: dict[bytes, bytes]) -> None:
+        """Cache keys only after their batch is written (a failed write must not leak)."""
+        if len(self._inbox_keys) + len(written) > INBOX_KEY_CACHE:
+            self._inbox_keys.clear()
+        self._inbox_keys.update(written)
 
     def _sender_of(self, msg_id: bytes) -> bytes | None:
         raw = self.get("seen_msg", msg_id)
@@ -127,6 +169,7 @@ class InboxStore(RocksBase):
         batch = self.new_batch()
         batch.delete(key, self._handle["user_inbox"])
         self.write(batch)
+        self._inbox_keys.pop(user_id + chat_id, None)
         return True
 
     def list_user_chats(

@@ -118,6 +118,7 @@ class RocksBase:
         self._write_opts = WriteOptions()
         self._write_opts.sync = config.write_sync
         self._meta_cache: dict[bytes, ChatMeta] = {}
+        self._inbox_keys: dict[bytes, bytes] = {}  # user | chat -> user_inbox key (store.inbox)
         self._closed = False
 
     # --- lifecycle ---

@@ -634,6 +634,42 @@ def test_chat_list_pagination(updates: list[tuple[int, int, int]], limit: int) -
             assert item.unread == max(0, item.entry.last_seq - read)
 
 
+@DB_EXAMPLES
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 3), st.booleans(), st.booleans()),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_refresh_inboxes_keeps_one_entry_per_user_and_chat(
+    steps: list[tuple[int, int, bool, bool]],
+) -> None:
+    """Senders who are not members (their entries go stale), with or without the last_ts hint,
+    with the key cache forgotten now and then (a restart, an overflow): every (user, chat)
+    that was ever written has exactly one entry, and this step's sender's points at the newest."""
+    from store.signing import key_from_seed, public_key, user_id_from_key
+
+    keys = [key_from_seed(bytes([0x50 + i]) * 32) for i in range(4)]
+    users = [user_id_from_key(public_key(k)) for k in keys]
+    chats = [bytes([0xD0, i]) + bytes(30) for i in range(3)]
+    written: set[tuple[bytes, bytes]] = set()
+    with fresh_db() as db:
+        for n, (c, u, hint, forget) in enumerate(steps):
+            chat = chats[c]
+            previous = {chat: db.load_meta(chat).last_ts} if hint else {}
+            msg = MsgV1.create(keys[u], chat, Hlc(1_000 + n), b"m")
+            db.put_messages([msg])
+            if forget:
+                db._inbox_keys.clear()
+            db.refresh_inboxes([msg], previous)
+            written.add((users[u], chat))
+            assert db.list_user_chats(users[u]).items[0].entry.last_msg_id == msg.msg_id
+        for user in users:
+            listed = [item.entry.chat_id for item in all_chats(db, user)]
+            assert sorted(listed) == sorted(ch for us, ch in written if us == user)
+
+
 def test_chat_list_bad_cursor_and_limit(db: ChatDb) -> None:
     db.upsert_inbox_for_members(CHAT, [USERS[0], USERS[1]], entry_for(CHAT, 1))
     db.upsert_inbox_for_members(CHAT2, [USERS[0], USERS[1]], entry_for(CHAT2, 2))
