@@ -91,6 +91,10 @@ def gossip(
         bool,
         typer.Option(help="Also run the load with one op per gossip message (for the ratio)."),
     ] = True,
+    floor: Annotated[
+        bool,
+        typer.Option(help="Also measure bare py-libp2p peers and ed25519 at this load."),
+    ] = True,
     sync_interval: Annotated[
         float, typer.Option(min=0.5, help="Anti-entropy interval per peer (s).")
     ] = 10.0,
@@ -111,6 +115,7 @@ def gossip(
         seconds=seconds,
         catchup=catchup,
         unbatched=unbatched,
+        floor=floor,
         sync_interval_s=sync_interval,
         out=out,
         data=data,

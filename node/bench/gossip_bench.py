@@ -1,6 +1,6 @@
 """``chatsync bench gossip``: sustained ops/s and propagation latency over N real node processes.
 
-One run, three measurements, side by side:
+One run, four measurements, side by side:
 
 batched    a ``Cluster`` of N ``chatsync node run`` processes (loopback, node defaults); a
            load generator offers ``rate`` ops/s for ``seconds``: every ``tick_ms`` one HTTP
@@ -11,6 +11,10 @@ unbatched  the same load on a fresh cluster whose nodes publish one op per gossi
 catch-up   on the batched cluster: one node is stopped (SIGTERM), ``catchup`` messages are
            posted to the others, the node is restarted; timed from its spawn until its
            messages root equals the others' (anti-entropy: a node that was down gets no gossip).
+floor      ``node.bench.transport_floor``: N bare py-libp2p peers publish the batched run's
+           bytes (same ops per message), accepting everything unread, and ``validate_op`` is
+           timed on the same ops: the CPU any node on this stack spends per op, beside the
+           node's own (``--no-floor`` skips it).
 
 Every message is signed before the clock starts (``MsgV1.create``, ~50 µs each, not timed)
 with a distinct HLC — the tick's scheduled wall time and a counter — so each op can be
@@ -66,6 +70,7 @@ class GossipBenchParams:
     seconds: float = 20.0
     catchup: int = 100_000  # messages the stopped node misses (0: skip the catch-up)
     unbatched: bool = True  # also run the load with one op per gossip message
+    floor: bool = True  # also measure bare py-libp2p and ed25519 at this load (transport_floor)
     tick_ms: int = 50  # one POST per node per tick
     payload: int = 200
     chats: int = 100
@@ -675,6 +680,7 @@ def run_gossip_bench(params: GossipBenchParams, console: Console | None = None) 
     base.mkdir(parents=True, exist_ok=True)
     runs: dict[str, Any] = {}
     catchup: dict[str, Any] | None = None
+    floor: dict[str, Any] | None = None
     notes: list[str] = []
     try:
         runs["batched"], cluster = run_load(console, params, base, batched=True, signer=signer)
@@ -689,16 +695,40 @@ def run_gossip_bench(params: GossipBenchParams, console: Console | None = None) 
                 console, params, base, batched=False, signer=signer
             )
             notes += _close(cluster, "unbatched")
+        if params.floor:
+            floor = _run_floor(console, params, runs["batched"])
     finally:
         if params.data is None:
             shutil.rmtree(base, ignore_errors=True)
     params_out = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(params).items()}
-    report = build_report(params_out, runs, catchup, load_before, notes)
+    report = build_report(params_out, runs, catchup, load_before, notes, floor)
     print_report(console, report)
     params.out.parent.mkdir(parents=True, exist_ok=True)
     params.out.write_text(json.dumps(report, indent=2))
     console.print(f"saved {params.out}")
     return report
+
+
+def _run_floor(
+    console: Console, params: GossipBenchParams, batched: dict[str, Any]
+) -> dict[str, Any]:
+    """Bare py-libp2p peers moving the batched run's bytes, and the ed25519 checks it made."""
+    from node.bench.transport_floor import FloorParams, run_transport_floor
+
+    per_message = max(1, round(batched["ops_per_gossip_message"]))
+    console.print(
+        f"floor: {params.nodes} bare py-libp2p peers, {params.rate:,} ops/s in messages of "
+        f"{per_message} ops, {params.seconds:g} s"
+    )
+    return run_transport_floor(
+        FloorParams(
+            peers=params.nodes,
+            rate=params.rate,
+            seconds=params.seconds,
+            ops_per_message=per_message,
+            payload=params.payload,
+        )
+    )
 
 
 def _close(cluster: Cluster | None, label: str) -> list[str]:

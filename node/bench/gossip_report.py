@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from importlib.metadata import version
 from typing import Any
 
@@ -23,6 +24,7 @@ def build_report(
     catchup: dict[str, Any] | None,
     load_before: list[float] | None,
     notes: list[str] | None = None,
+    floor: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     batched = runs["batched"]
     return {
@@ -31,6 +33,7 @@ def build_report(
         "machine": _machine(load_before),
         "runs": runs,
         "catchup": catchup,
+        "floor": _floor(params, batched, floor),
         "ratios": _ratios(runs),
         "goals": _goals(params, batched, catchup),
         "notes": notes or [],
@@ -112,6 +115,29 @@ def _goals(
             }
         )
     return goals
+
+
+def _floor(
+    params: dict[str, Any], batched: dict[str, Any], floor: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The floor's figures beside the node's, and the cores each needs at the offered rate."""
+    if floor is None:
+        return None
+    cores_per_us = params["rate"] * params["nodes"] / 1e6  # µs per op per node -> cores
+    node_us = batched["node_cpu"]["us_per_op_per_node"]
+    floor_us = floor["transport_us_per_op_per_peer"] + floor["verify_us_per_op"]
+    return {
+        **floor,
+        "node_us_per_op_per_node": node_us,
+        "node_over_floor": node_us / floor_us if floor_us else None,
+        "cores_at_rate": {
+            "transport": floor["transport_us_per_op_per_peer"] * cores_per_us,
+            "verify": floor["verify_us_per_op"] * cores_per_us,
+            "transport_and_verify": floor_us * cores_per_us,
+            "node": node_us * cores_per_us,
+        },
+        "cores_available": os.cpu_count(),
+    }
 
 
 def _machine(load_before: list[float] | None) -> dict[str, Any]:
@@ -243,6 +269,42 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
             f"{catchup['sync_records_applied']:,.0f} / {catchup['gossip_ops_applied']:,.0f}",
         )
         console.print(ctable)
+
+    floor = report.get("floor")
+    if floor is not None:
+        cores = floor["cores_at_rate"]
+        goal = f"{RATE_GOAL:,.0f} ops/s x {report['params']['nodes']} nodes"
+        ftable = Table(
+            title=f"floor: per op per node, and cores needed at {goal} "
+            f"({floor['cores_available']} cores here)"
+        )
+        ftable.add_column("what")
+        ftable.add_column("µs per op per node", justify="right")
+        ftable.add_column(f"cores at {goal}", justify="right")
+        ftable.add_row(
+            f"py-libp2p alone ({floor['ops_per_message']} ops, "
+            f"{floor['message_bytes']:,} B per message)",
+            _num(floor["transport_us_per_op_per_peer"]),
+            _num(cores["transport"], ".2f"),
+        )
+        ftable.add_row(
+            "ed25519 check of an op (validate_op)",
+            _num(floor["verify_us_per_op"]),
+            _num(cores["verify"], ".2f"),
+        )
+        ftable.add_row(
+            "both: a lower bound for any node on this stack",
+            _num(floor["transport_us_per_op_per_peer"] + floor["verify_us_per_op"]),
+            _num(cores["transport_and_verify"], ".2f"),
+        )
+        ftable.add_row(
+            f"the node, batched run (x{_num(floor['node_over_floor'], '.2f')} the floor)",
+            _num(floor["node_us_per_op_per_node"]),
+            _num(cores["node"], ".2f"),
+        )
+        console.print(ftable)
+        if not floor["all_received"]:
+            console.print("[yellow]note[/]: some floor peers did not get every message")
 
     goals = Table(title="goals (issue 4 item 9)")
     goals.add_column("goal")

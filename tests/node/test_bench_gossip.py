@@ -78,3 +78,9 @@ def test_bench_gossip_tiny(tmp_path: Path) -> None:
     assert {"delivered_ops_s", "p99_unbatched_over_batched"} <= set(saved["ratios"])
     assert [g["goal"] for g in saved["goals"]][-1].startswith("catch-up of 300")
     assert saved["all_delivered"]
+    floor = saved["floor"]  # bare py-libp2p peers moving the batched run's bytes
+    assert floor["all_received"] and floor["peers"] == 3
+    assert floor["ops_per_message"] == round(saved["runs"]["batched"]["ops_per_gossip_message"])
+    assert floor["transport_us_per_op_per_peer"] > 0 and floor["verify_us_per_op"] > 0
+    cores = floor["cores_at_rate"]
+    assert cores["transport_and_verify"] == pytest.approx(cores["transport"] + cores["verify"])
