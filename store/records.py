@@ -253,11 +253,49 @@ class MsgV1:
         ]
 
     def signed_body(self) -> bytes:
-        return canonical_cbor(self._body())
+        # ``encoded`` is this body's array plus the signature (64 bytes behind a 2-byte head):
+        # the body's own encoding is the same bytes under a one-shorter array head.
+        return b"\x88" + self.encoded[1:-66]
 
     @cached_property
     def encoded(self) -> bytes:
+        return self._encode_fast() or self.encode_reference()
+
+    def encode_reference(self) -> bytes:
+        """``encoded`` through cbor2: any field values (the fast path's reference in tests)."""
         return canonical_cbor([*self._body(), self.sig])
+
+    def _encode_fast(self) -> bytes | None:
+        """The canonical bytes joined by hand (None unless every byte field is exactly bytes;
+        their lengths are checked on construction)."""
+        chat_id, sender, payload, ref = self.chat_id, self.sender, self.payload, self.ref
+        author_key, sig = self.author_key, self.sig
+        if not (
+            type(chat_id) is bytes
+            and type(sender) is bytes
+            and type(payload) is bytes
+            and (ref is None or type(ref) is bytes)
+            and type(author_key) is bytes
+            and type(sig) is bytes
+        ):
+            return None
+        return b"".join(
+            (
+                b"\x89\x01\x58\x20",  # array(9), version 1, bytes(32): the chat id
+                chat_id,
+                b"\x54",  # bytes(20)
+                sender,
+                _uint(self.hlc.pack()),
+                _SMALL_HEADS[0][self.kind],  # every MessageKind is below 24
+                _head(0x40, len(payload)),
+                payload,
+                b"\xf6" if ref is None else b"\x58\x20" + ref,  # null or bytes(32)
+                b"\x58\x20",
+                author_key,
+                b"\x58\x40",  # bytes(64)
+                sig,
+            )
+        )
 
     @cached_property
     def msg_id(self) -> bytes:
@@ -321,18 +359,23 @@ def decode_msg(
 ) -> MsgV1:
     """The MsgV1 in ``data``, or DecodeError.
 
-    ``trusted``: the bytes come from this replica's own RocksDB, where only ``MsgV1.encoded``
-    of checked messages is ever written (canonical by construction). Every field is still
-    checked, inline and cheaply, but not the canonical re-encode, which costs more than the
-    rest of the decode together; anything unexpected goes through the full decode below. So
-    the result (or the DecodeError) is the full decode's for every input but a non-canonical
-    encoding (or trailing bytes), which is accepted here and refused there. Bytes from
-    anywhere else — sync, gossip, HTTP — are never trusted.
+    Every field is checked inline (``_decode_msg_trusted``), then the bytes must equal the
+    hand-joined canonical encoding of those fields; anything else goes through the full
+    decode (cbor2, the field checks and their errors), so the answer is the full decode's
+    for every input. ``trusted``: the bytes come from this replica's own RocksDB, where only
+    ``MsgV1.encoded`` of checked messages is ever written (canonical by construction): the
+    canonical comparison is skipped, so a non-canonical encoding (or trailing bytes) would be
+    accepted there and refused here. Bytes from anywhere else — sync, gossip, HTTP — are
+    never trusted.
     """
-    if trusted:
-        msg = _decode_msg_trusted(data, max_payload)
-        if msg is not None:
-            return msg
+    msg = _decode_msg_trusted(data, max_payload)
+    if msg is not None and (trusted or msg._encode_fast() == data):
+        return msg  # (untrusted: canonical, so exactly what the full decode gives)
+    return _decode_msg_full(data, max_payload)
+
+
+def _decode_msg_full(data: bytes, max_payload: int) -> MsgV1:
+    """decode_msg through cbor2 and the field checks, with their errors (the reference)."""
     what = "MsgV1"
     v = load_array(data, what=what, version=1, fields=9, max_bytes=max_payload + RECORD_OVERHEAD)
     ref = v[6]

@@ -1,6 +1,6 @@
 """The store's fast paths against their reference spellings (store performance work, issue 2).
 
-Each fast path — hand-joined ChatMeta CBOR, the trusted decoders for rows read back from our
+Each fast path — hand-joined ChatMeta and MsgV1 CBOR, the MsgV1 decode, the trusted decoders for rows read back from our
 own RocksDB, slot-built result objects, the one-message put, the write loop's inlined keys —
 must give exactly what the plain code gives, for arbitrary valid values; hostile bytes must
 get the same answer too, except that a trusted decode does not insist on canonical bytes.
@@ -16,12 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import ChatKind, ChatMeta, DecodeError, Direction, Hlc, InboxEntry, MsgV1
+from store import ChatKind, ChatMeta, DecodeError, Direction, Hlc, InboxEntry, MessageKind, MsgV1
 from store.inbox import ChatListItem
 from store.merge import meta_after_messages
 from store.messages import PutResult, StoredMessage, _put_result
 from store.records import (
     DEFAULT_MAX_PAYLOAD,
+    _decode_msg_full,
     canonical_cbor,
     decode_chat_meta,
     decode_inbox_entry,
@@ -159,6 +160,63 @@ def test_put_result_built_through_slots(msg_id: bytes, seq: int, dup: bool, exp:
     assert _put_result(msg_id, seq, dup) == PutResult(msg_id, seq, dup)
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.seq = 1  # type: ignore[misc]
+
+
+# --- MsgV1: hand-joined canonical CBOR, the signed body sliced from it, the checked decode ----
+
+
+# Every message kind (a ref for all but NEW), byte fields as bytes or bytearray, HLCs and
+# payload lengths across the CBOR head boundaries.
+def _msg(kind: MessageKind, wrap: Any, fields: tuple[Any, ...]) -> MsgV1:
+    chat, sender, hlc, payload, ref, key, sig = fields
+    ref = None if kind == MessageKind.NEW else wrap(ref)
+    return MsgV1(wrap(chat), wrap(sender), Hlc.unpack(hlc), kind, wrap(payload), ref, wrap(key),
+                 wrap(sig))  # fmt: skip
+
+
+any_msgs = st.builds(
+    _msg,
+    st.sampled_from(MessageKind),
+    st.sampled_from([bytes, bytearray]),
+    st.tuples(
+        bin32,
+        bin20,
+        edgy_u64s,
+        any_bytes | st.sampled_from([65535, 65536]).map(bytes),
+        bin32,
+        bin32,
+        st.binary(min_size=64, max_size=64),
+    ),
+)
+
+
+@given(any_msgs)
+def test_msg_encoding_and_signed_body_are_cbor2_canonical(msg: MsgV1) -> None:
+    assert msg.encoded == msg.encode_reference()
+    assert msg.signed_body() == canonical_cbor(msg._body())
+    if type(msg.payload) is bytes:
+        assert msg._encode_fast() == msg.encode_reference()
+
+
+@settings(max_examples=300)
+@given(st.data())
+def test_decode_msg_answers_what_the_full_decode_answers(data: st.DataObject) -> None:
+    """On valid, mutated, truncated or extended bytes: the same message or the same error."""
+    msg = data.draw(messages() | any_msgs.filter(lambda m: type(m.payload) is bytes))
+    raw = msg.encoded if data.draw(st.booleans()) else data.draw(_mutations(msg.encoded))
+    assert _outcome(decode_msg, raw) == _outcome(
+        lambda d: _decode_msg_full(d, DEFAULT_MAX_PAYLOAD), raw
+    )
+
+
+@pytest.mark.parametrize("cut", [1, 2, 66, 67])
+def test_decode_msg_refuses_non_canonical_heads(cut: int) -> None:
+    """The same fields behind a longer-than-needed head decode fully, and are refused."""
+    msg = make_msg(CHATS[0], Hlc(5), b"x" * 10)
+    data = msg.encoded
+    padded = data[:2] + b"\x59\x00\x20" + data[4:]  # chat id's length in a 2-byte head
+    assert _outcome(decode_msg, padded) == ("error", "non_canonical")
+    assert _outcome(decode_msg, data + b"\x00" * cut)[0] == "error"
 
 
 # --- trusted decodes: identical to the full decode on valid bytes -----------------------------
