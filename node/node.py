@@ -136,7 +136,7 @@ class Node:
             stack.callback(verifier.close)  # closed last: after the host and its sessions
             key_pair = load_or_create_key(cfg.key_path)
             self.host, pubsub = await start_host(
-                stack, key_pair, cfg.listen, cfg.gossip_heartbeat_s
+                stack, key_pair, cfg.listen, cfg.gossip_heartbeat_s, self._gossip_dropped
             )
             self.peer_id = self.host.get_id().to_base58()
             self.listen_addrs = [str(a) for a in self.host.get_addrs()]
@@ -251,6 +251,11 @@ class Node:
             for peer in self.penalties.expired_bans(trio.current_time()):
                 self.peers.unblock(peer)
             await trio.sleep(1.0)
+
+    def _gossip_dropped(self, reason: str) -> None:
+        self.metrics.inc(
+            "gossip_rpcs_dropped", reason=reason, help="outbound gossip RPCs py-libp2p dropped"
+        )
 
     def _handler_failed(self, kind: str) -> None:
         self.metrics.inc("handler_errors", kind=kind, help="stream handlers that raised")

@@ -111,3 +111,23 @@ def test_prometheus_rendering() -> None:
     assert 'chatsync_records{domain="messages"} 7' in text
     assert "# TYPE chatsync_op_latency_ms summary" in text
     assert m.latency_quantiles()["p50"] == 12
+
+
+async def test_dropped_gossip_rpcs_are_counted() -> None:
+    """py-libp2p only logs an outbound RPC it drops; the node's hook sees each one too."""
+    from contextlib import AsyncExitStack
+
+    from libp2p.crypto.ed25519 import create_new_key_pair
+    from libp2p.pubsub.pb import rpc_pb2
+
+    from node.p2p import start_host
+
+    reasons: list[str] = []
+    async with AsyncExitStack() as stack:
+        host, pubsub = await start_host(
+            stack, create_new_key_pair(), "/ip4/127.0.0.1/tcp/0", 1, reasons.append
+        )
+        rpc = rpc_pb2.RPC(publish=[rpc_pb2.Message(data=b"x")])
+        pubsub.router._handle_dropped_rpc(host.get_id(), rpc, "queue_full")
+        pubsub.router._handle_dropped_rpc(host.get_id(), rpc, "oversized")
+    assert reasons == ["queue_full", "oversized"]
