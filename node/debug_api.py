@@ -3,8 +3,9 @@
 ``GET /debug/latency`` returns the node's gossip propagation latency quantiles
 (``Metrics.latency_quantiles``: now - op HLC time, for every op gossip delivered
 that was new here). With ``?arrivals=1`` it also lists ``[packed HLC, arrival ms]``
-of the newest ops gossip delivered (at most ``node.gossip.ARRIVAL_LOG``), so a
-benchmark that stamps every op with a distinct HLC can tell when each op reached
+of the newest ops gossip delivered, and as ``sync_arrivals`` of the newest messages
+anti-entropy stored (at most ``node.gossip.ARRIVAL_LOG`` each), so a benchmark that
+stamps every op with a distinct HLC can tell when, and by which path, each op reached
 each node.
 """
 
@@ -25,4 +26,5 @@ def register_debug_routes(app: FastAPI, node: Node) -> None:
         body: dict[str, Any] = {"quantiles": node.metrics.latency_quantiles()}
         if arrivals and node.gossip is not None:
             body["arrivals"] = list(node.gossip.arrivals)
+            body["sync_arrivals"] = list(node.sync_arrivals)
         return body

@@ -22,6 +22,7 @@ what throughput is made of (``chatsync bench gossip``).
 from __future__ import annotations
 
 import logging
+import math
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
@@ -62,6 +63,7 @@ class GossipService:
         max_bytes: int,
         batch_ops: int,
         batch_delay_ms: int,
+        min_interval_ms: int = 0,
         is_blocked: Callable[[bytes], bool] = lambda peer: False,
         on_applied: Callable[[list[Op]], None] | None = None,
         author_limits: TokenBuckets | None = None,
@@ -79,6 +81,7 @@ class GossipService:
         self.max_bytes = max_bytes
         self.batch_ops = batch_ops
         self.batch_delay_s = batch_delay_ms / 1000
+        self.min_interval_s = min_interval_ms / 1000
         self.is_blocked = is_blocked
         self.on_applied = on_applied
         self.author_limits = author_limits  # shared with the API: one budget per author
@@ -229,19 +232,26 @@ class GossipService:
         """Gather queued ops into messages and publish them.
 
         A message closes when it holds ``batch_ops`` ops or half of ``max_bytes``, or
-        ``batch_delay`` after its first op — but not while py-libp2p's outbound queue to
-        some peer holds ``PACE_DEPTH`` RPCs or more (that queue drops what does not fit in
-        32): then the publisher keeps gathering, so under load messages grow instead of
-        being dropped. It waits for room at most ``PACE_MAX_WAIT_S`` (a stuck peer must not
-        stall gossip to the others; anti-entropy repairs what that peer misses).
+        ``batch_delay`` after its first op, and no sooner than ``min_interval`` after the
+        previous message: py-libp2p costs every peer milliseconds of CPU per message
+        whatever its size, so the message rate, not the op rate, is what saturates a
+        cluster at moderate load (``chatsync bench gossip``'s floor). After a quiet spell
+        the first op still leaves after ``batch_delay``. Nor does a message close while
+        py-libp2p's outbound queue to some peer holds ``PACE_DEPTH`` RPCs or more (that
+        queue drops what does not fit in 32): then the publisher keeps gathering, so under
+        load messages grow instead of being dropped. It waits for room at most
+        ``PACE_MAX_WAIT_S`` (a stuck peer must not stall gossip to the others;
+        anti-entropy repairs what that peer misses).
         """
         pending: list[Op] = []
+        last_publish = -math.inf
         async with self._outgoing:
             while True:
                 if not pending:
                     pending = await self._outgoing.receive()
                 now = trio.current_time()
-                deadline, give_up = now + self.batch_delay_s, now + PACE_MAX_WAIT_S
+                deadline = max(now + self.batch_delay_s, last_publish + self.min_interval_s)
+                give_up = deadline + PACE_MAX_WAIT_S
                 while not self._full(pending):
                     now = trio.current_time()
                     if now >= deadline:
@@ -254,6 +264,7 @@ class GossipService:
                         pending += await self._outgoing.receive()
                 batch, pending = self._take(pending)
                 await self._wait_for_room(give_up)
+                last_publish = trio.current_time()
                 await self._publish_batch(batch)
 
     def _full(self, pending: list[Op]) -> bool:

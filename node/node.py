@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections import deque
 from contextlib import AsyncExitStack
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ import trio
 from node.config import NodeConfig
 from node.framing import Libp2pFrames
 from node.gc import gc_loop
-from node.gossip import GossipService
+from node.gossip import ARRIVAL_LOG, GossipService
 from node.limits import (
     GOSSIP_PENALTY,
     GOSSIP_PENALTY_OTHER,
@@ -77,6 +78,8 @@ class Node:
         self.author_limits = TokenBuckets(config.author_ops_per_s, config.author_ops_burst)
         self.penalties = PeerPenalties(config.penalty_threshold, ban_s=config.ban_s)
         self.recorder: OpRecorder | None = None  # --trace-out
+        # (packed HLC, arrival ms) of the newest messages sync stored (gossip keeps its own)
+        self.sync_arrivals: deque[tuple[int, int]] = deque(maxlen=ARRIVAL_LOG)
 
     def clock_ms(self) -> int:
         return wall_ms()
@@ -105,6 +108,7 @@ class Node:
                 self.clock_ms()
             )
             self.replica = await trio.to_thread.run_sync(DbReplica, self.db)
+            self.replica.on_new_messages = self._sync_arrived
             self.writer = DbWriter(
                 self.db, self.replica, self.db_lock, self.metrics,
                 queue_size=cfg.write_queue, batch_max=cfg.write_batch_max,
@@ -162,7 +166,8 @@ class Node:
                 own_peer_id=self.host.get_id().to_bytes(), clock_ms=self.clock_ms,
                 max_offset_ms=cfg.max_offset_ms, max_payload=cfg.max_payload,
                 max_bytes=cfg.gossip_max_bytes, batch_ops=cfg.gossip_batch_ops,
-                batch_delay_ms=cfg.gossip_batch_delay_ms, is_blocked=self.peers.is_blocked_bytes,
+                batch_delay_ms=cfg.gossip_batch_delay_ms,
+                min_interval_ms=cfg.gossip_min_interval_ms, is_blocked=self.peers.is_blocked_bytes,
                 on_applied=self._count_applied, author_limits=self.author_limits,
                 new_to_us=self.new_to_us, on_reject=self._judge_gossip,
             )  # fmt: skip
@@ -251,6 +256,11 @@ class Node:
             for peer in self.penalties.expired_bans(trio.current_time()):
                 self.peers.unblock(peer)
             await trio.sleep(1.0)
+
+    def _sync_arrived(self, msgs: list[MsgV1]) -> None:
+        # (the writing thread: deque.extend is atomic) GET /debug/latency?arrivals=1
+        now = self.clock_ms()
+        self.sync_arrivals.extend((msg.hlc.pack(), now) for msg in msgs)
 
     def _gossip_dropped(self, reason: str) -> None:
         self.metrics.inc(

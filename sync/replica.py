@@ -14,7 +14,7 @@ at or below it are neither listed nor returned (members and identity have no cut
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from store.hlc import Hlc
@@ -166,6 +166,8 @@ class DbReplica:
 
     def __init__(self, db: ChatDb) -> None:
         self.db = db
+        # told of every message sync stored that was new here (from the applying thread)
+        self.on_new_messages: Callable[[list[MsgV1]], None] | None = None
         self.trees = {
             Domain.MESSAGES: MerkleTree.from_ids(i for i, _ in db.iter_msg_ids()),
             Domain.MEMBERS: MerkleTree.from_ids(db.iter_member_record_ids()),
@@ -221,6 +223,8 @@ class DbReplica:
                     fresh.append(msg)
             if fresh:  # the chat lists are local views: keep them in step with sync too
                 self.db.refresh_inboxes(fresh, previous)
+                if self.on_new_messages is not None:
+                    self.on_new_messages(fresh)
             return len(fresh)
         if domain is Domain.MEMBERS:
             rows = [(r.chat_id, r.user_id, r.info) for r in records if isinstance(r, MemberRecord)]

@@ -19,14 +19,16 @@ floor      ``node.bench.transport_floor``: N bare py-libp2p peers publish the ba
 Every message is signed before the clock starts (``MsgV1.create``, ~50 µs each, not timed)
 with a distinct HLC — the tick's scheduled wall time and a counter — so each op can be
 followed: the generator notes when it POSTed each op and when the origin acknowledged it;
-every node logs when gossip delivered each new op (``GET /debug/latency?arrivals=1``).
+every node logs when gossip, or anti-entropy, delivered each new op
+(``GET /debug/latency?arrivals=1``).
 
 Definitions (all on one machine, one wall clock):
   latency (end to end)  per op: from the start of the POST that offered it to its origin
                         until the last node stored it — what Maelstrom's broadcast measures;
   latency (propagation) per op: from the origin's HTTP ack until the last node stored it;
-                        an op that some node got by anti-entropy (not gossip) has no gossip
-                        arrival there: it counts as infinitely late (a miss) in both;
+                        a node stores an op when the first of gossip and anti-entropy
+                        brings it; an op some node logged no arrival for (its log holds
+                        the newest 100,000) counts as infinitely late (a miss) in both;
   delivered ops/s       slope of min over nodes of the message count (``/status``, sampled
                         every 0.25 s) over the load window after a warm-up: ops reaching
                         ALL nodes per second, sustained;
@@ -493,23 +495,28 @@ def _settled(
 def _latencies(
     plan: Plan, debug: list[dict[str, Any]], nodes: int
 ) -> tuple[dict[str, Any], list[float]]:
-    """Per op: when the last node stored it (gossip arrival logs), against POST start and ack.
+    """Per op: when the last node stored it (by gossip or by anti-entropy, whichever came
+    first there), against POST start and ack.
 
     Also returns, per acknowledged op, the wall time (s) it was on every node (inf: some node
-    got it only by anti-entropy, or not at all).
+    has no arrival logged for it).
     """
-    arrivals: list[dict[int, int]] = [{key: at for key, at in d.get("arrivals", [])} for d in debug]
+    by_gossip: list[dict[int, int]] = [dict(d.get("arrivals", [])) for d in debug]
+    arrivals: list[dict[int, int]] = [dict(d.get("sync_arrivals", [])) for d in debug]
+    for node_arrivals, gossiped in zip(arrivals, by_gossip, strict=True):
+        for key, gossip_ms in gossiped.items():
+            node_arrivals[key] = min(gossip_ms, node_arrivals.get(key, gossip_ms))
     end_to_end: list[float] = []
     propagation: list[float] = []
     on_all: list[float] = []
-    missing = 0
+    missing = not_by_gossip = 0
     for i in range(plan.size):
         if math.isnan(plan.ack_ms[i]):
             continue
-        last = plan.ack_ms[i]
-        for node in range(nodes):
-            if node == plan.origin[i]:
-                continue
+        remote = [node for node in range(nodes) if node != plan.origin[i]]
+        not_by_gossip += any(plan.key[i] not in by_gossip[node] for node in remote)
+        last: float = plan.ack_ms[i]
+        for node in remote:
             at = arrivals[node].get(plan.key[i])
             if at is None:
                 last = -1
@@ -529,10 +536,12 @@ def _latencies(
         "end_to_end": _quantiles(end_to_end),
         "propagation": _quantiles(propagation),
         "origin_ack": _quantiles(ingest),
-        "not_by_gossip": missing,
+        "not_by_gossip": not_by_gossip,
+        "no_arrival_logged": missing,
         "definition": (
-            "end_to_end: POST start at the origin -> last node stored it; propagation: origin "
-            "ack -> last node stored it; an op some node got only by anti-entropy is inf"
+            "end_to_end: POST start at the origin -> last node stored it (by gossip or "
+            "anti-entropy); propagation: origin ack -> the same; an op some node logged no "
+            "arrival for is inf"
         ),
     }, on_all
 

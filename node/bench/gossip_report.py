@@ -155,7 +155,7 @@ def _machine(load_before: list[float] | None) -> dict[str, Any]:
 def _ms(value: float | None, count: int = 1) -> str:
     if count == 0:
         return "–"
-    return "∞ (anti-entropy)" if value is None else f"{value:,.0f}"
+    return "∞ (no arrival logged)" if value is None else f"{value:,.0f}"
 
 
 def _num(value: float | None, fmt: str = ",.0f", unit: str = "") -> str:

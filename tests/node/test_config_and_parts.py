@@ -131,3 +131,52 @@ async def test_dropped_gossip_rpcs_are_counted() -> None:
         pubsub.router._handle_dropped_rpc(host.get_id(), rpc, "queue_full")
         pubsub.router._handle_dropped_rpc(host.get_id(), rpc, "oversized")
     assert reasons == ["queue_full", "oversized"]
+
+
+class _RecordingPubsub:
+    """What the publisher sees of py-libp2p's Pubsub: ``publish`` and the outbound queues."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[float, int]] = []  # (virtual time, ops in the message)
+        self.peer_queues: dict[str, list[object]] = {}
+
+    async def publish(self, topic: str, data: bytes) -> None:
+        from store.ops import decode_ops
+
+        self.sent.append(
+            (trio.current_time(), len(decode_ops(data, max_bytes=1 << 20, max_ops=4096)))
+        )
+
+
+async def test_the_publisher_spaces_messages_by_min_interval(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """py-libp2p costs CPU per message: under a steady trickle a node publishes at most one
+    message per ``min_interval``; after a quiet spell the next op leaves after batch_delay."""
+    from node.gossip import GossipService
+    from node.scenario import Authors
+
+    pubsub = _RecordingPubsub()
+    gossip = GossipService(
+        pubsub, "t", None, Metrics(), own_peer_id=b"me", clock_ms=lambda: 0,  # type: ignore[arg-type]
+        max_offset_ms=60_000, max_payload=1024, max_bytes=900 * 1024, batch_ops=1024,
+        batch_delay_ms=20, min_interval_ms=500,
+    )  # fmt: skip
+    ops = Authors(1).messages(41, "trickle")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(gossip.publish_loop)
+        for op in ops[:40]:  # 20 ops/s for 2 s
+            await gossip.publish([op])
+            await trio.sleep(0.05)
+        await trio.sleep(5)  # quiet
+        quiet_at = trio.current_time()
+        await gossip.publish(ops[40:])
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    times = [t for t, _ in pubsub.sent]
+    assert sum(n for _, n in pubsub.sent) == 41
+    assert times[0] == pytest.approx(0.02)  # the first op waits only batch_delay
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert min(gaps[:-1]) >= 0.5 - 1e-9  # then one message per min_interval at most
+    assert len(pubsub.sent) <= 2 / 0.5 + 2
+    assert times[-1] - quiet_at == pytest.approx(0.02)  # after the quiet spell: batch_delay
