@@ -114,10 +114,15 @@ class InboxStore(RocksBase):
         The old key comes from, in order: this batch, the cache, a guess at the chat's
         previous last_ts (one multi-get for every guess), a prefix scan of the user's inbox.
         """
-        for chat_id, users, _, _ in updates:
-            check_len(chat_id, CHAT_ID_LEN, "chat_id")
-            for user in users:
-                check_len(user, USER_ID_LEN, "user_id")
+        updates = [
+            (
+                check_len(chat_id, CHAT_ID_LEN, "chat_id"),
+                [check_len(user, USER_ID_LEN, "user_id") for user in users],  # bytes, hashable
+                entry,
+                previous,
+            )
+            for chat_id, users, entry, previous in updates
+        ]
         guesses = [
             key_user_inbox(user, rev_ts(previous), chat_id)
             for chat_id, users, _, previous in updates

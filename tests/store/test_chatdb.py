@@ -596,6 +596,13 @@ def test_inbox_keeps_one_entry_per_chat_newest_first(db: ChatDb) -> None:
     assert all_chats(db, USERS[2]) == []
 
 
+def test_inbox_takes_user_ids_as_any_bytes_like(db: ChatDb) -> None:
+    alice = USERS[0]
+    db.upsert_inbox_for_members(CHAT, [bytearray(alice), alice], entry_for(CHAT, 100, 4))
+    db.upsert_inbox_for_members(CHAT, [memoryview(alice)], entry_for(CHAT, 200, 5))
+    assert [item.entry.last_ts for item in all_chats(db, alice)] == [200]
+
+
 def test_delete_user_inbox_entry(db: ChatDb) -> None:
     alice, bob = USERS[:2]
     db.upsert_inbox_for_members(CHAT, [alice, bob], entry_for(CHAT, 100))
