@@ -278,7 +278,7 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
     floor = report.get("floor")
     if floor is not None:
         cores = floor["cores_at_rate"]
-        goal = f"{RATE_GOAL:,.0f} ops/s x {report['params']['nodes']} nodes"
+        goal = f"{report['params']['rate']:,} ops/s x {report['params']['nodes']} nodes"
         ftable = Table(
             title=f"floor: per op per node, and cores needed at {goal} "
             f"({floor['cores_available']} cores here)"
