@@ -10,6 +10,8 @@ import trio
 from node.config import NodeConfig
 from node.node import Node
 
+SLOW_SHUTDOWN_S = 10.0
+
 
 async def run_until_signalled(config: NodeConfig) -> None:
     node = Node(config)
@@ -23,7 +25,33 @@ async def run_until_signalled(config: NodeConfig) -> None:
             async for signum in signals:
                 logging.getLogger(__name__).info("signal %s: stopping", signum)
                 node.stop()
+                trio.lowlevel.spawn_system_task(_report_slow_shutdown)
                 break
+
+
+async def _report_slow_shutdown() -> None:
+    """Log what still runs if stopping takes long (a system task: it ends with the program)."""
+    await trio.sleep(SLOW_SHUTDOWN_S)
+    log = logging.getLogger(__name__)
+    log.warning("still stopping after %.0f s; tasks left:", SLOW_SHUTDOWN_S)
+    for line in task_tree(trio.lowlevel.current_root_task()):
+        log.warning("  %s", line)
+
+
+def task_tree(task: trio.lowlevel.Task, depth: int = 0) -> list[str]:
+    """One line per task under ``task``: its name and where it waits (innermost frames)."""
+    frames = []
+    awaiting: object = task.coro
+    while awaiting is not None:
+        frame = getattr(awaiting, "cr_frame", None) or getattr(awaiting, "gi_frame", None)
+        if frame is not None:
+            frames.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+        awaiting = getattr(awaiting, "cr_await", None) or getattr(awaiting, "gi_yieldfrom", None)
+    lines = ["  " * depth + f"{task.name} @ {' > '.join(frames[-4:])}"]
+    for nursery in task.child_nurseries:
+        for child in nursery.child_tasks:
+            lines += task_tree(child, depth + 1)
+    return lines
 
 
 def run_node(config: NodeConfig, log_level: str = "INFO") -> None:
