@@ -180,3 +180,20 @@ async def test_the_publisher_spaces_messages_by_min_interval(
     assert min(gaps[:-1]) >= 0.5 - 1e-9  # then one message per min_interval at most
     assert len(pubsub.sent) <= 2 / 0.5 + 2
     assert times[-1] - quiet_at == pytest.approx(0.02)  # after the quiet spell: batch_delay
+
+
+async def test_task_tree_names_each_task_and_where_it_waits() -> None:
+    """What a slow shutdown logs (node.run._report_slow_shutdown)."""
+    from node.run import task_tree
+
+    async def parked_forever() -> None:
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(parked_forever, name="the-parked-one")
+        await trio.sleep(0)
+        lines = task_tree(trio.lowlevel.current_task())
+        nursery.cancel_scope.cancel()
+    parked = [line for line in lines if "the-parked-one" in line]
+    assert len(parked) == 1 and "parked_forever" in parked[0] and "sleep_forever" in parked[0]
+    assert parked[0].startswith("  ")  # one level below this task
