@@ -137,3 +137,16 @@ def test_tree_rebuilt_from_chatdb_equals_incremental(
         for domain in Domain:
             assert rebuilt[domain] == incremental[domain]
             assert rebuilt[domain].root() == incremental[domain].root()
+
+
+def test_db_replica_reports_the_messages_sync_stored_that_were_new(tmp_path: Path) -> None:
+    """The node logs these as arrivals by anti-entropy (GET /debug/latency?arrivals=1)."""
+    told: list[list[bytes]] = []
+    with ChatDb(ChatDbConfig(block_cache_mb=8, memtable_mb=8), path=tmp_path) as db:
+        replica = DbReplica(db)
+        replica.on_new_messages = lambda msgs: told.append([m.msg_id for m in msgs])
+        first, second = [message(n) for n in (1, 2)], [message(n) for n in (2, 3)]
+        assert replica.apply(Domain.MESSAGES, list(first)) == 2
+        assert replica.apply(Domain.MESSAGES, list(second)) == 1  # message 2 is held already
+        assert replica.apply(Domain.MESSAGES, list(second)) == 0  # nothing new: not told
+    assert told == [[m.msg_id for m in first], [second[1].msg_id]]
