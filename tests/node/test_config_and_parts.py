@@ -191,7 +191,7 @@ async def test_task_tree_names_each_task_and_where_it_waits() -> None:
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(parked_forever, name="the-parked-one")
-        await trio.sleep(0)
+        await trio.testing.wait_all_tasks_blocked()  # it has reached its sleep
         lines = task_tree(trio.lowlevel.current_task())
         nursery.cancel_scope.cancel()
     parked = [line for line in lines if "the-parked-one" in line]
