@@ -39,7 +39,8 @@ async def _report_slow_shutdown() -> None:
 
 
 def task_tree(task: trio.lowlevel.Task, depth: int = 0) -> list[str]:
-    """One line per task under ``task``: its name and where it waits (innermost frames)."""
+    """One line per task under ``task``: its name, its function and where it waits (the
+    innermost frames)."""
     frames = []
     awaiting: object = task.coro
     while awaiting is not None:
@@ -47,7 +48,8 @@ def task_tree(task: trio.lowlevel.Task, depth: int = 0) -> list[str]:
         if frame is not None:
             frames.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
         awaiting = getattr(awaiting, "cr_await", None) or getattr(awaiting, "gi_yieldfrom", None)
-    lines = ["  " * depth + f"{task.name} @ {' > '.join(frames[-4:])}"]
+    shown = frames if len(frames) <= 4 else [frames[0], "...", *frames[-3:]]
+    lines = ["  " * depth + f"{task.name} @ {' > '.join(shown)}"]
     for nursery in task.child_nurseries:
         for child in nursery.child_tasks:
             lines += task_tree(child, depth + 1)
