@@ -16,7 +16,7 @@ The publisher batches: a message closes ``batch_delay`` after its first op but
 no sooner than ``min_interval`` after the previous one, and only once py-libp2p's
 per-peer outbound queues have room, so messages grow with the load instead of
 overflowing those queues (32 RPCs, then silent drops). py-libp2p spends ~10 ms of
-CPU per message across 5 peers whatever its size (``chatsync bench gossip``'s
+CPU per message on each of 5 peers whatever its size (``chatsync bench gossip``'s
 floor): the message rate, not the op rate, is what saturates a small cluster.
 """
 
