@@ -43,7 +43,6 @@ from __future__ import annotations
 import base64
 import json
 import math
-import os
 import shutil
 import subprocess
 import tempfile
@@ -57,7 +56,8 @@ import httpx
 from rich.console import Console
 
 from node.bench.gossip_report import build_report, print_report
-from node.bench.machine import loadavg
+from node.bench.machine import loadavg, machine_busy_s, process_cpu_s
+from node.bench.transport_floor import FloorParams, run_transport_floor
 from node.cluster import Cluster
 from store import Hlc, MsgV1
 from store.signing import key_from_seed
@@ -238,26 +238,6 @@ def post_plan(plan: Plan, node: int, url: str, stats: dict[str, Any]) -> None:
         poster.close()
 
 
-def machine_busy_s() -> float:
-    """CPU seconds all cores spent busy since boot (Linux /proc/stat; nan elsewhere)."""
-    try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    except OSError:
-        return math.nan
-    ticks = [int(x) for x in fields]
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
-    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def node_cpu_s(pid: int) -> float:
-    """utime + stime of a process, in seconds (Linux /proc)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return math.nan
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class Monitor:
     """Samples every node's message count (and CPU time) every 0.25 s in a thread."""
 
@@ -374,7 +354,7 @@ def _offer(
     monitor = Monitor(cluster)
     monitor.start()
     stats: dict[str, Any] = {"posts": 0, "busy": 0, "errors": 0, "late_ticks": 0, "max_late_s": 0.0}
-    cpu0 = [node_cpu_s(p) for p in pids]
+    cpu0 = [process_cpu_s(p) for p in pids]
     gen_cpu0 = time.process_time()
     machine0 = machine_busy_s()
     threads = [
@@ -386,7 +366,7 @@ def _offer(
     for thread in threads:
         thread.join()
     load_end = time.time()
-    cpu_load = [node_cpu_s(p) for p in pids]
+    cpu_load = [process_cpu_s(p) for p in pids]
     gen_cpu = time.process_time() - gen_cpu0
     machine_load = machine_busy_s() - machine0
     accepted = sum(1 for a in plan.ack_ms if not math.isnan(a))
@@ -402,7 +382,7 @@ def _offer(
             break
         time.sleep(0.1)
     monitor.stop()
-    cpu_end = [node_cpu_s(p) for p in pids]
+    cpu_end = [process_cpu_s(p) for p in pids]
     with httpx.Client(timeout=60) as http:
         after = _settled(http, cluster, before, accepted * (nodes - 1) if drained_at else None)
         debug = [
@@ -725,8 +705,6 @@ def _run_floor(
     console: Console, params: GossipBenchParams, batched: dict[str, Any]
 ) -> dict[str, Any]:
     """Bare py-libp2p peers moving the batched run's bytes, and the ed25519 checks it made."""
-    from node.bench.transport_floor import FloorParams, run_transport_floor
-
     per_message = max(1, round(batched["ops_per_gossip_message"]))
     console.print(
         f"floor: {params.nodes} bare py-libp2p peers, {params.rate:,} ops/s in messages of "

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 import platform
+from pathlib import Path
 from typing import Any
 
 
@@ -24,3 +26,23 @@ def loadavg() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all cores spent busy since boot (Linux /proc/stat; nan elsewhere)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return math.nan
+    ticks = [int(x) for x in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float:
+    """utime + stime of a process, in seconds (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -29,7 +29,7 @@ import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
-from node.bench.gossip_bench import node_cpu_s
+from node.bench.machine import process_cpu_s
 from node.p2p import OPS_TOPIC, start_host
 from store import Hlc, MsgV1
 from store.ops import Op, encode_ops, validate_op
@@ -144,13 +144,13 @@ def run_transport_floor(params: FloorParams) -> dict[str, Any]:
             proc.stdin.write(f"{start_at}\n")
             proc.stdin.flush()
         time.sleep(max(0.0, start_at - time.time()))
-        cpu0 = [node_cpu_s(p.pid) for p in procs]
+        cpu0 = [process_cpu_s(p.pid) for p in procs]
         results = []
         for proc in procs:
             assert proc.stdout is not None
             results.append(json.loads(proc.stdout.readline()))
         done_s = time.time() - start_at
-        cpu = sum(node_cpu_s(p.pid) - c for p, c in zip(procs, cpu0, strict=True))
+        cpu = sum(process_cpu_s(p.pid) - c for p, c in zip(procs, cpu0, strict=True))
     finally:
         for proc in procs:
             proc.terminate()
