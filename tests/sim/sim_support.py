@@ -18,9 +18,7 @@ from store.records import MemberRecord, compute_identity_record_id, member_recor
 from sync.frames import Domain
 from sync.replica import MemoryReplica
 
-__all__ = ["CODES", "SMALL", "brute_force_expected", "small_trace"]
-
-CODES = tr.OP_CODES
+__all__ = ["SMALL", "brute_force_expected", "small_trace"]
 
 
 def brute_force_expected(path: Path) -> Expected:
@@ -30,9 +28,9 @@ def brute_force_expected(path: Path) -> Expected:
     rows = trace.table.select(["t_ms", "kind", "op"]).to_pylist()
     for row in rows:
         kind = row["kind"]
-        if kind not in CODES:
+        if kind not in tr.OP_CODES:
             continue
-        op = decode_op(CODES[kind], row["op"])
+        op = decode_op(tr.OP_CODES[kind], row["op"])
         if op.hlc.physical_ms - row["t_ms"] > h.max_offset_ms:
             continue  # invalid: made by a clock past max offset
         if isinstance(op, MembershipOp):

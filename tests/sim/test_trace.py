@@ -14,7 +14,7 @@ from store.ops import MembershipOp, decode_op, validate_op
 from store.records import MsgV1
 from store.signing import key_from_seed
 
-from sim_support import CODES, SMALL, small_trace
+from sim_support import SMALL, small_trace
 
 
 def test_generated_ops_are_real_signed_records_with_consistent_columns(tmp_path: Path) -> None:
@@ -27,7 +27,7 @@ def test_generated_ops_are_real_signed_records_with_consistent_columns(tmp_path:
     assert {r["kind"] for r in ops} == set(tr.OP_KINDS)
     invalid = 0
     for row in ops:
-        op = decode_op(CODES[row["kind"]], row["op"])
+        op = decode_op(tr.OP_CODES[row["kind"]], row["op"])
         columns = tr.op_columns(op)
         for name, value in columns.items():
             assert row[name] == value, name
@@ -104,7 +104,7 @@ def test_membership_ops_carry_chat_proofs(tmp_path: Path) -> None:
     grants = 0
     for row in trace.table.to_pylist():
         if row["kind"] in tr.MEMBER_KINDS:
-            op = decode_op(CODES[row["kind"]], row["op"])
+            op = decode_op(tr.OP_CODES[row["kind"]], row["op"])
             assert isinstance(op, MembershipOp)
             assert op.proof is not None and op.proof.chat_id() == op.chat_id
             grants += op.grant is not None
