@@ -18,6 +18,7 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
+import node.node as node_module
 from node.cluster import Cluster
 from node.framing import Libp2pFrames
 from node.limits import PeerPenalties, TokenBuckets
@@ -61,6 +62,31 @@ async def test_an_author_over_its_rate_is_refused_with_429(tmp_path: Path) -> No
         assert "-32005" in response.json()["message"]
         assert (await counts(http))["messages"] == 5  # nothing of the refused request written
         assert (await http.get("/health")).status_code == 200
+
+
+async def test_a_resent_batch_checks_only_the_ops_not_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A held message has the very bytes that were checked when it was stored: resending it
+    costs neither a signature check nor the author's budget (burst 5: 3 + 2 new ops fit)."""
+    checked: list[object] = []
+
+    def counting_validate(op: object, **limits: int) -> None:
+        checked.append(op)
+        real_validate(op, **limits)  # type: ignore[arg-type]
+
+    real_validate = node_module.validate_op
+    monkeypatch.setattr(node_module, "validate_op", counting_validate)
+    authors = Authors(1)
+    first, then = authors.messages(3, "a"), authors.messages(2, "b", start=10)
+    async with running_node(tmp_path, author_ops_per_s=0.01, author_ops_burst=5.0) as (_, http):
+        assert (await http.post("/ops", json=ops_body(*first))).status_code == 201
+        assert checked == first
+        response = await http.post("/ops", json=ops_body(*first, *then))
+        assert response.status_code == 201
+        assert response.json()["new"] == [False, False, False, True, True]
+        assert checked == first + then
+        assert (await counts(http))["messages"] == 5
 
 
 async def test_writes_are_refused_when_the_disk_is_nearly_full(tmp_path: Path) -> None:
