@@ -133,6 +133,18 @@ class Node:
                 log.error("closing RocksDB failed (%s); the WAL keeps the writes", exc)
 
     async def _run_network(self, task_status: TaskStatus[Node]) -> None:
+        # stop() cancels the libp2p services together with our tasks, not after them:
+        # py-libp2p resets a stream whose negotiation was cut short in a shielded scope, and
+        # that reset waits for the connection's write lock, which pubsub's sender holds while
+        # blocked on a peer that reads slowly, until its service is cancelled. Our tasks
+        # first, then the services, left a sync task parked there for good
+        # (tests/node/test_shutdown.py).
+        with trio.CancelScope() as network:
+            await self._run_network_until_stopped(task_status, network)
+
+    async def _run_network_until_stopped(
+        self, task_status: TaskStatus[Node], network: trio.CancelScope
+    ) -> None:
         cfg = self.config
         assert self.replica is not None and self.writer is not None
         async with AsyncExitStack() as stack:
@@ -194,7 +206,7 @@ class Node:
                 log.info("node %s listening on %s", self.peer_id, ", ".join(self.listen_addrs))
                 task_status.started(self)
                 await self._stop.wait()
-                nursery.cancel_scope.cancel()
+                network.cancel()
 
     async def _gc_loop(self, policy: RetentionPolicy) -> None:
         assert self.db is not None and self.replica is not None
