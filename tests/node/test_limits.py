@@ -70,12 +70,12 @@ async def test_a_resent_batch_checks_only_the_ops_not_held(
     """A held message has the very bytes that were checked when it was stored: resending it
     costs neither a signature check nor the author's budget (burst 5: 3 + 2 new ops fit)."""
     checked: list[object] = []
+    real_validate = node_module.validate_op
 
     def counting_validate(op: object, **limits: int) -> None:
         checked.append(op)
         real_validate(op, **limits)  # type: ignore[arg-type]
 
-    real_validate = node_module.validate_op
     monkeypatch.setattr(node_module, "validate_op", counting_validate)
     authors = Authors(1)
     first, then = authors.messages(3, "a"), authors.messages(2, "b", start=10)
