@@ -168,6 +168,8 @@ class InboxStore(RocksBase):
 
     def delete_user_inbox_entry(self, user_id: bytes, chat_id: bytes) -> bool:
         """Remove ``chat_id`` from the user's chat list (after a Remove or Leave)."""
+        user_id = check_len(user_id, USER_ID_LEN, "user_id")  # bytes: the cache's key
+        chat_id = check_len(chat_id, CHAT_ID_LEN, "chat_id")
         key = self._find_inbox_key(user_id, chat_id)
         if key is None:
             return False

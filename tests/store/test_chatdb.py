@@ -614,6 +614,11 @@ def test_delete_user_inbox_entry(db: ChatDb) -> None:
     assert not db.delete_user_inbox_entry(USERS[2], CHAT)
     assert db.delete_user_inbox_entry(alice, CHAT2)
     assert all_chats(db, alice) == []
+    db.upsert_inbox_for_members(CHAT, [alice], entry_for(CHAT, 300))
+    assert db.delete_user_inbox_entry(bytearray(alice), memoryview(CHAT))  # any bytes-like id
+    assert all_chats(db, alice) == []
+    db.upsert_inbox_for_members(CHAT, [alice], entry_for(CHAT, 400))  # no stale cached key
+    assert [i.entry.last_ts for i in all_chats(db, alice)] == [400]
 
 
 @DB_EXAMPLES
