@@ -54,13 +54,9 @@ class InboxStore(RocksBase):
     """Chat lists. Every user_inbox write goes through here, so ``_inbox_keys`` (user | chat ->
     the entry's current key, filled after each successful write) stays true to the disk."""
 
-    def _find_inbox_key(self, user_id: bytes, chat_id: bytes) -> bytes | None:
-        # The key holds rev_ts, which the caller may not know: the cache, else one prefix scan.
-        check_len(chat_id, CHAT_ID_LEN, "chat_id")  # else a shorter id matches a key's suffix
-        user_id = check_len(user_id, USER_ID_LEN, "user_id")
-        cached = self._inbox_keys.get(user_id + chat_id)
-        if cached is not None:
-            return cached
+    def _scan_inbox_key(self, user_id: bytes, chat_id: bytes) -> bytes | None:
+        """The user's entry for the chat, by a prefix scan of the user's inbox (ids checked
+        by the caller: a shorter chat id would match a key's suffix)."""
         for key, _ in self.iter_prefix("user_inbox", user_id):
             if key[-CHAT_ID_LEN:] == chat_id:
                 return key
@@ -123,30 +119,35 @@ class InboxStore(RocksBase):
             )
             for chat_id, users, entry, previous in updates
         ]
-        guesses = [
-            key_user_inbox(user, rev_ts(previous), chat_id)
-            for chat_id, users, _, previous in updates
-            if previous is not None
-            for user in users
-            if user + chat_id not in self._inbox_keys
-        ]
-        found = self.multi_get("user_inbox", guesses)
-        guessed = {key for key, value in zip(guesses, found, strict=True) if value is not None}
+        guesses: dict[bytes, bytes] = {}  # user | chat -> its key at the chat's previous last_ts
+        for chat_id, users, _, previous in updates:
+            if previous is not None:
+                previous_rev = rev_ts(previous)
+                for user in users:
+                    pair = user + chat_id
+                    if pair not in self._inbox_keys:
+                        guesses.setdefault(pair, key_user_inbox(user, previous_rev, chat_id))
+        found = self.multi_get("user_inbox", list(guesses.values()))
+        guessed = {
+            pair: key
+            for (pair, key), value in zip(guesses.items(), found, strict=True)
+            if value is not None
+        }
         batch = self.new_batch()
         inbox_cf = self._handle["user_inbox"]
         written: dict[bytes, bytes] = {}
-        for chat_id, users, entry, previous in updates:
+        for chat_id, users, entry, _ in updates:
             encoded = entry.encode()
             rev = rev_ts(entry.last_ts)
             for user in users:
                 pair = user + chat_id
                 new_key = key_user_inbox(user, rev, chat_id)
-                old_key = written.get(pair) or self._inbox_keys.get(pair)
-                if old_key is None and previous is not None:
-                    guess = key_user_inbox(user, rev_ts(previous), chat_id)
-                    old_key = guess if guess in guessed else None
-                if old_key is None:
-                    old_key = self._find_inbox_key(user, chat_id)
+                old_key = (
+                    written.get(pair)
+                    or self._inbox_keys.get(pair)
+                    or guessed.get(pair)
+                    or self._scan_inbox_key(user, chat_id)
+                )
                 if old_key is not None and old_key != new_key:
                     batch.delete(old_key, inbox_cf)
                 batch.put(new_key, encoded, inbox_cf)
@@ -170,7 +171,8 @@ class InboxStore(RocksBase):
         """Remove ``chat_id`` from the user's chat list (after a Remove or Leave)."""
         user_id = check_len(user_id, USER_ID_LEN, "user_id")  # bytes: the cache's key
         chat_id = check_len(chat_id, CHAT_ID_LEN, "chat_id")
-        key = self._find_inbox_key(user_id, chat_id)
+        # the key holds rev_ts, which the caller does not know: the cache, else one scan
+        key = self._inbox_keys.get(user_id + chat_id) or self._scan_inbox_key(user_id, chat_id)
         if key is None:
             return False
         batch = self.new_batch()
