@@ -30,6 +30,10 @@ MAX_PACKED = (1 << 64) - 1
 # phones and laptops has worse clocks than a datacenter (CockroachDB: 500 ms).
 DEFAULT_MAX_OFFSET_MS = 120_000
 
+# The virtual epoch of simulated traces and benchmarks (2026-01-01T00:00Z): a fixed clock
+# keeps their runs reproducible.
+VIRTUAL_EPOCH_MS = 1_767_225_600_000
+
 
 @dataclass(frozen=True, order=True, slots=True)
 class Hlc:
