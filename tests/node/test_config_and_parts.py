@@ -14,6 +14,7 @@ import trio.testing
 from node.config import NodeConfig, load_config
 from node.metrics import Metrics
 from node.peers import PeerManager, backoff_delays
+from node.penalties import Blocklist
 
 
 def test_defaults_then_toml_then_flags(tmp_path: Path) -> None:
@@ -66,8 +67,8 @@ async def _session_gaps(more_to_do: Callable[[int], bool], run_s: float) -> list
     """Seconds between session starts with one peer (10 s interval) when the n-th session
     answers ``more_to_do(n)``; each session takes 1 s."""
     manager = PeerManager(
-        _PeerTable("a"), reconnect_min_s=0.5, reconnect_max_s=30, sync_interval_s=10,
-        rnd=random.Random(1),
+        _PeerTable("a"), Blocklist(), reconnect_min_s=0.5, reconnect_max_s=30,
+        sync_interval_s=10, rnd=random.Random(1),
     )  # fmt: skip
     started: list[float] = []
 
@@ -153,14 +154,17 @@ async def test_the_publisher_spaces_messages_by_min_interval(
 ) -> None:
     """py-libp2p costs CPU per message: under a steady trickle a node publishes at most one
     message per ``min_interval``; after a quiet spell the next op leaves after batch_delay."""
-    from node.gossip import GossipService
+    from node.clock import Clock
+    from node.gossip import GossipService, GossipSettings, GossipValidator
     from node.scenario import Authors
 
     pubsub = _RecordingPubsub()
+    settings = GossipSettings(
+        topic="t", own_peer_id=b"me", max_bytes=900 * 1024, max_payload=1024,
+        max_offset_ms=60_000, batch_ops=1024, batch_delay_ms=20, min_interval_ms=500,
+    )  # fmt: skip
     gossip = GossipService(
-        pubsub, "t", None, Metrics(), own_peer_id=b"me", clock_ms=lambda: 0,  # type: ignore[arg-type]
-        max_offset_ms=60_000, max_payload=1024, max_bytes=900 * 1024, batch_ops=1024,
-        batch_delay_ms=20, min_interval_ms=500,
+        settings, pubsub, None, GossipValidator(settings), Metrics(), Clock(0),  # type: ignore[arg-type]
     )  # fmt: skip
     ops = Authors(1).messages(41, "trickle")
     async with trio.open_nursery() as nursery:

@@ -18,11 +18,12 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
-import node.node as node_module
+import node.intake as intake_module
 from node.cluster import Cluster
 from node.framing import Libp2pFrames
-from node.limits import PeerPenalties, TokenBuckets
+from node.limits import TokenBuckets
 from node.p2p import OPS_TOPIC, SYNC_PROTOCOL, start_host
+from node.penalties import PeerPenalties
 from node.scenario import GROUP, Authors
 from store import ChatDb, ChatDbConfig, MsgV1
 from store.ops import encode_ops
@@ -70,13 +71,13 @@ async def test_a_resent_batch_checks_only_the_ops_not_held(
     """A held message has the very bytes that were checked when it was stored: resending it
     costs neither a signature check nor the author's budget (burst 5: 3 + 2 new ops fit)."""
     checked: list[object] = []
-    real_validate = node_module.validate_op
+    real_validate = intake_module.validate_op
 
     def counting_validate(op: object, **limits: int) -> None:
         checked.append(op)
         real_validate(op, **limits)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(node_module, "validate_op", counting_validate)
+    monkeypatch.setattr(intake_module, "validate_op", counting_validate)
     authors = Authors(1)
     first, then = authors.messages(3, "a"), authors.messages(2, "b", start=10)
     async with running_node(tmp_path, author_ops_per_s=0.01, author_ops_burst=5.0) as (_, http):

@@ -7,22 +7,27 @@ from pathlib import Path
 import trio
 import trio.testing
 
+from node.clock import Clock
 from node.framing import TrioFrames
 from node.metrics import Metrics
 from node.syncer import SyncService
 from store import Hlc
 from sync.frames import Domain
-from sync.replica import DbReplica
+from sync.protocol import SyncConfig
+from sync.replica import DbReplica, Replica
 
 from node_support import CHAT, add, identity, messages, small_db
 
 MAX_FRAME = 1 << 22
 
 
-def service(replica: DbReplica, metrics: Metrics, *, timeout: float = 3600) -> SyncService:
+def service(
+    replica: Replica, metrics: Metrics, *, timeout_s: float = 3600, **limits: float
+) -> SyncService:
     return SyncService(
-        replica, trio.Lock(), metrics, read_timeout_s=timeout, clock_ms=lambda: 10_000
-    )
+        replica, trio.Lock(), metrics, clock=Clock(10_000),
+        config=SyncConfig(idle_timeout_ms=round(timeout_s * 1000)), **limits,
+    )  # fmt: skip
 
 
 async def test_two_nodes_converge_over_a_stream(tmp_path: Path) -> None:
@@ -59,7 +64,7 @@ async def test_a_silent_peer_times_out(
     db = small_db(tmp_path / "a")
     try:
         left, _right = trio.testing.memory_stream_pair()  # nobody answers on the right
-        outcome = await service(DbReplica(db), Metrics(), timeout=10).initiate(
+        outcome = await service(DbReplica(db), Metrics(), timeout_s=10).initiate(
             "x", TrioFrames(left, MAX_FRAME)
         )
         assert outcome.error == "timeout" and outcome.converged is False
@@ -145,7 +150,7 @@ async def test_an_oversized_frame_is_refused_before_reading_it(tmp_path: Path) -
 async def test_a_peer_replaying_stale_versions_forever_is_penalized_to_a_ban(
     tmp_path: Path,
 ) -> None:
-    from node.limits import SYNC_PENALTY, PeerPenalties
+    from node.penalties import SYNC_PENALTY, PeerPenalties
     from store.ops import MembershipAction, MembershipOp
     from store.records import MemberRecord, Role
     from sync.replica import MemoryReplica
@@ -176,7 +181,7 @@ async def test_a_peer_replaying_stale_versions_forever_is_penalized_to_a_ban(
             if outcome.useless and penalties.penalize("stubborn", SYNC_PENALTY["useless"], 0.0):
                 banned.append(outcome.peer)
 
-        ours = SyncService(mine, trio.Lock(), Metrics(), read_timeout_s=3600, on_outcome=judge)
+        ours = SyncService(mine, trio.Lock(), Metrics(), clock=Clock(10_000), on_outcome=judge)
         for _ in range(10):
             left, right = trio.testing.memory_stream_pair()
             async with trio.open_nursery() as nursery:

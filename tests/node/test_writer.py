@@ -25,8 +25,8 @@ def parts(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def make_writer(parts, **kw) -> DbWriter:  # type: ignore[no-untyped-def]
-    db, replica = parts
-    return DbWriter(db, replica, trio.Lock(), Metrics(), **kw)
+    _, replica = parts
+    return DbWriter(replica, trio.Lock(), Metrics(), **kw)
 
 
 async def test_ops_are_written_acknowledged_and_reflected_in_the_trees(parts) -> None:  # type: ignore[no-untyped-def]
