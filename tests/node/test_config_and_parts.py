@@ -201,3 +201,20 @@ async def test_task_tree_names_each_task_and_where_it_waits() -> None:
     parked = [line for line in lines if "the-parked-one" in line]
     assert len(parked) == 1 and "parked_forever" in parked[0] and "sleep_forever" in parked[0]
     assert parked[0].startswith("  ")  # one level below this task
+
+
+async def test_the_node_clock_is_trios(autojump_clock: trio.testing.MockClock) -> None:
+    """One clock: wall-clock ms move with trio's time (so autojump tests move them too)."""
+    import time
+
+    from node.clock import Clock
+
+    clock = Clock(epoch_ms=1_000)
+    start_s, start_ms = clock.now(), clock.wall_ms()
+    await trio.sleep(5)
+    assert clock.now() - start_s == 5 and clock.wall_ms() - start_ms == 5_000
+    assert clock.seconds_until(clock.wall_ms() + 1_500) == 1.5
+    clock.offset_ms = -200  # a skewed node (the simulator's clock faults)
+    assert clock.wall_ms() - start_ms == 4_800
+    system = Clock.system()
+    assert abs(system.wall_ms() - time.time() * 1000) < 1_000
