@@ -13,6 +13,7 @@ from collections.abc import Callable
 import cbor2
 import pytest
 
+from client.e2e import UserKey
 from node.api import (
     IdentityIn,
     OpsIn,
@@ -22,7 +23,6 @@ from node.api import (
     status_for,
     user_param,
 )
-from node.e2e import UserKey
 from store.errors import InvalidInput
 from store.hlc import Hlc
 from store.ops import encode_op, op_kind

@@ -19,11 +19,11 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
 import node.node as node_module
-from node.cluster import Cluster
+from cluster.local import Cluster
+from cluster.scenario import GROUP, Authors
 from node.framing import Libp2pFrames
 from node.limits import PeerPenalties, TokenBuckets
 from node.p2p import OPS_TOPIC, SYNC_PROTOCOL, start_host
-from node.scenario import GROUP, Authors
 from store import ChatDb, ChatDbConfig, MsgV1
 from store.ops import encode_ops
 

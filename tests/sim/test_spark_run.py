@@ -149,8 +149,8 @@ def test_a_recorded_cluster_replays_to_the_cluster_s_own_roots(
     """``--trace-out`` on a real 2-node cluster (one node restarted: its recording carries
     over), ``chatsync sim merge``, then the replay: it converges, and its oracle's roots are
     the roots the real nodes reached."""
-    from node.cluster import Cluster
-    from node.scenario import Authors
+    from cluster.local import Cluster
+    from cluster.scenario import Authors
 
     authors = Authors(3)
     traces = tmp_path / "traces"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from node.bench.sync_bench import SyncBenchParams, run_sync_bench
+from bench.sync_bench import SyncBenchParams, run_sync_bench
 
 
 def test_bench_sync_tiny(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from node.bench.gossip_bench import GossipBenchParams, run_gossip_bench
+from bench.gossip_bench import GossipBenchParams, run_gossip_bench
 
 RUN_FIELDS = {
     "offered_ops",

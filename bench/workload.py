@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from store import ChatMeta, Hlc, MsgV1
+from store.hlc import VIRTUAL_EPOCH_MS
 from store.records import blake3_id
 from store.signing import key_from_seed, public_key, user_id_from_key
 
-START_MS = 1_767_225_600_000  # 2026-01-01: a fixed virtual clock keeps runs reproducible
 USERS = 16  # authors and chat members
 MEMBERS_PER_CHAT = 5
 MAX_UNREAD = 50  # each member has read all but 0..49 of a chat's newest messages
@@ -91,7 +91,7 @@ def make_workload(
     for i in range(messages):
         chat = chat_ids[rng.randrange(chats)]
         author = keys[rng.choice(member_idx[chat])]
-        msg = MsgV1.create(author, chat, Hlc(START_MS + i), rng.randbytes(payload))
+        msg = MsgV1.create(author, chat, Hlc(VIRTUAL_EPOCH_MS + i), rng.randbytes(payload))
         timestamps[chat].append(msg.hlc.physical_ms * 1000)
         seq = len(timestamps[chat])
         key = chat + msg.hlc.to_bytes() + seq.to_bytes(4, "big")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from node.bench.workload import SqlRow
+from bench.workload import SqlRow
 
 PRAGMAS = {
     "journal_mode": "WAL",

@@ -12,7 +12,7 @@ unbatched  the same load on a fresh cluster whose nodes publish one op per gossi
 catch-up   on the batched cluster: one node is stopped (SIGTERM), ``catchup`` messages are
            posted to the others, the node is restarted; timed from its spawn until its
            messages root equals the others' (anti-entropy: a node that was down gets no gossip).
-floor      ``node.bench.transport_floor``: N bare py-libp2p peers publish the batched run's
+floor      ``bench.transport_floor``: N bare py-libp2p peers publish the batched run's
            bytes (same ops per message), accepting everything unread, and ``validate_op`` is
            timed on the same ops: the CPU any node on this stack spends per op, beside the
            node's own (``--no-floor`` skips it).
@@ -55,10 +55,11 @@ from typing import Any
 import httpx
 from rich.console import Console
 
-from node.bench.gossip_report import build_report, print_report
-from node.bench.machine import loadavg, machine_busy_s, process_cpu_s
-from node.bench.transport_floor import FloorParams, run_transport_floor
-from node.cluster import Cluster
+from bench.console import bench_console
+from bench.gossip_report import build_report, print_report
+from bench.machine import loadavg, machine_busy_s, process_cpu_s
+from bench.transport_floor import FloorParams, run_transport_floor
+from cluster.local import Cluster
 from store import Hlc, MsgV1
 from store.signing import key_from_seed
 
@@ -663,7 +664,7 @@ def _wait_counts(cluster: Cluster, nodes: list[int], expected: int, timeout_s: f
 
 def run_gossip_bench(params: GossipBenchParams, console: Console | None = None) -> dict[str, Any]:
     """Run the batched load (+ catch-up) and the unbatched load; print, save, return the JSON."""
-    console = console or Console()
+    console = console or bench_console(log_width=160)
     load_before = loadavg()
     signer = Signer(params.authors, params.chats, params.payload)
     base = Path(tempfile.mkdtemp(prefix="chatsync-gossip-")) if params.data is None else params.data

@@ -29,7 +29,7 @@ import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
-from node.bench.machine import process_cpu_s
+from bench.machine import process_cpu_s
 from node.p2p import OPS_TOPIC, start_host
 from store import Hlc, MsgV1
 from store.ops import Op, encode_ops, validate_op
@@ -130,7 +130,7 @@ def run_transport_floor(params: FloorParams) -> dict[str, Any]:
         for _ in range(params.peers):  # each connects to those before it: a full mesh
             child = {**cfg, "bootstrap": list(addrs)}
             proc = subprocess.Popen(
-                [sys.executable, "-m", "node.bench.transport_floor", json.dumps(child)],
+                [sys.executable, "-m", "bench.transport_floor", json.dumps(child)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,

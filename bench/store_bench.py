@@ -30,41 +30,29 @@ import json
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import closing
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from time import perf_counter
 from typing import Any, Protocol, TypeVar
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rocksdict import WriteBatch
 
-from node.bench import sqlite_rfc5 as sql
-from node.bench.machine import loadavg
-from node.bench.store_report import Rate, Rates, build_report, machine_info, print_report
-from node.bench.workload import START_MS, RawRow, Workload, make_workload
+from bench import sqlite_rfc5 as sql
+from bench.console import bench_console, bench_progress, tracked
+from bench.machine import loadavg
+from bench.store_data import Rate, Rates, StoreBenchParams
+from bench.store_report import build_report, machine_info, print_report
+from bench.workload import RawRow, Workload, make_workload
 from store import ChatDb, ChatKind, Direction, InboxEntry
+from store.hlc import VIRTUAL_EPOCH_MS
 
 T = TypeVar("T")
 SQLITE_FILE = "messages.sqlite"
 Step = Callable[[T], tuple[int, int]]  # one timed step on one item -> (counted units, items)
-
-
-@dataclass(frozen=True)
-class StoreBenchParams:
-    messages: int = 200_000
-    chats: int = 100
-    batch: int = 1000
-    payload: int = 200
-    single: int = 20_000  # messages for the one-at-a-time runs (capped at ``messages``)
-    page: int = 50
-    range_chats: int = 25  # whole chats walked by each range reader
-    list_calls: int = 2_000
-    out: Path = Path("bench-results/store.json")
-    data: Path | None = None  # None: a temporary directory, removed afterwards
 
 
 # --- entry point ---------------------------------------------------------------------------
@@ -72,12 +60,12 @@ class StoreBenchParams:
 
 def run_store_bench(params: StoreBenchParams, console: Console | None = None) -> dict[str, Any]:
     """Run every measurement, print the table, save and return the JSON document."""
-    console = console or _console()
+    console = console or bench_console(log_width=120)
     base = params.data or Path(tempfile.mkdtemp(prefix="chatsync-bench-"))
     base.mkdir(parents=True, exist_ok=True)
     load_before = loadavg()
     try:
-        with _progress(console) as progress:
+        with bench_progress(console, label_width=48) as progress:
             workload = _make_workload(params, progress)
             gc.collect()
             gc.freeze()  # the workload lives to the end: keep it out of timed collections
@@ -117,7 +105,7 @@ def interleave(
     spent = dict.fromkeys(names, 0.0)
     counts = dict.fromkeys(names, 0)
     got = dict.fromkeys(names, 0)
-    for i, item in enumerate(_each(progress, label, items)):
+    for i, item in enumerate(tracked(progress, label, items)):
         turn = i % len(names)
         for name in names[turn:] + names[:turn]:
             start = perf_counter()
@@ -311,7 +299,7 @@ def setup_sqlite_lists(conn: sqlite3.Connection, wl: Workload) -> None:
     members, progress = [], []
     for c, chat in enumerate(wl.chat_ids):
         for m, user in enumerate(wl.members[chat]):
-            members.append((chat.hex(), user.hex(), START_MS // 1000))
+            members.append((chat.hex(), user.hex(), VIRTUAL_EPOCH_MS // 1000))
             if (seq := wl.read_seq(c, m)) > 0:
                 progress.append((user.hex(), chat.hex(), wl.timestamps[chat][seq - 1]))
     sql.insert_members(conn, members, progress)
@@ -379,32 +367,6 @@ def _plans(conn: sqlite3.Connection, wl: Workload, page: int) -> dict[str, list[
 
 
 # --- helpers -------------------------------------------------------------------------------
-
-
-def _console() -> Console:
-    console = Console()
-    return console if console.is_terminal else Console(width=120)  # a log keeps the table whole
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description:<48}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    )
-
-
-def _each(progress: Progress, label: str, items: Sequence[T]) -> Iterator[T]:
-    """``items`` one by one, behind a progress bar that moves about a hundred times."""
-    task = progress.add_task(label, total=len(items))
-    step = max(1, len(items) // 100)
-    for i, item in enumerate(items):
-        yield item
-        if i % step == step - 1 or i == len(items) - 1:
-            progress.advance(task, i % step + 1)
-    progress.remove_task(task)
 
 
 def _fresh(path: Path) -> Path:

@@ -113,7 +113,7 @@ class Cluster:
     def _spawn(self, node: NodeProcess, bootstrap: list[str]) -> None:
         node.data.mkdir(parents=True, exist_ok=True)
         args = [
-            sys.executable, "-m", "node.cli", "node", "run",
+            sys.executable, "-m", "node.cli", "run",
             "--data", str(node.data),
             "--listen", f"/ip4/127.0.0.1/tcp/{node.p2p_port}",
             "--http", f"127.0.0.1:{node.http_port}",

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
-from store.hlc import Hlc
+from store.hlc import VIRTUAL_EPOCH_MS, Hlc
 from store.keys import bucket_of
 from store.records import MsgV1, blake3_id, decode_msg
 from store.signing import key_from_seed
@@ -45,7 +45,6 @@ from sync.merkle import MerkleTree
 from sync.protocol import KINDS, SyncConfig
 from sync.replica import MemoryReplica, Record
 
-START_MS = 1_767_225_600_000  # 2026-01-01: a fixed virtual clock keeps runs reproducible
 AUTHORS = 8
 CHATS = 16
 BIG = 1 << 30  # frame limits when the bench decodes frames it only observes
@@ -89,7 +88,7 @@ def make_stream(params: WasteParams, advance: Callable[[int], None] = lambda n: 
     """Every message the cases need, signed up front (not timed)."""
     w_ms = int(params.window_s * 1000)
     lead = w_ms + int(max(params.lags_s) * 1000) + int(max(0.0, -min(params.skews_s)) * 1000)
-    first = START_MS + lead + 1_000  # the oldest cutoff at the first sync moment >= START_MS
+    first = VIRTUAL_EPOCH_MS + lead + 1_000  # the oldest cutoff at the first sync moment >= epoch
     moments = [first + k * int(params.period_s * 1000) for k in range(params.sessions)]
     rng = random.Random(f"{params.seed}:waste")
     keys = [key_from_seed(blake3_id(b"bench-retention-user", bytes([i]))) for i in range(AUTHORS)]
@@ -97,7 +96,7 @@ def make_stream(params: WasteParams, advance: Callable[[int], None] = lambda n: 
     stream = Stream([], [], [], [], moments, 0.0)
     start = perf_counter()
     i = 0
-    while (ms := START_MS + 1 + int(i * 1000 / params.rate)) <= moments[-1]:
+    while (ms := VIRTUAL_EPOCH_MS + 1 + int(i * 1000 / params.rate)) <= moments[-1]:
         msg = MsgV1.create(
             keys[i % AUTHORS], rng.choice(chats), Hlc(ms, 0), rng.randbytes(params.payload)
         )
@@ -118,8 +117,8 @@ def stream_size(params: WasteParams) -> int:
     """How many messages ``make_stream`` signs (for a progress bar)."""
     w_ms = int(params.window_s * 1000)
     lead = w_ms + int(max(params.lags_s) * 1000) + int(max(0.0, -min(params.skews_s)) * 1000)
-    last = START_MS + lead + 1_000 + (params.sessions - 1) * int(params.period_s * 1000)
-    return int((last - START_MS - 1) * params.rate / 1000) + 1
+    last = VIRTUAL_EPOCH_MS + lead + 1_000 + (params.sessions - 1) * int(params.period_s * 1000)
+    return int((last - VIRTUAL_EPOCH_MS - 1) * params.rate / 1000) + 1
 
 
 class FrameWatch:

@@ -3,36 +3,20 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from importlib.metadata import version
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from node.bench import machine
-from node.bench import sqlite_rfc5 as sql
-
-if TYPE_CHECKING:
-    from node.bench.store_bench import StoreBenchParams
+from bench import machine
+from bench import sqlite_rfc5 as sql
+from bench.console import check_mark
+from bench.store_data import Rates, StoreBenchParams
 
 RAW_GOAL = 0.5  # put_message(s) >= 50% of raw rocksdict
 SQLITE_GOAL = 3.0  # put_message(s) >= 3x SQLite
-
-
-@dataclass(frozen=True)
-class Rate:
-    count: int
-    seconds: float
-    unit: str
-    items: int = 0  # messages returned, for page reads
-
-    @property
-    def per_s(self) -> float:
-        return self.count / self.seconds if self.seconds > 0 else 0.0
-
-
-Rates = dict[str, dict[str, Rate]]  # operation -> contender -> rate
 
 
 def _ratios(rates: Rates) -> dict[str, float]:
@@ -177,7 +161,7 @@ def _fmt(cell: dict[str, Any]) -> str:
 
 
 def _mark(ratio: float, goal: float, style: str) -> str:
-    ok = "[green]✓[/]" if ratio >= goal else "[red]✗[/]"
+    ok = check_mark(ratio >= goal)
     text = f"{ratio:.0%}" if style == "%" else f"{ratio:.2f}x"
     return f"{text} {ok}"
 

@@ -15,10 +15,10 @@ import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
-from node.cluster import Cluster
+from cluster.local import Cluster
+from cluster.scenario import Authors
 from node.framing import Libp2pFrames
 from node.p2p import OPS_TOPIC, SYNC_PROTOCOL, start_host
-from node.scenario import Authors
 from store import ChatDb, ChatDbConfig
 from store.ops import encode_ops
 

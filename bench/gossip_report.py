@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from node.bench.machine import machine_info
+from bench.machine import machine_info
 
 RATE_GOAL = 2000.0  # ops/s reaching all of 5 nodes
 P99_GOAL_MS = 1000.0

@@ -1,6 +1,6 @@
 """End-to-end encryption of direct messages, and the user key file. Pure (no I/O but the key file).
 
-The node never reads a payload; this module is for clients (``node.client``, the CLI).
+The node never reads a payload; this module is for clients (``client.http``, the CLI).
 
 * **User key file** (``chatsync keygen``): a small JSON file, mode 0600, holding the
   user's 32-byte ed25519 seed. The user id is BLAKE3(ed25519 public key)[:20]

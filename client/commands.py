@@ -1,8 +1,8 @@
 """The user commands of ``chatsync``: keygen, publish, send, history, status (registered in cli.py).
 
-They talk to a node over HTTP (``node.client``). Messages are signed with the
+They talk to a node over HTTP (``client.http``). Messages are signed with the
 user's ed25519 key from the key file; DMs (``send --to``) are end-to-end
-encrypted to the recipient's published box key (``node.e2e``); ``send --chat``
+encrypted to the recipient's published box key (``client.e2e``); ``send --chat``
 posts the text as it is (encrypting for a group is the client's business).
 Every failure — node unreachable, a refusal, a bad key file — is one red line
 and exit status 1, never a traceback.
@@ -22,8 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from node.client import ChatsyncClient, ChatsyncClientError, Message
-from node.e2e import (
+from client.e2e import (
     E2eError,
     UserKey,
     decode_envelope,
@@ -32,6 +31,7 @@ from node.e2e import (
     seal_dm,
     write_key_file,
 )
+from client.http import ChatsyncClient, ChatsyncClientError, Message
 from store.authz import DmProof
 from store.errors import InvalidInput
 from store.keys import CHAT_ID_LEN, USER_ID_LEN

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from node.bench.retention_bench import RetentionBenchParams, run_retention_bench
-from node.bench.retention_waste import WasteParams
+from bench.retention_bench import RetentionBenchParams, run_retention_bench
+from bench.retention_waste import WasteParams
 
 GC_FIELDS = {
     "write_s", "write_msgs_per_s", "disk_before", "tree_build_s", "trim_chats_s",

@@ -43,12 +43,14 @@ from time import perf_counter
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 
-from node.bench.machine import loadavg, machine_info
-from node.bench.retention_waste import WasteParams, grid_size, make_stream, run_waste, stream_size
+from bench.console import bench_console, bench_progress, byte_size, check_mark, red_unless
+from bench.machine import loadavg, machine_info
+from bench.retention_waste import WasteParams, grid_size, make_stream, run_waste, stream_size
 from store import ChatDb, Direction, Hlc, MsgV1
+from store.hlc import VIRTUAL_EPOCH_MS
 from store.messages import MAX_PAGE_LIMIT
 from store.records import MessageKind, blake3_id
 from store.retention import (
@@ -64,7 +66,6 @@ from sync.frames import Domain
 from sync.merkle import MerkleTree
 from sync.replica import DbReplica
 
-START_MS = 1_767_225_600_000  # 2026-01-01: a fixed virtual clock keeps runs reproducible
 MIB = 1024 * 1024
 USERS = 16
 ZERO_SIG = bytes(SIGNATURE_LEN)
@@ -123,7 +124,7 @@ class Corpus:
 
 
 def plan_corpus(params: RetentionBenchParams) -> Corpus:
-    now = START_MS + params.span_ms
+    now = VIRTUAL_EPOCH_MS + params.span_ms
     cutoff = RetentionPolicy(params.retention_days).age_cutoff(now)
     assert cutoff is not None
     chats = [blake3_id(b"bench-retention-chat", i.to_bytes(4, "big")) for i in range(params.chats)]
@@ -148,7 +149,7 @@ def message_batches(params: RetentionBenchParams, corpus: Corpus) -> Iterator[li
         blob = rng.randbytes(size * (hi - lo))  # incompressible, like end-to-end encrypted text
         out = []
         for i in range(lo, hi):
-            ms = START_MS + 1 + i * span // n
+            ms = VIRTUAL_EPOCH_MS + 1 + i * span // n
             aged = ms <= corpus.cutoff_ms
             pool = corpus.chats if aged else active
             chat = pool[rng.randrange(len(pool))]
@@ -422,7 +423,7 @@ def run_retention_bench(
 ) -> dict[str, Any]:
     """Run all three parts, print the tables, save and return the JSON document."""
     params.check()
-    console = console or _console()
+    console = console or bench_console(log_width=220)
     base = params.data or Path(tempfile.mkdtemp(prefix="chatsync-bench-retention-"))
     base.mkdir(parents=True, exist_ok=True)
     load_before = loadavg()
@@ -433,7 +434,7 @@ def run_retention_bench(
         shutil.rmtree(path, ignore_errors=True)
     size: dict[str, Any] | None = None
     try:
-        with _progress(console) as progress:
+        with bench_progress(console, label_width=44) as progress:
             db = ChatDb(path=age_path)
             try:
                 written = write_corpus(db, params, corpus, progress)
@@ -525,7 +526,7 @@ def _report(
 
 
 def _waste_doc() -> str | None:
-    from node.bench import retention_waste
+    from bench import retention_waste
 
     return retention_waste.__doc__
 
@@ -692,7 +693,7 @@ def _checks_table(checks: dict[str, Any]) -> Table:
             f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
         )
         table.add_row(key.replace("_", " "), f"[red]{text}[/]" if bad else text)
-    table.add_row("[bold]all hold[/]", "[green]✓[/]" if checks["ok"] else "[red]✗[/]")
+    table.add_row("[bold]all hold[/]", check_mark(checks["ok"]))
     return table
 
 
@@ -717,7 +718,7 @@ def _size_table(s: dict[str, Any]) -> Table:
         _mb(s["disk_after_compaction"]),
         f"{s['after_over_cap'] * 100:.0f} % of cap",
         "✓" if s["tree_equals_rebuild"] else "[red]✗[/]",
-        "[green]✓[/]" if s["ok"] else "[red]✗[/]",
+        check_mark(s["ok"]),
     )
     return table
 
@@ -749,32 +750,22 @@ def _waste_table(cases: list[dict[str, Any]], p: dict[str, Any]) -> Table:
             f"{s['window_records_mean']:,.0f} ({s['window_bound_mean']:,.0f})",
             f"{s['window_buckets_mean']:,.0f}",
             f"{s['fresh_differences_mean']:,.1f}",
-            f"{_b(s['bytes_a_initiates'])} | {_b(s['bytes_b_initiates'])}",
-            _b(s["baseline_bytes_mean"]),
+            f"{byte_size(s['bytes_a_initiates'])} | {byte_size(s['bytes_b_initiates'])}",
+            byte_size(s["baseline_bytes_mean"]),
             "—" if s["ratio_to_baseline_mean"] is None else f"{s['ratio_to_baseline_mean']:,.1f}x",
             "—"
             if s["waste_bytes_per_window_record"] is None
             else f"{s['waste_bytes_per_window_record']:,.0f} B",
-            _b(s["bodies_bytes_mean"]),
+            byte_size(s["bodies_bytes_mean"]),
             str(s["passes_max"]),
             str(s["frames_max"]),
             f"{s['fresh_shipped']:,}",
-            _ok(str(s["expired_shipped"]), s["expired_shipped"] == 0),
+            red_unless(str(s["expired_shipped"]), s["expired_shipped"] == 0),
             str(s["rejected_old"]),
-            _ok("yes" if s["agree_newer"] else "NO", s["agree_newer"]),
+            red_unless("yes" if s["agree_newer"] else "NO", s["agree_newer"]),
             "—" if s["same_direction_spread"] is None else f"{s['same_direction_spread']:.2f}",
         )
     return table
-
-
-def _b(value: float | None) -> str:
-    if value is None:
-        return "—"
-    if value < 10_000:
-        return f"{value:,.0f} B"
-    if value < 1_000_000:
-        return f"{value / 1e3:.1f} kB"
-    return f"{value / 1e6:.2f} MB"
 
 
 def _mb(value: int) -> str:
@@ -789,34 +780,4 @@ def _rate(per_s: float | None) -> str:
     return "" if per_s is None else f", {per_s:,.0f} msgs/s"
 
 
-def _ok(text: str, ok: bool) -> str:
-    return text if ok else f"[red]{text}[/]"
-
-
-def _console() -> Console:
-    console = Console()
-    return console if console.is_terminal else Console(width=220)
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description:<44}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    )
-
-
-def parse_floats(text: str, what: str, minimum: float) -> tuple[float, ...]:
-    """``"0,1,10"`` -> (0.0, 1.0, 10.0)."""
-    try:
-        values = tuple(float(part.strip()) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ValueError(f"{what}: expected comma-separated numbers, got {text!r}") from None
-    if not values or min(values) < minimum:
-        raise ValueError(f"{what}: need at least one number, each >= {minimum:g}, got {text!r}")
-    return values
-
-
-__all__ = ["RetentionBenchParams", "WasteParams", "parse_floats", "run_retention_bench"]
+__all__ = ["RetentionBenchParams", "WasteParams", "run_retention_bench"]

@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from node.cluster import Cluster
+from cluster.local import Cluster
 from store import Hlc, HlcClock, MsgV1, Role
 from store.authz import new_group
 from store.ops import MembershipAction, MembershipOp, Op, make_identity

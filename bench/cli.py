@@ -1,21 +1,39 @@
-"""``chatsync bench`` subcommands."""
+"""``chatsync bench`` subcommands, and ``chatsync demo`` (the store demo; mounted at the root)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
-from node.bench.store_bench import StoreBenchParams, run_store_bench
-from node.bench.sync_bench import SyncBenchParams, parse_ints, run_sync_bench
+from bench.demo import store_demo
+from bench.store_bench import StoreBenchParams, run_store_bench
+from bench.sync_bench import SyncBenchParams, run_sync_bench
 from store.records import DEFAULT_MAX_PAYLOAD
 
 bench_app = typer.Typer(
-    help="Benchmarks: side-by-side figures saved as JSON.", no_args_is_help=True
+    help="Benchmarks: side-by-side figures saved as JSON.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 DEFAULT_STORE_OUT = Path("bench-results/store.json")
+N = TypeVar("N", int, float)
+
+
+def parse_numbers(text: str, what: str, minimum: N, kind: type[N]) -> tuple[N, ...]:
+    """Option ``what``'s comma-separated numbers: ``"10000,100_000"`` -> (10000, 100000)."""
+    noun = "integer" if kind is int else "number"
+    try:
+        values = tuple(
+            kind(part.strip().replace("_", "")) for part in text.split(",") if part.strip()
+        )
+    except ValueError:
+        raise ValueError(f"{what}: expected comma-separated {noun}s, got {text!r}") from None
+    if not values or min(values) < minimum:
+        raise ValueError(f"{what}: need at least one {noun}, each >= {minimum:g}, got {text!r}")
+    return values
 
 
 @bench_app.command("store")
@@ -67,8 +85,8 @@ def sync(
     """Merkle anti-entropy per session: bytes and round trips against d x 32 B, naive lists, anchors."""
     try:
         params = SyncBenchParams(
-            sizes=parse_ints(sizes, "--sizes", 1),
-            diffs=parse_ints(diffs, "--diffs", 0),
+            sizes=parse_numbers(sizes, "--sizes", 1, int),
+            diffs=parse_numbers(diffs, "--diffs", 0, int),
             hash_width=hash_width,
             seed=seed,
             out=out,
@@ -107,7 +125,7 @@ def gossip(
     ] = None,
 ) -> None:
     """N node processes: sustained ops/s and latency to all nodes, batched vs unbatched; catch-up."""
-    from node.bench.gossip_bench import GossipBenchParams, run_gossip_bench
+    from bench.gossip_bench import GossipBenchParams, run_gossip_bench
 
     params = GossipBenchParams(
         nodes=nodes,
@@ -156,10 +174,9 @@ def retention(
     ] = None,
 ) -> None:
     """Retention GC of aged messages on ChatDb (time, disk), and sync waste under skew and GC lag."""
-    from node.bench.retention_bench import (
+    from bench.retention_bench import (
         RetentionBenchParams,
         WasteParams,
-        parse_floats,
         run_retention_bench,
     )
 
@@ -173,9 +190,9 @@ def retention(
                 window_s=window,
                 period_s=period,
                 sessions=sessions,
-                skews_s=parse_floats(skews, "--skews", -1e9),
-                lags_s=parse_floats(lags, "--lags", 0),
-                losses=parse_floats(losses, "--losses", 0),
+                skews_s=parse_numbers(skews, "--skews", -1e9, float),
+                lags_s=parse_numbers(lags, "--lags", 0.0, float),
+                losses=parse_numbers(losses, "--losses", 0.0, float),
             ),
             out=out,
             data=data,
@@ -185,3 +202,12 @@ def retention(
         raise typer.BadParameter(str(exc)) from None
     if run_retention_bench(params)["failures"]:
         raise typer.Exit(1)
+
+
+def demo(
+    data: str = typer.Option("./demo-data", help="RocksDB directory (wiped first)."),
+    messages: int = typer.Option(10_000, min=1, help="Messages to write."),
+    chats: int = typer.Option(20, min=1, help="Chats to spread them over."),
+) -> None:
+    """Store demo: write signed messages, members and identities, then page and list them."""
+    store_demo(data, messages=messages, chats=chats)

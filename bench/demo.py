@@ -11,6 +11,7 @@ from rich.progress import track
 from rich.table import Table
 
 from store import ChatDb, ChatKind, Direction, Hlc, HlcClock, InboxEntry, MsgV1, Role
+from store.hlc import VIRTUAL_EPOCH_MS
 from store.signing import key_from_seed, public_key, user_id_from_key
 
 BATCH = 500
@@ -23,16 +24,15 @@ def store_demo(path: str, *, messages: int, chats: int, users: int = 8) -> None:
     user_ids = [user_id_from_key(public_key(k)) for k in keys]
     chat_ids = [bytes([0xC0, i % 256]) + bytes(30) for i in range(chats)]
     clock = HlcClock()
-    start_ms = 1_767_225_600_000  # 2026-01-01: a fixed virtual clock keeps the demo reproducible
 
     with ChatDb(path=path) as db:
         t0 = time.perf_counter()
         for n, chat in enumerate(chat_ids):
             for i, user in enumerate(user_ids):
                 role = Role.ADMIN if i == n % users else Role.PARTICIPANT
-                db.add_member_synced(chat, user, role, clock.now(start_ms))
+                db.add_member_synced(chat, user, role, clock.now(VIRTUAL_EPOCH_MS))
         for user, key in zip(user_ids, keys, strict=True):
-            db.put_identity(user, clock.now(start_ms), b"x25519:" + public_key(key))
+            db.put_identity(user, clock.now(VIRTUAL_EPOCH_MS), b"x25519:" + public_key(key))
         t_members = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -47,7 +47,7 @@ def store_demo(path: str, *, messages: int, chats: int, users: int = 8) -> None:
                     MsgV1.create(
                         keys[author],
                         chat_ids[i % chats],
-                        clock.now(start_ms + i * 10),
+                        clock.now(VIRTUAL_EPOCH_MS + i * 10),
                         f"encrypted payload #{i}".encode(),
                     )
                 )

@@ -35,11 +35,12 @@ from time import perf_counter
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 
-from node.bench.machine import loadavg, machine_info
-from store.hlc import Hlc
+from bench.console import bench_console, bench_progress, byte_size, check_mark, red_unless
+from bench.machine import loadavg, machine_info
+from store.hlc import VIRTUAL_EPOCH_MS, Hlc
 from store.keys import RECORD_ID_LEN
 from store.records import MsgV1, blake3_id
 from store.signing import key_from_seed
@@ -49,7 +50,6 @@ from sync.merkle import DEPTH, FANOUT, MerkleTree
 from sync.protocol import KINDS, TOP_DEPTH, SyncConfig
 from sync.replica import Record
 
-START_MS = 1_767_225_600_000  # 2026-01-01: a fixed virtual clock keeps runs reproducible
 SPAN_MS = 30 * 24 * 3600 * 1000  # the shared records' notional time range
 PAYLOAD = 200  # bytes per differing message
 AUTHORS = 8
@@ -238,7 +238,9 @@ def make_pools(
     pools: dict[str, list[MsgV1]] = {p: [] for p in PLACEMENTS}
     for placement in PLACEMENTS:
         for i in range(count):
-            ms = START_MS + (rng.randrange(SPAN_MS) if placement == "scattered" else SPAN_MS + i)
+            ms = VIRTUAL_EPOCH_MS + (
+                rng.randrange(SPAN_MS) if placement == "scattered" else SPAN_MS + i
+            )
             msg = MsgV1.create(rng.choice(keys), rng.choice(chats), Hlc(ms), rng.randbytes(PAYLOAD))
             _ = msg.msg_id  # hash now, not inside a timed session
             pools[placement].append(msg)
@@ -413,7 +415,7 @@ def measure_rebuild(
 
 def run_sync_bench(params: SyncBenchParams, console: Console | None = None) -> dict[str, Any]:
     """Run every case, print the tables, save and return the JSON document."""
-    console = console or _console()
+    console = console or bench_console(log_width=200)
     sizes, diffs = sorted(set(params.sizes)), sorted(set(params.diffs))
     wn = params.anchor_n if params.anchor_n in sizes else max(sizes)
     wd = params.anchor_d if params.anchor_d in diffs else max(d for d in diffs if d <= wn)
@@ -426,7 +428,7 @@ def run_sync_bench(params: SyncBenchParams, console: Console | None = None) -> d
     bases: dict[int, dict[str, float]] = {}
     rebuild: dict[str, Any] | None = None
     started = perf_counter()
-    with _progress(console) as progress:
+    with bench_progress(console, label_width=38) as progress:
         pool_size = max(diffs)
         sign = progress.add_task("signing differing records", total=2 * pool_size)
         pools = make_pools(pool_size, params.seed, lambda k: progress.advance(sign, k))
@@ -616,17 +618,17 @@ def _traffic_table(cases: list[dict[str, Any]], what: str) -> Table:
             _n(c["n"]),
             f"{c['d']:,}",
             c["placement"],
-            _b(c["reconciliation_bytes"]),
+            byte_size(c["reconciliation_bytes"]),
             "—" if c["floor_ratio"] is None else f"{c['floor_ratio']:.2f}x",
-            _b(k["tree"]),
-            _b(k["ids"]),
-            _b(k["control"]),
-            _b(k["records"]),
-            _b(c["total_bytes"]),
+            byte_size(k["tree"]),
+            byte_size(k["ids"]),
+            byte_size(k["control"]),
+            byte_size(k["records"]),
+            byte_size(c["total_bytes"]),
             str(c["round_trips"]),
             "—" if c["round_trips_before_fetch"] is None else str(c["round_trips_before_fetch"]),
             f"{c['wall_s'] * 1000:,.0f}",
-            _b(c["naive_bytes"]),
+            byte_size(c["naive_bytes"]),
             f"{c['naive_ratio']:.4f}",
         )
     return table
@@ -648,18 +650,18 @@ def _correctness_table(cases: list[dict[str, Any]]) -> Table:
             f"{c['only_initiator']:,} / {c['only_responder']:,}",
             str(c["passes"]),
             str(c["frames"]),
-            _ok(f"{c['records_shipped']:,}", c["records_shipped"] == c["d"]),
-            _ok(str(c["unneeded_shipped"]), c["unneeded_shipped"] == 0),
-            _ok(
+            red_unless(f"{c['records_shipped']:,}", c["records_shipped"] == c["d"]),
+            red_unless(str(c["unneeded_shipped"]), c["unneeded_shipped"] == 0),
+            red_unless(
                 str(c["base_id_requests"] + c["unknown_id_requests"]),
                 not c["base_id_requests"] and not c["unknown_id_requests"],
             ),
-            _ok("yes" if c["roots_equal"] else "no", c["roots_equal"]),
-            _ok(
+            red_unless("yes" if c["roots_equal"] else "no", c["roots_equal"]),
+            red_unless(
                 f"{s['bytes']} B, {s['round_trips']} RT",
                 s["bytes"] <= EQUAL_MAX_BYTES and s["round_trips"] == 1,
             ),
-            "[green]✓[/]" if not c["failures"] else "[red]✗[/]",
+            check_mark(not c["failures"]),
         )
     return table
 
@@ -680,18 +682,18 @@ def _width_table(cases: list[dict[str, Any]], chosen: int) -> Table:
         k = c["bytes_by_kind"]
         table.add_row(
             f"{c['hash_width']} B" + (" *" if c["hash_width"] == chosen else ""),
-            _b(c["reconciliation_bytes"]),
+            byte_size(c["reconciliation_bytes"]),
             "—" if c["floor_ratio"] is None else f"{c['floor_ratio']:.2f}x",
-            _b(k["tree"]),
-            _b(k["ids"]),
-            _b(k["control"]),
+            byte_size(k["tree"]),
+            byte_size(k["ids"]),
+            byte_size(k["control"]),
             str(c["round_trips"]),
             "—" if c["round_trips_before_fetch"] is None else str(c["round_trips_before_fetch"]),
             str(c["passes"]),
             f"{c['wall_s'] * 1000:,.0f}",
             f"{sum(c['differing_nodes'].values()):,}",
             f"{c['collision_chance_per_pass']:.1e}",
-            "[green]✓[/]" if not c["failures"] else "[red]✗[/]",
+            check_mark(not c["failures"]),
         )
     return table
 
@@ -709,13 +711,13 @@ def _print_anchors(console: Console, report: dict[str, Any]) -> None:
         table.add_row(
             f"[bold]chatsync, {c['placement']}[/]",
             f"measured: {p['hash_width']} B salted node hashes, pure cells, 8 B prefixes",
-            f"[bold]{c['floor_ratio']:.2f}x ({_b(c['reconciliation_bytes'])})[/]",
+            f"[bold]{c['floor_ratio']:.2f}x ({byte_size(c['reconciliation_bytes'])})[/]",
             f"[bold]{c['round_trips']} ({c['round_trips_before_fetch']} to fetch)[/]",
         )
         table.add_row(
             f"naive id exchange, {c['placement']}",
             "all ids one way, the differing ids back",
-            f"{c['naive_bytes'] / c['floor_bytes']:.0f}x ({_b(c['naive_bytes'])})",
+            f"{c['naive_bytes'] / c['floor_bytes']:.0f}x ({byte_size(c['naive_bytes'])})",
             "1",
         )
     if not ours:
@@ -757,53 +759,9 @@ def _n(n: int) -> str:
     return f"{n:,}"
 
 
-def _b(value: int) -> str:
-    if value < 10_000:
-        return f"{value:,} B"
-    if value < 1_000_000:
-        return f"{value / 1e3:.1f} kB"
-    return f"{value / 1e6:.2f} MB"
-
-
-def _ok(text: str, ok: bool) -> str:
-    return text if ok else f"[red]{text}[/]"
-
-
-# --- helpers ---------------------------------------------------------------------------------
-
-
-def _console() -> Console:
-    console = Console()
-    return console if console.is_terminal else Console(width=200)  # a log keeps the tables whole
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description:<38}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    )
-
-
-def parse_ints(text: str, what: str, minimum: int) -> tuple[int, ...]:
-    """``"10000,100000"`` -> (10000, 100000); underscores allowed."""
-    try:
-        values = tuple(
-            int(part.strip().replace("_", "")) for part in text.split(",") if part.strip()
-        )
-    except ValueError:
-        raise ValueError(f"{what}: expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < minimum:
-        raise ValueError(f"{what}: need at least one integer, each >= {minimum}, got {text!r}")
-    return values
-
-
 __all__ = [
     "BenchReplica",
     "SyncBenchParams",
-    "parse_ints",
     "run_case",
     "run_sync_bench",
 ]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from node.bench.store_bench import StoreBenchParams, run_store_bench
+from bench.store_bench import StoreBenchParams, run_store_bench
 
 STORES = {
     "write_batched": {"chatdb", "raw", "raw_3_per_msg", "sqlite"},
