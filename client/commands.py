@@ -1,4 +1,4 @@
-"""The user commands of ``chatsync``: keygen, publish, send, history, status (registered in cli.py).
+"""The user commands of ``chatsync``: keygen, publish, send, history, status (mounted by ``cli/main.py``).
 
 They talk to a node over HTTP (``client.http``). Messages are signed with the
 user's ed25519 key from the key file; DMs (``send --to``) are end-to-end

@@ -1,8 +1,9 @@
 """Run N node processes on loopback: start, stop, kill, restart, partition, and wait for convergence.
 
 Used by ``chatsync cluster``, the multi-process tests and ``chatsync bench gossip``.
-Each node is a real ``chatsync node run`` process with its own RocksDB directory,
-libp2p key and HTTP port; node i bootstraps from every node started before it.
+Each node is a real ``chatsync node run`` process (started as ``python -m node.cli run``)
+with its own RocksDB directory, libp2p key and HTTP port; node i bootstraps from every
+node started before it.
 """
 
 from __future__ import annotations
