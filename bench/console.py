@@ -6,8 +6,10 @@ wide console that keeps each table whole instead of the 80 columns rich would as
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -30,6 +32,13 @@ def bench_progress(console: Console, label_width: int) -> Progress:
         TimeElapsedColumn(),
         console=console,
     )
+
+
+def save_report(console: Console, report: dict[str, Any], out: Path) -> None:
+    """Write the JSON document to ``out`` (creating its directory) and say where it went."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    console.print(f"saved {out}")
 
 
 def tracked(progress: Progress, label: str, items: Sequence[T]) -> Iterator[T]:

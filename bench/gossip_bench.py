@@ -41,7 +41,6 @@ generator share the cores, and that is what the figures are.
 from __future__ import annotations
 
 import base64
-import json
 import math
 import shutil
 import subprocess
@@ -55,7 +54,7 @@ from typing import Any
 import httpx
 from rich.console import Console
 
-from bench.console import bench_console
+from bench.console import bench_console, save_report
 from bench.gossip_report import build_report, print_report
 from bench.machine import loadavg, machine_busy_s, process_cpu_s
 from bench.transport_floor import FloorParams, run_transport_floor
@@ -696,9 +695,7 @@ def run_gossip_bench(params: GossipBenchParams, console: Console | None = None) 
     params_out = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(params).items()}
     report = build_report(params_out, runs, catchup, load_before, notes, floor)
     print_report(console, report)
-    params.out.parent.mkdir(parents=True, exist_ok=True)
-    params.out.write_text(json.dumps(report, indent=2))
-    console.print(f"saved {params.out}")
+    save_report(console, report, params.out)
     return report
 
 

@@ -30,7 +30,6 @@ Nothing here asserts a time.
 from __future__ import annotations
 
 import gc
-import json
 import math
 import random
 import shutil
@@ -46,7 +45,14 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from bench.console import bench_console, bench_progress, byte_size, check_mark, red_unless
+from bench.console import (
+    bench_console,
+    bench_progress,
+    byte_size,
+    check_mark,
+    red_unless,
+    save_report,
+)
 from bench.machine import loadavg, machine_info
 from bench.retention_waste import WasteParams, grid_size, make_stream, run_waste, stream_size
 from store import ChatDb, Direction, Hlc, MsgV1
@@ -469,9 +475,7 @@ def run_retention_bench(
     report["machine"] = machine_info(load_before)
     report["elapsed_s"] = perf_counter() - started
     _print(console, report)
-    params.out.parent.mkdir(parents=True, exist_ok=True)
-    params.out.write_text(json.dumps(report, indent=2) + "\n")
-    console.print(f"saved {params.out}")
+    save_report(console, report, params.out)
     return report
 
 

@@ -26,7 +26,6 @@ Nothing here asserts a time.
 from __future__ import annotations
 
 import gc
-import json
 import shutil
 import sqlite3
 import tempfile
@@ -42,7 +41,7 @@ from rich.progress import Progress
 from rocksdict import WriteBatch
 
 from bench import sqlite_rfc5 as sql
-from bench.console import bench_console, bench_progress, tracked
+from bench.console import bench_console, bench_progress, save_report, tracked
 from bench.machine import loadavg
 from bench.store_data import Rate, Rates, StoreBenchParams
 from bench.store_report import build_report, machine_info, print_report
@@ -79,9 +78,7 @@ def run_store_bench(params: StoreBenchParams, console: Console | None = None) ->
             shutil.rmtree(base, ignore_errors=True)
     report = build_report(params, rates, plans, machine_info(load_before), __doc__ or "")
     print_report(console, params, report)
-    params.out.parent.mkdir(parents=True, exist_ok=True)
-    params.out.write_text(json.dumps(report, indent=2) + "\n")
-    console.print(f"saved {params.out}")
+    save_report(console, report, params.out)
     return report
 
 

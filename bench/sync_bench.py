@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import bisect
 import gc
-import json
 import math
 import random
 from collections.abc import Callable, Iterable, Sequence
@@ -38,7 +37,14 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from bench.console import bench_console, bench_progress, byte_size, check_mark, red_unless
+from bench.console import (
+    bench_console,
+    bench_progress,
+    byte_size,
+    check_mark,
+    red_unless,
+    save_report,
+)
 from bench.machine import loadavg, machine_info
 from store.hlc import VIRTUAL_EPOCH_MS, Hlc
 from store.keys import RECORD_ID_LEN
@@ -477,9 +483,7 @@ def run_sync_bench(params: SyncBenchParams, console: Console | None = None) -> d
         params, cases, width_cases, rebuild, bases, skipped, load_before, perf_counter() - started
     )
     _print(console, report)
-    params.out.parent.mkdir(parents=True, exist_ok=True)
-    params.out.write_text(json.dumps(report, indent=2) + "\n")
-    console.print(f"saved {params.out}")
+    save_report(console, report, params.out)
     return report
 
 
