@@ -35,13 +35,13 @@ import blake3
 import pyarrow.parquet as pq
 
 from sim import retention_model
-from sim import trace as tr
 from sim.bugs import Rules, rules_for
 from sim.network import NetParams, Network
 from sim.rand import derive
 from sim.replica import IDENTITY, MEMBERS, MESSAGES, ShardContext, SimReplica
 from sim.sessions import run_pair
 from sim.shards import Expected, shard_of
+from store import trace as tr
 from store.errors import ClockDriftError, InvalidInput
 from store.hlc import HlcClock
 from store.ops import MembershipOp, decode_op, validate_op

@@ -52,10 +52,10 @@ import trio.testing
 
 from node.config import NodeConfig
 from node.framing import FrameStream, StreamClosed, TrioFrames
-from sim import trace as tr
 from sim.inprocess_node import GossipMessage, InProcessNode, peer_id
 from sim.network import NetParams, Network
 from sim.rand import derive
+from store import trace as tr
 from store.errors import InvalidInput
 from store.ops import decode_op, encode_ops, validate_op
 from store.retention import DAY_MS

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sim import trace as tr
 from sim.hunt import SMALL, small_trace
 from sim.shards import Expected
+from store import trace as tr
 from store.ops import MembershipOp, decode_op
 from store.records import MemberRecord, compute_identity_record_id, member_record_id
 from sync.frames import Domain

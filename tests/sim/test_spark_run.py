@@ -24,7 +24,7 @@ from sim.oracle import compute_oracle
 from sim.report import write_report
 from sim.runner import RunOutcome, run_simulation
 from sim.spark import spark_session
-from sim.trace import read_header
+from store.trace import read_header
 
 from sim_support import brute_force_expected, small_trace
 

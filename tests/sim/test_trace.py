@@ -7,8 +7,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from sim import trace as tr
 from sim.generate import FAULTS, GenParams, generate, parse_faults
+from store import trace as tr
 from store.hlc import Hlc
 from store.ops import MembershipOp, decode_op, validate_op
 from store.records import MsgV1
