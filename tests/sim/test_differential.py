@@ -22,13 +22,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 from sim.generate import user_key
-from sim.inprocess import InProcessResult, root_text, run_inprocess
 from sim.runner import RunOutcome, run_simulation
 from sim.spark import spark_session
 from store import trace as tr
 from store.hlc import LOGICAL_BITS, Hlc
 from store.ops import make_identity
 
+from inprocess import InProcessResult, root_text, run_inprocess
 from sim_support import small_trace
 
 pytestmark = [

@@ -3,7 +3,7 @@
 ``chatsync sim run`` replays a trace through ``store`` and ``sync`` on Spark, with
 its own replica (``sim/replica.py``), gossip model and retention model. This
 replay runs the same trace through ``node/`` instead — one ``InProcessNode`` per
-trace node (``sim/inprocess_node.py``: RocksDB, the writer task, the gossip
+trace node (``tests/sim/inprocess_node.py``: RocksDB, the writer task, the gossip
 validator and receive loop, ``SyncService``, ``run_gc_cycle``) — under trio with
 ``MockClock(autojump_threshold=0)``, so minutes of trace take seconds. For small
 traces both must end with the same roots (``tests/sim/test_differential.py``).
@@ -35,8 +35,8 @@ interval (the trace's GC events run instead). A crash loses nothing the writer
 acknowledged (RocksDB's WAL, as when the process dies), where the Spark replay
 also rolls back received writes not yet flushed; anti-entropy repairs both.
 
-This module and ``sim/inprocess_node.py`` are the only part of ``sim/`` that
-imports ``node/``; the Spark replay never loads them.
+It lives under ``tests/`` because only the differential test uses it; the
+simulator (``sim/``) never imports ``node/``.
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ import trio.testing
 
 from node.config import NodeConfig
 from node.framing import FrameStream, StreamClosed, TrioFrames
-from sim.inprocess_node import GossipMessage, InProcessNode, peer_id
 from sim.network import NetParams, Network
 from sim.rand import derive
 from store import trace as tr
@@ -60,6 +59,8 @@ from store.errors import InvalidInput
 from store.ops import decode_op, encode_ops, validate_op
 from store.retention import DAY_MS
 from sync.frames import Domain
+
+from inprocess_node import GossipMessage, InProcessNode, peer_id
 
 _FAULT_COLUMNS = ("group", "drop", "dup", "delay_ms", "jitter_ms", "offset_ms")
 
