@@ -2,8 +2,8 @@
 
 ``Replica`` is what the protocol reads and writes: a tree per domain, the ids
 of one bucket, encoded records by id, and "apply these validated records".
-``MemoryReplica`` keeps everything in dicts (tests, benchmarks, simulator);
-``DbReplica`` drives a ``ChatDb`` handed to it. Both apply records through the
+``MemoryReplica`` keeps everything in dicts (tests, benchmarks; the simulator's
+``SimReplica`` is one with its hooks overridden); ``DbReplica`` drives a ``ChatDb`` handed to it. Both apply records through the
 store's merge rules and keep their trees in step with what they store, and a
 test asserts they agree (same roots after the same ops).
 

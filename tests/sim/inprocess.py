@@ -9,8 +9,9 @@ validator and receive loop, ``SyncService``, ``run_gc_cycle``) — under trio wi
 traces both must end with the same roots (``tests/sim/test_differential.py``).
 
 The schedule is the Spark replay's (``sim.schedule``, which ``sim/engine.py``
-walks too), with the same hashed draws (``sim.network``): ops at their origin (``validate_op`` on the origin's
-clock, then the writer; gossiped if new), gossip deliveries with their drop,
+walks too), with the same hashed draws (``sim.network``): ops at their origin
+(``validate_op`` on the origin's clock, then the writer; gossiped if new),
+gossip deliveries with their drop,
 duplication, delay and jitter and cut by partitions, anti-entropy every
 ``anti_entropy_ms`` with the same hashed peer over ``memory_stream_pair`` in
 ``TrioFrames`` (a session's stream dies after the same hashed number of frames),

@@ -2,8 +2,9 @@
 end a small trace with the same roots.
 
 Each trace runs twice: ``sim.runner`` on Spark (``store`` + ``sync`` with the simulator's
-replica, gossip and retention models) and ``sim.inprocess`` (``node/``'s writer, gossip
-validator, ``SyncService`` and GC on RocksDB, under trio's autojump clock). Every honest live
+replica, gossip and retention models) and ``inprocess.py`` here (``node/``'s writer, gossip
+validator, ``SyncService`` and GC on RocksDB, under trio's autojump clock), both walking the
+same ``sim.schedule``. Every honest live
 node of the in-process run must hold, per domain, the root the Spark replay's nodes hold and
 the oracle computed. One Spark session for the module, as in ``test_spark_run``.
 """
