@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -422,32 +423,37 @@ DOMAINS = (MESSAGES, MEMBERS, IDENTITY)
 
 
 def _compare(rep: SimReplica, exp: Expected) -> dict[str, int]:
+    """How one replica differs from the oracle's state of the shard."""
     held = set(rep.messages)
-    lost = len(exp.messages - held)
-    extra = len(held - exp.messages)
-    stale = wrong_active = 0
-    for key in rep.members.keys() | exp.members.keys():
-        want = exp.members.get(key)
-        have = rep.member_record_id(key)
-        if want is None:
-            extra += 1
-        elif have is None:
-            lost += 1
+    counts = {
+        "lost": len(exp.messages - held),
+        "extra": len(held - exp.messages),
+        "stale": 0,
+        "wrong_active": 0,
+    }
+    members = {key: (rep.member_record_id(key), rep.member_active(key)) for key in rep.members}
+    _compare_rows(members, exp.members, counts)
+    identities = {user: (rep.identity_record_id(user), None) for user in rep.identities}
+    _compare_rows(identities, {u: (i, None) for u, i in exp.identities.items()}, counts)
+    return counts
+
+
+def _compare_rows(
+    have: Mapping[Any, tuple[bytes | None, bool | None]],
+    want: Mapping[Any, tuple[bytes, bool | None]],
+    counts: dict[str, int],
+) -> None:
+    """Rows (key -> record id, active) expected and absent (lost), held and not expected
+    (extra), held at another version (stale) or with the other active state (wrong_active)."""
+    for key in have.keys() | want.keys():
+        if key not in want:
+            counts["extra"] += 1
+        elif key not in have:
+            counts["lost"] += 1
         else:
-            if have != want[0]:
-                stale += 1
-            if rep.member_active(key) != want[1]:
-                wrong_active += 1
-    for user in rep.identities.keys() | exp.identities.keys():
-        want_id = exp.identities.get(user)
-        have = rep.identity_record_id(user)
-        if want_id is None:
-            extra += 1
-        elif have is None:
-            lost += 1
-        elif have != want_id:
-            stale += 1
-    return {"lost": lost, "extra": extra, "stale": stale, "wrong_active": wrong_active}
+            (have_id, have_active), (want_id, want_active) = have[key], want[key]
+            counts["stale"] += have_id != want_id
+            counts["wrong_active"] += have_active != want_active
 
 
 def run_shard(task: ShardTask) -> dict[str, Any]:

@@ -24,19 +24,14 @@ from pyspark.sql import SparkSession
 
 from sim.generate import user_key
 from sim.runner import RunOutcome, run_simulation
-from sim.spark import spark_session
 from store import trace as tr
 from store.hlc import LOGICAL_BITS, Hlc
 from store.ops import make_identity
 
 from inprocess import InProcessResult, root_text, run_inprocess
-from sim_support import small_trace
+from sim_support import SPARK_WARNINGS, small_trace
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.filterwarnings("ignore:Arrow optimization:RuntimeWarning"),
-    pytest.mark.filterwarnings("ignore:Cannot infer the eval type:UserWarning"),
-]
+pytestmark = [pytest.mark.slow, *SPARK_WARNINGS]
 DOMAINS = ("messages", "members", "identity")
 # Every fault kind (partitions both ways, drop, dup, delay, crash, skew, far future, GC).
 TRACES: dict[str, dict[str, Any]] = {
@@ -44,13 +39,6 @@ TRACES: dict[str, dict[str, Any]] = {
     "5 nodes, seed 5": {"seed": 5},
     "3 nodes, seed 3": {"seed": 3, "nodes": 3, "users": 12, "ops": 200},
 }
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")
