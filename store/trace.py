@@ -1,6 +1,8 @@
-"""The trace format: one Parquet file of timestamped events, ops and faults, per node.
+"""The simulator's trace format: one Parquet file of timestamped events, ops and faults, per node.
 
-SIM.md documents the columns; this module is the one place that knows them.
+SIM.md documents the columns; this module is the one place that knows them. It
+lives in ``store`` because both the simulator (``sim/``) and a node's recorder
+(``node/recorder.py``) use it, and neither may import the other.
 ``TraceWriter`` is the API both the generator and a running node (``--trace-out``)
 use: ``op(t_ms, node, op)`` records a signed op exactly as ``store.ops`` encodes it
 for gossip, ``fault(...)`` records a fault. ``read_trace`` / ``read_header`` read

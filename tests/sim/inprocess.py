@@ -3,14 +3,15 @@
 ``chatsync sim run`` replays a trace through ``store`` and ``sync`` on Spark, with
 its own replica (``sim/replica.py``), gossip model and retention model. This
 replay runs the same trace through ``node/`` instead — one ``InProcessNode`` per
-trace node (``sim/inprocess_node.py``: RocksDB, the writer task, the gossip
+trace node (``tests/sim/inprocess_node.py``: RocksDB, the writer task, the gossip
 validator and receive loop, ``SyncService``, ``run_gc_cycle``) — under trio with
 ``MockClock(autojump_threshold=0)``, so minutes of trace take seconds. For small
 traces both must end with the same roots (``tests/sim/test_differential.py``).
 
-The schedule is the Spark replay's (``sim/engine.py``), from the same hashed
-draws (``sim.network``): ops at their origin (``validate_op`` on the origin's
-clock, then the writer; gossiped if new), gossip deliveries with their drop,
+The schedule is the Spark replay's (``sim.schedule``, which ``sim/engine.py``
+walks too), with the same hashed draws (``sim.network``): ops at their origin
+(``validate_op`` on the origin's clock, then the writer; gossiped if new),
+gossip deliveries with their drop,
 duplication, delay and jitter and cut by partitions, anti-entropy every
 ``anti_entropy_ms`` with the same hashed peer over ``memory_stream_pair`` in
 ``TrioFrames`` (a session's stream dies after the same hashed number of frames),
@@ -35,33 +36,38 @@ interval (the trace's GC events run instead). A crash loses nothing the writer
 acknowledged (RocksDB's WAL, as when the process dies), where the Spark replay
 also rolls back received writes not yet flushed; anti-entropy repairs both.
 
-This module and ``sim/inprocess_node.py`` are the only part of ``sim/`` that
-imports ``node/``; the Spark replay never loads them.
+It lives under ``tests/`` because only the differential test uses it; the
+simulator (``sim/``) never imports ``node/``.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import trio
 import trio.testing
 
 from node.config import NodeConfig
 from node.framing import FrameStream, StreamClosed, TrioFrames
-from sim import trace as tr
-from sim.inprocess_node import GossipMessage, InProcessNode, peer_id
-from sim.network import NetParams, Network
-from sim.rand import derive
+from sim.schedule import (
+    REPLAY_COLUMNS,
+    Delivery,
+    HealAll,
+    Round,
+    Schedule,
+    Session,
+    TraceEvent,
+    op_key,
+)
+from store import trace as tr
 from store.errors import InvalidInput
-from store.ops import decode_op, encode_ops, validate_op
+from store.ops import Op, decode_op, encode_ops, validate_op
 from store.retention import DAY_MS
 from sync.frames import Domain
 
-_FAULT_COLUMNS = ("group", "drop", "dup", "delay_ms", "jitter_ms", "offset_ms")
+from inprocess_node import GossipMessage, InProcessNode, peer_id
 
 
 @dataclass
@@ -98,15 +104,11 @@ def root_text(xor: int, count: int) -> str:
     return f"{xor:064x}:{count}"
 
 
-@dataclass
-class _Event:
-    t_ms: int
-    node: int
-    kind: str
-    op: Any = None  # decoded op (op kinds)
-    data: bytes = b""  # the gossip envelope of the op
-    op_key: int = 0  # the per-op key of the gossip fates, as the Spark replay derives it
-    args: dict[str, Any] = field(default_factory=dict)  # fault arguments
+@dataclass(frozen=True)
+class _TraceOp:
+    op: Op
+    envelope: bytes  # what its origin gossips
+    key: int  # its gossip fates' key (``sim.schedule.op_key``)
 
 
 class _CutConnection:
@@ -144,8 +146,10 @@ class _CutFrames:
 
 class InProcessReplay:
     def __init__(self, trace_path: str | Path, workdir: str | Path) -> None:
-        trace = tr.read_trace(trace_path)
+        trace = tr.read_trace(trace_path, REPLAY_COLUMNS)
         self.header = h = trace.header
+        self.schedule = Schedule(trace)
+        self.ops = _decode_ops(trace)
         self.n = h.nodes
         config = NodeConfig(max_offset_ms=h.max_offset_ms, retention_days=h.retention_ms / DAY_MS)
         self.max_frame = config.sync_max_frame
@@ -160,14 +164,8 @@ class InProcessReplay:
             )
             for i in range(self.n)
         ]
-        self.events = _load(trace)
-        self.honest = [True] * self.n
-        for event in self.events:
-            if event.kind == tr.FAR_FUTURE and 0 <= event.node < self.n:
-                self.honest[event.node] = False
-        self.net = Network(self.n, h.seed, NetParams(h.drop, h.dup, h.delay_ms, h.jitter_ms))
-        self.heap: list[tuple[int, int, int, int]] = []  # (t, seq, receiver, event index)
-        self.seq = 0
+        far_future = self.schedule.far_future_nodes()
+        self.honest = [i not in far_future for i in range(self.n)]
         self.stats: dict[str, int] = dict.fromkeys(
             (
                 "ops_applied", "ops_rejected_at_origin", "ops_at_down_node", "gossip_sent",
@@ -216,43 +214,24 @@ class InProcessReplay:
         return result
 
     async def _loop(self, nursery: trio.Nursery) -> None:
-        h = self.header
-        inf = 1 << 62
-        i, next_round, round_no, healed = 0, h.start_ms + h.anti_entropy_ms, 0, False
-        while True:
-            t_trace = self.events[i].t_ms if i < len(self.events) else inf
-            t_gossip = self.heap[0][0] if self.heap else inf
-            t_heal = inf if healed else h.heal_ms
-            t = min(t_trace, t_gossip, next_round, t_heal)
-            if t > h.end_ms:
-                break
-            await self._sleep_until(t)
-            if t_trace == t:  # the Spark replay's order at equal times
-                await self._event(i, nursery)
-                i += 1
-            elif t_heal == t:
-                await self._heal(nursery)
-                healed = True
-            elif t_gossip == t:
-                await self._deliver(*heapq.heappop(self.heap))
-            else:
-                await self._round(round_no)
-                round_no += 1
-                next_round += h.anti_entropy_ms
-        await self._sleep_until(h.end_ms)
+        for step in self.schedule.steps():
+            await self._sleep_until(step.t_ms)
+            match step:
+                case Delivery():
+                    await self._deliver(step)
+                case TraceEvent():
+                    await self._event(step, nursery)
+                case Round():
+                    await self._round(step.number)
+                case HealAll():
+                    await self._heal(nursery)
+        await self._sleep_until(self.header.end_ms)
 
-    async def _event(self, i: int, nursery: trio.Nursery) -> None:
-        event = self.events[i]
-        if event.kind in tr.OP_CODES:
-            await self._local_op(i)
-            return
+    async def _event(self, event: TraceEvent, nursery: trio.Nursery) -> None:
+        """An op at its origin, or a node's fault (the schedule handles the network's)."""
         node, args = event.node, event.args
-        if event.kind in (tr.PARTITION, tr.PARTITION_ONEWAY):
-            self.net.partition(args["group"] or [], oneway=event.kind == tr.PARTITION_ONEWAY)
-        elif event.kind == tr.HEAL:
-            self.net.heal()
-        elif event.kind == tr.NET:
-            self.net.params = self.net.params.after(args)
+        if args is None:
+            await self._local_op(event)
         elif event.kind == tr.CRASH:
             if self.nodes[node].alive:
                 await self.nodes[node].crash()
@@ -266,56 +245,51 @@ class InProcessReplay:
 
     # --- ops and gossip ---
 
-    async def _local_op(self, i: int) -> None:
+    async def _local_op(self, event: TraceEvent) -> None:
         """A client's op at its origin: ``Node.submit_ops`` (validate, write, gossip if new)."""
-        event = self.events[i]
-        node = self.nodes[event.node]
+        node, traced = self.nodes[event.node], self.ops[event.row]
         if not node.alive:
             self.stats["ops_at_down_node"] += 1
             return
         try:
-            validate_op(event.op, now_ms=node.clock_ms(), max_offset_ms=node.config.max_offset_ms)
+            validate_op(traced.op, now_ms=node.clock_ms(), max_offset_ms=node.config.max_offset_ms)
         except InvalidInput:
             self.stats["ops_rejected_at_origin"] += 1
             return
         self.stats["ops_applied"] += 1
-        if not await node.write(event.op):
+        if not await node.write(traced.op):
             return
-        receivers, times, dropped, dups = self.net.gossip(event.op_key, event.node, event.t_ms)
-        self.stats["gossip_sent"] += len(receivers)
-        self.stats["gossip_dropped"] += dropped
-        self.stats["gossip_duplicated"] += dups
-        for receiver, at in zip(receivers, times, strict=True):
-            heapq.heappush(self.heap, (at, self.seq, receiver, i))
-            self.seq += 1
+        fanout = self.schedule.publish(traced.key, event.row, event.node, event.t_ms)
+        self.stats["gossip_sent"] += fanout.sent
+        self.stats["gossip_dropped"] += fanout.dropped
+        self.stats["gossip_duplicated"] += fanout.duplicated
 
-    async def _deliver(self, _t: int, seq: int, receiver: int, i: int) -> None:
-        node, event = self.nodes[receiver], self.events[i]
+    async def _deliver(self, delivery: Delivery) -> None:
+        node = self.nodes[delivery.receiver]
         if not node.alive:
             self.stats["gossip_to_down_node"] += 1
             return
-        msg = GossipMessage(peer_id(event.node), seq.to_bytes(8, "big"), event.data)
-        accepted = await node.deliver(msg, forwarder=peer_id(event.node))
+        origin = peer_id(self.schedule.nodes[delivery.row])
+        envelope = self.ops[delivery.row].envelope
+        msg = GossipMessage(origin, delivery.seq.to_bytes(8, "big"), envelope)
+        accepted = await node.deliver(msg, forwarder=origin)
         self.stats["gossip_accepted" if accepted else "gossip_rejected"] += 1
 
     # --- anti-entropy ---
 
     async def _round(self, round_no: int) -> None:
-        for a in range(self.n):
-            if not self.nodes[a].alive:
-                continue
-            b = self.net.peer(round_no, a)
-            if b == a or not self.nodes[b].alive or not self.net.can_talk(a, b):
-                self.stats["sessions_unreachable"] += 1
-                continue
-            await self._session(a, b, self.net.cut_after(round_no, a))
+        alive = [node.alive for node in self.nodes]
+        sessions, unreachable = self.schedule.sessions(round_no, alive)
+        self.stats["sessions_unreachable"] += unreachable
+        for session in sessions:
+            await self._session(session)
 
-    async def _session(self, a: int, b: int, cut_after: int | None) -> None:
-        """``initiate`` on a, ``respond`` on b, over one in-memory stream."""
-        initiator, responder = self.nodes[a], self.nodes[b]
+    async def _session(self, session: Session) -> None:
+        """``initiate`` on one node, ``respond`` on its peer, over one in-memory stream."""
+        initiator, responder = self.nodes[session.initiator], self.nodes[session.responder]
         assert initiator.sync is not None and responder.sync is not None
         left, right = trio.testing.memory_stream_pair()
-        connection = _CutConnection(cut_after)
+        connection = _CutConnection(session.cut_after)
         ends: tuple[FrameStream, FrameStream] = (
             _CutFrames(TrioFrames(left, self.max_frame), connection),
             _CutFrames(TrioFrames(right, self.max_frame), connection),
@@ -343,9 +317,7 @@ class InProcessReplay:
             self.stats["gc_runs"] += 1
 
     async def _heal(self, nursery: trio.Nursery) -> None:
-        h = self.header
-        self.net.heal()
-        self.net.params = NetParams(0.0, 0.0, h.delay_ms, h.jitter_ms)
+        """The faults are over (the schedule healed the network): clocks right, every node up."""
         for node in self.nodes:
             node.offset_ms = 0
         for i in range(self.n):
@@ -372,20 +344,16 @@ class InProcessReplay:
         return InProcessResult(rows, stats, self.abort_reasons)
 
 
-def _load(trace: tr.Trace) -> list[_Event]:
-    rows = trace.table.select(["t_ms", "node", "kind", "op", "op_id", *_FAULT_COLUMNS]).to_pylist()
+def _decode_ops(trace: tr.Trace) -> dict[int, _TraceOp]:
+    """Every op of the trace, by trace row."""
+    rows = trace.table.select(["kind", "op", "op_id"]).to_pylist()
     seed = trace.header.seed
-    events = []
-    for row in rows:
-        event = _Event(row["t_ms"], row["node"], row["kind"])
-        if event.kind in tr.OP_CODES:
-            event.op = decode_op(tr.OP_CODES[event.kind], row["op"])
-            event.data = encode_ops([event.op])
-            event.op_key = int.from_bytes(derive(seed, "op", row["op_id"])[:8], "big")
-        else:
-            event.args = {c: row[c] for c in _FAULT_COLUMNS}
-        events.append(event)
-    return events
+    ops = {}
+    for i, row in enumerate(rows):
+        if row["kind"] in tr.OP_CODES:
+            op = decode_op(tr.OP_CODES[row["kind"]], row["op"])
+            ops[i] = _TraceOp(op, encode_ops([op]), op_key(seed, row["op_id"]))
+    return ops
 
 
 def run_inprocess(trace_path: str | Path, workdir: str | Path) -> InProcessResult:

@@ -169,7 +169,7 @@ class InProcessNode:
                 max_offset_ms=cfg.max_offset_ms,
                 verify_messages=self._verifier,
             ),
-            read_timeout_s=cfg.sync_read_timeout_s,  # no spurious timeouts: sim/inprocess.py
+            read_timeout_s=cfg.sync_read_timeout_s,  # no spurious timeouts: inprocess.py
             clock_ms=self.clock_ms,
         )  # fmt: skip
         self._acks = _Acks()
