@@ -22,7 +22,7 @@
    ``RetentionPolicy(max_storage_mb=about half its size)``: the cutoff, the
    messages removed against ``size_cutoff``'s estimate, the size after
    compaction against the cap.
-3. **Waste** when GC cycles and clocks differ: see ``node/bench/retention_waste.py``.
+3. **Waste** when GC cycles and clocks differ: see ``bench/retention_waste.py``.
 
 Nothing here asserts a time.
 """

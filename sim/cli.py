@@ -1,7 +1,7 @@
 """``chatsync sim``: generate a trace, replay it on Spark, print the planted-bug table.
 
-Registered by ``node/cli.py`` (``app.add_typer(sim_app, name="sim")``); ``sim``
-itself never imports ``node``.
+Mounted by the root command (``cli/main.py``), which imports this module only when a
+``sim`` command runs (PySpark takes seconds to load); ``sim`` itself never imports ``node``.
 """
 
 from __future__ import annotations
