@@ -1,29 +1,20 @@
-"""The ``chatsync`` command line (typer).
+"""``chatsync node``: the daemon's command line (``chatsync node run``).
 
-Node operators: ``chatsync node run``, ``chatsync demo``, ``chatsync bench ...``.
-Users (``node.user_cli``): ``keygen``, ``publish``, ``send``, ``history``, ``status``.
+The root ``chatsync`` command (``cli/main.py``) mounts ``node_app`` as ``node``; the
+daemon runs on its own as ``python -m node.cli run ...`` (how ``cluster/local.py``
+starts node processes), without the benchmarks, the client or the simulator.
 """
 
 from __future__ import annotations
 
 import typer
 
-from node.bench.cli import bench_app
-from node.demo import store_demo
-from node.user_cli import register as register_user_commands
-from sim.cli import sim_app
+node_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
 
-app = typer.Typer(
-    name="chatsync",
-    help="Peer-to-peer sync node for chat data.",
-    no_args_is_help=True,
-    add_completion=False,
-)
-app.add_typer(bench_app, name="bench")
-app.add_typer(sim_app, name="sim")
-node_app = typer.Typer(help="Run a node.", no_args_is_help=True)
-app.add_typer(node_app, name="node")
-register_user_commands(app)
+
+@node_app.callback()
+def node() -> None:
+    """Run a node."""
 
 
 @node_app.command("run")
@@ -67,55 +58,5 @@ def node_run(
     run_node(cfg, log_level)
 
 
-@app.command("demo")
-def demo(
-    data: str = typer.Option("./demo-data", help="RocksDB directory (wiped first)."),
-    messages: int = typer.Option(10_000, min=1, help="Messages to write."),
-    chats: int = typer.Option(20, min=1, help="Chats to spread them over."),
-) -> None:
-    """Store demo: write signed messages, members and identities, then page and list them."""
-    store_demo(data, messages=messages, chats=chats)
-
-
-@app.command("cluster")
-def cluster(
-    nodes: int = typer.Option(3, min=1, max=50, help="Node processes to run on loopback."),
-    data: str = typer.Option("./cluster-data", help="Directory for the nodes' data (wiped first)."),
-    scenario: bool = typer.Option(
-        False, help="Run the scripted partition/heal scenario, then exit."
-    ),
-    messages: int = typer.Option(300, min=1, help="Messages per scenario phase."),
-    out: str = typer.Option(
-        "bench-results/cluster.json", help="Where the scenario saves its figures."
-    ),
-) -> None:
-    """Run N nodes on loopback (until Ctrl-C), or the scripted scenario with --scenario."""
-    import shutil
-    import time
-    from pathlib import Path
-
-    from node.cluster import Cluster
-    from node.scenario import run_scenario
-
-    shutil.rmtree(data, ignore_errors=True)
-    if scenario:
-        result = run_scenario(nodes, Path(data), per_phase=messages, out=Path(out))
-        raise typer.Exit(0 if result["converged"] and result["diverged_during_partition"] else 1)
-    with Cluster(nodes, Path(data), log_level="INFO") as running:
-        running.start()
-        for node in running.nodes:
-            typer.echo(f"node {node.index}: {node.url}  {node.multiaddr}  (log {node.log_path})")
-        typer.echo("Ctrl-C stops the cluster.")
-        try:
-            while True:
-                time.sleep(1)
-        except KeyboardInterrupt:
-            typer.echo("stopping")
-
-
-def main() -> None:
-    app()
-
-
 if __name__ == "__main__":
-    main()
+    node_app(prog_name="chatsync node")

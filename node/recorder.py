@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from node.config import NodeConfig
-from sim import trace as tr
+from store import trace as tr
 from store.ops import Op
 
 log = logging.getLogger(__name__)

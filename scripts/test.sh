@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports  # imports point down, no cycles (pyproject: [tool.importlinter])
 .venv/bin/python -m pytest "$@"

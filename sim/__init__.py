@@ -1,13 +1,9 @@
 """The PySpark simulator: replays multi-node traces through ``store`` and ``sync`` and checks convergence.
 
-``trace`` (the Parquet format and the ``TraceWriter`` a node records with),
-``generate`` (synthetic traces), ``engine`` (one shard's simulation, run in a Spark
-task), ``oracle`` (the expected state, a Spark DataFrame job), ``runner`` (the
-whole run), ``report``, ``bugs`` (planted bugs, test only), ``cli``. See SIM.md.
-The Spark replay imports ``store`` and ``sync``, never ``node``; only ``inprocess``
-and ``inprocess_node`` (the differential test's replay through the node's code) do.
+``generate`` (synthetic traces in the format of ``store.trace``), ``schedule`` (the
+replay's ordered events), ``engine`` (one shard's simulation, run in a Spark task),
+``replica`` (a node's replica, ``sync.replica.MemoryReplica`` with what a simulation
+needs), ``oracle`` (the expected state, a Spark DataFrame job), ``runner`` (the whole
+run), ``report``, ``bugs`` (planted bugs, test only), ``cli``. See SIM.md.
+The simulator imports ``store`` and ``sync``, never ``node``.
 """
-
-from sim.trace import Trace, TraceHeader, TraceWriter, read_header, read_trace
-
-__all__ = ["Trace", "TraceHeader", "TraceWriter", "read_header", "read_trace"]

@@ -4,8 +4,9 @@ The simulated nodes take their merge, validation and tree behaviour from a
 ``Rules`` object; ``rules_for(None)`` is the project's real code (``store.merge``,
 ``HlcClock``'s drift check, the retention cutoff, ``sync.merkle.MerkleTree``).
 Each planted bug swaps one piece for a broken wrapper here, in ``sim/``, so
-``store/`` and ``sync/`` never carry a bug switch. ``chatsync sim bugs`` and
-``tests/sim/test_planted_bugs.py`` show that each one is caught.
+``store/`` and ``sync/`` never carry a bug switch (``SimReplica`` takes the merge
+functions from ``Rules`` through ``MemoryReplica``'s hooks). ``chatsync sim bugs``,
+``tests/sim/test_engine.py`` and ``tests/sim/test_spark_run.py`` show that each one is caught.
 """
 
 from __future__ import annotations

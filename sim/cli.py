@@ -1,7 +1,7 @@
 """``chatsync sim``: generate a trace, replay it on Spark, print the planted-bug table.
 
-Registered by ``node/cli.py`` (``app.add_typer(sim_app, name="sim")``); ``sim``
-itself never imports ``node``.
+Mounted by the root command (``cli/main.py``), which imports this module only when a
+``sim`` command runs (PySpark takes seconds to load); ``sim`` itself never imports ``node``.
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def merge_cmd(
     ),
 ) -> None:
     """Join several nodes' --trace-out recordings into one trace (node i = the i-th file)."""
-    from sim.trace import merge_traces
+    from store.trace import merge_traces
 
     try:
         header = merge_traces(recordings, out)
@@ -194,7 +194,7 @@ def merge_cmd(
 @sim_app.command("info")
 def info_cmd(trace: Annotated[Path, typer.Argument(exists=True, dir_okay=False)]) -> None:
     """Print a trace's header and its events by kind."""
-    from sim.trace import read_trace
+    from store.trace import read_trace
 
     t = read_trace(trace, columns=["kind"])
     counts = t.table.group_by("kind").aggregate([("kind", "count")]).to_pylist()

@@ -6,14 +6,12 @@ id changes with its state, the row key does not). Records and Merkle subtrees
 split cleanly that way, so each Spark task simulates all N nodes over its own
 slice, and the slices' roots combine by XOR and sum into whole-domain roots.
 
-Each task walks virtual time over the same schedule:
-
-* **trace events** (every shard sees every fault and every op's time and node;
-  only the owner of an op's record applies and gossips it),
-* **gossip deliveries** from a heap, their fates drawn by ``sim.network``,
-* **anti-entropy rounds** every ``anti_entropy_ms``: each live node starts a
-  ``SyncSession`` with a hashed peer (``sim.sessions``),
-* an implicit **heal** at ``heal_ms`` and a final **GC** and **check** at ``end_ms``.
+Each task walks virtual time over the trace's ``sim.schedule``: trace events
+(every shard sees every fault and every op's time and node; only the owner of an
+op's record applies and gossips it), gossip deliveries, anti-entropy rounds (each
+live node runs a ``SyncSession`` pair with its hashed peer through
+``sync.loopback.run_session``), the heal at ``heal_ms``, and a final **GC** and
+**check** at ``end_ms``.
 
 Ingress on a node runs the project's code: ``store.ops.validate_op`` at the
 origin (signature, drift), ``HlcClock.update`` on every gossip receipt (drift
@@ -24,28 +22,36 @@ count and the planted bug, never on which executor ran it.
 
 from __future__ import annotations
 
-import heapq
 import json
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import blake3
-import pyarrow.parquet as pq
 
 from sim import retention_model
-from sim import trace as tr
 from sim.bugs import Rules, rules_for
-from sim.network import NetParams, Network
 from sim.rand import derive
 from sim.replica import IDENTITY, MEMBERS, MESSAGES, ShardContext, SimReplica
-from sim.sessions import run_pair
+from sim.schedule import (
+    REPLAY_COLUMNS,
+    Delivery,
+    HealAll,
+    Round,
+    Schedule,
+    Session,
+    TraceEvent,
+    op_key,
+)
 from sim.shards import Expected, shard_of
+from store import trace as tr
 from store.errors import ClockDriftError, InvalidInput
 from store.hlc import HlcClock
 from store.ops import MembershipOp, decode_op, validate_op
 from store.records import IdentityRecord, MemberRecord, MsgV1
+from sync.loopback import run_session
 from sync.protocol import KINDS, SyncConfig
 from sync.replica import Record
 
@@ -109,8 +115,9 @@ def _record_of(op: Any) -> Record:
 class ShardSim:
     def __init__(self, task: ShardTask) -> None:
         self.task = task
-        self.header = tr.read_header(task.trace_file)
-        h = self.header
+        trace = tr.read_trace(task.trace_file, REPLAY_COLUMNS)
+        self.header = h = trace.header
+        self.schedule = Schedule(trace)
         self.rules: Rules = rules_for(task.plant)
         self.n = h.nodes
         self.ctx = ShardContext(h.max_offset_ms)
@@ -122,9 +129,6 @@ class ShardSim:
         self.reps = [SimReplica(self.ctx, self.rules, c) for c in self.clocks]
         self.alive = [True] * self.n
         self.offset = [0] * self.n
-        self.net = Network(self.n, h.seed, NetParams(h.drop, h.dup, h.delay_ms, h.jitter_ms))
-        self.heap: list[tuple[int, int, int, int]] = []  # (t, seq, receiver, op index)
-        self.heap_seq = 0
         self.stats: dict[str, int] = {
             "ops_applied": 0,
             "ops_rejected_at_origin": 0,
@@ -153,44 +157,30 @@ class ShardSim:
         self.round_bytes = dict.fromkeys(("gossip", *KINDS), 0)
         self.round_sessions = [0, 0]
         self.rounds: list[list[int]] = []
-        self._load()
-
-    # --- loading the trace ---
-
-    def _load(self) -> None:
-        table = pq.read_table(self.task.trace_file).sort_by(
-            [("t_ms", "ascending"), ("seq", "ascending")]
-        )
-        col = table.column
-        self.times: list[int] = col("t_ms").to_pylist()
-        self.nodes: list[int] = col("node").to_pylist()
-        self.kinds: list[str] = col("kind").to_pylist()
-        keys: list[int | None] = col("shard_key").to_pylist()
-        ops: list[bytes | None] = col("op").to_pylist()
-        op_ids: list[bytes | None] = col("op_id").to_pylist()
-        self.fault_args: dict[int, dict[str, Any]] = {}
-        fault_cols = ("group", "drop", "dup", "delay_ms", "jitter_ms", "offset_ms")
-        values = {c: col(c).to_pylist() for c in fault_cols}
-        self.ops: dict[int, tuple[Any, Record, int, int]] = {}  # index -> (op, record, key, size)
-        shard, shards = self.task.shard, self.task.shards
-        self.poisoned: set[int] = set()
-        for i, kind in enumerate(self.kinds):
-            key = keys[i]
-            if kind in tr.OP_CODES:
-                data, op_id = ops[i], op_ids[i]
-                if key is None or data is None or op_id is None:
-                    raise ValueError(f"trace row {i}: op without shard_key, op or op_id")
-                if shard_of(key, shards) == shard:
-                    op = decode_op(tr.OP_CODES[kind], data)
-                    op_key = int.from_bytes(derive(self.header.seed, "op", op_id)[:8], "big")
-                    self.ops[i] = (op, _record_of(op), op_key, len(data))
-            else:
-                self.fault_args[i] = {c: values[c][i] for c in fault_cols}
-                if kind == tr.FAR_FUTURE and 0 <= self.nodes[i] < self.n:
-                    self.poisoned.add(self.nodes[i])
+        self.ops = self._shard_ops(trace)
+        self.poisoned = self.schedule.far_future_nodes()
         self.honest = [n not in self.poisoned for n in range(self.n)]
         for n in self.poisoned:
             self.reps[n].set_counting(False)
+
+    def _shard_ops(self, trace: tr.Trace) -> dict[int, tuple[Any, Record, int, int]]:
+        """This shard's ops, decoded: trace row -> (op, record, gossip key, size)."""
+        column = trace.table.column
+        keys: list[int | None] = column("shard_key").to_pylist()
+        ops: list[bytes | None] = column("op").to_pylist()
+        op_ids: list[bytes | None] = column("op_id").to_pylist()
+        shard, shards, seed = self.task.shard, self.task.shards, self.header.seed
+        out: dict[int, tuple[Any, Record, int, int]] = {}
+        for i, kind in enumerate(self.schedule.kinds):
+            if kind not in tr.OP_CODES:
+                continue
+            key, data, op_id = keys[i], ops[i], op_ids[i]
+            if key is None or data is None or op_id is None:
+                raise ValueError(f"trace row {i}: op without shard_key, op or op_id")
+            if shard_of(key, shards) == shard:
+                op = decode_op(tr.OP_CODES[kind], data)
+                out[i] = (op, _record_of(op), op_key(seed, op_id), len(data))
+        return out
 
     # --- time ---
 
@@ -209,32 +199,19 @@ class ShardSim:
         h = self.header
         progress = _Progress(self.task.progress, self.task.shard)
         started, cpu0 = time.perf_counter(), time.process_time()
-        inf = 1 << 62
-        i, n_events = 0, len(self.times)
-        next_round, round_no = h.start_ms + h.anti_entropy_ms, 0
-        healed = False
         span = max(1, h.end_ms - h.start_ms)
-        while True:
-            t_trace = self.times[i] if i < n_events else inf
-            t_gossip = self.heap[0][0] if self.heap else inf
-            t_heal = h.heal_ms if not healed else inf
-            t = min(t_trace, t_gossip, next_round, t_heal)
-            if t > h.end_ms:
-                break
-            if t_trace == t:
-                self._event(i)
-                i += 1
-            elif t_heal == t:
-                self._heal()
-                healed = True
-            elif t_gossip == t:
-                self._deliver(*heapq.heappop(self.heap))
-            else:
-                self._round(round_no, t)
-                round_no += 1
-                next_round += h.anti_entropy_ms
-                progress.send(t - h.start_ms, span)
-        self.stats["in_flight_at_end"] = len(self.heap)
+        for step in self.schedule.steps():
+            match step:
+                case Delivery():
+                    self._deliver(step)
+                case TraceEvent():
+                    self._event(step)
+                case Round():
+                    self._round(step)
+                    progress.send(step.t_ms - h.start_ms, span)
+                case HealAll():
+                    self._heal()
+        self.stats["in_flight_at_end"] = self.schedule.in_flight
         self._final_gc()
         result = self._result()
         result["wall_s"] = time.perf_counter() - started
@@ -243,24 +220,17 @@ class ShardSim:
         progress.close()
         return result
 
-    def _event(self, i: int) -> None:
-        kind, node, t = self.kinds[i], self.nodes[i], self.times[i]
-        if kind in tr.OP_CODES:
-            self._local_op(i, node, t)
-            return
-        args = self.fault_args[i]
-        if kind == tr.PARTITION or kind == tr.PARTITION_ONEWAY:
-            self.net.partition(args["group"] or [], oneway=kind == tr.PARTITION_ONEWAY)
-        elif kind == tr.HEAL:
-            self.net.heal()
-        elif kind == tr.NET:
-            self.net.params = self.net.params.after(args)
+    def _event(self, event: TraceEvent) -> None:
+        """An op at its origin, or a node's fault (the schedule handles the network's)."""
+        kind, node, t = event.kind, event.node, event.t_ms
+        if event.args is None:
+            self._local_op(event.row, node, t)
         elif kind == tr.CRASH:
             self._crash(node, t)
         elif kind == tr.RESTART:
             self._restart(node, t)
         elif kind == tr.SKEW or kind == tr.FAR_FUTURE:
-            self.offset[node] = int(args["offset_ms"] or 0)
+            self.offset[node] = int(event.args["offset_ms"] or 0)
         elif kind == tr.GC:
             self._gc(node, t)
 
@@ -273,7 +243,7 @@ class ShardSim:
         if entry is None:  # another shard's record: only the write's WAL sync matters here
             rep.flush()
             return
-        op, record, op_key, size = entry
+        op, record, key, size = entry
         phys = self.phys(node, t)
         try:
             validate_op(op, now_ms=phys, max_offset_ms=self.offset_limit)
@@ -286,18 +256,14 @@ class ShardSim:
         rep.apply_record(record)
         rep.flush()
         self.stats["ops_applied"] += 1
-        receivers, times, dropped, dups = self.net.gossip(op_key, node, t)
-        self.stats["gossip_dropped"] += dropped
-        self.stats["gossip_duplicated"] += dups
-        self.stats["gossip_sent"] += len(receivers)
-        self.round_bytes["gossip"] += size * len(receivers)
-        heap, seq = self.heap, self.heap_seq
-        for receiver, at in zip(receivers, times, strict=True):
-            heapq.heappush(heap, (at, seq, receiver, i))
-            seq += 1
-        self.heap_seq = seq
+        fanout = self.schedule.publish(key, i, node, t)
+        self.stats["gossip_dropped"] += fanout.dropped
+        self.stats["gossip_duplicated"] += fanout.duplicated
+        self.stats["gossip_sent"] += fanout.sent
+        self.round_bytes["gossip"] += size * fanout.sent
 
-    def _deliver(self, t: int, _seq: int, node: int, i: int) -> None:
+    def _deliver(self, delivery: Delivery) -> None:
+        t, node, i = delivery.t_ms, delivery.receiver, delivery.row
         if not self.alive[node]:
             self.stats["gossip_to_down_node"] += 1
             return
@@ -320,16 +286,12 @@ class ShardSim:
         if rep.apply_record(record):
             self.stats["gossip_applied"] += 1
 
-    def _round(self, round_no: int, t: int) -> None:
-        net = self.net
-        for a in range(self.n):
-            if not self.alive[a]:
-                continue
-            b = net.peer(round_no, a)
-            if b == a or not self.alive[b] or not net.can_talk(a, b):
-                self.stats["sessions_unreachable"] += 1
-                continue
-            self._session(round_no, a, b, t)
+    def _round(self, step: Round) -> None:
+        t = step.t_ms
+        sessions, unreachable = self.schedule.sessions(step.number, self.alive)
+        self.stats["sessions_unreachable"] += unreachable
+        for session in sessions:
+            self._session(step.number, session, t)
         live = sum(1 for n in range(self.n) if self.alive[n] and self.honest[n])
         rb = self.round_bytes
         self.rounds.append(
@@ -347,29 +309,21 @@ class ShardSim:
         self.round_bytes = dict.fromkeys(rb, 0)
         self.round_sessions = [0, 0]
 
-    def _session(self, round_no: int, a: int, b: int, t: int) -> None:
+    def _session(self, round_no: int, session: Session, t: int) -> None:
+        a, b = session.initiator, session.responder
         ra, rb = self.reps[a], self.reps[b]
-        pa, pb = self.phys(a, t), self.phys(b, t)
         ra.t_ms = rb.t_ms = t
-        ra.now_ms, rb.now_ms = pa, pb
-        filtering = self.rules.retention_filter
-        outcome = run_pair(
+        ra.now_ms, rb.now_ms = self.phys(a, t), self.phys(b, t)
+        outcome = run_session(
             ra,
             rb,
-            now_initiator=pa,
-            now_responder=pb,
-            config_initiator=SyncConfig(
-                cutoff_ms=self.cutoff(a, t) if filtering else None,
-                authenticate=True,
-                max_offset_ms=self.sync_offset,
-            ),
-            config_responder=SyncConfig(
-                cutoff_ms=self.cutoff(b, t) if filtering else None,
-                authenticate=True,
-                max_offset_ms=self.sync_offset,
-            ),
+            now_ms=ra.now_ms,
+            responder_now_ms=rb.now_ms,
+            config=self._sync_config(a, t),
+            responder_config=self._sync_config(b, t),
             salt_seed=derive(self.header.seed, "salt", round_no, a, b)[:16],
-            cut_after=self.net.cut_after(round_no, a),
+            cut_after=session.cut_after,
+            raise_errors=False,
         )
         s = self.stats
         s["sessions"] += 1
@@ -385,8 +339,13 @@ class ShardSim:
         s["sync_records_applied"] += outcome.records_applied
         s["sync_rejected_old"] += outcome.rejected_old
         s["sync_rejected_future"] += outcome.rejected_future
-        for kind, count in outcome.bytes.items():
+        for kind, count in outcome.bytes_sent.items():
             self.round_bytes[kind] += count
+
+    def _sync_config(self, node: int, t: int) -> SyncConfig:
+        """A node's session settings: its retention cutoff, signed members, its drift limit."""
+        cutoff = self.cutoff(node, t) if self.rules.retention_filter else None
+        return SyncConfig(cutoff_ms=cutoff, authenticate=True, max_offset_ms=self.sync_offset)
 
     # --- faults ---
 
@@ -417,9 +376,8 @@ class ShardSim:
         self.stats["gc_runs"] += 1
 
     def _heal(self) -> None:
+        """The faults are over (the schedule healed the network): clocks right, every node up."""
         h = self.header
-        self.net.heal()
-        self.net.params = NetParams(0.0, 0.0, h.delay_ms, h.jitter_ms)
         self.offset = [0] * self.n
         for node in range(self.n):
             self._restart(node, h.heal_ms)
@@ -465,32 +423,37 @@ DOMAINS = (MESSAGES, MEMBERS, IDENTITY)
 
 
 def _compare(rep: SimReplica, exp: Expected) -> dict[str, int]:
+    """How one replica differs from the oracle's state of the shard."""
     held = set(rep.messages)
-    lost = len(exp.messages - held)
-    extra = len(held - exp.messages)
-    stale = wrong_active = 0
-    for key in rep.members.keys() | exp.members.keys():
-        want = exp.members.get(key)
-        have = rep.member_record_id(key)
-        if want is None:
-            extra += 1
-        elif have is None:
-            lost += 1
+    counts = {
+        "lost": len(exp.messages - held),
+        "extra": len(held - exp.messages),
+        "stale": 0,
+        "wrong_active": 0,
+    }
+    members = {key: (rep.member_record_id(key), rep.member_active(key)) for key in rep.members}
+    _compare_rows(members, exp.members, counts)
+    identities = {user: (rep.identity_record_id(user), None) for user in rep.identities}
+    _compare_rows(identities, {u: (i, None) for u, i in exp.identities.items()}, counts)
+    return counts
+
+
+def _compare_rows(
+    have: Mapping[Any, tuple[bytes | None, bool | None]],
+    want: Mapping[Any, tuple[bytes, bool | None]],
+    counts: dict[str, int],
+) -> None:
+    """Rows (key -> record id, active) expected and absent (lost), held and not expected
+    (extra), held at another version (stale) or with the other active state (wrong_active)."""
+    for key in have.keys() | want.keys():
+        if key not in want:
+            counts["extra"] += 1
+        elif key not in have:
+            counts["lost"] += 1
         else:
-            if have != want[0]:
-                stale += 1
-            if rep.member_active(key) != want[1]:
-                wrong_active += 1
-    for user in rep.identities.keys() | exp.identities.keys():
-        want_id = exp.identities.get(user)
-        have = rep.identity_record_id(user)
-        if want_id is None:
-            extra += 1
-        elif have is None:
-            lost += 1
-        elif have != want_id:
-            stale += 1
-    return {"lost": lost, "extra": extra, "stale": stale, "wrong_active": wrong_active}
+            (have_id, have_active), (want_id, want_active) = have[key], want[key]
+            counts["stale"] += have_id != want_id
+            counts["wrong_active"] += have_active != want_active
 
 
 def run_shard(task: ShardTask) -> dict[str, Any]:

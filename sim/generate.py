@@ -29,15 +29,14 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from sim import trace as tr
 from sim.rand import derive
+from store import trace as tr
 from store.authz import NONCE_LEN, GroupProof, grant_admin, new_group
-from store.hlc import DEFAULT_MAX_OFFSET_MS, Hlc, HlcClock
+from store.hlc import DEFAULT_MAX_OFFSET_MS, VIRTUAL_EPOCH_MS, Hlc, HlcClock
 from store.ops import MembershipAction, MembershipOp, make_identity
 from store.records import MessageKind, MsgV1, Role
 from store.signing import key_from_seed, public_key, user_id_from_key
 
-START_MS = 1_767_225_600_000  # 2026-01-01T00:00Z: a fixed virtual epoch keeps traces reproducible
 DAY_MS = 86_400_000
 FAULTS = ("partition", "oneway", "drop", "dup", "delay", "crash", "skew", "far-future", "gc")
 OP_WEIGHTS = {
@@ -146,8 +145,8 @@ class _Planner:
     def __init__(self, p: GenParams) -> None:
         self.p = p
         self.rng = random.Random(int.from_bytes(derive(p.seed, "plan"), "big"))
-        self.start = START_MS
-        self.heal = START_MS + int(p.duration_s * 1000)
+        self.start = VIRTUAL_EPOCH_MS
+        self.heal = VIRTUAL_EPOCH_MS + int(p.duration_s * 1000)
         # Push-pull anti-entropy with one random peer per node and round spreads a record to
         # all nodes in about log3(N) + a few rounds; log2(N) + 6 leaves a margin.
         rounds = p.quiesce_rounds or math.ceil(math.log2(max(2, p.nodes))) + 6

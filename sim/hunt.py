@@ -2,7 +2,7 @@
 
 For each bug, seeds 1, 2, ... each generate a small trace with every fault kind
 and replay it with the bug planted; the first failing check stops the search.
-``chatsync sim bugs`` prints the table; ``tests/sim/test_planted_bugs.py``
+``chatsync sim bugs`` prints the table; ``tests/sim/test_spark_run.py``
 asserts every bug is caught within the budget.
 """
 

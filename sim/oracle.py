@@ -29,8 +29,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType
 
-from sim import trace as tr
 from sim.shards import Expected, shard_of
+from store import trace as tr
 from store.hlc import Hlc
 from store.records import compute_identity_record_id, compute_member_record_id
 from sync.frames import Domain

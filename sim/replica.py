@@ -1,27 +1,34 @@
-"""A simulated node's replica: ``sync.replica.MemoryReplica``'s job, with what a simulation needs.
+"""A simulated node's replica: ``sync.replica.MemoryReplica`` with what a simulation needs.
 
-It implements the ``sync.replica.Replica`` protocol the sync sessions drive, and
-applies records through ``Rules`` (``store.merge`` unless a planted bug swaps a
-piece), keeping one ``MerkleTree`` per domain in step, as ``MemoryReplica`` does
-(``tests/sim/test_replica.py`` asserts the two agree record for record). On top:
+``SimReplica`` is a ``MemoryReplica`` — the same dicts, record-id index, merge
+steps and trees in step — with its hooks set for the simulator:
 
+* **Rules**: merges through ``Rules`` (``store.merge`` unless a planted bug swaps
+  a piece, ``sim/bugs.py``), and the message tree is ``Rules.message_tree``.
 * **Drift check on every record a session applies** (``HlcClock.check_drift``
   against the node's local physical time). Sessions skip far-future records
-  themselves (``SyncConfig.max_offset_ms``); this check is a second line that
-  also advances the replica's HLC.
+  themselves (``SyncConfig.max_offset_ms``); this check is a second line.
 * **Durability**: writes received from peers go to an undo log until the next
   flush; ``crash()`` rolls back whatever was not flushed.
-* **Retention**: ``collect_messages`` (the GC) and the resurrection counter.
+* **Retention**: ``collect_messages`` (the GC, ``sim/retention_model.py``) and
+  the resurrection counter. The replica itself refuses nothing as too old
+  (``expire_before_ms`` stays None): the cutoff is applied at ingress, so that a
+  planted bug that skips it shows as resurrections.
+* **The divergence metric**: records entering and leaving honest live replicas
+  are counted shard-wide (``ShardContext.holders``).
 * **Memory for hundreds of replicas per process**: decoded messages are shared
-  between replicas, bucket listings come from one shard-wide index, and the
+  between replicas, bucket listings come from one shard-wide index (filtered by
+  what this replica holds), member record ids are remembered shard-wide, and the
   small member and identity trees use dict-backed levels (``SparseMerkleTree``:
   ``MerkleTree``'s own code over sparse storage).
+
+``tests/sim/test_replica.py`` asserts that with the real rules it agrees with a
+plain ``MemoryReplica`` record for record.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +37,6 @@ from sim.trees import SparseMerkleTree
 from store.errors import ClockDriftError
 from store.hlc import Hlc, HlcClock
 from store.records import (
-    IdentityRecord,
     MemberInfo,
     MemberRecord,
     MsgV1,
@@ -38,14 +44,17 @@ from store.records import (
     member_record_id,
 )
 from sync.frames import Domain
-from sync.merkle import MerkleTree
-from sync.replica import Record
+from sync.replica import (
+    IDENTITY,
+    MEMBERS,
+    MESSAGES,
+    BucketIndex,
+    MemoryReplica,
+    Record,
+    new_bucket_index,
+)
 
-MESSAGES, MEMBERS, IDENTITY = Domain.MESSAGES, Domain.MEMBERS, Domain.IDENTITY
-
-
-def _bucket(record_id: bytes) -> int:
-    return (record_id[0] << 8) | record_id[1]
+__all__ = ["IDENTITY", "MEMBERS", "MESSAGES", "Counters", "ShardContext", "SimReplica"]
 
 
 @dataclass
@@ -53,9 +62,7 @@ class ShardContext:
     """What all replicas of one shard share: a bucket index, decoded messages, the metrics."""
 
     max_offset_ms: int
-    buckets: dict[Domain, defaultdict[int, set[bytes]]] = field(
-        default_factory=lambda: {d: defaultdict(set) for d in Domain}
-    )
+    buckets: BucketIndex = field(default_factory=new_bucket_index)  # only grows
     interned: dict[bytes, MsgV1] = field(default_factory=dict)
     member_ids: dict[tuple[tuple[bytes, bytes], MemberInfo], bytes] = field(default_factory=dict)
     # Divergence: how many honest live replicas hold each record id.
@@ -87,22 +94,19 @@ class Counters:
     collected: int = 0
 
 
-class SimReplica:
+class SimReplica(MemoryReplica):
     """One node's replica within one shard."""
 
     def __init__(self, ctx: ShardContext, rules: Rules, clock: HlcClock) -> None:
-        self.ctx = ctx
-        self.rules = rules
-        self.clock = clock
-        self.trees: dict[Domain, MerkleTree] = {
+        trees = {
             MESSAGES: rules.message_tree(),
             MEMBERS: SparseMerkleTree(),
             IDENTITY: SparseMerkleTree(),
         }
-        self.messages: dict[bytes, MsgV1] = {}
-        self.members: dict[tuple[bytes, bytes], MemberInfo] = {}
-        self.identities: dict[bytes, tuple[Hlc, bytes]] = {}
-        self._ids: dict[Domain, dict[bytes, Any]] = {MEMBERS: {}, IDENTITY: {}}  # id -> row key
+        super().__init__(trees, ctx.buckets)
+        self.ctx = ctx
+        self.rules = rules
+        self.clock = clock
         self.now_ms = 0  # local physical time of the current event (drift checks)
         self.horizon = 0  # retention: highest cutoff collected at
         self.counting = True  # contributes to ShardContext.holders (honest and live)
@@ -111,58 +115,11 @@ class SimReplica:
         self._by_time: list[tuple[int, bytes]] = []  # (physical_ms, msg_id) heap for the GC
         self.t_ms = 0  # true time of the current event (undo log)
 
-    # --- the Replica protocol ---
-
-    def tree(self, domain: Domain) -> MerkleTree:
-        return self.trees[domain]
-
-    def holds(self, domain: Domain, record_id: bytes) -> bool:
-        if domain is MESSAGES:
-            return record_id in self.messages
-        return record_id in self._ids[domain]
-
-    def record_ids(self, domain: Domain) -> list[bytes]:
-        return list(self.messages) if domain is MESSAGES else list(self._ids[domain])
-
-    def bucket_ids(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]:
-        known = self.ctx.buckets[domain].get(bucket, ())
-        if domain is MESSAGES:
-            msgs = self.messages
-            if cutoff_ms is None:
-                return sorted(i for i in known if i in msgs)
-            return sorted(i for i in known if i in msgs and msgs[i].hlc.physical_ms > cutoff_ms)
-        ids = self._ids[domain]
-        return sorted(i for i in known if i in ids)
-
-    def get_records(
-        self, domain: Domain, ids: list[bytes], cutoff_ms: int | None
-    ) -> list[bytes | None]:
-        out: list[bytes | None] = []
-        for record_id in ids:
-            if domain is MESSAGES:
-                msg = self.messages.get(record_id)
-                old = msg is not None and cutoff_ms is not None and msg.hlc.physical_ms <= cutoff_ms
-                out.append(None if msg is None or old else msg.encoded)
-                continue
-            row = self._ids[domain].get(record_id)
-            if row is None:
-                out.append(None)
-            elif domain is MEMBERS:
-                out.append(MemberRecord(row[0], row[1], self.members[row]).encode())
-            else:
-                out.append(IdentityRecord(row, *self.identities[row]).encode())
-        return out
-
     def apply(self, domain: Domain, records: list[Record]) -> int:
         """Records from a sync session: drift-checked, merged, not yet durable."""
-        changed = 0
-        for record in records:
-            if self.rules.check_drift and not self._within_offset(record):
-                continue
-            changed += self.apply_record(record)
-        return changed
-
-    # --- applying one record ---
+        if self.rules.check_drift:
+            records = [r for r in records if self._within_offset(r)]
+        return super().apply(domain, records)
 
     def _within_offset(self, record: Record) -> bool:
         if isinstance(record, MemberRecord):
@@ -177,89 +134,48 @@ class SimReplica:
             return False
         return True
 
-    def apply_record(self, record: Record) -> bool:
-        if isinstance(record, MsgV1):
-            return self._put_message(record)
-        if isinstance(record, MemberRecord):
-            return self._merge_member((record.chat_id, record.user_id), record.info)
-        return self._put_identity(record.user_id, record.hlc, record.blob)
+    # --- MemoryReplica's hooks ---
 
     def _put_message(self, msg: MsgV1) -> bool:
-        msg_id = msg.msg_id
-        if msg_id in self.messages:
+        msg = self.ctx.interned.setdefault(msg.msg_id, msg)
+        if not super()._put_message(msg):
             return False
-        msg = self.ctx.interned.setdefault(msg_id, msg)
-        self.messages[msg_id] = msg
         physical = msg.hlc.physical_ms
         if physical <= self.horizon:
             self.counters.resurrected += 1
-        heapq.heappush(self._by_time, (physical, msg_id))
-        self._index(MESSAGES, None, msg_id, msg_id)
-        self._log(MESSAGES, msg_id, None)
+        heapq.heappush(self._by_time, (physical, msg.msg_id))
         return True
 
-    def _merge_member(self, key: tuple[bytes, bytes], info: MemberInfo) -> bool:
-        before = self.members.get(key)
-        after = self.rules.merge_member(before, info)
-        if after is None or after == before:
-            return False
-        self._set_member(key, before, after)
-        self._log(MEMBERS, key, before)
-        return True
+    def _merge_member_states(
+        self, local: MemberInfo | None, remote: MemberInfo
+    ) -> MemberInfo | None:
+        return self.rules.merge_member(local, remote)
 
-    def _set_member(
-        self, key: tuple[bytes, bytes], before: MemberInfo | None, after: MemberInfo | None
-    ) -> None:
-        if after is None:
-            del self.members[key]
-        else:
-            self.members[key] = after
-        old = None if before is None else self._member_id(key, before)
-        new = None if after is None else self._member_id(key, after)
-        self._index(MEMBERS, old, new, key)
+    def _identity_wins(self, incoming: tuple[Hlc, bytes], stored: tuple[Hlc, bytes] | None) -> bool:
+        return self.rules.identity_wins(incoming, stored)
 
-    def _put_identity(self, user: bytes, hlc: Hlc, blob: bytes) -> bool:
-        stored = self.identities.get(user)
-        if not self.rules.identity_wins((hlc, blob), stored):
-            return False
-        if stored is not None and stored == (hlc, blob):
-            return False
-        self._set_identity(user, stored, (hlc, blob))
-        self._log(IDENTITY, user, stored)
-        return True
+    def _member_id(self, key: tuple[bytes, bytes], info: MemberInfo) -> bytes:
+        """``member_record_id``, remembered shard-wide (it hashes both signed proofs)."""
+        cache = self.ctx.member_ids
+        record_id = cache.get((key, info))
+        if record_id is None:
+            record_id = cache[(key, info)] = member_record_id(key[0], key[1], info)
+        return record_id
 
-    def _set_identity(
-        self, user: bytes, before: tuple[Hlc, bytes] | None, after: tuple[Hlc, bytes] | None
-    ) -> None:
-        if after is None:
-            del self.identities[user]
-        else:
-            self.identities[user] = after
-        old = None if before is None else compute_identity_record_id(user, *before)
-        new = None if after is None else compute_identity_record_id(user, *after)
-        self._index(IDENTITY, old, new, user)
+    def _listed(self, domain: Domain, record_id: bytes) -> None:
+        super()._listed(domain, record_id)  # into the shard-wide bucket index
+        if self.counting:
+            self.ctx.gained(record_id)
 
-    def _index(self, domain: Domain, old: bytes | None, new: bytes | None, row: Any) -> None:
-        if old == new:
-            return
-        ids = None if domain is MESSAGES else self._ids[domain]
-        if old is not None:
-            if ids is not None:
-                del ids[old]
-            if self.counting:
-                self.ctx.lost(old)
-        if new is not None:
-            if ids is not None:
-                ids[new] = row
-            self.ctx.buckets[domain][_bucket(new)].add(new)
-            if self.counting:
-                self.ctx.gained(new)
-        self.trees[domain].replace(old, new)
+    def _unlisted(self, domain: Domain, record_id: bytes) -> None:
+        """The shard-wide bucket index keeps the id: other replicas may hold it."""
+        if self.counting:
+            self.ctx.lost(record_id)
+
+    def _wrote(self, domain: Domain, key: Any, before: Any) -> None:
+        self._undo.append((self.t_ms, domain, key, before))
 
     # --- durability ---
-
-    def _log(self, domain: Domain, key: Any, before: Any) -> None:
-        self._undo.append((self.t_ms, domain, key, before))
 
     def flush(self) -> None:
         """Everything written so far is durable (a flush, a local write's WAL sync, a GC batch)."""
@@ -280,10 +196,6 @@ class SimReplica:
         self._undo.clear()
         self.counters.rolled_back += undone
         return undone
-
-    def _drop_message(self, msg_id: bytes) -> None:
-        del self.messages[msg_id]
-        self._index(MESSAGES, msg_id, None, msg_id)
 
     # --- retention ---
 
@@ -311,6 +223,8 @@ class SimReplica:
             for record_id in self.record_ids(domain):
                 change(record_id)
 
+    # --- the check reads ---
+
     def member_active(self, key: tuple[bytes, bytes]) -> bool | None:
         info = self.members.get(key)
         return None if info is None else self.rules.member_active(info)
@@ -318,14 +232,6 @@ class SimReplica:
     def member_record_id(self, key: tuple[bytes, bytes]) -> bytes | None:
         info = self.members.get(key)
         return None if info is None else self._member_id(key, info)
-
-    def _member_id(self, key: tuple[bytes, bytes], info: MemberInfo) -> bytes:
-        """``member_record_id``, remembered shard-wide (it hashes both signed proofs)."""
-        cache = self.ctx.member_ids
-        record_id = cache.get((key, info))
-        if record_id is None:
-            record_id = cache[(key, info)] = member_record_id(key[0], key[1], info)
-        return record_id
 
     def identity_record_id(self, user: bytes) -> bytes | None:
         stored = self.identities.get(user)

@@ -30,9 +30,9 @@ from pyspark import SparkFiles
 from pyspark.sql import SparkSession
 
 from sim import engine
-from sim import trace as tr
 from sim.oracle import Oracle, compute_oracle, oracle_summary
 from sim.spark import LOOPBACK, ProgressServer, is_local_master
+from store import trace as tr
 from sync.frames import Domain
 
 DEFAULT_SHARDS = 4

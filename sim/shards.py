@@ -1,7 +1,7 @@
 """Shards: ranges of the 16-bit shard key, and what the oracle expects of one shard.
 
 A message's shard key is its bucket (the first two bytes of its id); a member or
-identity row's is a hash of its row key (``sim.trace.row_shard_key``), because a
+identity row's is a hash of its row key (``store.trace.row_shard_key``), because a
 row's record id changes with its state and its key does not. Shard ``s`` of ``P``
 holds the keys ``k`` with ``k * P >> 16 == s``: contiguous bucket ranges, so a
 shard's message tree is a set of whole Merkle subtrees.

@@ -2,8 +2,8 @@
 
 ``Replica`` is what the protocol reads and writes: a tree per domain, the ids
 of one bucket, encoded records by id, and "apply these validated records".
-``MemoryReplica`` keeps everything in dicts (tests, benchmarks, simulator);
-``DbReplica`` drives a ``ChatDb`` handed to it. Both apply records through the
+``MemoryReplica`` keeps everything in dicts (tests, benchmarks; the simulator's
+``SimReplica`` is one with its hooks overridden); ``DbReplica`` drives a ``ChatDb`` handed to it. Both apply records through the
 store's merge rules and keep their trees in step with what they store, and a
 test asserts they agree (same roots after the same ops).
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from store.hlc import Hlc
 from store.merge import identity_wins, merge_member_states
@@ -56,57 +56,70 @@ def _bucket(record_id: bytes) -> int:
     return (record_id[0] << 8) | record_id[1]
 
 
-class MemoryReplica:
-    """A whole replica in dicts, merged by the same rules as ChatDb."""
+MESSAGES, MEMBERS, IDENTITY = Domain.MESSAGES, Domain.MEMBERS, Domain.IDENTITY
+# domain -> bucket -> record ids; an id may stay after it left (readers check what is held)
+BucketIndex = dict[Domain, defaultdict[int, set[bytes]]]
 
-    def __init__(self) -> None:
+
+def new_bucket_index() -> BucketIndex:
+    return {d: defaultdict(set) for d in Domain}
+
+
+class MemoryReplica:
+    """A whole replica in dicts, merged by the same rules as ChatDb.
+
+    The simulator's replica (``sim.replica.SimReplica``) is this class with its hooks
+    overridden: the merge rules (``_merge_member_states``, ``_identity_wins``), what a
+    record id entering or leaving the replica does (``_listed``, ``_unlisted``),
+    ``_wrote`` (told of every change with the row's state before it) and
+    ``_member_id``. ``trees`` and ``buckets`` replace the default storage.
+    """
+
+    def __init__(
+        self, trees: dict[Domain, MerkleTree] | None = None, buckets: BucketIndex | None = None
+    ) -> None:
         self.expire_before_ms: int | None = None  # retention: older messages are refused
-        self.trees = {d: MerkleTree() for d in Domain}
+        self.trees = trees if trees is not None else {d: MerkleTree() for d in Domain}
         self.messages: dict[bytes, MsgV1] = {}
         self.members: dict[tuple[bytes, bytes], MemberInfo] = {}
         self.identities: dict[bytes, tuple[Hlc, bytes]] = {}
-        self._index: dict[Domain, dict[bytes, bytes]] = {d: {} for d in Domain}  # id -> row key
-        self._buckets: dict[Domain, defaultdict[int, set[bytes]]] = {
-            d: defaultdict(set) for d in Domain
-        }
+        # record id -> row key: (chat, user) for members, the user for identity
+        self._rows: dict[Domain, dict[bytes, Any]] = {MEMBERS: {}, IDENTITY: {}}
+        self._buckets = buckets if buckets is not None else new_bucket_index()
+
+    # --- the Replica protocol ---
 
     def tree(self, domain: Domain) -> MerkleTree:
         return self.trees[domain]
 
     def record_ids(self, domain: Domain) -> list[bytes]:
-        return list(self._index[domain])
-
-    def _index_replace(self, domain: Domain, old: bytes | None, new: bytes, row: bytes) -> None:
-        if old == new:
-            return
-        if old is not None:
-            del self._index[domain][old]
-            self._buckets[domain][_bucket(old)].discard(old)
-        self._index[domain][new] = row
-        self._buckets[domain][_bucket(new)].add(new)
-        self.trees[domain].replace(old, new)
+        return list(self.messages) if domain is MESSAGES else list(self._rows[domain])
 
     def bucket_ids(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]:
-        ids = sorted(self._buckets[domain].get(bucket, ()))
-        if domain is Domain.MESSAGES and cutoff_ms is not None:
-            ids = [i for i in ids if self.messages[i].hlc.physical_ms > cutoff_ms]
-        return ids
+        known = self._buckets[domain].get(bucket, ())
+        if domain is not MESSAGES:
+            rows = self._rows[domain]
+            return sorted(i for i in known if i in rows)
+        msgs = self.messages
+        if cutoff_ms is None:
+            return sorted(i for i in known if i in msgs)
+        return sorted(i for i in known if i in msgs and msgs[i].hlc.physical_ms > cutoff_ms)
 
     def get_records(
         self, domain: Domain, ids: list[bytes], cutoff_ms: int | None
     ) -> list[bytes | None]:
         out: list[bytes | None] = []
         for record_id in ids:
-            row = self._index[domain].get(record_id)
+            if domain is MESSAGES:
+                msg = self.messages.get(record_id)
+                old = msg is not None and cutoff_ms is not None and msg.hlc.physical_ms <= cutoff_ms
+                out.append(None if msg is None or old else msg.encoded)
+                continue
+            row = self._rows[domain].get(record_id)
             if row is None:
                 out.append(None)
-            elif domain is Domain.MESSAGES:
-                msg = self.messages[record_id]
-                too_old = cutoff_ms is not None and msg.hlc.physical_ms <= cutoff_ms
-                out.append(None if too_old else msg.encoded)
-            elif domain is Domain.MEMBERS:
-                chat, user = row[:32], row[32:]
-                out.append(MemberRecord(chat, user, self.members[(chat, user)]).encode())
+            elif domain is MEMBERS:
+                out.append(MemberRecord(row[0], row[1], self.members[row]).encode())
             else:
                 out.append(IdentityRecord(row, *self.identities[row]).encode())
         return out
@@ -114,52 +127,121 @@ class MemoryReplica:
     def apply(self, domain: Domain, records: list[Record]) -> int:
         changed = 0
         for record in records:
-            changed += self._apply_one(record)
+            changed += self.apply_record(record)
         return changed
 
-    def _apply_one(self, record: Record) -> bool:
+    # --- merging one record ---
+
+    def apply_record(self, record: Record) -> bool:
+        """Merge one validated record; True if it changed the replica."""
         if isinstance(record, MsgV1):
-            if record.msg_id in self.messages:
-                return False
-            expire = self.expire_before_ms
-            if expire is not None and record.hlc.physical_ms <= expire:
-                return False  # GC removed (or would remove) it: never store it again
-            self.messages[record.msg_id] = record
-            self._index_replace(Domain.MESSAGES, None, record.msg_id, record.msg_id)
-            return True
+            return self._put_message(record)
         if isinstance(record, MemberRecord):
-            key = (record.chat_id, record.user_id)
-            before = self.members.get(key)
-            after = merge_member_states(before, record.info)
-            assert after is not None
-            if after == before:
-                return False
-            self.members[key] = after
-            old = None if before is None else _member_id(key, before)
-            self._index_replace(Domain.MEMBERS, old, _member_id(key, after), b"".join(key))
-            return True
-        stored = self.identities.get(record.user_id)
-        if not identity_wins((record.hlc, record.blob), stored):
+            return self._merge_member((record.chat_id, record.user_id), record.info)
+        return self._put_identity(record.user_id, record.hlc, record.blob)
+
+    def _put_message(self, msg: MsgV1) -> bool:
+        msg_id = msg.msg_id
+        if msg_id in self.messages:
             return False
-        self.identities[record.user_id] = (record.hlc, record.blob)
-        old = None if stored is None else compute_identity_record_id(record.user_id, *stored)
-        self._index_replace(Domain.IDENTITY, old, record.record_id, record.user_id)
+        expire = self.expire_before_ms
+        if expire is not None and msg.hlc.physical_ms <= expire:
+            return False  # GC removed (or would remove) it: never store it again
+        self.messages[msg_id] = msg
+        self._index(MESSAGES, None, msg_id, msg_id)
+        self._wrote(MESSAGES, msg_id, None)
         return True
+
+    def _merge_member(self, key: tuple[bytes, bytes], info: MemberInfo) -> bool:
+        before = self.members.get(key)
+        after = self._merge_member_states(before, info)
+        if after is None or after == before:
+            return False
+        self._set_member(key, before, after)
+        self._wrote(MEMBERS, key, before)
+        return True
+
+    def _put_identity(self, user: bytes, hlc: Hlc, blob: bytes) -> bool:
+        stored = self.identities.get(user)
+        if stored == (hlc, blob) or not self._identity_wins((hlc, blob), stored):
+            return False
+        self._set_identity(user, stored, (hlc, blob))
+        self._wrote(IDENTITY, user, stored)
+        return True
+
+    # --- setting a row: the dicts, the record-id index, the buckets and the tree in step ---
+
+    def _drop_message(self, msg_id: bytes) -> None:
+        del self.messages[msg_id]
+        self._index(MESSAGES, msg_id, None, msg_id)
+
+    def _set_member(
+        self, key: tuple[bytes, bytes], before: MemberInfo | None, after: MemberInfo | None
+    ) -> None:
+        if after is None:
+            del self.members[key]
+        else:
+            self.members[key] = after
+        old = None if before is None else self._member_id(key, before)
+        new = None if after is None else self._member_id(key, after)
+        self._index(MEMBERS, old, new, key)
+
+    def _set_identity(
+        self, user: bytes, before: tuple[Hlc, bytes] | None, after: tuple[Hlc, bytes] | None
+    ) -> None:
+        if after is None:
+            del self.identities[user]
+        else:
+            self.identities[user] = after
+        old = None if before is None else compute_identity_record_id(user, *before)
+        new = None if after is None else compute_identity_record_id(user, *after)
+        self._index(IDENTITY, old, new, user)
+
+    def _index(self, domain: Domain, old: bytes | None, new: bytes | None, row: Any) -> None:
+        if old == new:
+            return
+        rows = self._rows.get(domain)  # messages are their own index
+        if old is not None:
+            if rows is not None:
+                del rows[old]
+            self._unlisted(domain, old)
+        if new is not None:
+            if rows is not None:
+                rows[new] = row
+            self._listed(domain, new)
+        self.trees[domain].replace(old, new)
+
+    # --- hooks (the simulator overrides them) ---
+
+    def _merge_member_states(
+        self, local: MemberInfo | None, remote: MemberInfo
+    ) -> MemberInfo | None:
+        return merge_member_states(local, remote)
+
+    def _identity_wins(self, incoming: tuple[Hlc, bytes], stored: tuple[Hlc, bytes] | None) -> bool:
+        return identity_wins(incoming, stored)
+
+    def _member_id(self, key: tuple[bytes, bytes], info: MemberInfo) -> bytes:
+        return member_record_id(key[0], key[1], info)
+
+    def _listed(self, domain: Domain, record_id: bytes) -> None:
+        self._buckets[domain][_bucket(record_id)].add(record_id)
+
+    def _unlisted(self, domain: Domain, record_id: bytes) -> None:
+        self._buckets[domain][_bucket(record_id)].discard(record_id)
+
+    def _wrote(self, domain: Domain, key: Any, before: Any) -> None:
+        """After a change to row ``key`` of ``domain``, which held ``before`` (None: nothing)."""
+
+    # --- retention ---
 
     def expire_messages(self, cutoff_ms: int) -> list[bytes]:
         """Retention GC, as ChatDb's: drop messages at or before the cutoff, refuse them after."""
         self.expire_before_ms = max(self.expire_before_ms or cutoff_ms, cutoff_ms)
         aged = [i for i, m in self.messages.items() if m.hlc.physical_ms <= cutoff_ms]
         for msg_id in aged:
-            del self.messages[msg_id]
-            del self._index[Domain.MESSAGES][msg_id]
-            self._buckets[Domain.MESSAGES][_bucket(msg_id)].discard(msg_id)
-            self.trees[Domain.MESSAGES].remove(msg_id)
+            self._drop_message(msg_id)
         return aged
-
-
-def _member_id(key: tuple[bytes, bytes], info: MemberInfo) -> bytes:
-    return member_record_id(key[0], key[1], info)
 
 
 class DbReplica:

@@ -1,32 +1,27 @@
-"""The HTTP API, the client and the user CLI against a real node over real HTTP (no mocks).
+"""The HTTP API against a real node over real HTTP (no mocks).
 
 Each test starts a ``Node`` (RocksDB in tmp_path, libp2p on 127.0.0.1, hypercorn on a
-free port) inside the test's trio run and talks to it with httpx. The synchronous
-client and the CLI run in a worker thread so the node keeps serving meanwhile.
+free port) inside the test's trio run and talks to it with httpx. The client library
+and the user commands have their own tests in ``tests/client/``.
 """
 
 from __future__ import annotations
 
 import base64
-import json
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import trio
-from typer.testing import CliRunner
 
-from node.cli import app as cli_app
-from node.client import ChatsyncClient, ChatsyncClientError
-from node.e2e import UserKey, decode_envelope, open_dm, read_key_file, seal_dm
-from store.authz import DmProof, new_group
+from client.e2e import UserKey
+from store.authz import new_group
 from store.hlc import Hlc
 from store.ops import MembershipAction, MembershipOp, Op, verify_identity
-from store.records import DEFAULT_MAX_PAYLOAD, IdentityRecord, MsgV1, canonical_cbor, dm_chat_id
+from store.records import DEFAULT_MAX_PAYLOAD, IdentityRecord, MsgV1, canonical_cbor
 
-from node_support import b64, counts, free_port, now_ms, ops_body, running_node
+from node_support import b64, counts, now_ms, ops_body, running_node
 
 ALICE = UserKey.from_seed(b"\x01" * 32)
 BOB = UserKey.from_seed(b"\x02" * 32)
@@ -49,10 +44,6 @@ def add(actor: UserKey, user: UserKey, ms: int) -> MembershipOp:
     return MembershipOp.create(
         actor.signing_key, GROUP, user.user_id, MembershipAction.ADD, Hlc(ms), proof=GROUP_PROOF
     )
-
-
-def url_of(http: httpx.AsyncClient) -> str:
-    return str(http.base_url).rstrip("/")
 
 
 async def post_ok(http: httpx.AsyncClient, *ops: Op) -> list[bool]:
@@ -161,65 +152,6 @@ async def test_every_endpoint_happy_path_with_pagination_and_unread(tmp_path: Pa
         ):  # fmt: skip
             assert path in schema["paths"]
         assert (await http.get("/docs")).status_code == 200
-
-
-async def test_dm_is_encrypted_end_to_end_through_the_node(tmp_path: Path) -> None:
-    async with running_node(tmp_path) as (_, http):
-        url = url_of(http)
-
-        def converse() -> tuple[bytes, list[bytes], list[Any], dict[str, Any]]:
-            with ChatsyncClient(url) as client:
-                assert client.get_identity(BOB.user_id) is None
-                client.put_identity(BOB.identity(client.now()))
-                client.put_identity(ALICE.identity(client.now()))
-                bob_box = client.identity_doc(BOB.user_id)
-                assert bob_box is not None and bob_box.box_key == BOB.box_key
-                chat = dm_chat_id(ALICE.user_id, BOB.user_id)
-                joins = [
-                    client.membership_op(
-                        ALICE.signing_key,
-                        chat,
-                        u.user_id,
-                        proof=DmProof(ALICE.user_id, BOB.user_id),
-                    )
-                    for u in (ALICE, BOB)
-                ]
-                sent = client.send_message(
-                    ALICE.signing_key,
-                    chat,
-                    seal_dm(ALICE, bob_box.box_key, b"hi bob"),
-                    extra_ops=joins,
-                )
-                # first contact: the members came with the message, so Bob's list has the chat
-                [entry] = client.chats(BOB.user_id)["chats"]
-                assert (entry["kind"], entry["unread"], entry["last_sender"]) == (
-                    "dm", 1, ALICE.user_id.hex(),
-                )  # fmt: skip
-                alice_box = client.identity_doc(ALICE.user_id)
-                assert alice_box is not None
-                client.send_message(
-                    BOB.signing_key, chat, seal_dm(BOB, alice_box.box_key, b"hi alice")
-                )
-                page = client.history(chat, direction="forward")
-                assert page.messages[0].msg == sent
-                payloads = [m.msg.payload for m in page.messages]
-                return chat, payloads, client.members(chat), client.chats(BOB.user_id)
-
-        _, payloads, members, bob_chats = await trio.to_thread.run_sync(converse)
-        assert b"hi bob" not in payloads[0] and b"hi alice" not in payloads[1]  # stored sealed
-        decode_envelope(payloads[0])
-        # both parties read both messages; a third party cannot
-        assert open_dm(BOB, payloads[0], ALICE.box_key) == b"hi bob"
-        assert open_dm(ALICE, payloads[0], ALICE.box_key) == b"hi bob"
-        assert open_dm(ALICE, payloads[1], BOB.box_key) == b"hi alice"
-        assert sorted(members) == sorted([ALICE.user_id, BOB.user_id])
-        assert bob_chats["chats"][0]["kind"] == "dm" and bob_chats["chats"][0]["unread"] == 2
-        try:
-            open_dm(CAROL, payloads[0], ALICE.box_key)
-        except Exception as exc:
-            assert "not addressed" in str(exc)
-        else:
-            raise AssertionError("a third party opened the DM")
 
 
 # --- hostile input ------------------------------------------------------------------------
@@ -358,116 +290,3 @@ async def test_a_full_write_queue_answers_503_busy(tmp_path: Path) -> None:
                 lock.release()
         assert sorted(results) == [201, 201]
         assert (await counts(http))["messages"] == 2
-
-
-# --- the CLI ------------------------------------------------------------------------------
-
-
-def run_cli(*args: str) -> Any:
-    result = CliRunner().invoke(cli_app, list(args))
-    return result
-
-
-async def test_cli_keygen_send_dm_history_status(tmp_path: Path) -> None:
-    alice_file, bob_file = tmp_path / "alice.key", tmp_path / "bob.key"
-    async with running_node(tmp_path) as (_, http):
-        url = url_of(http)
-
-        def session() -> None:
-            r = run_cli("keygen", "--out", str(alice_file))
-            assert r.exit_code == 0, r.output
-            alice = read_key_file(alice_file)
-            assert alice.user_id.hex() in r.output
-            assert os.stat(alice_file).st_mode & 0o777 == 0o600
-            r = run_cli("keygen", "--out", str(alice_file))
-            assert r.exit_code == 1 and "--force" in r.output
-            assert read_key_file(alice_file) == alice  # not overwritten
-            assert run_cli("keygen", "--out", str(bob_file)).exit_code == 0
-            bob = read_key_file(bob_file)
-            to = bob.user_id.hex()
-            # Bob has not published yet: Alice cannot encrypt to him
-            r = run_cli("send", "--key", str(alice_file), "--node", url, "--to", to, "hello bob")
-            assert r.exit_code == 1 and "has not published" in r.output
-            r = run_cli("publish", "--key", str(bob_file), "--node", url)
-            assert r.exit_code == 0, r.output
-            for text in ("hello bob", "second"):
-                r = run_cli("send", "--key", str(alice_file), "--node", url, "--to", to, text)
-                assert r.exit_code == 0, r.output
-            chat = dm_chat_id(alice.user_id, bob.user_id).hex()
-            with ChatsyncClient(url) as client:
-                stored = [m.msg.payload for m in client.history(bytes.fromhex(chat)).messages]
-                assert len(stored) == 2 and all(b"hello bob" not in p for p in stored)
-                assert len(client.members(bytes.fromhex(chat))) == 2
-                [entry] = client.chats(bob.user_id)["chats"]  # first contact: in Bob's list
-                assert (entry["chat_id"], entry["kind"], entry["unread"]) == (chat, "dm", 2)
-            r = run_cli("history", "--node", url, "--chat", chat, "--key", str(bob_file))
-            assert r.exit_code == 0 and "hello bob" in r.output and "second" in r.output, r.output
-            r = run_cli("history", "--node", url, "--chat", chat, "--key", str(alice_file))
-            assert r.exit_code == 0 and "hello bob" in r.output and "me" in r.output
-            r = run_cli("history", "--node", url, "--chat", chat)
-            assert r.exit_code == 0 and "encrypted DM" in r.output and "hello" not in r.output
-            r = run_cli("history", "--node", url, "--chat", chat, "--limit", "1")
-            assert "--cursor" in r.output
-            # a plain group message with --chat
-            group = GROUP.hex()
-            r = run_cli("send", "--key", str(bob_file), "--node", url, "--chat", group, "hi all")
-            assert r.exit_code == 0, r.output
-            r = run_cli("history", "--node", url, "--chat", group, "--direction", "forward")
-            assert "hi all" in r.output
-            r = run_cli("status", "--node", url)
-            assert r.exit_code == 0 and "messages" in r.output and "no sync yet" in r.output
-            # errors: one line, exit 1, no traceback
-            r = run_cli("history", "--node", url, "--chat", "abc")
-            assert r.exit_code == 1 and "error" in r.output
-            r = run_cli(
-                "send", "--key", str(alice_file), "--node", url, "--chat", group, "x" * 300_000
-            )
-            assert r.exit_code == 1 and "over the limit" in r.output and "Traceback" not in r.output
-            r = run_cli("status", "--node", f"http://127.0.0.1:{free_port()}")
-            assert r.exit_code == 1 and "unreachable" in r.output
-            assert r.exception is None or isinstance(r.exception, SystemExit)
-            r = run_cli(
-                "send", "--key", str(tmp_path / "missing.key"), "--node", url, "--chat", group, "x"
-            )
-            assert r.exit_code == 1 and "chatsync keygen" in r.output
-
-        await trio.to_thread.run_sync(session)
-
-
-async def test_client_raises_the_servers_code(tmp_path: Path) -> None:
-    async with running_node(tmp_path) as (_, http):
-        url = url_of(http)
-
-        def check() -> None:
-            with ChatsyncClient(url) as client:
-                try:
-                    client.history(GROUP, limit=0)
-                except ChatsyncClientError as exc:
-                    assert (exc.status, exc.code) == (400, "bad_limit")
-                else:
-                    raise AssertionError("no error")
-                assert client.health() == {"status": "ok"}
-                assert "chatsync_records" in client.metrics()
-                assert client.read_progress(ALICE.user_id, GROUP)["seq"] == 0
-                state = client.set_read_progress(ALICE.user_id, GROUP, 3)
-                assert state["moved"] is False  # an empty chat caps progress at 0
-
-        await trio.to_thread.run_sync(check)
-
-
-def test_key_file_round_trip(tmp_path: Path) -> None:
-    from node.e2e import write_key_file
-
-    path = tmp_path / "k"
-    write_key_file(path, ALICE)
-    assert read_key_file(path) == ALICE
-    assert json.loads(path.read_text())["user_id"] == ALICE.user_id.hex()
-    path.write_text("{}")
-    try:
-        read_key_file(path)
-    except ValueError as exc:
-        assert "not a chatsync key file" in str(exc)
-    else:
-        raise AssertionError("accepted an empty key file")
-    assert dm_chat_id(ALICE.user_id, BOB.user_id) == dm_chat_id(BOB.user_id, ALICE.user_id)
-    assert dm_chat_id(ALICE.user_id, BOB.user_id) != dm_chat_id(ALICE.user_id, CAROL.user_id)

@@ -13,10 +13,10 @@ from collections.abc import Callable
 import cbor2
 import pytest
 
+from client.e2e import UserKey
 from node.api.decode import chat_param, decode_identity_in, decode_ops_in, user_param
 from node.api.errors import status_for
 from node.api.models import IdentityIn, OpsIn
-from node.e2e import UserKey
 from store.errors import InvalidInput
 from store.hlc import Hlc
 from store.ops import encode_op, op_kind

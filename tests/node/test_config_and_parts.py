@@ -154,9 +154,9 @@ async def test_the_publisher_spaces_messages_by_min_interval(
 ) -> None:
     """py-libp2p costs CPU per message: under a steady trickle a node publishes at most one
     message per ``min_interval``; after a quiet spell the next op leaves after batch_delay."""
+    from cluster.scenario import Authors
     from node.clock import Clock
     from node.gossip import GossipService, GossipSettings, GossipValidator
-    from node.scenario import Authors
 
     pubsub = _RecordingPubsub()
     settings = GossipSettings(

@@ -20,14 +20,14 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
 import node.intake as intake_module
+from cluster.local import Cluster
+from cluster.scenario import GROUP, Authors
 from node.clock import Clock
-from node.cluster import Cluster
 from node.framing import Libp2pFrames
 from node.limits import AuthorRates, RateLimited, TokenBuckets
 from node.metrics import Metrics
 from node.p2p import OPS_TOPIC, SYNC_PROTOCOL, start_host
 from node.penalties import Blocklist, PeerJudge, PeerPenalties
-from node.scenario import GROUP, Authors
 from store import ChatDb, ChatDbConfig, MsgV1
 from store.ops import encode_ops
 

@@ -1,7 +1,7 @@
 """Schemathesis against a real node's OpenAPI schema: no request may get a 5xx.
 
 One ``chatsync node run`` process (real RocksDB, libp2p on 127.0.0.1, HTTP on a free port,
-started by ``node.cluster.Cluster``) holding a small group chat — members, messages, an
+started by ``cluster.local.Cluster``) holding a small group chat — members, messages, an
 identity — so reads have something to page through. Schemathesis (its CLI, as a person would
 run it) then fuzzes every operation twice, with the ``not_a_server_error`` check only:
 
@@ -35,8 +35,8 @@ from typing import Any
 import httpx
 import pytest
 
-from node.cluster import Cluster
-from node.e2e import UserKey
+from client.e2e import UserKey
+from cluster.local import Cluster
 from store.authz import new_group
 from store.hlc import Hlc
 from store.ops import MembershipAction, MembershipOp, Op

@@ -1,4 +1,4 @@
-"""Helpers for the simulator tests: small traces, and a brute-force oracle without Spark.
+"""Helpers for the simulator tests: small traces, a brute-force oracle without Spark, the Spark marks.
 
 ``brute_force_expected`` applies every valid op of a trace to one
 ``sync.replica.MemoryReplica`` through the store's own merge rules — a second,
@@ -10,15 +10,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sim import trace as tr
+import pytest
+
 from sim.hunt import SMALL, small_trace
 from sim.shards import Expected
+from store import trace as tr
 from store.ops import MembershipOp, decode_op
 from store.records import MemberRecord, compute_identity_record_id, member_record_id
 from sync.frames import Domain
 from sync.replica import MemoryReplica
 
-__all__ = ["SMALL", "brute_force_expected", "small_trace"]
+__all__ = ["SMALL", "SPARK_WARNINGS", "brute_force_expected", "small_trace"]
+
+# PySpark's warnings on every Arrow UDF, silenced in the Spark tests
+SPARK_WARNINGS = [
+    pytest.mark.filterwarnings("ignore:Arrow optimization:RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore:Cannot infer the eval type:UserWarning"),
+]
 
 
 def brute_force_expected(path: Path) -> Expected:

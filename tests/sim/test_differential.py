@@ -2,8 +2,9 @@
 end a small trace with the same roots.
 
 Each trace runs twice: ``sim.runner`` on Spark (``store`` + ``sync`` with the simulator's
-replica, gossip and retention models) and ``sim.inprocess`` (``node/``'s writer, gossip
-validator, ``SyncService`` and GC on RocksDB, under trio's autojump clock). Every honest live
+replica, gossip and retention models) and ``inprocess.py`` here (``node/``'s writer, gossip
+validator, ``SyncService`` and GC on RocksDB, under trio's autojump clock), both walking the
+same ``sim.schedule``. Every honest live
 node of the in-process run must hold, per domain, the root the Spark replay's nodes hold and
 the oracle computed. One Spark session for the module, as in ``test_spark_run``.
 """
@@ -21,21 +22,16 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from sim import trace as tr
 from sim.generate import user_key
-from sim.inprocess import InProcessResult, root_text, run_inprocess
 from sim.runner import RunOutcome, run_simulation
-from sim.spark import spark_session
+from store import trace as tr
 from store.hlc import LOGICAL_BITS, Hlc
 from store.ops import make_identity
 
-from sim_support import small_trace
+from inprocess import InProcessResult, root_text, run_inprocess
+from sim_support import SPARK_WARNINGS, small_trace
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.filterwarnings("ignore:Arrow optimization:RuntimeWarning"),
-    pytest.mark.filterwarnings("ignore:Cannot infer the eval type:UserWarning"),
-]
+pytestmark = [pytest.mark.slow, *SPARK_WARNINGS]
 DOMAINS = ("messages", "members", "identity")
 # Every fault kind (partitions both ways, drop, dup, delay, crash, skew, far future, GC).
 TRACES: dict[str, dict[str, Any]] = {
@@ -43,13 +39,6 @@ TRACES: dict[str, dict[str, Any]] = {
     "5 nodes, seed 5": {"seed": 5},
     "3 nodes, seed 3": {"seed": 3, "nodes": 3, "users": 12, "ops": 200},
 }
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

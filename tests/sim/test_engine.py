@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from sim import trace as tr
 from sim.bugs import Bug
 from sim.engine import ShardTask, _Progress, run_shard
 from sim.network import NetParams, Network
 from sim.shards import Expected, shard_of
 from sim.spark import ProgressServer
+from store import trace as tr
 
 from sim_support import brute_force_expected, small_trace
 

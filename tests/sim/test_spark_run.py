@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,24 +22,12 @@ from sim.hunt import hunt
 from sim.oracle import compute_oracle
 from sim.report import write_report
 from sim.runner import RunOutcome, run_simulation
-from sim.spark import spark_session
-from sim.trace import read_header
+from store.trace import read_header
 
-from sim_support import brute_force_expected, small_trace
+from sim_support import SPARK_WARNINGS, brute_force_expected, small_trace
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.filterwarnings("ignore:Arrow optimization:RuntimeWarning"),
-    pytest.mark.filterwarnings("ignore:Cannot infer the eval type:UserWarning"),
-]
+pytestmark = [pytest.mark.slow, *SPARK_WARNINGS]
 CHATSYNC = str(Path(sys.executable).parent / "chatsync")
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")
@@ -149,8 +136,8 @@ def test_a_recorded_cluster_replays_to_the_cluster_s_own_roots(
     """``--trace-out`` on a real 2-node cluster (one node restarted: its recording carries
     over), ``chatsync sim merge``, then the replay: it converges, and its oracle's roots are
     the roots the real nodes reached."""
-    from node.cluster import Cluster
-    from node.scenario import Authors
+    from cluster.local import Cluster
+    from cluster.scenario import Authors
 
     authors = Authors(3)
     traces = tmp_path / "traces"

@@ -18,13 +18,9 @@ import pytest
 from sim.runner import run_simulation
 from sim.spark import spark_home, spark_session
 
-from sim_support import small_trace
+from sim_support import SPARK_WARNINGS, small_trace
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.filterwarnings("ignore:Arrow optimization:RuntimeWarning"),
-    pytest.mark.filterwarnings("ignore:Cannot infer the eval type:UserWarning"),
-]
+pytestmark = [pytest.mark.slow, *SPARK_WARNINGS]
 CHATSYNC = str(Path(sys.executable).parent / "chatsync")
 
 

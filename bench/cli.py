@@ -1,0 +1,213 @@
+"""``chatsync bench`` subcommands, and ``chatsync demo`` (the store demo; mounted at the root)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+
+from bench.demo import store_demo
+from bench.store_bench import StoreBenchParams, run_store_bench
+from bench.sync_bench import SyncBenchParams, run_sync_bench
+from store.records import DEFAULT_MAX_PAYLOAD
+
+bench_app = typer.Typer(
+    help="Benchmarks: side-by-side figures saved as JSON.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+DEFAULT_STORE_OUT = Path("bench-results/store.json")
+N = TypeVar("N", int, float)
+
+
+def parse_numbers(text: str, what: str, minimum: N, kind: type[N]) -> tuple[N, ...]:
+    """Option ``what``'s comma-separated numbers: ``"10000,100_000"`` -> (10000, 100000)."""
+    noun = "integer" if kind is int else "number"
+    try:
+        values = tuple(
+            kind(part.strip().replace("_", "")) for part in text.split(",") if part.strip()
+        )
+    except ValueError:
+        raise ValueError(f"{what}: expected comma-separated {noun}s, got {text!r}") from None
+    if not values or min(values) < minimum:
+        raise ValueError(f"{what}: need at least one {noun}, each >= {minimum:g}, got {text!r}")
+    return values
+
+
+@bench_app.command("store")
+def store(
+    messages: Annotated[int, typer.Option(min=1, help="Signed messages to write.")] = 200_000,
+    chats: Annotated[int, typer.Option(min=1, help="Chats to spread them over.")] = 100,
+    batch: Annotated[
+        int, typer.Option(min=1, help="Messages per put_messages / WriteBatch / transaction.")
+    ] = 1000,
+    payload: Annotated[
+        int, typer.Option(min=0, max=DEFAULT_MAX_PAYLOAD, help="Payload bytes per message.")
+    ] = 200,
+    single: Annotated[
+        int, typer.Option(min=1, help="Messages for the one-at-a-time runs (at most --messages).")
+    ] = 20_000,
+    out: Annotated[Path, typer.Option(help="JSON file to write.")] = DEFAULT_STORE_OUT,
+    data: Annotated[
+        Path | None,
+        typer.Option(help="Directory for the databases (kept); default: a temporary one."),
+    ] = None,
+) -> None:
+    """ChatDb vs raw rocksdict vs SQLite (RFC-0005): writes, range pages and chat lists."""
+    params = StoreBenchParams(
+        messages=messages,
+        chats=chats,
+        batch=batch,
+        payload=payload,
+        single=single,
+        out=out,
+        data=data,
+    )
+    run_store_bench(params)
+
+
+@bench_app.command("sync")
+def sync(
+    sizes: Annotated[
+        str, typer.Option(help="Records in the union (n), comma-separated.")
+    ] = "10000,100000,1000000",
+    diffs: Annotated[
+        str, typer.Option(help="Differences (d), comma-separated.")
+    ] = "0,1,10,1000,10000",
+    hash_width: Annotated[int, typer.Option(min=2, max=16, help="Bytes per salted node hash.")] = 4,
+    seed: Annotated[int, typer.Option(help="Seed of the shared ids, records and splits.")] = 1,
+    out: Annotated[Path, typer.Option(help="JSON file to write.")] = Path(
+        "bench-results/sync.json"
+    ),
+) -> None:
+    """Merkle anti-entropy per session: bytes and round trips against d x 32 B, naive lists, anchors."""
+    try:
+        params = SyncBenchParams(
+            sizes=parse_numbers(sizes, "--sizes", 1, int),
+            diffs=parse_numbers(diffs, "--diffs", 0, int),
+            hash_width=hash_width,
+            seed=seed,
+            out=out,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if run_sync_bench(params)["failures"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("gossip")
+def gossip(
+    nodes: Annotated[int, typer.Option(min=2, max=20, help="Node processes on loopback.")] = 5,
+    rate: Annotated[int, typer.Option(min=1, help="Offered ops/s, all nodes together.")] = 2000,
+    seconds: Annotated[float, typer.Option(min=0.5, help="How long the load is offered.")] = 20.0,
+    catchup: Annotated[
+        int, typer.Option(min=0, help="Messages a stopped node misses, then catches up (0: skip).")
+    ] = 100_000,
+    unbatched: Annotated[
+        bool,
+        typer.Option(help="Also run the load with one op per gossip message (for the ratio)."),
+    ] = True,
+    floor: Annotated[
+        bool,
+        typer.Option(help="Also measure bare py-libp2p peers and ed25519 at this load."),
+    ] = True,
+    sync_interval: Annotated[
+        float, typer.Option(min=0.5, help="Anti-entropy interval per peer (s).")
+    ] = 10.0,
+    out: Annotated[Path, typer.Option(help="JSON file to write.")] = Path(
+        "bench-results/gossip.json"
+    ),
+    data: Annotated[
+        Path | None,
+        typer.Option(help="Directory for the nodes' data (wiped first, kept); default: temporary."),
+    ] = None,
+) -> None:
+    """N node processes: sustained ops/s and latency to all nodes, batched vs unbatched; catch-up."""
+    from bench.gossip_bench import GossipBenchParams, run_gossip_bench
+
+    params = GossipBenchParams(
+        nodes=nodes,
+        rate=rate,
+        seconds=seconds,
+        catchup=catchup,
+        unbatched=unbatched,
+        floor=floor,
+        sync_interval_s=sync_interval,
+        out=out,
+        data=data,
+    )
+    report = run_gossip_bench(params)
+    if not report["all_delivered"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("retention")
+def retention(
+    messages: Annotated[int, typer.Option(min=1, help="Messages to write, then GC.")] = 1_000_000,
+    chats: Annotated[int, typer.Option(min=1, help="Chats to spread them over.")] = 1_000,
+    aged: Annotated[
+        float, typer.Option(min=0.01, max=0.99, help="Fraction older than the cutoff.")
+    ] = 0.9,
+    skews: Annotated[str, typer.Option(help="Waste grid: B's clock skew (s), comma-separated.")] = (
+        "0,1,10,60,120"
+    ),
+    lags: Annotated[str, typer.Option(help="Waste grid: B's GC lag (s), comma-separated.")] = (
+        "0,30,300"
+    ),
+    losses: Annotated[
+        str, typer.Option(help="Waste grid: gossip loss fractions, comma-separated.")
+    ] = "0,0.01",
+    rate: Annotated[float, typer.Option(min=0.1, max=1000, help="Waste: stream msgs/s.")] = 20.0,
+    window: Annotated[float, typer.Option(min=1, help="Waste: retention window W (s).")] = 60.0,
+    period: Annotated[
+        float, typer.Option(min=1, help="Waste: GC and sync period (s), above every lag.")
+    ] = 360.0,
+    sessions: Annotated[int, typer.Option(min=1, help="Waste: sync moments per case.")] = 6,
+    out: Annotated[Path, typer.Option(help="JSON file to write.")] = Path(
+        "bench-results/retention.json"
+    ),
+    data: Annotated[
+        Path | None,
+        typer.Option(help="Directory for the databases (removed after); default: temporary."),
+    ] = None,
+) -> None:
+    """Retention GC of aged messages on ChatDb (time, disk), and sync waste under skew and GC lag."""
+    from bench.retention_bench import (
+        RetentionBenchParams,
+        WasteParams,
+        run_retention_bench,
+    )
+
+    try:
+        params = RetentionBenchParams(
+            messages=messages,
+            chats=chats,
+            aged_fraction=aged,
+            waste=WasteParams(
+                rate=rate,
+                window_s=window,
+                period_s=period,
+                sessions=sessions,
+                skews_s=parse_numbers(skews, "--skews", -1e9, float),
+                lags_s=parse_numbers(lags, "--lags", 0.0, float),
+                losses=parse_numbers(losses, "--losses", 0.0, float),
+            ),
+            out=out,
+            data=data,
+        )
+        params.check()
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if run_retention_bench(params)["failures"]:
+        raise typer.Exit(1)
+
+
+def demo(
+    data: str = typer.Option("./demo-data", help="RocksDB directory (wiped first)."),
+    messages: int = typer.Option(10_000, min=1, help="Messages to write."),
+    chats: int = typer.Option(20, min=1, help="Chats to spread them over."),
+) -> None:
+    """Store demo: write signed messages, members and identities, then page and list them."""
+    store_demo(data, messages=messages, chats=chats)

@@ -1,0 +1,172 @@
+"""The store benchmark's report: rates, ratios against the goals, the JSON document, the table."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import asdict
+from importlib.metadata import version
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench import machine
+from bench import sqlite_rfc5 as sql
+from bench.console import check_mark
+from bench.store_data import Rates, StoreBenchParams
+
+RAW_GOAL = 0.5  # put_message(s) >= 50% of raw rocksdict
+SQLITE_GOAL = 3.0  # put_message(s) >= 3x SQLite
+
+
+def _ratios(rates: Rates) -> dict[str, float]:
+    def ratio(op: str, other: str) -> float:
+        theirs = rates[op][other].per_s
+        return rates[op]["chatdb"].per_s / theirs if theirs > 0 else 0.0
+
+    return {
+        "write_batched_vs_raw": ratio("write_batched", "raw"),
+        "write_batched_vs_raw_3_per_msg": ratio("write_batched", "raw_3_per_msg"),
+        "write_batched_vs_sqlite": ratio("write_batched", "sqlite"),
+        "write_single_vs_raw": ratio("write_single", "raw"),
+        "write_single_vs_sqlite": ratio("write_single", "sqlite"),
+        "range_vs_sqlite": ratio("range", "sqlite"),
+        "range_vs_sqlite_by_timestamp": ratio("range", "sqlite_by_timestamp"),
+        "list_user_chats_vs_sqlite": ratio("list_user_chats", "sqlite"),
+    }
+
+
+def _goals(ratios: dict[str, float]) -> dict[str, dict[str, Any]]:
+    goals = {
+        "write_batched_vs_raw": RAW_GOAL,
+        "write_single_vs_raw": RAW_GOAL,
+        "write_batched_vs_sqlite": SQLITE_GOAL,
+        "write_single_vs_sqlite": SQLITE_GOAL,
+    }
+    return {k: {"goal": g, "ratio": ratios[k], "met": ratios[k] >= g} for k, g in goals.items()}
+
+
+def build_report(
+    params: StoreBenchParams,
+    rates: Rates,
+    plans: dict[str, list[str]],
+    machine: dict[str, Any],
+    notes: str,
+) -> dict[str, Any]:
+    """The JSON document: parameters, machine, every figure, the ratios and the goals."""
+    ratios = _ratios(rates)
+    return {
+        "benchmark": "store",
+        "params": {
+            **asdict(params),
+            "out": str(params.out),
+            "data": None if params.data is None else str(params.data),
+        },
+        "machine": machine,
+        "results": {
+            op: {name: {**asdict(rate), "per_s": rate.per_s} for name, rate in by_store.items()}
+            for op, by_store in rates.items()
+        },
+        "ratios": ratios,
+        "goals": _goals(ratios),
+        "sqlite": {
+            "pragmas": sql.PRAGMAS,
+            "insert": sql.INSERT_MESSAGE,
+            "page_rfc": " ".join(sql.PAGE_RFC.split()),
+            "page_by_timestamp": " ".join(sql.PAGE_BY_TIMESTAMP.split()),
+            "list_user_chats": " ".join(sql.LIST_USER_CHATS.split()),
+            "query_plans": plans,
+            "analyze": "ANALYZE runs after the inserts, before the reads",
+        },
+        "notes": notes,
+    }
+
+
+def print_report(console: Console, params: StoreBenchParams, report: dict[str, Any]) -> None:
+    """The table of figures and ratios, then what was compared, and on what."""
+    r, ratios = report["results"], report["ratios"]
+    single = min(params.single, params.messages)
+    table = Table(
+        title=f"chatsync bench store — {params.messages:,} msgs, {params.chats} chats, "
+        f"{params.payload} B payload; contenders interleaved"
+    )
+    table.add_column("operation")
+    for col in ("ChatDb", "raw rocksdict", "SQLite", "ChatDb/raw", "ChatDb/SQLite"):
+        table.add_column(col, justify="right", no_wrap=True)
+    w = r["write_batched"]
+    table.add_row(
+        f"write, batches of {params.batch}, msgs/s",
+        *_rates(w["chatdb"], w["raw"], w["sqlite"]),
+        _mark(ratios["write_batched_vs_raw"], RAW_GOAL, "%"),
+        _mark(ratios["write_batched_vs_sqlite"], SQLITE_GOAL, "x"),
+    )
+    raw3 = _mark(ratios["write_batched_vs_raw_3_per_msg"], RAW_GOAL, "%")
+    table.add_row("  raw: chats_meta put per msg", "", _fmt(w["raw_3_per_msg"]), "", raw3, "")
+    w = r["write_single"]
+    table.add_row(
+        f"write, one at a time ({single:,}), msgs/s",
+        *_rates(w["chatdb"], w["raw"], w["sqlite"]),
+        _mark(ratios["write_single_vs_raw"], RAW_GOAL, "%"),
+        _mark(ratios["write_single_vs_sqlite"], SQLITE_GOAL, "x"),
+    )
+    rng, lst = r["range"], r["list_user_chats"]
+    table.add_row(
+        f"range backward, {params.page}/page, pages/s",
+        *_rates(rng["chatdb"], None, rng["sqlite"]),
+        "—",
+        f"{ratios['range_vs_sqlite']:.2f}x",
+    )
+    by_ts = ratios["range_vs_sqlite_by_timestamp"]
+    table.add_row(
+        "  SQLite by server_timestamp",
+        "",
+        "",
+        _fmt(rng["sqlite_by_timestamp"]),
+        "",
+        f"{by_ts:.2f}x",
+    )
+    table.add_row(
+        "list_user_chats, calls/s",
+        *_rates(lst["chatdb"], None, lst["sqlite"]),
+        "—",
+        f"{ratios['list_user_chats_vs_sqlite']:.2f}x",
+    )
+    console.print(table)
+    _print_notes(console, params, report)
+
+
+def _print_notes(console: Console, params: StoreBenchParams, report: dict[str, Any]) -> None:
+    m, s = report["machine"], report["sqlite"]
+    pragmas = ", ".join(f"{k}={v}" for k, v in s["pragmas"].items())
+    for line in (
+        f"goals: ChatDb >= {RAW_GOAL:.0%} of raw rocksdict and >= {SQLITE_GOAL:.0f}x SQLite "
+        "for the same writes",
+        f"machine: {m['cpu_count']} CPUs, Python {m['python']}, rocksdict {m['rocksdict']}, "
+        f"SQLite {m['sqlite']}; load {m['loadavg_before']} -> {m['loadavg_after']}",
+        f"SQLite: RFC-0005 schema, 4 message indexes; PRAGMA {pragmas}; INSERT OR IGNORE",
+        f"range: {min(params.range_chats, params.chats)} whole chats; SQLite RFC query plan: "
+        + "; ".join(s["query_plans"]["page_rfc"]),
+        "SQLite chat list: group_members by user, newest message and COUNT of messages "
+        "newer than read_progress.last_read_ts per group (both via idx_messages_group_timestamp)",
+    ):
+        console.print(line)
+
+
+def _rates(*cells: dict[str, Any] | None) -> list[str]:
+    return ["—" if cell is None else _fmt(cell) for cell in cells]
+
+
+def _fmt(cell: dict[str, Any]) -> str:
+    return f"{cell['per_s']:,.0f}"
+
+
+def _mark(ratio: float, goal: float, style: str) -> str:
+    ok = check_mark(ratio >= goal)
+    text = f"{ratio:.0%}" if style == "%" else f"{ratio:.2f}x"
+    return f"{text} {ok}"
+
+
+def machine_info(load_before: list[float] | None) -> dict[str, Any]:
+    return machine.machine_info(
+        load_before, rocksdict=version("rocksdict"), sqlite=sqlite3.sqlite_version
+    )

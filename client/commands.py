@@ -1,0 +1,275 @@
+"""The user commands of ``chatsync``: keygen, publish, send, history, status (mounted by ``cli/main.py``).
+
+They talk to a node over HTTP (``client.http``). Messages are signed with the
+user's ed25519 key from the key file; DMs (``send --to``) are end-to-end
+encrypted to the recipient's published box key (``client.e2e``); ``send --chat``
+posts the text as it is (encrypting for a group is the client's business).
+Every failure — node unreachable, a refusal, a bad key file — is one red line
+and exit status 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from client.e2e import (
+    E2eError,
+    UserKey,
+    decode_envelope,
+    open_dm,
+    read_key_file,
+    seal_dm,
+    write_key_file,
+)
+from client.http import ChatsyncClient, ChatsyncClientError, Message
+from store.authz import DmProof
+from store.errors import InvalidInput
+from store.keys import CHAT_ID_LEN, USER_ID_LEN
+from store.ops import Op
+from store.records import MessageKind, dm_chat_id
+
+DEFAULT_KEY_FILE = "chatsync-user.key"
+DEFAULT_NODE = "http://127.0.0.1:8080"
+
+console = Console(highlight=False)
+
+
+def fail(message: str) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {escape(message)}")
+    return typer.Exit(1)
+
+
+@contextmanager
+def clear_errors() -> Iterator[None]:
+    """Turn the errors a user can cause or meet into one line and exit status 1."""
+    try:
+        yield
+    except ChatsyncClientError as exc:
+        raise fail(str(exc)) from None
+    except (InvalidInput, E2eError, ValueError, OSError) as exc:
+        raise fail(str(exc)) from None
+
+
+def parse_hex(value: str, length: int, what: str) -> bytes:
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        raise fail(f"{what} is not hex: {value!r}") from None
+    if len(raw) != length:
+        raise fail(f"{what} must be {2 * length} hex digits, got {len(value)}")
+    return raw
+
+
+def load_key(path: str) -> UserKey:
+    try:
+        return read_key_file(Path(path))
+    except FileNotFoundError:
+        raise fail(f"no key file {path} (create one with `chatsync keygen --out {path}`)") from None
+    except (OSError, ValueError) as exc:
+        raise fail(str(exc)) from None
+
+
+def identity_ops(client: ChatsyncClient, key: UserKey) -> list[Op]:
+    """The user's identity record, if the node lacks it or has another box key."""
+    doc = client.identity_doc(key.user_id)
+    if doc is not None and doc.box_key == key.box_key:
+        return []
+    return [key.identity(client.now())]
+
+
+# --- commands ------------------------------------------------------------------------------
+
+
+def keygen(
+    out: str = typer.Option(DEFAULT_KEY_FILE, "--out", help="Key file to create (mode 0600)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing key file."),
+) -> None:
+    """Create a user key (ed25519 seed) and print the user id derived from it."""
+    key = UserKey.generate()
+    try:
+        write_key_file(Path(out), key, force=force)
+    except FileExistsError:
+        raise fail(f"{out} exists; pass --force to overwrite it (the old key is lost)") from None
+    except OSError as exc:
+        raise fail(str(exc)) from None
+    console.print(f"user id [bold]{key.user_id.hex()}[/]  (key in {escape(out)})")
+
+
+def publish(
+    key_file: str = typer.Option(DEFAULT_KEY_FILE, "--key", help="Your key file."),
+    node: str = typer.Option(DEFAULT_NODE, "--node", help="Node HTTP URL."),
+) -> None:
+    """Publish your identity (signing and box keys) so others can send you DMs."""
+    key = load_key(key_file)
+    with clear_errors(), ChatsyncClient(node) as client:
+        new = client.put_identity(key.identity(client.now()))
+    console.print(f"identity of {key.user_id.hex()} {'published' if new else 'already current'}")
+
+
+def send(
+    text: str = typer.Argument(..., help="The message text."),
+    key_file: str = typer.Option(DEFAULT_KEY_FILE, "--key", help="Your key file."),
+    node: str = typer.Option(DEFAULT_NODE, "--node", help="Node HTTP URL."),
+    to: str = typer.Option(None, "--to", help="Recipient user id (hex): an encrypted DM."),
+    chat: str = typer.Option(None, "--chat", help="Chat id (hex): the text as is."),
+) -> None:
+    """Sign and send a message: a DM end-to-end encrypted to --to, or plain text to --chat."""
+    if (to is None) == (chat is None):
+        raise fail("give exactly one of --to USER or --chat CHAT")
+    key = load_key(key_file)
+    with clear_errors(), ChatsyncClient(node) as client:
+        if to is not None:
+            recipient = parse_hex(to, USER_ID_LEN, "--to")
+            chat_id, payload, ops = prepare_dm(client, key, recipient, text.encode())
+        else:
+            chat_id, payload, ops = parse_hex(chat, CHAT_ID_LEN, "--chat"), text.encode(), []
+        msg = client.send_message(key.signing_key, chat_id, payload, extra_ops=ops)
+    what = "encrypted DM" if to is not None else "message"
+    console.print(f"sent {what} [bold]{msg.msg_id.hex()}[/] in chat {chat_id.hex()}")
+
+
+def prepare_dm(
+    client: ChatsyncClient, key: UserKey, recipient: bytes, text: bytes
+) -> tuple[bytes, bytes, list[Op]]:
+    """The DM chat id, the sealed payload, and the ops a first contact needs first."""
+    doc = client.identity_doc(recipient)
+    if doc is None:
+        raise fail(
+            f"user {recipient.hex()} has not published an identity on this node "
+            "(they can run `chatsync publish`), so there is no key to encrypt to"
+        )
+    chat_id = dm_chat_id(key.user_id, recipient)
+    ops = identity_ops(client, key)
+    members = set(client.members(chat_id))
+    proof = DmProof(key.user_id, recipient)
+    for user in sorted({key.user_id, recipient} - members):
+        ops.append(client.membership_op(key.signing_key, chat_id, user, proof=proof))
+    return chat_id, seal_dm(key, doc.box_key, text), ops
+
+
+def history(
+    chat: str = typer.Option(..., "--chat", help="Chat id (hex)."),
+    node: str = typer.Option(DEFAULT_NODE, "--node", help="Node HTTP URL."),
+    key_file: str = typer.Option(None, "--key", help="Your key file, to decrypt DMs."),
+    limit: int = typer.Option(20, "--limit", min=1, max=200, help="Messages per page."),
+    direction: str = typer.Option(
+        "backward", "--direction", help="backward (newest first) | forward."
+    ),
+    cursor: str = typer.Option(None, "--cursor", help="next_cursor of a previous page."),
+) -> None:
+    """Show one page of a chat's history; with --key, decrypt the DMs addressed to you."""
+    if direction not in ("backward", "forward"):
+        raise fail("--direction is backward or forward")
+    chat_id = parse_hex(chat, CHAT_ID_LEN, "--chat")
+    key = load_key(key_file) if key_file else None
+    with clear_errors(), ChatsyncClient(node) as client:
+        page = client.history(chat_id, cursor=cursor, limit=limit, direction=direction)
+        render = payload_renderer(client, key)
+        table = Table(title=f"chat {chat_id.hex()}", title_justify="left")
+        for column in ("seq", "time (UTC)", "sender", "kind", "text"):
+            table.add_column(column, overflow="fold")
+        for item in page.messages:
+            m = item.msg
+            sender = "me" if key is not None and m.sender == key.user_id else m.sender.hex()[:12]
+            table.add_row(
+                str(item.seq), format_ms(m.hlc.physical_ms), sender,
+                MessageKind(m.kind).name.lower(), Text(render(item)),
+            )  # fmt: skip
+    console.print(table)
+    if page.next_cursor:
+        console.print(Text(f"more: --cursor {page.next_cursor}"))
+
+
+def payload_renderer(client: ChatsyncClient, key: UserKey | None) -> Callable[[Message], str]:
+    """A function that shows a message's payload: decrypted, as text, or as a size."""
+    box_keys: dict[bytes, bytes | None] = {}
+
+    def sender_box_key(sender: bytes) -> bytes | None:
+        if key is not None and sender == key.user_id:
+            return key.box_key
+        if sender not in box_keys:
+            doc = client.identity_doc(sender)
+            box_keys[sender] = None if doc is None else doc.box_key
+        return box_keys[sender]
+
+    def render(item: Message) -> str:
+        payload = item.msg.payload
+        try:
+            decode_envelope(payload)
+        except E2eError:
+            try:
+                return payload.decode("utf-8")
+            except UnicodeDecodeError:
+                return f"[{len(payload)} bytes]"
+        if key is None:
+            return f"[encrypted DM, {len(payload)} bytes]"
+        box_key = sender_box_key(item.msg.sender)
+        if box_key is None:
+            return "[encrypted DM; the sender has no identity here]"
+        try:
+            return open_dm(key, payload, box_key).decode("utf-8", errors="replace")
+        except E2eError as exc:
+            return f"[cannot decrypt: {exc}]"
+
+    return render
+
+
+def status(node: str = typer.Option(DEFAULT_NODE, "--node", help="Node HTTP URL.")) -> None:
+    """The node's peer id, peers, Merkle root and record count per domain, last sync per peer."""
+    with clear_errors(), ChatsyncClient(node) as client:
+        info = client.status()
+    console.print(status_tables(info))
+
+
+def status_tables(info: dict[str, Any]) -> Table:
+    grid = Table.grid(padding=(0, 1))
+    summary = Table(show_header=False, title="node", title_justify="left")
+    summary.add_column("what", no_wrap=True)
+    summary.add_column("value", overflow="fold")
+    summary.add_row("peer id", str(info.get("peer_id", "")))
+    summary.add_row("listen", "\n".join(info.get("listen", [])) or "-")
+    summary.add_row("connected peers", "\n".join(info.get("connected_peers", [])) or "none")
+    summary.add_row("blocked peers", "\n".join(info.get("blocked_peers", [])) or "none")
+    summary.add_row("durable", str(info.get("durable", "")))
+    grid.add_row(summary)
+    domains = Table(title="domains", title_justify="left")
+    for column in ("domain", "records", "merkle root"):
+        domains.add_column(column, overflow="fold")
+    for name, d in info.get("domains", {}).items():
+        domains.add_row(name, str(d.get("count")), str(d.get("root")))
+    grid.add_row(domains)
+    syncs = Table(title="last sync per peer", title_justify="left")
+    for column in ("peer", "role", "result", "when (UTC)", "ms", "applied"):
+        syncs.add_column(column, overflow="fold")
+    for peer, o in sorted(info.get("last_sync", {}).items()):
+        result = escape(o.get("error") or ("converged" if o.get("converged") else "not converged"))
+        syncs.add_row(
+            peer, str(o.get("role")), result, format_ms(int(o.get("started_ms", 0))),
+            f"{o.get('duration_ms', 0):.0f}", str(o.get("records_applied")),
+        )  # fmt: skip
+    if not info.get("last_sync"):
+        syncs.add_row("-", "-", "no sync yet", "-", "-", "-")
+    grid.add_row(syncs)
+    return grid
+
+
+def format_ms(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("keygen")(keygen)
+    app.command("publish")(publish)
+    app.command("send")(send)
+    app.command("history")(history)
+    app.command("status")(status)

@@ -1,0 +1,194 @@
+"""A trace's replay schedule: the ordered steps both replays of a trace handle.
+
+The Spark replay (``sim/engine.py``, one shard per task) and the in-process
+replay through the node's code (``tests/sim/inprocess.py``) walk virtual time
+over the same steps, in the same order:
+
+* ``TraceEvent``: the trace's rows in ``(t_ms, seq)`` order, ops and faults.
+  The network faults (``partition``, ``partition_oneway``, ``heal``, ``net``)
+  change the schedule's own ``Network`` before the step is handed out; the
+  replay handles the ops and the node faults (crash, restart, skew, far future,
+  GC).
+* ``Delivery``: one gossip delivery of an op, to one receiver. The replay calls
+  ``publish`` when an op is accepted at its origin; the deliveries' fates
+  (dropped, delayed with jitter, duplicated, cut by a partition) are hashed from
+  (seed, op key, receiver) by ``sim.network``.
+* ``Round``: anti-entropy, every ``anti_entropy_ms`` from the trace's start;
+  ``sessions`` names each live node's hashed peer and the frame after which the
+  connection dies.
+* ``HealAll`` at ``heal_ms``: the trace's faults are over. Partitions go and
+  loss and duplication stop here; the replay restarts every node and sets every
+  clock right.
+
+Nothing comes after ``end_ms``: the replay runs its final GC and check there.
+At equal times a trace event goes first, then the heal, then a delivery, then a
+round. Nothing reads a clock or a PRNG: the steps depend only on the trace and
+on what the replay publishes.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from sim.network import NetParams, Network
+from sim.rand import derive
+from store import trace as tr
+
+FAULT_ARGS = ("group", "drop", "dup", "delay_ms", "jitter_ms", "offset_ms")
+# The columns a replay reads (``read_trace`` adds t_ms and seq).
+REPLAY_COLUMNS = ["node", "kind", "op", "op_id", "shard_key", *FAULT_ARGS]
+_NEVER = 1 << 62
+
+
+class TraceEvent(NamedTuple):
+    t_ms: int
+    row: int  # the trace row, in replay order
+    kind: str  # one of store.trace's OP_KINDS or FAULT_KINDS
+    node: int
+    args: dict[str, Any] | None  # a fault's arguments (FAULT_ARGS); None for an op
+
+
+class Delivery(NamedTuple):
+    t_ms: int
+    seq: int  # publication order: at equal times the first published goes first
+    receiver: int
+    row: int  # the op's trace row
+
+
+class Round(NamedTuple):
+    t_ms: int
+    number: int
+
+
+class HealAll(NamedTuple):
+    t_ms: int
+
+
+Step = TraceEvent | Delivery | Round | HealAll
+
+
+class Fanout(NamedTuple):
+    """What ``publish`` did with one op: deliveries queued, and the fates drawn."""
+
+    sent: int
+    dropped: int
+    duplicated: int
+
+
+@dataclass(frozen=True)
+class Session:
+    initiator: int
+    responder: int
+    cut_after: int | None  # the connection dies after this many frames; None: it holds
+
+
+def op_key(seed: int, op_id: bytes) -> int:
+    """The key an op's gossip fates are drawn from: the same in every replay of a trace."""
+    return int.from_bytes(derive(seed, "op", op_id)[:8], "big")
+
+
+class Schedule:
+    """One replay's steps over ``trace`` (read with at least ``REPLAY_COLUMNS``)."""
+
+    def __init__(self, trace: tr.Trace) -> None:
+        self.header = h = trace.header
+        column = trace.table.column
+        self.times: list[int] = column("t_ms").to_pylist()
+        self.nodes: list[int] = column("node").to_pylist()
+        self.kinds: list[str] = column("kind").to_pylist()
+        faults = [i for i, kind in enumerate(self.kinds) if kind not in tr.OP_CODES]
+        values = {name: column(name).to_pylist() for name in FAULT_ARGS}
+        self.fault_args = {i: {name: values[name][i] for name in FAULT_ARGS} for i in faults}
+        self.net = Network(h.nodes, h.seed, NetParams(h.drop, h.dup, h.delay_ms, h.jitter_ms))
+        self._deliveries: list[Delivery] = []  # a heap
+        self._seq = 0
+
+    def far_future_nodes(self) -> set[int]:
+        """Nodes whose clock the trace sends beyond max offset: not honest, not checked."""
+        return {
+            self.nodes[i]
+            for i in self.fault_args
+            if self.kinds[i] == tr.FAR_FUTURE and 0 <= self.nodes[i] < self.header.nodes
+        }
+
+    @property
+    def in_flight(self) -> int:
+        """Deliveries queued and not handed out (at the end: those due after ``end_ms``)."""
+        return len(self._deliveries)
+
+    # --- the steps ---
+
+    def steps(self) -> Iterator[Step]:
+        """Every step up to ``end_ms``, in order; ``publish`` between steps adds deliveries."""
+        h = self.header
+        i, events = 0, len(self.times)
+        round_no, next_round, healed = 0, h.start_ms + h.anti_entropy_ms, False
+        while True:
+            t_trace = self.times[i] if i < events else _NEVER
+            t_gossip = self._deliveries[0].t_ms if self._deliveries else _NEVER
+            t_heal = _NEVER if healed else h.heal_ms
+            t = min(t_trace, t_gossip, next_round, t_heal)
+            if t > h.end_ms:
+                return
+            if t_trace == t:
+                yield self._trace_event(i)
+                i += 1
+            elif t_heal == t:
+                self._heal_network()
+                healed = True
+                yield HealAll(t)
+            elif t_gossip == t:
+                yield heapq.heappop(self._deliveries)
+            else:
+                yield Round(t, round_no)
+                round_no += 1
+                next_round += h.anti_entropy_ms
+
+    def _trace_event(self, i: int) -> TraceEvent:
+        args = self.fault_args.get(i)
+        if args is not None:
+            self._network_fault(self.kinds[i], args)
+        return TraceEvent(self.times[i], i, self.kinds[i], self.nodes[i], args)
+
+    def _network_fault(self, kind: str, args: dict[str, Any]) -> None:
+        net = self.net
+        if kind == tr.PARTITION or kind == tr.PARTITION_ONEWAY:
+            net.partition(args["group"] or [], oneway=kind == tr.PARTITION_ONEWAY)
+        elif kind == tr.HEAL:
+            net.heal()
+        elif kind == tr.NET:
+            net.params = net.params.after(args)
+
+    def _heal_network(self) -> None:
+        h = self.header
+        self.net.heal()
+        self.net.params = NetParams(0.0, 0.0, h.delay_ms, h.jitter_ms)
+
+    # --- what the replay asks for ---
+
+    def publish(self, key: int, row: int, origin: int, t_ms: int) -> Fanout:
+        """Gossip trace row ``row``'s op from ``origin`` (fates drawn from ``key``: ``op_key``)."""
+        receivers, times, dropped, duplicated = self.net.gossip(key, origin, t_ms)
+        deliveries, seq = self._deliveries, self._seq
+        for receiver, at in zip(receivers, times, strict=True):
+            heapq.heappush(deliveries, Delivery(at, seq, receiver, row))
+            seq += 1
+        self._seq = seq
+        return Fanout(len(receivers), dropped, duplicated)
+
+    def sessions(self, round_no: int, alive: Sequence[bool]) -> tuple[list[Session], int]:
+        """Round ``round_no``: each live node's session with its hashed peer, in node order,
+        and how many live nodes found theirs down or cut off."""
+        net, sessions, unreachable = self.net, [], 0
+        for a in range(self.header.nodes):
+            if not alive[a]:
+                continue
+            b = net.peer(round_no, a)
+            if b == a or not alive[b] or not net.can_talk(a, b):
+                unreachable += 1
+                continue
+            sessions.append(Session(a, b, net.cut_after(round_no, a)))
+        return sessions, unreachable

@@ -1,0 +1,70 @@
+"""``chatsync bench store`` on tiny parameters: the JSON report's shape and sanity, no timings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from bench.store_bench import StoreBenchParams, run_store_bench
+
+STORES = {
+    "write_batched": {"chatdb", "raw", "raw_3_per_msg", "sqlite"},
+    "write_single": {"chatdb", "raw", "sqlite"},
+    "range": {"chatdb", "sqlite", "sqlite_by_timestamp"},
+    "list_user_chats": {"chatdb", "sqlite"},
+}
+
+
+def test_bench_store_tiny(tmp_path: Path) -> None:
+    out = tmp_path / "results" / "store.json"
+    params = StoreBenchParams(
+        messages=2_000,
+        chats=5,
+        batch=250,
+        single=300,
+        range_chats=5,
+        list_calls=40,
+        out=out,
+        data=tmp_path / "data",
+    )
+    with (tmp_path / "log.txt").open("w") as log:
+        report = run_store_bench(params, console=Console(file=log, width=140))
+
+    assert out.exists()
+    saved = json.loads(out.read_text())
+    assert saved == json.loads(json.dumps(report))
+    assert saved["benchmark"] == "store"
+    assert saved["params"]["messages"] == 2_000
+    assert {"cpu_count", "python", "rocksdict", "sqlite"} <= saved["machine"].keys()
+    assert saved["sqlite"]["pragmas"]["journal_mode"] == "WAL"
+    assert saved["sqlite"]["query_plans"]["page_rfc"]
+
+    results = saved["results"]
+    assert {op: set(stores) for op, stores in results.items()} == STORES
+    for op, stores in results.items():
+        for name, rate in stores.items():
+            assert rate["per_s"] > 0, (op, name)
+            assert rate["count"] > 0 and rate["seconds"] > 0, (op, name)
+    assert {rate["count"] for rate in results["write_batched"].values()} == {2_000}
+    assert {rate["count"] for rate in results["write_single"].values()} == {300}
+    assert {rate["count"] for rate in results["list_user_chats"].values()} == {40}
+    # Every message of the five chats was paged, in as many pages on both sides.
+    rng = results["range"]
+    assert {rate["items"] for rate in rng.values()} == {2_000}
+    assert rng["chatdb"]["count"] == rng["sqlite"]["count"] == rng["sqlite_by_timestamp"]["count"]
+
+    assert set(saved["ratios"]) == {
+        "write_batched_vs_raw",
+        "write_batched_vs_raw_3_per_msg",
+        "write_batched_vs_sqlite",
+        "write_single_vs_raw",
+        "write_single_vs_sqlite",
+        "range_vs_sqlite",
+        "range_vs_sqlite_by_timestamp",
+        "list_user_chats_vs_sqlite",
+    }
+    assert all(ratio > 0 for ratio in saved["ratios"].values())
+    assert all(isinstance(goal["met"], bool) for goal in saved["goals"].values())
+    assert "chatsync bench store" in (tmp_path / "log.txt").read_text()
