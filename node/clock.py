@@ -9,7 +9,9 @@ Everything in ``node/`` that needs the time asks trio, through a ``Clock``:
 
 So a test on trio's ``MockClock`` (``autojump_clock``) moves every timer, bucket and
 wall-clock reading of the node together, and nothing here calls ``time.time()`` but
-``Clock.system``. A node's wall clock therefore does not follow later corrections of the
+``Clock.system``. A ``Clock`` is made inside ``trio.run`` and holds that run's clock, so
+it can also be read from the node's worker threads (a sync session applying records
+logs their arrival there). A node's wall clock therefore does not follow later corrections of the
 system clock (NTP steps): it runs at trio's monotonic pace from the moment it started.
 """
 
@@ -27,6 +29,7 @@ class Clock:
     def __init__(self, epoch_ms: int, offset_ms: int = 0) -> None:
         self.epoch_ms = epoch_ms
         self.offset_ms = offset_ms
+        self._trio_clock = trio.lowlevel.current_clock()  # readable from worker threads too
 
     @classmethod
     def system(cls) -> Clock:
@@ -35,11 +38,11 @@ class Clock:
 
     def now(self) -> float:
         """Trio's clock, in seconds (monotonic)."""
-        return trio.current_time()
+        return self._trio_clock.current_time()
 
     def wall_ms(self) -> int:
         """Milliseconds since the Unix epoch, as this node reads them."""
-        return self.epoch_ms + self.offset_ms + round(trio.current_time() * 1000)
+        return self.epoch_ms + self.offset_ms + round(self.now() * 1000)
 
     def seconds_until(self, wall_ms: int) -> float:
         """Seconds from now until ``wall_ms`` on this clock (negative once it has passed)."""
