@@ -17,7 +17,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -123,26 +123,22 @@ class Node:
                     services.writer.close()  # the writer drains what it accepted, then returns
 
 
-@dataclass
 class RunningNode:
     """A started node: its services, its libp2p host and pubsub, its peer manager."""
 
-    config: NodeConfig
-    services: Services
-    host: Any
-    pubsub: Any
-
-    def __post_init__(self) -> None:
-        cfg = self.config
-        self.peer_id: str = self.host.get_id().to_base58()
-        self.listen_addrs = [str(a) for a in self.host.get_addrs()]
-        self.peers = PeerManager(
-            self.host, self.services.blocklist, reconnect_min_s=cfg.reconnect_min_s,
-            reconnect_max_s=cfg.reconnect_max_s, sync_interval_s=cfg.sync_interval_s,
+    def __init__(self, config: NodeConfig, services: Services, host: Any, pubsub: Any) -> None:
+        self.config = config
+        self.services = services
+        self.host = host
+        self.pubsub = pubsub
+        self.peer_id: str = host.get_id().to_base58()
+        self.listen_addrs = [str(a) for a in host.get_addrs()]
+        self.peers = peers = PeerManager(
+            host, services.blocklist, reconnect_min_s=config.reconnect_min_s,
+            reconnect_max_s=config.reconnect_max_s, sync_interval_s=config.sync_interval_s,
             rnd=random.Random(),
         )  # fmt: skip
-        peers = self.peers
-        self.metrics.gauge(
+        services.metrics.gauge(
             "connected_peers", lambda: {(): len(peers.connected())}, help="connected peers"
         )
 
@@ -281,12 +277,10 @@ async def _close(recorder: OpRecorder | None, db: ChatDb, cfg: NodeConfig) -> No
     if recorder is not None:
         try:
             recorder.close()
-        except Exception as exc:  # shutdown must go on (e.g. a full disk): RocksDB must still close
+        except Exception as exc:  # shutdown goes on (e.g. a full disk): RocksDB must close
             log.error("closing the trace %s failed: %s", cfg.trace_out, exc)
     try:
         await trio.to_thread.run_sync(db.close)
         log.info("node stopped, RocksDB closed")
-    except (
-        Exception
-    ) as exc:  # shutdown must finish (e.g. no space to flush): the WAL keeps the writes
+    except Exception as exc:  # shutdown must finish (e.g. no space to flush)
         log.error("closing RocksDB failed (%s); the WAL keeps the writes", exc)

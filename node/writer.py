@@ -209,9 +209,7 @@ class DbWriter:
         try:
             async with self.db_lock:
                 await trio.to_thread.run_sync(apply, requests)
-        except (
-            Exception
-        ) as exc:  # the one writer must outlive any request: the error is the request's
+        except Exception as exc:  # the one writer outlives any failed request
             if len(requests) > 1:
                 for request in requests:
                     await self._apply_each_or_all([request], apply)
