@@ -9,6 +9,7 @@ from typing import Any
 
 from store.hlc import DEFAULT_MAX_OFFSET_MS
 from store.records import DEFAULT_MAX_PAYLOAD
+from sync.protocol import SyncConfig
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,9 @@ class NodeConfig:
     gossip_heartbeat_s: int = 1
     # anti-entropy
     sync_interval_s: float = 10.0  # per peer, with +-25 % jitter
-    sync_read_timeout_s: float = 10.0
+    # a session whose peer sends nothing for this long ends (``timeout``); also the limit for
+    # opening a sync stream. The one idle timeout: sync.protocol's SyncConfig.idle_timeout_ms
+    sync_idle_timeout_s: float = SyncConfig.idle_timeout_ms / 1000
     sync_max_frame: int = 4 * 1024 * 1024
     verify_threads: int = 2  # threads checking a sync frame's signatures (catch-up speed)
     # peers

@@ -4,7 +4,7 @@
 py-libp2p stream (varint length prefix, as libp2p's msgio); ``TrioFrames``
 adapts any trio stream (a u32 prefix) so tests can run sessions over
 ``trio.testing.memory_stream_pair`` with the autojump clock. Errors of the
-underlying transport are mapped once, here, to ``StreamClosed``.
+underlying transport are mapped once, here, to ``StreamClosed`` (``node/errors.py``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any, Protocol
 
 import trio
 
+from node.errors import TRIO_STREAM_ERRORS, StreamClosed, libp2p_errors, map_exceptions
 
-class StreamClosed(Exception):
-    """The peer closed or reset the stream, or sent a frame over the size limit."""
+__all__ = ["FrameStream", "Libp2pFrames", "StreamClosed", "TrioFrames"]
 
 
 class FrameStream(Protocol):
@@ -35,10 +35,8 @@ class TrioFrames:
 
     async def _read_exactly(self, n: int) -> bytes:
         while len(self._buffer) < n:
-            try:
+            with map_exceptions({TRIO_STREAM_ERRORS: StreamClosed}):
                 chunk = await self.stream.receive_some(65536)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                raise StreamClosed(str(exc)) from None
             if not chunk:
                 raise StreamClosed("end of stream")
             self._buffer += chunk
@@ -53,10 +51,8 @@ class TrioFrames:
         return await self._read_exactly(size)
 
     async def write_frame(self, data: bytes) -> None:
-        try:
+        with map_exceptions({TRIO_STREAM_ERRORS: StreamClosed}):
             await self.stream.send_all(len(data).to_bytes(4, "big") + data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise StreamClosed(str(exc)) from None
 
     async def aclose(self) -> None:
         await self.stream.aclose()
@@ -70,18 +66,14 @@ class Libp2pFrames:
         self._rw = VarIntLengthMsgReadWriter(stream, max_msg_size=max_frame)
 
     async def read_frame(self) -> bytes:
-        try:
+        with map_exceptions({libp2p_errors(): StreamClosed}):
             data: bytes = await self._rw.read_msg()
-        except Exception as exc:  # libp2p raises many stream/IO/msgio types; all mean "gone"
-            raise StreamClosed(f"{type(exc).__name__}: {exc}") from None
         return data
 
     async def write_frame(self, data: bytes) -> None:
-        try:
+        with map_exceptions({libp2p_errors(): StreamClosed}):
             await self._rw.write_msg(data)
-        except Exception as exc:
-            raise StreamClosed(f"{type(exc).__name__}: {exc}") from None
 
     async def aclose(self) -> None:
-        with contextlib.suppress(Exception):  # closing an already-reset stream: nothing to do
+        with contextlib.suppress(*libp2p_errors()):  # an already-reset stream: nothing to do
             await self.stream.close()

@@ -1,4 +1,4 @@
-"""The node's retention GC loop (RETENTION.md): every ``gc_interval_s``, one cycle.
+"""The node's retention GC (RETENTION.md): every ``gc_interval_s``, one cycle.
 
 A cycle takes ``now_ms`` once and derives the cutoff from it (age and size).
 Each step that changes RocksDB — trimming chats, then each batch of aged
@@ -11,15 +11,13 @@ the lock. The new cutoff then becomes the sync sessions' message cutoff.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import trio
 
+from node.clock import Clock
 from node.metrics import Metrics
 from node.syncer import SyncService
-from store.chatdb import ChatDb
 from store.retention import RetentionPolicy, expire_seen, iter_seen_aged, storage_bytes, trim_chats
 from sync.replica import DbReplica
 
@@ -36,70 +34,90 @@ class GcCycle:
     seconds: float = 0.0
 
 
-async def run_gc_cycle(
-    db: ChatDb,
-    replica: DbReplica,
-    db_lock: trio.Lock,
-    policy: RetentionPolicy,
-    now_ms: int,
-    *,
-    metrics: Metrics,
-    sync: SyncService | None = None,
-    batch: int = 10_000,
-) -> GcCycle:
-    t0 = time.perf_counter()
-    cutoff = await trio.to_thread.run_sync(policy.cutoff, db, now_ms)
-    cycle = GcCycle(cutoff)
-    if cutoff is None:
+class RetentionGc:
+    """The node's retention GC: ``cycle(now_ms)`` once, ``loop()`` every ``interval_s``."""
+
+    def __init__(
+        self,
+        replica: DbReplica,
+        db_lock: trio.Lock,
+        policy: RetentionPolicy,
+        metrics: Metrics,
+        clock: Clock,
+        *,
+        sync: SyncService | None = None,
+        interval_s: float = 300.0,
+        batch: int = 10_000,
+    ) -> None:
+        self.replica = replica
+        self.db = replica.db
+        self.db_lock = db_lock
+        self.policy = policy
+        self.metrics = metrics
+        self.clock = clock
+        self.sync = sync  # its sessions' message cutoff follows ours
+        self.interval_s = interval_s
+        self.batch = batch
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the policy ages anything out (by age or by size)."""
+        return self.policy.retention_days > 0 or self.policy.max_storage_mb > 0
+
+    async def loop(self) -> None:
+        """A cycle now (so a restarted node expires what aged while it was down), then periodically."""
+        while True:
+            try:
+                await self.cycle(self.clock.wall_ms())
+            except Exception as exc:  # the loop must outlive a failed cycle: retried next interval
+                log.warning("gc cycle failed: %s: %s", type(exc).__name__, exc)
+                self.metrics.inc("gc_errors", help="GC cycles that failed")
+            await trio.sleep(self.interval_s)
+
+    async def cycle(self, now_ms: int) -> GcCycle:
+        t0 = self.clock.now()
+        db = self.db
+        cutoff = await trio.to_thread.run_sync(self.policy.cutoff, db, now_ms)
+        cycle = GcCycle(cutoff)
+        if cutoff is None:
+            return cycle
+        cycle.bytes_before = await trio.to_thread.run_sync(storage_bytes, db)
+        async with self.db_lock:
+            cycle.chats_trimmed = len(await trio.to_thread.run_sync(trim_chats, db, cutoff))
+        cycle.messages_expired = await self._expire_seen(cutoff)
+        if self.sync is not None:
+            self.sync.config = replace(self.sync.config, cutoff_ms=cutoff)
+        if cycle.chats_trimmed or cycle.messages_expired:
+            await trio.to_thread.run_sync(db.compact)
+        cycle.bytes_after = await trio.to_thread.run_sync(storage_bytes, db)
+        cycle.seconds = self.clock.now() - t0
+        self._report(cycle)
         return cycle
-    cycle.bytes_before = await trio.to_thread.run_sync(storage_bytes, db)
-    async with db_lock:
-        cycle.chats_trimmed = len(await trio.to_thread.run_sync(trim_chats, db, cutoff))
-    aged = iter_seen_aged(db, cutoff)
 
-    def step() -> int:
-        ids = expire_seen(aged, db, batch)
-        replica.remove_from_tree(ids)
-        return len(ids)
+    async def _expire_seen(self, cutoff: int) -> int:
+        """Drop the aged seen_msg entries, one batch at a time, the same ids out of the tree."""
+        aged = iter_seen_aged(self.db, cutoff)
 
-    while True:
-        async with db_lock:  # one batch at a time: writers and sync sessions interleave
-            removed = await trio.to_thread.run_sync(step)
-        if not removed:
-            break
-        cycle.messages_expired += removed
-    if sync is not None:
-        sync.config = replace(sync.config, cutoff_ms=cutoff)
-    if cycle.chats_trimmed or cycle.messages_expired:
-        await trio.to_thread.run_sync(db.compact)
-    cycle.bytes_after = await trio.to_thread.run_sync(storage_bytes, db)
-    cycle.seconds = time.perf_counter() - t0
-    metrics.inc("gc_cycles", help="retention GC cycles that had a cutoff")
-    metrics.inc("gc_messages_expired", cycle.messages_expired, help="messages removed by retention")
-    log.info(
-        "gc: cutoff %d, %d chats trimmed, %d messages expired, %.1f -> %.1f MB in %.2f s",
-        cutoff, cycle.chats_trimmed, cycle.messages_expired,
-        cycle.bytes_before / 1e6, cycle.bytes_after / 1e6, cycle.seconds,
-    )  # fmt: skip
-    return cycle
+        def step() -> int:
+            ids = expire_seen(aged, self.db, self.batch)
+            self.replica.remove_from_tree(ids)
+            return len(ids)
 
+        expired = 0
+        while True:
+            async with self.db_lock:  # one batch at a time: writers and sync sessions interleave
+                removed = await trio.to_thread.run_sync(step)
+            if not removed:
+                return expired
+            expired += removed
 
-async def gc_loop(
-    db: ChatDb,
-    replica: DbReplica,
-    db_lock: trio.Lock,
-    policy: RetentionPolicy,
-    interval_s: float,
-    clock_ms: Callable[[], int],
-    *,
-    metrics: Metrics,
-    sync: SyncService | None = None,
-) -> None:
-    """A cycle now (so a restarted node expires what aged while it was down), then periodically."""
-    while True:
-        try:
-            await run_gc_cycle(db, replica, db_lock, policy, clock_ms(), metrics=metrics, sync=sync)
-        except Exception as exc:  # a failed cycle is retried next interval; the node keeps serving
-            log.warning("gc cycle failed: %s: %s", type(exc).__name__, exc)
-            metrics.inc("gc_errors", help="GC cycles that failed")
-        await trio.sleep(interval_s)
+    def _report(self, cycle: GcCycle) -> None:
+        self.metrics.inc("gc_cycles", help="retention GC cycles that had a cutoff")
+        self.metrics.inc(
+            "gc_messages_expired", cycle.messages_expired, help="messages removed by retention"
+        )
+        log.info(
+            "gc: cutoff %d, %d chats trimmed, %d messages expired, %.1f -> %.1f MB in %.2f s",
+            cycle.cutoff_ms, cycle.chats_trimmed, cycle.messages_expired,
+            cycle.bytes_before / 1e6, cycle.bytes_after / 1e6, cycle.seconds,
+        )  # fmt: skip

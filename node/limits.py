@@ -1,19 +1,22 @@
-"""Limits: token buckets keyed by author or peer, peer penalties, and the free-disk guard.
+"""Limits: token buckets keyed by author or peer, the one per-author rate check, the free-disk guard.
 
 Over a limit the caller gets a clear error code — dm3's vocabulary: ``-32005 Limit
 exceeded`` (rate) and ``-32011 Too big`` (size), ``disk_full`` for storage — and a
-metric; nothing else is disturbed. Time is passed in (seconds, monotonic).
+metric; nothing else is disturbed. Time is passed in. Misbehaving peers are
+``node/penalties.py``'s.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
-from collections import OrderedDict
-from dataclasses import dataclass
+from collections import Counter, OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
 
 from store.errors import ChatsyncError, InvalidInput
+from store.ops import Op, op_author
 
 
 class RateLimited(InvalidInput):
@@ -41,9 +44,12 @@ class TokenBuckets:
         self._buckets: OrderedDict[bytes | str, tuple[float, float]] = OrderedDict()
 
     def take(self, key: bytes | str, amount: float, now: float) -> bool:
-        """Take ``amount`` tokens for ``key``; False (and nothing taken) if there are too few."""
+        """Take ``amount`` tokens for ``key`` at ``now`` (seconds); False (and nothing taken)
+        if there are too few. A clock that went back refills nothing."""
+        if math.isinf(self.rate):
+            return True
         tokens, last = self._buckets.pop(key, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        tokens = min(self.burst, tokens + max(0.0, now - last) * self.rate)
         allowed = tokens >= amount
         self._buckets[key] = (tokens - amount if allowed else tokens, now)
         if len(self._buckets) > self.max_keys:
@@ -51,77 +57,28 @@ class TokenBuckets:
         return allowed
 
 
-@dataclass
-class PeerScore:
-    points: float = 0.0
-    updated: float = 0.0
-    banned_until: float = 0.0
+class AuthorRates:
+    """The budget of new ops per author: one token bucket each, shared by the HTTP API and
+    gossip (SECURITY.md). Anti-entropy is not limited per author: it carries history."""
 
+    def __init__(self, ops_per_s: float, burst: float) -> None:
+        self.ops_per_s = ops_per_s
+        self._buckets = TokenBuckets(ops_per_s, burst)
 
-class PeerPenalties:
-    """Misbehaviour points per peer, decaying by ``decay_per_s``; at ``threshold`` a ban of ``ban_s``."""
+    def check(self, ops: Iterable[Op], now_ms: int) -> None:
+        """Take each author's ops from its bucket; at the first author over its rate raise
+        RateLimited (that author's ops are not taken; those of the authors before it are).
 
-    def __init__(
-        self, threshold: float = 10.0, decay_per_s: float = 0.05, ban_s: float = 600.0
-    ) -> None:
-        self.threshold = threshold
-        self.decay_per_s = decay_per_s
-        self.ban_s = ban_s
-        self.scores: dict[str, PeerScore] = {}
-
-    def penalize(self, peer: str, points: float, now: float) -> bool:
-        """Add points; True if this pushed the peer over the threshold (ban it now)."""
-        score = self.scores.setdefault(peer, PeerScore(updated=now))
-        score.points = max(0.0, score.points - (now - score.updated) * self.decay_per_s) + points
-        score.updated = now
-        if score.points >= self.threshold and score.banned_until <= now:
-            score.banned_until = now + self.ban_s
-            score.points = 0.0
-            return True
-        return False
-
-    def expired_bans(self, now: float) -> list[str]:
-        """Peers whose ban has run out (their score is forgotten)."""
-        done = [p for p, s in self.scores.items() if 0 < s.banned_until <= now]
-        for peer in done:
-            del self.scores[peer]
-        return done
-
-
-# Points per sync outcome: a peer that sends invalid or forged data loses standing fast;
-# one that keeps offering records that change nothing (stale replays) loses it slowly.
-SYNC_PENALTY = {
-    "bad_signature": 5.0,
-    "unauthorized": 5.0,
-    "invalid_record": 5.0,
-    "unsolicited": 5.0,
-    "malformed_frame": 3.0,
-    "unexpected_frame": 3.0,
-    "bad_flags": 3.0,
-    "bad_hashes": 3.0,
-    "bad_cells": 3.0,
-    "too_many_items": 3.0,
-    "rate_limited": 2.0,
-    "useless": 1.0,  # records received, none new
-}
-
-
-# Points per gossip message the validator refused, charged to the peer that forwarded it.
-# An honest forwarder ran the same checks before forwarding, but it cannot know our clock or
-# our token buckets: a message a little ahead of our clock, or over an author's rate here,
-# costs nothing (an honest relay sends those too). A stamp beyond twice the allowed drift is
-# no clock difference: it costs as much as a forgery.
-GOSSIP_PENALTY = {
-    "bad_signature": 5.0,
-    "unauthorized": 5.0,
-    "far_future": 5.0,
-    "clock_drift": 0.0,
-    "rate_limited": 0.0,
-    "nothing_new": 0.0,  # a replay of ops we hold: dropped, not forwarded
-    "blocked_peer": 0.0,
-    "internal": 0.0,  # our bug, not theirs
-}
-GOSSIP_PENALTY_OTHER = 3.0  # malformed, oversized, unknown kinds
+        Pass only the ops this replica does not hold: anyone can replay an author's old
+        signed ops, and that must not spend the author's budget.
+        """
+        now = now_ms / 1000
+        for author, count in Counter(op_author(op) for op in ops).items():
+            if not self._buckets.take(author, count, now):
+                raise RateLimited(
+                    f"author {author.hex()} is over {self.ops_per_s:g} ops/s "
+                    "(dm3 -32005 Limit exceeded)"
+                )
 
 
 def check_free_disk(path: str, min_free_mb: int) -> None:

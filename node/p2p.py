@@ -34,11 +34,12 @@ from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
+from node.gossip.settings import OPS_TOPIC as OPS_TOPIC  # the topic of ops, re-exported
+
 log = logging.getLogger(__name__)
 
 GOSSIP_PROTOCOLS = [TProtocol("/meshsub/1.1.0"), TProtocol("/meshsub/1.0.0")]
 SYNC_PROTOCOL = TProtocol("/chatsync/sync/1")
-OPS_TOPIC = "chatsync/ops/1"
 # py-libp2p drops a message (already marked seen, so gossip never brings it again) when our
 # subscription channel is full, and its default of 32 is reached in one scheduler batch of
 # message tasks under load. Messages are ops already validated; 1,024 of them is the bound.
@@ -118,11 +119,10 @@ def guard_pubsub_handler(pubsub: Pubsub) -> Callable[[Any], Awaitable[None]]:
     async def handler(stream: Any) -> None:
         try:
             await pubsub.stream_handler(stream)
-        except Exception as exc:
+        except Exception as exc:  # must never raise: py-libp2p would end the process
             log.warning("pubsub stream failed: %s: %s", type(exc).__name__, exc)
-            with contextlib.suppress(Exception):
-                await stream.reset()
-            with contextlib.suppress(Exception):
+            await _reset(stream)
+            with contextlib.suppress(Exception):  # the same handler: whatever this raises
                 pubsub._handle_dead_peer(stream.muxed_conn.peer_id)
 
     return handler
@@ -136,13 +136,18 @@ def safe_handler(
     async def wrapped(stream: Any) -> None:
         try:
             await handler(stream)
-        except Exception as exc:
+        except Exception as exc:  # must never raise: py-libp2p would end the process
             log.warning("%s handler failed: %s: %s", name, type(exc).__name__, exc)
             on_error(type(exc).__name__)
-            with contextlib.suppress(Exception):  # the stream may already be gone
-                await stream.reset()
+            await _reset(stream)
 
     return wrapped
+
+
+async def _reset(stream: Any) -> None:
+    """Reset a failed stream, which may be gone already (a handler that must return)."""
+    with contextlib.suppress(Exception):
+        await stream.reset()
 
 
 def peer_id_of(stream: Any) -> str:

@@ -4,6 +4,8 @@ py-libp2p's bootstrap helper forgets a peer after 3 failed dials, so we dial
 bootstrap addresses ourselves, forever, with jittered exponential backoff.
 Anti-entropy runs with each connected peer on connect and then every
 ``sync_interval`` (+-25 % jitter so peers do not synchronise their sessions).
+Peers on the blocklist (``node/penalties.py``: the admin switch and bans) are not
+dialled, and are disconnected at the scheduler's next round (every 0.25 s).
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ import multiaddr
 import trio
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
+from node.errors import PeerUnreachable, libp2p_errors, map_exceptions
+from node.penalties import Blocklist
+
 log = logging.getLogger(__name__)
 
 MAX_FOLLOW_UPS = 30  # sessions in a row without the interval; then the interval again
+DIAL_TIMEOUT_S = 5.0
 
 
 def backoff_delays(min_s: float, max_s: float, rnd: random.Random) -> Callable[[int], float]:
@@ -36,6 +42,7 @@ class PeerManager:
     def __init__(
         self,
         host: Any,
+        blocklist: Blocklist,
         *,
         reconnect_min_s: float,
         reconnect_max_s: float,
@@ -46,17 +53,10 @@ class PeerManager:
         self.rnd = rnd or random.Random()
         self.delay = backoff_delays(reconnect_min_s, reconnect_max_s, self.rnd)
         self.sync_interval_s = sync_interval_s
-        self.blocked: set[str] = set()  # peer ids whose traffic is dropped (admin partition)
+        self.blocked = blocklist  # peer ids whose traffic is dropped
         self.dial_failures: dict[str, int] = {}
 
     # --- partition switch ---
-
-    def is_blocked_bytes(self, peer: bytes) -> bool:
-        if not self.blocked or not peer:
-            return False
-        from libp2p.peer.id import ID
-
-        return ID(peer).to_base58() in self.blocked
 
     async def block(self, peer_id: str) -> None:
         self.blocked.add(peer_id)
@@ -70,7 +70,7 @@ class PeerManager:
             if peer.to_base58() == peer_id:
                 try:
                     await self.host.disconnect(peer)
-                except Exception as exc:  # already gone
+                except libp2p_errors() as exc:  # already gone
                     log.debug("disconnect %s: %s", peer_id, exc)
 
     def connected(self) -> list[str]:
@@ -89,17 +89,21 @@ class PeerManager:
                 await trio.sleep(1.0)
                 continue
             try:
-                with trio.fail_after(5):
-                    await self.host.connect(info)  # re-adds the address: peerstore entries expire
+                await self._dial(info)
                 log.info("connected to %s", peer_id)
                 attempt = 0
                 self.dial_failures[peer_id] = 0
-            except Exception as exc:
+            except PeerUnreachable as exc:
                 self.dial_failures[peer_id] = self.dial_failures.get(peer_id, 0) + 1
                 wait = self.delay(attempt)
                 attempt += 1
                 log.debug("dial %s failed (%s); retry in %.1f s", peer_id, exc, wait)
                 await trio.sleep(wait)
+
+    async def _dial(self, info: Any) -> None:
+        with map_exceptions({(*libp2p_errors(), trio.TooSlowError): PeerUnreachable}):
+            with trio.fail_after(DIAL_TIMEOUT_S):
+                await self.host.connect(info)  # re-adds the address: peerstore entries expire
 
     # --- anti-entropy scheduling ---
 
@@ -144,7 +148,7 @@ class PeerManager:
             follow_ups[name] = follow_ups.get(name, 0) + 1 if again else 0
             if again and follow_ups[name] <= MAX_FOLLOW_UPS:
                 next_at[name] = trio.current_time()
-        except Exception as exc:  # a failed session is counted by the sync service; keep going
+        except Exception as exc:  # a session, whatever failed in it, must not end the node
             log.info("sync with %s failed: %s", peer, exc)
         finally:
             running.discard(name)

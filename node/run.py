@@ -17,9 +17,9 @@ async def run_until_signalled(config: NodeConfig) -> None:
     node = Node(config)
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            await nursery.start(node.run)
-            print(f"peer id {node.peer_id}", flush=True)
-            for address in node.listen_addrs:
+            running = await nursery.start(node.run)
+            print(f"peer id {running.peer_id}", flush=True)
+            for address in running.listen_addrs:
                 print(f"listening {address}", flush=True)
             print(f"http {config.http}", flush=True)
             async for signum in signals:

@@ -2,21 +2,24 @@
 
 A session step (``session.receive``) reads and writes RocksDB and the trees, so
 it runs in a worker thread under the node's ``db_lock`` — the same lock the DB
-writer holds — keeping one writer at a time. Every read has a timeout; a bad
-frame ends that session with a reason (sent to the peer as ABORT, logged,
-counted), never the process.
+writer holds — keeping one writer at a time. Between frames the driver sleeps until
+the session's ``next_deadline()`` (its idle timeout, ``SyncConfig.idle_timeout_ms``,
+from ``NodeConfig.sync_idle_timeout_s``) and then lets ``handle_timeout`` end it. A
+bad frame ends that session with a reason (sent to the peer as ABORT, logged,
+counted), never the process. Each peer's frames and bytes are rate-limited across all
+its sessions. Every time here is the node's ``Clock`` (trio's).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
 
+from node.clock import Clock
 from node.framing import FrameStream, StreamClosed
 from node.limits import TokenBuckets
 from node.metrics import Metrics
@@ -52,10 +55,6 @@ class SyncOutcome:
         return self.error is None and self.records_received > 0 and self.records_applied == 0
 
 
-def wall_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class SyncService:
     def __init__(
         self,
@@ -63,9 +62,8 @@ class SyncService:
         db_lock: trio.Lock,
         metrics: Metrics,
         *,
+        clock: Clock,
         config: SyncConfig | None = None,
-        read_timeout_s: float = 10.0,
-        clock_ms: Callable[[], int] = wall_ms,
         salt: Callable[[], bytes] | None = None,
         frames_per_s: float = float("inf"),
         bytes_per_s: float = float("inf"),
@@ -75,8 +73,7 @@ class SyncService:
         self.db_lock = db_lock
         self.metrics = metrics
         self.config = config or SyncConfig()
-        self.read_timeout_s = read_timeout_s
-        self.clock_ms = clock_ms
+        self.clock = clock
         self._salt = salt or (lambda: os.urandom(16))
         self.last_sync: dict[str, SyncOutcome] = {}
         # One session at a time. A node that was down is missing the same records from every
@@ -92,7 +89,7 @@ class SyncService:
 
     async def initiate(self, peer: str, frames: FrameStream) -> SyncOutcome:
         session = SyncSession(
-            SessionRole.INITIATOR, self.replica, now_ms=self.clock_ms(),
+            SessionRole.INITIATOR, self.replica, now_ms=self.clock.wall_ms(),
             salt_seed=self._salt(), config=self.config,
         )  # fmt: skip
         if self._gate.locked():  # another session is running: try again next interval
@@ -103,7 +100,7 @@ class SyncService:
 
     async def respond(self, peer: str, frames: FrameStream) -> SyncOutcome:
         session = SyncSession(
-            SessionRole.RESPONDER, self.replica, now_ms=self.clock_ms(), config=self.config
+            SessionRole.RESPONDER, self.replica, now_ms=self.clock.wall_ms(), config=self.config
         )
         if self._gate.locked():
             await _try_send(frames, encode_frame(Abort(BUSY)))
@@ -115,63 +112,65 @@ class SyncService:
     def _busy(self, peer: str, session: SyncSession) -> SyncOutcome:
         outcome = SyncOutcome(
             peer=peer, role=session.role.value, converged=False, error=BUSY,
-            started_ms=self.clock_ms(), duration_ms=0.0, frames=0, bytes_sent=0,
+            started_ms=self.clock.wall_ms(), duration_ms=0.0, frames=0, bytes_sent=0,
             bytes_received=0, records_received=0, records_applied=0,
         )  # fmt: skip
         self.metrics.inc("sync_sessions", role=outcome.role, result=BUSY)
         return outcome
 
     async def _drive(self, peer: str, session: SyncSession, frames: FrameStream) -> SyncOutcome:
-        started, t0 = self.clock_ms(), time.perf_counter()
-        error: str | None = None
+        started, t0 = self.clock.wall_ms(), self.clock.now()
         try:
-            out = session.start(self.clock_ms()) if session.role is SessionRole.INITIATOR else None
-            while True:
-                if out is not None:
-                    await frames.write_frame(out)
-                if session.finished:
-                    break
-                with trio.fail_after(self.read_timeout_s):
-                    data = await frames.read_frame()
-                self._check_rate(peer, len(data))
-                async with self.db_lock:
-                    out = await trio.to_thread.run_sync(session.receive, data, self.clock_ms())
-        except RemoteProtocolError as exc:
-            error = exc.reason
-            busy = str(exc).endswith(f": {BUSY}")  # the peer was in another session: retried
-            (log.info if busy else log.warning)(
-                "sync with %s ended: %s (%s)", peer, exc.reason, exc
-            )
-            await _try_send(frames, encode_frame(Abort(exc.reason)))
-        except trio.TooSlowError:
-            error = "timeout"
-            await _try_send(frames, session.handle_timeout(10**18) or b"")  # ends the session
-        except StreamClosed as exc:
-            error = "stream_closed"
-            log.info("sync with %s: stream closed (%s)", peer, exc)
+            error = await self._exchange(peer, session, frames)
         finally:
             await _close(frames)
-        outcome = SyncOutcome(
-            peer=peer,
-            role=session.role.value,
-            converged=session.converged if error is None else False,
-            error=error,
-            started_ms=started,
-            duration_ms=(time.perf_counter() - t0) * 1000,
-            frames=session.stats.frames_sent + session.stats.frames_received,
-            bytes_sent=sum(session.stats.bytes_sent.values()),
-            bytes_received=sum(session.stats.bytes_received.values()),
-            records_received=session.stats.records_received,
-            records_applied=session.stats.records_applied,
-            passes=session.stats.passes,
-        )
+        outcome = _outcome(peer, session, error, started, (self.clock.now() - t0) * 1000)
         self._record(outcome)
         if self.on_outcome is not None:
             self.on_outcome(outcome)
         return outcome
 
+    async def _exchange(self, peer: str, session: SyncSession, frames: FrameStream) -> str | None:
+        """Frames back and forth until the session is over; the reason it failed, or None."""
+        initiator = session.role is SessionRole.INITIATOR
+        out = session.start(self.clock.wall_ms()) if initiator else None
+        try:
+            while True:
+                if out is not None:
+                    await frames.write_frame(out)
+                if session.finished:
+                    return None
+                data = await self._next_frame(session, frames)
+                if data is None:  # the peer was silent past the idle timeout
+                    await _try_send(frames, session.abort_frame())
+                    return "timeout"
+                self._check_rate(peer, len(data))
+                async with self.db_lock:
+                    out = await trio.to_thread.run_sync(session.receive, data, self.clock.wall_ms())
+        except RemoteProtocolError as exc:
+            busy = str(exc).endswith(f": {BUSY}")  # the peer was in another session: retried
+            (log.info if busy else log.warning)(
+                "sync with %s ended: %s (%s)", peer, exc.reason, exc
+            )
+            await _try_send(frames, encode_frame(Abort(exc.reason)))
+            return exc.reason
+        except StreamClosed as exc:
+            log.info("sync with %s: stream closed (%s)", peer, exc)
+            return "stream_closed"
+
+    async def _next_frame(self, session: SyncSession, frames: FrameStream) -> bytes | None:
+        """The peer's next frame; None once the session's idle deadline has passed (then
+        ``handle_timeout`` has aborted the session)."""
+        while True:
+            deadline_ms = session.next_deadline()
+            assert deadline_ms is not None  # the session is not finished
+            with trio.move_on_after(max(0.0, self.clock.seconds_until(deadline_ms))):
+                return await frames.read_frame()
+            if session.handle_timeout(self.clock.wall_ms()) is not None:
+                return None
+
     def _check_rate(self, peer: str, size: int) -> None:
-        now = time.monotonic()
+        now = self.clock.now()
         if not (self._frames.take(peer, 1, now) and self._bytes.take(peer, size, now)):
             raise RemoteProtocolError(
                 "peer over its sync frame or byte rate (dm3 -32005 Limit exceeded)",
@@ -189,6 +188,26 @@ class SyncService:
         self.metrics.inc(
             "sync_records_applied", outcome.records_applied, help="records applied by sync"
         )
+
+
+def _outcome(
+    peer: str, session: SyncSession, error: str | None, started_ms: int, duration_ms: float
+) -> SyncOutcome:
+    stats = session.stats
+    return SyncOutcome(
+        peer=peer,
+        role=session.role.value,
+        converged=session.converged if error is None else False,
+        error=error,
+        started_ms=started_ms,
+        duration_ms=duration_ms,
+        frames=stats.frames_sent + stats.frames_received,
+        bytes_sent=sum(stats.bytes_sent.values()),
+        bytes_received=sum(stats.bytes_received.values()),
+        records_received=stats.records_received,
+        records_applied=stats.records_applied,
+        passes=stats.passes,
+    )
 
 
 async def _close(frames: FrameStream) -> None:

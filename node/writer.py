@@ -1,42 +1,46 @@
-"""The DB writer: seed 002's write pipeline with bounded queues.
+"""The DB writer: every write of the node's clients and gossip goes through one task.
 
-    handlers ──submit()──▶ [bounded channel] ──▶ writer task ──to_thread──▶ ChatDb + Merkle trees
+    handlers ──submit()──▶ [bounded channel] ──▶ writer task ──to_thread──▶ DbReplica.apply_ops
 
 One task owns writes. It takes every request waiting in the channel (up to
-``batch_max`` ops), applies them in a worker thread — one WriteBatch per domain
-— updates the Merkle trees in the same step, and only then acknowledges. A full
-channel makes ``submit`` wait (backpressure) and ``submit_nowait`` raise
-``trio.WouldBlock``. With ``durable`` the DB syncs its WAL on every write, so an
-acknowledged op survives kill -9.
+``batch_max`` ops), applies them in a worker thread under ``db_lock`` and only then
+acknowledges. A full channel makes ``submit`` wait (backpressure) and
+``submit_nowait`` raise ``trio.WouldBlock``. With ``durable`` the DB syncs its WAL on
+every write, so an acknowledged op survives kill -9.
 
-Sync sessions also write (records they receive). They take the same ``db_lock``
-around each step, so there is one writer at a time and the trees always match
-what is on disk.
+Two kinds of request:
 
-Inbox: after the ops of a batch are stored, ``update_inboxes`` rewrites the
-chat-list entry (CF user_inbox) of every chat that got new messages — one
-``upsert_inbox_for_members`` call per chat per batch — for the chat's active
-members plus the batch's senders. The entry comes from the chat's ChatMeta
-(newest message, local ``last_seq``, which the unread count is measured against);
-its kind is DM when the chat id is the DM id of its two participants
-(``node.e2e.dm_chat_id``), else GROUP. The inbox is a local view: it is written in
-its own WriteBatch right after the messages', and derived again on the next message.
+* ``WriteRequest``: ops. The ops of all the requests in a batch go through
+  ``DbReplica.apply_ops`` together — one WriteBatch per domain, the Merkle trees updated
+  in the same step, then the chat lists (CF user_inbox) of the chats that got new
+  messages, through ``ChatDb.refresh_inboxes`` (store/inbox.py). The answer: per op,
+  whether it changed the store.
+* ``ReadProgressRequest``: how far a user has read in a chat (``PUT
+  /users/{user}/chats/{chat}/read``), a local convenience — not signed, not synced —
+  moved forward only and capped at the chat's last local seq.
+
+A request whose write fails gets the error (``StorageFull`` and ``InvalidInput`` as
+raised; anything else, from RocksDB or a bug, as ``WriteFailed``); the other requests of
+its batch are written one by one and are not affected.
+
+Sync sessions and the retention GC write too (records they receive, aged messages).
+They take the same ``db_lock`` around each step, so there is one writer at a time and
+the trees always match what is on disk.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
 from node.limits import check_free_disk
 from node.metrics import Metrics
-from store.chatdb import ChatDb
-from store.ops import MembershipOp, Op
-from store.records import IdentityRecord, MsgV1
-from sync.frames import Domain
+from store.errors import ChatsyncError
+from store.ops import Op
 from sync.replica import DbReplica
 
 if TYPE_CHECKING:
@@ -45,12 +49,47 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class WriteFailed(ChatsyncError):
+    """A write failed for a reason that is neither the input's nor a full disk (RocksDB, a bug)."""
+
+
 @dataclass
 class WriteRequest:
     ops: list[Op]
     done: trio.Event = field(default_factory=trio.Event)
     new: list[bool] = field(default_factory=list)  # per op: did it change the store?
-    error: BaseException | None = None
+    error: ChatsyncError | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.ops)
+
+
+@dataclass(frozen=True)
+class ReadProgress:
+    seq: int  # how far the user has read (local seq)
+    last_seq: int  # the chat's newest local seq
+    moved: bool  # did this request move it
+
+    @property
+    def unread(self) -> int:
+        return max(0, self.last_seq - self.seq)
+
+
+@dataclass
+class ReadProgressRequest:
+    user: bytes
+    chat: bytes
+    seq: int
+    done: trio.Event = field(default_factory=trio.Event)
+    result: ReadProgress | None = None
+    error: ChatsyncError | None = None
+
+    size = 1
+
+
+Request = WriteRequest | ReadProgressRequest
+R = TypeVar("R", WriteRequest, ReadProgressRequest)
 
 
 @dataclass
@@ -65,7 +104,6 @@ class WriterStatistics:
 class DbWriter:
     def __init__(
         self,
-        db: ChatDb,
         replica: DbReplica,
         db_lock: trio.Lock,
         metrics: Metrics,
@@ -74,23 +112,21 @@ class DbWriter:
         batch_max: int = 2048,
         min_free_disk_mb: int = 0,
     ) -> None:
-        self.db = db
         self.replica = replica
+        self.db = replica.db
         self.db_lock = db_lock
         self.metrics = metrics
         self.batch_max = batch_max
         self.min_free_disk_mb = min_free_disk_mb
         self._capacity = queue_size
-        self._send, self._receive = trio.open_memory_channel[WriteRequest](queue_size)
+        self._send, self._receive = trio.open_memory_channel[Request](queue_size)
         self._batches = self._ops_applied = self._ops_new = 0
 
     # --- submitting ---
 
     async def submit(self, ops: list[Op]) -> list[bool]:
         """Queue ``ops`` (waiting while the queue is full) and wait until they are written."""
-        request = WriteRequest(ops)
-        await self._send.send(request)
-        return await self.wait(request)
+        return await self.wait(await self.enqueue(ops))
 
     async def enqueue(self, ops: list[Op]) -> WriteRequest:
         """Queue ``ops`` (waiting only while the queue is full); ``wait()`` on the result."""
@@ -110,6 +146,17 @@ class DbWriter:
         if request.error is not None:
             raise request.error
         return request.new
+
+    async def move_read_progress(self, user: bytes, chat: bytes, seq: int) -> ReadProgress:
+        """Move the user's read progress in the chat up to ``seq`` (never back; capped at the
+        chat's last seq); raises trio.WouldBlock at once if the queue is full."""
+        request = ReadProgressRequest(user, chat, seq)
+        self._send.send_nowait(request)
+        await request.done.wait()
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None
+        return request.result
 
     def statistics(self) -> WriterStatistics:
         stats = self._send.statistics()
@@ -131,70 +178,68 @@ class DbWriter:
         task_status.started()
         async with self._receive:
             async for first in self._receive:
-                batch = [first]
-                size = len(first.ops)
-                while size < self.batch_max:
-                    try:
-                        request = self._receive.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                    batch.append(request)
-                    size += len(request.ops)
-                await self._write(batch)
+                await self._write(self._batch_after(first))
 
-    async def _write(self, batch: list[WriteRequest]) -> None:
-        ops = [op for request in batch for op in request.ops]
+    def _batch_after(self, first: Request) -> list[Request]:
+        """``first`` and the requests waiting behind it, up to ``batch_max`` ops."""
+        batch = [first]
+        size = first.size
+        while size < self.batch_max:
+            try:
+                request = self._receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+            batch.append(request)
+            size += request.size
+        return batch
+
+    async def _write(self, batch: list[Request]) -> None:
+        writes = [r for r in batch if isinstance(r, WriteRequest)]
+        if writes:
+            await self._apply_each_or_all(writes, self._apply_writes)
+        reads = [r for r in batch if isinstance(r, ReadProgressRequest)]
+        if reads:
+            await self._apply_each_or_all(reads, self._apply_reads)
+
+    async def _apply_each_or_all(
+        self, requests: Sequence[R], apply: Callable[[Sequence[R]], None]
+    ) -> None:
+        """``apply(requests)`` in a worker thread under db_lock; if that fails, each request
+        alone, so that one bad request does not fail the others."""
         try:
             async with self.db_lock:
-                new = await trio.to_thread.run_sync(self.apply_ops, ops)
-        except Exception as exc:  # one bad request must not fail the others: retry one by one
-            if len(batch) > 1:
-                for request in batch:
-                    await self._write([request])
+                await trio.to_thread.run_sync(apply, requests)
+        except Exception as exc:  # the one writer outlives any failed request
+            if len(requests) > 1:
+                for request in requests:
+                    await self._apply_each_or_all([request], apply)
                 return
-            log.warning("write failed: %s", exc)
+            log.warning("write failed: %s: %s", type(exc).__name__, exc)
             self.metrics.inc("write_errors", help="write batches that failed")
-            batch[0].error = exc
-            batch[0].done.set()
-            return
-        self._batches += 1
-        self._ops_applied += len(ops)
-        self._ops_new += sum(new)
+            requests[0].error = exc if isinstance(exc, ChatsyncError) else WriteFailed(repr(exc))
+        for request in requests:
+            request.done.set()
+
+    def _apply_writes(self, requests: Sequence[WriteRequest]) -> None:
+        new = self.apply_ops([op for request in requests for op in request.ops])
         offset = 0
-        for request in batch:
+        for request in requests:
             request.new = new[offset : offset + len(request.ops)]
             offset += len(request.ops)
-            request.done.set()
+        self._batches += 1
+        self._ops_applied += len(new)
+        self._ops_new += sum(new)
+
+    def _apply_reads(self, requests: Sequence[ReadProgressRequest]) -> None:
+        for request in requests:
+            meta = self.db.get_chat_meta(request.chat)
+            last_seq = meta.last_seq if meta is not None else 0
+            target = min(request.seq, last_seq)
+            moved = self.db.set_user_read_progress(request.user, request.chat, target)
+            seq = self.db.get_user_read_progress(request.user, request.chat)
+            request.result = ReadProgress(seq, last_seq, moved)
 
     def apply_ops(self, ops: list[Op]) -> list[bool]:
         """Apply validated ops (worker thread, under db_lock); per op, whether it changed anything."""
         check_free_disk(self.db.config.path, self.min_free_disk_mb)  # refuse, never half-write
-        new = [False] * len(ops)
-        trees = self.replica.trees
-        msgs = [(i, op) for i, op in enumerate(ops) if isinstance(op, MsgV1)]
-        fresh: list[MsgV1] = []
-        previous = {m.chat_id: self.db.load_meta(m.chat_id).last_ts for _, m in msgs}
-        if msgs:
-            for (i, msg), result in zip(
-                msgs, self.db.put_messages([m for _, m in msgs]), strict=True
-            ):
-                if not result.duplicate:
-                    trees[Domain.MESSAGES].insert(result.msg_id)
-                    new[i] = True
-                    fresh.append(msg)
-        members = [(i, op) for i, op in enumerate(ops) if isinstance(op, MembershipOp)]
-        if members:
-            rows = [(op.chat_id, op.user_id, op.state()) for _, op in members]
-            for (i, _), change in zip(members, self.db.apply_member_states(rows), strict=True):
-                trees[Domain.MEMBERS].replace(change.old_id, change.new_id)
-                new[i] = change.changed
-        idents = [(i, op) for i, op in enumerate(ops) if isinstance(op, IdentityRecord)]
-        if idents:
-            for (i, _), ichange in zip(
-                idents, self.db.put_identities([r for _, r in idents]), strict=True
-            ):
-                trees[Domain.IDENTITY].replace(ichange.old_id, ichange.new_id)
-                new[i] = ichange.changed
-        if fresh:  # after the member ops: a first message may come with its chat's members
-            self.db.refresh_inboxes(fresh, previous)
-        return new
+        return self.replica.apply_ops(ops)

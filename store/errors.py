@@ -8,6 +8,10 @@ Two families, because the caller reacts differently to each:
   (a peer, a client, a file). These carry a short machine-readable ``reason``
   so a session can end with it and a metric can count it. Nothing is written
   when one is raised.
+
+The families do not overlap: ``InvalidInput`` is not a ``ValueError``, so an
+``except ValueError`` around our own code never swallows a hostile input, and an
+``except InvalidInput`` never hides a bug.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ class ChatsyncError(Exception):
     """Base of every exception this project raises on purpose."""
 
 
-class InvalidInput(ChatsyncError, ValueError):
+class InvalidInput(ChatsyncError):
     """Input from outside the process was rejected; ``reason`` says why."""
 
     reason: str = "invalid"

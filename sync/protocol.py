@@ -94,7 +94,8 @@ class SyncConfig:
     max_bucket_ids: int = 4_096  # ids listed for one undecodable bucket
     max_outbox: int = 200_000  # ids a peer may ask us to send in one pass (~16 MB)
     max_passes: int = 3
-    idle_timeout_ms: int = 30_000
+    # a silent peer ends the session after this long (the node's setting: sync_idle_timeout_s)
+    idle_timeout_ms: int = 10_000
     cutoff_ms: int | None = None  # retention soft-filter for messages (see RETENTION.md)
     authenticate: bool = False  # verify member rows' signed ops and identity docs (a node: True)
     max_offset_ms: int | None = None  # skip records this far ahead of now_ms (a node: 120 s)

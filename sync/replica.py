@@ -14,11 +14,12 @@ at or below it are neither listed nor returned (members and identity have no cut
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from store.hlc import Hlc
 from store.merge import identity_wins, merge_member_states
+from store.ops import MembershipOp, Op
 from store.records import (
     IdentityRecord,
     MemberInfo,
@@ -293,31 +294,85 @@ class DbReplica:
         return self.db.get_identity_records_by_ids(ids)
 
     def apply(self, domain: Domain, records: list[Record]) -> int:
+        """Sync's path: one domain's validated records; how many changed the store. The
+        messages that were new are reported to ``on_new_messages``."""
+        new = self.apply_ops(records)
+        fresh = [
+            r for r, is_new in zip(records, new, strict=True) if is_new and isinstance(r, MsgV1)
+        ]
+        if fresh and self.on_new_messages is not None:
+            self.on_new_messages(fresh)
+        return sum(new)
+
+    def apply_ops(self, ops: Sequence[Op | Record]) -> list[bool]:
+        """Merge validated ops or records of any domain into the store and the trees; per
+        item, whether it changed the store. The node's writer applies its batches here, sync
+        (``apply``) its frames: one path from the store to the trees.
+
+        Messages, then member rows, then identities, each domain in one WriteBatch; then the
+        chat lists of the chats that got new messages (after the member rows: a chat's first
+        message may come with its members; the chat lists are local views, kept in step).
+        """
+        msgs = [op for op in ops if isinstance(op, MsgV1)]
+        previous = {m.chat_id: self.db.load_meta(m.chat_id).last_ts for m in msgs}
+        msg_new = self._store_messages(msgs)
+        member_new = self._store_members([_member_row(op) for op in ops if _is_member(op)])
+        ident_new = self._store_identities([op for op in ops if isinstance(op, IdentityRecord)])
+        fresh = [m for m, is_new in zip(msgs, msg_new, strict=True) if is_new]
+        if fresh:
+            self.db.refresh_inboxes(fresh, previous)
+        by_domain = {
+            Domain.MESSAGES: msg_new,
+            Domain.MEMBERS: member_new,
+            Domain.IDENTITY: ident_new,
+        }
+        flags = {domain: iter(new) for domain, new in by_domain.items()}
+        return [next(flags[_domain_of(op)]) for op in ops]
+
+    def _store_messages(self, msgs: list[MsgV1]) -> list[bool]:
+        if not msgs:
+            return []
+        tree = self.trees[Domain.MESSAGES]
+        new = []
+        for result in self.db.put_messages(msgs):
+            if not result.duplicate:
+                tree.insert(result.msg_id)
+            new.append(not result.duplicate)
+        return new
+
+    def _store_members(self, rows: list[tuple[bytes, bytes, MemberInfo]]) -> list[bool]:
+        if not rows:
+            return []
+        changes = self.db.apply_member_states(rows)
+        return self._replace_in_tree(Domain.MEMBERS, [(c.old_id, c.new_id) for c in changes])
+
+    def _store_identities(self, records: list[IdentityRecord]) -> list[bool]:
+        if not records:
+            return []
+        changes = self.db.put_identities(records)
+        return self._replace_in_tree(Domain.IDENTITY, [(c.old_id, c.new_id) for c in changes])
+
+    def _replace_in_tree(
+        self, domain: Domain, changes: list[tuple[bytes | None, bytes]]
+    ) -> list[bool]:
         tree = self.trees[domain]
-        changed = 0
-        if domain is Domain.MESSAGES:
-            msgs = [r for r in records if isinstance(r, MsgV1)]
-            previous = {m.chat_id: self.db.load_meta(m.chat_id).last_ts for m in msgs}
-            fresh = []
-            for msg, result in zip(msgs, self.db.put_messages(msgs), strict=True):
-                if not result.duplicate:
-                    tree.insert(result.msg_id)
-                    fresh.append(msg)
-            if fresh:  # the chat lists are local views: keep them in step with sync too
-                self.db.refresh_inboxes(fresh, previous)
-                if self.on_new_messages is not None:
-                    self.on_new_messages(fresh)
-            return len(fresh)
-        if domain is Domain.MEMBERS:
-            rows = [(r.chat_id, r.user_id, r.info) for r in records if isinstance(r, MemberRecord)]
-            changes: Iterable[tuple[bytes | None, bytes]] = (
-                (c.old_id, c.new_id) for c in self.db.apply_member_states(rows)
-            )
-        else:
-            idents = [r for r in records if isinstance(r, IdentityRecord)]
-            changes = ((c.old_id, c.new_id) for c in self.db.put_identities(idents))
         for old_id, new_id in changes:
-            if old_id != new_id:
-                tree.replace(old_id, new_id)
-                changed += 1
-        return changed
+            tree.replace(old_id, new_id)
+        return [old_id != new_id for old_id, new_id in changes]
+
+
+def _is_member(op: Op | Record) -> bool:
+    return isinstance(op, MembershipOp | MemberRecord)
+
+
+def _member_row(op: Op | Record) -> tuple[bytes, bytes, MemberInfo]:
+    if isinstance(op, MembershipOp):
+        return op.chat_id, op.user_id, op.state()
+    assert isinstance(op, MemberRecord)
+    return op.chat_id, op.user_id, op.info
+
+
+def _domain_of(op: Op | Record) -> Domain:
+    if isinstance(op, MsgV1):
+        return Domain.MESSAGES
+    return Domain.MEMBERS if _is_member(op) else Domain.IDENTITY

@@ -4,9 +4,9 @@ Not a mock of the app: the handlers' own pieces, in the order they run.
 
 * Bodies: the raw bytes go through ``json.loads`` (Starlette's ``Request.json``) and the
   endpoint's pydantic model (``OpsIn``, ``IdentityIn``, ``ReadIn``, ``PeerIn``) as FastAPI
-  does, then the handler's decoding function (``node.api.decode_ops_in`` /
+  does, then the handler's decoding function (``node.api.decode.decode_ops_in`` /
   ``decode_identity_in``: URL-safe base64, then the CBOR op decoders) and ``validate_op``
-  — what ``Node.submit_ops`` checks before it hands ops to the writer.
+  — what ``OpIntake.submit`` (node/intake.py) checks before it hands ops to the writer.
 * Paths and queries: ids through ``chat_param`` / ``user_param``, then the read the handler
   makes on a real ``ChatDb`` (RocksDB in a temporary directory, one per process, holding a
   few messages): history pages with the fuzzed cursor, limit and direction, chat lists,
@@ -39,17 +39,9 @@ from pydantic import ValidationError
 from fuzz_support import NOW_MS, instrumented, main
 
 with instrumented(__name__ == "__main__"):
-    from node.api import (
-        IdentityIn,
-        OpsIn,
-        PeerIn,
-        ReadIn,
-        chat_param,
-        decode_identity_in,
-        decode_ops_in,
-        status_for,
-        user_param,
-    )
+    from node.api.decode import chat_param, decode_identity_in, decode_ops_in, user_param
+    from node.api.errors import status_for
+    from node.api.models import IdentityIn, OpsIn, PeerIn, ReadIn
     from store.authz import new_group
     from store.chatdb import ChatDb
     from store.errors import InvalidInput

@@ -14,7 +14,7 @@ import httpx
 import trio
 
 from node.config import NodeConfig
-from node.node import Node
+from node.node import Node, RunningNode
 from store import ChatDb, ChatDbConfig, Hlc, MsgV1
 from store.authz import new_group
 from store.ops import MembershipAction, MembershipOp, Op, encode_op, make_identity, op_kind
@@ -70,7 +70,7 @@ def ops_body(*ops: Op) -> dict[str, Any]:
 @asynccontextmanager
 async def running_node(
     tmp_path: Path, **config: Any
-) -> AsyncIterator[tuple[Node, httpx.AsyncClient]]:
+) -> AsyncIterator[tuple[RunningNode, httpx.AsyncClient]]:
     port = free_port()
     node = Node(
         NodeConfig(
@@ -79,9 +79,9 @@ async def running_node(
         )
     )  # fmt: skip
     async with trio.open_nursery() as nursery:
-        await nursery.start(node.run)
+        running = await nursery.start(node.run)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=20) as http:
-            yield node, http
+            yield running, http
         node.stop()
 
 

@@ -265,7 +265,6 @@ async def test_hostile_input_is_refused_with_json_and_writes_nothing(tmp_path: P
 
 async def test_a_full_write_queue_answers_503_busy(tmp_path: Path) -> None:
     async with running_node(tmp_path, write_queue=1) as (node, http):
-        assert node.writer is not None
         base = now_ms() - 60_000
         results: list[int] = []
 
@@ -273,7 +272,7 @@ async def test_a_full_write_queue_answers_503_busy(tmp_path: Path) -> None:
             r = await http.post("/ops", json=ops_body(message(ALICE, b"q%d" % i, base + i)))
             results.append(r.status_code)
 
-        lock, writer = node.db_lock, node.writer
+        lock, writer = node.services.db_lock, node.services.writer
         await lock.acquire()  # the writer takes one request, then waits for the lock
         try:
             async with trio.open_nursery() as nursery:

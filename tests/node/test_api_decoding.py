@@ -1,6 +1,6 @@
 """The HTTP API's request decoding, without a server: ids, base64, op bodies (fast).
 
-The same functions the handlers call (``node.api``); the fuzz target ``http``
+The same functions the handlers call (``node.api.decode``); the fuzz target ``http``
 (``tests/fuzz/fuzz_http.py``) runs them on millions of inputs, and schemathesis runs the
 whole API against a real node (``test_schemathesis.py``).
 """
@@ -14,15 +14,9 @@ import cbor2
 import pytest
 
 from client.e2e import UserKey
-from node.api import (
-    IdentityIn,
-    OpsIn,
-    chat_param,
-    decode_identity_in,
-    decode_ops_in,
-    status_for,
-    user_param,
-)
+from node.api.decode import chat_param, decode_identity_in, decode_ops_in, user_param
+from node.api.errors import status_for
+from node.api.models import IdentityIn, OpsIn
 from store.errors import InvalidInput
 from store.hlc import Hlc
 from store.ops import encode_op, op_kind

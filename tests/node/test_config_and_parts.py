@@ -14,6 +14,7 @@ import trio.testing
 from node.config import NodeConfig, load_config
 from node.metrics import Metrics
 from node.peers import PeerManager, backoff_delays
+from node.penalties import Blocklist
 
 
 def test_defaults_then_toml_then_flags(tmp_path: Path) -> None:
@@ -66,8 +67,8 @@ async def _session_gaps(more_to_do: Callable[[int], bool], run_s: float) -> list
     """Seconds between session starts with one peer (10 s interval) when the n-th session
     answers ``more_to_do(n)``; each session takes 1 s."""
     manager = PeerManager(
-        _PeerTable("a"), reconnect_min_s=0.5, reconnect_max_s=30, sync_interval_s=10,
-        rnd=random.Random(1),
+        _PeerTable("a"), Blocklist(), reconnect_min_s=0.5, reconnect_max_s=30,
+        sync_interval_s=10, rnd=random.Random(1),
     )  # fmt: skip
     started: list[float] = []
 
@@ -154,13 +155,16 @@ async def test_the_publisher_spaces_messages_by_min_interval(
     """py-libp2p costs CPU per message: under a steady trickle a node publishes at most one
     message per ``min_interval``; after a quiet spell the next op leaves after batch_delay."""
     from cluster.scenario import Authors
-    from node.gossip import GossipService
+    from node.clock import Clock
+    from node.gossip import GossipService, GossipSettings, GossipValidator
 
     pubsub = _RecordingPubsub()
+    settings = GossipSettings(
+        topic="t", own_peer_id=b"me", max_bytes=900 * 1024, max_payload=1024,
+        max_offset_ms=60_000, batch_ops=1024, batch_delay_ms=20, min_interval_ms=500,
+    )  # fmt: skip
     gossip = GossipService(
-        pubsub, "t", None, Metrics(), own_peer_id=b"me", clock_ms=lambda: 0,  # type: ignore[arg-type]
-        max_offset_ms=60_000, max_payload=1024, max_bytes=900 * 1024, batch_ops=1024,
-        batch_delay_ms=20, min_interval_ms=500,
+        settings, pubsub, None, GossipValidator(settings), Metrics(), Clock(0),  # type: ignore[arg-type]
     )  # fmt: skip
     ops = Authors(1).messages(41, "trickle")
     async with trio.open_nursery() as nursery:
@@ -197,3 +201,20 @@ async def test_task_tree_names_each_task_and_where_it_waits() -> None:
     parked = [line for line in lines if "the-parked-one" in line]
     assert len(parked) == 1 and "parked_forever" in parked[0] and "sleep_forever" in parked[0]
     assert parked[0].startswith("  ")  # one level below this task
+
+
+async def test_the_node_clock_is_trios(autojump_clock: trio.testing.MockClock) -> None:
+    """One clock: wall-clock ms move with trio's time (so autojump tests move them too)."""
+    import time
+
+    from node.clock import Clock
+
+    clock = Clock(epoch_ms=1_000)
+    start_s, start_ms = clock.now(), clock.wall_ms()
+    await trio.sleep(5)
+    assert clock.now() - start_s == 5 and clock.wall_ms() - start_ms == 5_000
+    assert clock.seconds_until(clock.wall_ms() + 1_500) == 1.5
+    clock.offset_ms = -200  # a skewed node (the simulator's clock faults)
+    assert clock.wall_ms() - start_ms == 4_800
+    system = Clock.system()
+    assert abs(system.wall_ms() - time.time() * 1000) < 1_000

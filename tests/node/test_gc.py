@@ -6,7 +6,8 @@ from pathlib import Path
 
 import trio
 
-from node.gc import run_gc_cycle
+from node.clock import Clock
+from node.gc import RetentionGc
 from node.metrics import Metrics
 from node.syncer import SyncService
 from node.writer import DbWriter
@@ -20,9 +21,9 @@ from node_support import messages, small_db
 async def test_a_cycle_expires_old_messages_while_the_writer_keeps_writing(tmp_path: Path) -> None:
     db = small_db(tmp_path / "db")
     try:
-        replica, lock, metrics = DbReplica(db), trio.Lock(), Metrics()
-        writer = DbWriter(db, replica, lock, metrics)
-        sync = SyncService(replica, lock, metrics)
+        replica, lock, metrics, clock = DbReplica(db), trio.Lock(), Metrics(), Clock(0)
+        writer = DbWriter(replica, lock, metrics)
+        sync = SyncService(replica, lock, metrics, clock=clock)
         old = messages(0, 300)  # HLC physical 1_000 .. 1_299 ms
         new = messages(10**6, 300)  # far newer
         policy = RetentionPolicy(retention_days=1)
@@ -31,9 +32,8 @@ async def test_a_cycle_expires_old_messages_while_the_writer_keeps_writing(tmp_p
             await nursery.start(writer.run)
             await writer.submit(old)
             nursery.start_soon(writer.submit, new)  # writes go on during the cycle
-            cycle = await run_gc_cycle(
-                db, replica, lock, policy, now, metrics=metrics, sync=sync, batch=50
-            )
+            gc = RetentionGc(replica, lock, policy, metrics, clock, sync=sync, batch=50)
+            cycle = await gc.cycle(now)
             writer.close()
         assert cycle.cutoff_ms == 1_300
         assert cycle.messages_expired == 300
@@ -51,9 +51,8 @@ async def test_no_policy_no_cycle(tmp_path: Path) -> None:
     db = small_db(tmp_path / "db")
     try:
         db.put_messages(messages(0, 10))
-        cycle = await run_gc_cycle(
-            db, DbReplica(db), trio.Lock(), RetentionPolicy(), 10**13, metrics=Metrics()
-        )
+        gc = RetentionGc(DbReplica(db), trio.Lock(), RetentionPolicy(), Metrics(), Clock(0))
+        cycle = await gc.cycle(10**13)
         assert cycle.cutoff_ms is None and sum(1 for _ in db.iter_msg_ids()) == 10
     finally:
         db.close()

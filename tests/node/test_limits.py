@@ -14,20 +14,24 @@ import httpx
 import multiaddr
 import pytest
 import trio
+import trio.testing
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
-import node.node as node_module
+import node.intake as intake_module
 from cluster.local import Cluster
 from cluster.scenario import GROUP, Authors
+from node.clock import Clock
 from node.framing import Libp2pFrames
-from node.limits import PeerPenalties, TokenBuckets
+from node.limits import AuthorRates, RateLimited, TokenBuckets
+from node.metrics import Metrics
 from node.p2p import OPS_TOPIC, SYNC_PROTOCOL, start_host
+from node.penalties import Blocklist, PeerJudge, PeerPenalties
 from store import ChatDb, ChatDbConfig, MsgV1
 from store.ops import encode_ops
 
-from node_support import counts, now_ms, ops_body, running_node
+from node_support import counts, messages, now_ms, ops_body, running_node
 
 
 def test_token_buckets_refill_and_cap() -> None:
@@ -51,6 +55,48 @@ def test_penalties_decay_ban_and_expire() -> None:
     assert p.expired_bans(now=65) == ["x"]
 
 
+def test_a_clock_that_goes_back_refills_nothing_and_no_rate_means_no_limit() -> None:
+    buckets = TokenBuckets(rate=10, burst=20)
+    assert buckets.take("a", 20, now=100.0)
+    assert not buckets.take("a", 1, now=50.0)  # back in time: nothing refilled (nor taken)
+    assert buckets.take("a", 10, now=101.0)
+    unlimited = TokenBuckets(rate=float("inf"), burst=float("inf"))
+    assert all(unlimited.take("a", 10**9, now=0.0) for _ in range(3))
+
+
+def test_author_rates_stop_at_the_first_author_over_its_rate() -> None:
+    """The one per-author check of the API and gossip: each author's new ops are taken from
+    its bucket; the first author over its rate is named, its ops are not taken."""
+    rates = AuthorRates(ops_per_s=1.0, burst=3.0)
+    alice, bob = messages(0, 3, author=0), messages(10, 4, author=1)
+    rates.check(alice[:2], now_ms=0)
+    with pytest.raises(RateLimited, match=bob[0].sender.hex()) as info:
+        rates.check([alice[2], *bob], now_ms=0)  # Bob: 4 ops, burst 3
+    assert info.value.reason == "rate_limited"
+    rates.check(bob[:3], now_ms=0)  # nothing was taken from Bob
+    with pytest.raises(RateLimited):
+        rates.check(alice[:1], now_ms=0)  # Alice, before him, was charged: her burst is spent
+    rates.check(alice[:1], now_ms=1_000)  # a second later: one more op
+
+
+async def test_bans_land_on_the_blocklist_and_lift_on_trios_clock(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    blocklist, metrics = Blocklist(), Metrics()
+    judge = PeerJudge(PeerPenalties(threshold=10, ban_s=60), blocklist, metrics, Clock(0))
+    judge.gossip_rejected("relay", "rate_limited")  # an honest relay sends those too: free
+    judge.gossip_rejected("relay", "clock_drift")
+    assert metrics.counter("peer_penalties", reason="gossip_rate_limited") == 0
+    judge.gossip_rejected("forger", "bad_signature")
+    judge.gossip_rejected("forger", "bad_signature")
+    assert "forger" in blocklist and "relay" not in blocklist
+    assert metrics.counter("peers_banned") == 1
+    await trio.sleep(59)
+    assert judge.lift_expired_bans() == [] and "forger" in blocklist
+    await trio.sleep(1)
+    assert judge.lift_expired_bans() == ["forger"] and "forger" not in blocklist
+
+
 async def test_an_author_over_its_rate_is_refused_with_429(tmp_path: Path) -> None:
     authors = Authors(1)
     async with running_node(tmp_path, author_ops_per_s=1.0, author_ops_burst=5.0) as (_, http):
@@ -70,13 +116,13 @@ async def test_a_resent_batch_checks_only_the_ops_not_held(
     """A held message has the very bytes that were checked when it was stored: resending it
     costs neither a signature check nor the author's budget (burst 5: 3 + 2 new ops fit)."""
     checked: list[object] = []
-    real_validate = node_module.validate_op
+    real_validate = intake_module.validate_op
 
     def counting_validate(op: object, **limits: int) -> None:
         checked.append(op)
         real_validate(op, **limits)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(node_module, "validate_op", counting_validate)
+    monkeypatch.setattr(intake_module, "validate_op", counting_validate)
     authors = Authors(1)
     first, then = authors.messages(3, "a"), authors.messages(2, "b", start=10)
     async with running_node(tmp_path, author_ops_per_s=0.01, author_ops_burst=5.0) as (_, http):

@@ -44,7 +44,7 @@ async def test_a_sync_stuck_in_a_shielded_stream_reset_does_not_keep_the_node_ru
     node = Node(
         NodeConfig(
             data=str(tmp_path / "node"), listen="/ip4/127.0.0.1/tcp/0", http="",
-            sync_interval_s=3600, sync_read_timeout_s=60,
+            sync_interval_s=3600, sync_idle_timeout_s=60,
         )
     )  # fmt: skip
     stopped = trio.Event()
@@ -56,26 +56,25 @@ async def test_a_sync_stuck_in_a_shielded_stream_reset_does_not_keep_the_node_ru
     async with AsyncExitStack() as stack:
         slow, _ = await start_host(stack, create_new_key_pair(), "/ip4/127.0.0.1/tcp/0", 1)
         async with trio.open_nursery() as nursery:
-            await nursery.start(run_node)
-            assert node.gossip is not None
-            await slow.connect(info_from_p2p_addr(multiaddr.Multiaddr(node.listen_addrs[0])))
+            running = await nursery.start(run_node)
+            await slow.connect(info_from_p2p_addr(multiaddr.Multiaddr(running.listen_addrs[0])))
             # The slow peer answers nothing: its write lock to us is held from the start, so
             # the node's first sync with it waits in protocol negotiation.
             slow_writes = trio.Event()
-            nursery.start_soon(hold, write_lock(slow, node.host.get_id()), slow_writes)
+            nursery.start_soon(hold, write_lock(slow, running.host.get_id()), slow_writes)
             await trio.sleep(1.5)  # the scheduler starts a sync with every new peer within 0.25 s
             # A task of the node's pubsub service takes the node's write lock, as its sender
             # does while blocked on a peer that reads slowly; it lets go only when cancelled.
             sender_holds = trio.Event()
-            node.gossip.pubsub.manager.run_task(
-                hold, write_lock(node.host, slow.get_id()), sender_holds
+            running.pubsub.manager.run_task(
+                hold, write_lock(running.host, slow.get_id()), sender_holds
             )
             await sender_holds.wait()
-            assert node.sync is not None and not node.sync.last_sync  # still negotiating
+            assert not running.services.sync.last_sync  # still negotiating
             node.stop()
             with trio.move_on_after(STOP_WITHIN_S) as waited:
                 await stopped.wait()
             if waited.cancelled_caught:  # unstick it, so that the test fails instead of hanging
-                node.gossip.pubsub.manager.cancel()
+                running.pubsub.manager.cancel()
             nursery.cancel_scope.cancel()
     assert not waited.cancelled_caught, f"the node did not stop within {STOP_WITHIN_S} s"

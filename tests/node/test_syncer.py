@@ -4,25 +4,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
+from node.clock import Clock
 from node.framing import TrioFrames
 from node.metrics import Metrics
-from node.syncer import SyncService
+from node.syncer import SyncOutcome, SyncService
 from store import Hlc
+from sync.errors import RemoteProtocolError
 from sync.frames import Domain
-from sync.replica import DbReplica
+from sync.protocol import SessionRole, SyncConfig, SyncSession
+from sync.replica import DbReplica, MemoryReplica, Replica
 
 from node_support import CHAT, add, identity, messages, small_db
 
 MAX_FRAME = 1 << 22
 
 
-def service(replica: DbReplica, metrics: Metrics, *, timeout: float = 3600) -> SyncService:
+def service(
+    replica: Replica, metrics: Metrics, *, timeout_s: float = 3600, **limits: float
+) -> SyncService:
     return SyncService(
-        replica, trio.Lock(), metrics, read_timeout_s=timeout, clock_ms=lambda: 10_000
-    )
+        replica, trio.Lock(), metrics, clock=Clock(10_000),
+        config=SyncConfig(idle_timeout_ms=round(timeout_s * 1000)), **limits,
+    )  # fmt: skip
 
 
 async def test_two_nodes_converge_over_a_stream(tmp_path: Path) -> None:
@@ -59,7 +66,7 @@ async def test_a_silent_peer_times_out(
     db = small_db(tmp_path / "a")
     try:
         left, _right = trio.testing.memory_stream_pair()  # nobody answers on the right
-        outcome = await service(DbReplica(db), Metrics(), timeout=10).initiate(
+        outcome = await service(DbReplica(db), Metrics(), timeout_s=10).initiate(
             "x", TrioFrames(left, MAX_FRAME)
         )
         assert outcome.error == "timeout" and outcome.converged is False
@@ -145,7 +152,7 @@ async def test_an_oversized_frame_is_refused_before_reading_it(tmp_path: Path) -
 async def test_a_peer_replaying_stale_versions_forever_is_penalized_to_a_ban(
     tmp_path: Path,
 ) -> None:
-    from node.limits import SYNC_PENALTY, PeerPenalties
+    from node.penalties import SYNC_PENALTY, PeerPenalties
     from store.ops import MembershipAction, MembershipOp
     from store.records import MemberRecord, Role
     from sync.replica import MemoryReplica
@@ -176,7 +183,7 @@ async def test_a_peer_replaying_stale_versions_forever_is_penalized_to_a_ban(
             if outcome.useless and penalties.penalize("stubborn", SYNC_PENALTY["useless"], 0.0):
                 banned.append(outcome.peer)
 
-        ours = SyncService(mine, trio.Lock(), Metrics(), read_timeout_s=3600, on_outcome=judge)
+        ours = SyncService(mine, trio.Lock(), Metrics(), clock=Clock(10_000), on_outcome=judge)
         for _ in range(10):
             left, right = trio.testing.memory_stream_pair()
             async with trio.open_nursery() as nursery:
@@ -187,5 +194,99 @@ async def test_a_peer_replaying_stale_versions_forever_is_penalized_to_a_ban(
             assert outcome.records_received >= 1 and outcome.records_applied == 0
             assert db.get_member_record(CHAT, USERS[1]).removed_at == Hlc(9)  # never rolled back
         assert banned == ["stubborn"]  # ten useless sessions: 10 points, the threshold
+    finally:
+        db.close()
+
+
+# --- time: the rate buckets and the idle timeout run on trio's clock ------------------------
+
+
+async def _initiate_by_hand(
+    frames: TrioFrames, replica: Replica, mock_clock: trio.testing.MockClock, pause_s: float
+) -> tuple[int, str | None]:
+    """Drive an initiator session by hand over ``frames``, moving trio's clock ``pause_s``
+    before each frame it sends (no autojump: the node's worker threads stay out of it).
+    Returns the frames sent, and the peer's ABORT (None: it did not abort)."""
+    clock = Clock(10_000)
+    session = SyncSession(SessionRole.INITIATOR, replica, now_ms=clock.wall_ms())
+    out: bytes | None = session.start(clock.wall_ms())
+    sent = 0
+    try:
+        while out is not None:
+            mock_clock.jump(pause_s)
+            await frames.write_frame(out)
+            sent += 1
+            if session.finished:
+                break
+            out = session.receive(await frames.read_frame(), clock.wall_ms())
+    except RemoteProtocolError as exc:
+        return sent, str(exc)
+    return sent, None
+
+
+async def _session_with_paced_peer(
+    tmp_path: Path, mock_clock: trio.testing.MockClock, *, pause_s: float, frames_per_s: float
+) -> tuple[SyncOutcome, int, str | None]:
+    db = small_db(tmp_path / f"paced-{pause_s}")
+    try:
+        db.put_messages(messages(0, 40))
+        peer = MemoryReplica()
+        peer.apply(Domain.MESSAGES, list(messages(20, 60)))
+        left, right = trio.testing.memory_stream_pair()
+        ours = service(DbReplica(db), Metrics(), timeout_s=10, frames_per_s=frames_per_s)
+        async with trio.open_nursery() as nursery:
+            outcomes: list[SyncOutcome] = []
+
+            async def respond() -> None:
+                outcomes.append(await ours.respond("peer", TrioFrames(right, MAX_FRAME)))
+
+            nursery.start_soon(respond)
+            sent, aborted = await _initiate_by_hand(
+                TrioFrames(left, MAX_FRAME), peer, mock_clock, pause_s
+            )
+        return outcomes[0], sent, aborted
+    finally:
+        db.close()
+
+
+async def test_a_peers_frame_rate_is_measured_on_trios_clock(
+    tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    """One frame per second (burst 2): a peer whose frames come 1.5 s apart on trio's clock
+    is within its rate however fast the real machine runs them; sent at once, the third
+    frame is over it. (The buckets once read ``time.monotonic`` and missed trio's clock.)"""
+    paced, sent, aborted = await _session_with_paced_peer(
+        tmp_path, mock_clock, pause_s=1.5, frames_per_s=1.0
+    )
+    assert paced.error is None and paced.converged and aborted is None
+    assert sent > 2  # more frames than the burst allows at once
+    hasty, sent, aborted = await _session_with_paced_peer(
+        tmp_path, mock_clock, pause_s=0.0, frames_per_s=1.0
+    )
+    assert hasty.error == "rate_limited" and sent == 3
+    assert aborted is not None and aborted.endswith(": rate_limited")  # the ABORT told us why
+
+
+async def test_the_idle_timeout_is_measured_on_trios_clock(
+    tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    """The session's ``next_deadline()`` is when the syncer gives up: a peer that pauses 9 s
+    between frames (idle timeout 10 s) is served to the end, though the session lasts longer
+    than the timeout; a silent peer is dropped after exactly 10 s of trio's time."""
+    slow, _, aborted = await _session_with_paced_peer(
+        tmp_path, mock_clock, pause_s=9.0, frames_per_s=float("inf")
+    )
+    assert slow.error is None and slow.converged and aborted is None
+    assert slow.duration_ms > 10_000
+    mock_clock.autojump_threshold = 0  # nothing runs in a thread: the clock may jump
+    db = small_db(tmp_path / "silent")
+    try:
+        left, _right = trio.testing.memory_stream_pair()  # nobody answers on the right
+        started = trio.current_time()
+        outcome = await service(DbReplica(db), Metrics(), timeout_s=10).initiate(
+            "x", TrioFrames(left, MAX_FRAME)
+        )
+        assert outcome.error == "timeout"
+        assert trio.current_time() - started == pytest.approx(10.0, abs=0.01)
     finally:
         db.close()

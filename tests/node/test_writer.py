@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from node.metrics import Metrics
-from node.writer import DbWriter
+from node.writer import DbWriter, WriteFailed
 from sync.frames import Domain
 from sync.replica import DbReplica
 
@@ -25,8 +25,8 @@ def parts(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def make_writer(parts, **kw) -> DbWriter:  # type: ignore[no-untyped-def]
-    db, replica = parts
-    return DbWriter(db, replica, trio.Lock(), Metrics(), **kw)
+    _, replica = parts
+    return DbWriter(replica, trio.Lock(), Metrics(), **kw)
 
 
 async def test_ops_are_written_acknowledged_and_reflected_in_the_trees(parts) -> None:  # type: ignore[no-untyped-def]
@@ -104,4 +104,63 @@ async def test_a_failing_request_fails_alone(parts) -> None:  # type: ignore[no-
         assert await writer.wait(good) == [True] * 3
         with pytest.raises(Exception, match="over the limit"):
             await writer.wait(bad)
+        writer.close()
+
+
+async def test_read_progress_is_written_by_the_writer_forward_only_and_capped(parts) -> None:  # type: ignore[no-untyped-def]
+    """PUT /users/{user}/chats/{chat}/read goes through the writer like every write."""
+    db, _ = parts
+    writer = make_writer(parts)
+    msgs = messages(0, 5)
+    chat, user = msgs[0].chat_id, USERS[1]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        await writer.submit(msgs)
+        moved = await writer.move_read_progress(user, chat, 3)
+        assert (moved.seq, moved.last_seq, moved.unread, moved.moved) == (3, 5, 2, True)
+        back = await writer.move_read_progress(user, chat, 1)  # never backwards
+        assert (back.seq, back.moved) == (3, False)
+        capped = await writer.move_read_progress(user, chat, 1_000)  # capped at the last seq
+        assert (capped.seq, capped.unread) == (5, 0)
+        writer.close()
+    assert db.get_user_read_progress(user, chat) == 5
+
+
+async def test_ops_and_read_progress_queued_together(parts) -> None:  # type: ignore[no-untyped-def]
+    """One batch may hold both kinds: the ops are written first, as they were queued."""
+    writer = make_writer(parts)
+    msgs = messages(0, 4)
+    chat, user = msgs[0].chat_id, USERS[2]
+    ops = writer.submit_nowait(msgs)
+    async with trio.open_nursery() as nursery:
+        results = []
+
+        async def read() -> None:
+            results.append(await writer.move_read_progress(user, chat, 4))
+
+        nursery.start_soon(read)
+        await trio.testing.wait_all_tasks_blocked()
+        await nursery.start(writer.run)
+        assert await writer.wait(ops) == [True] * 4
+        writer.close()
+    assert results[0].seq == 4 and results[0].moved
+
+
+async def test_a_write_that_fails_unexpectedly_is_a_write_failed(parts) -> None:  # type: ignore[no-untyped-def]
+    """What RocksDB (or a bug) raises reaches the submitter as our WriteFailed, and the
+    writer goes on with the next request."""
+    writer = make_writer(parts)
+    real_apply = writer.replica.apply_ops
+
+    def broken(ops):  # type: ignore[no-untyped-def]
+        if len(ops) == 1:
+            raise RuntimeError("the disk said no")
+        return real_apply(ops)
+
+    writer.replica.apply_ops = broken  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        with pytest.raises(WriteFailed, match="the disk said no"):
+            await writer.submit(messages(0, 1))
+        assert await writer.submit(messages(1, 2)) == [True, True]
         writer.close()

@@ -1,0 +1,30 @@
+"""The HTTP API (FastAPI on hypercorn's trio worker). Errors are JSON: {"code", "message"}.
+
+Endpoints (ids are lowercase hex in paths and JSON; bytes are URL-safe base64):
+
+=======  ======================================  ===================================================
+POST     /ops                                    submit signed ops -> 201 {"accepted", "new"}
+GET      /chats/{chat}/messages                  history page: ?cursor=&limit=1..200&direction=
+GET      /chats/{chat}/members                   active members with role and added_at
+GET      /users/{user}/chats                     the user's chat list, newest first, with unread
+GET/PUT  /users/{user}/chats/{chat}/read         read progress (local to this node, not signed)
+GET/PUT  /identity/{user}                        the user's identity record (PUT: the signed record)
+POST     /admin/block, /admin/unblock            partition switch {"peer_id"}
+GET      /status, /metrics, /health              node state, Prometheus text, liveness
+GET      /debug/latency                          gossip latency quantiles, arrival logs (benchmarks)
+GET      /openapi.json, /docs                    the schema and its browser
+=======  ======================================  ===================================================
+
+The package, one concern a module: ``app`` (the app, hypercorn), ``interface`` (``NodeApi``,
+the narrow interface handlers have to the node), ``errors`` (every refusal and its status),
+``body_limit`` (413 before parsing), ``models`` (bodies), ``decode`` (ids, base64, ops), and
+one router per area: ``ops``, ``chats``, ``users``, ``identity``, ``admin``, ``debug``.
+Nothing is written when a request is refused, and the node keeps running. Reads run in a
+worker thread (``trio.to_thread``) because RocksDB calls block; every write goes through the
+node's writer.
+"""
+
+from node.api.app import create_app, serve_http
+from node.api.interface import NodeApi
+
+__all__ = ["NodeApi", "create_app", "serve_http"]

@@ -1,0 +1,49 @@
+"""The FastAPI app over a ``NodeApi``, and hypercorn serving it on trio."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+from fastapi import FastAPI
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve
+
+from node.api import admin, chats, debug, identity, ops, users
+from node.api.body_limit import MAX_BODY_BYTES, BodyLimit
+from node.api.errors import install_error_handlers
+from node.api.interface import NodeApi
+
+if TYPE_CHECKING:
+    from trio_typing import TaskStatus
+
+
+def create_app(node: NodeApi) -> FastAPI:
+    app = FastAPI(
+        title="chatsync node",
+        version="0.1.0",
+        description="A chatsync node: signed chat ops in, history, chat lists and status out.",
+    )
+    app.state.node = node
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    install_error_handlers(app)
+    for module in (ops, admin, chats, users, identity, debug):
+        app.include_router(module.router)
+    return app
+
+
+async def serve_http(
+    node: NodeApi,
+    host_port: tuple[str, int],
+    shutdown_trigger: Callable[[], Awaitable[None]],
+    *,
+    task_status: TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    config = HypercornConfig()
+    host, port = host_port
+    config.bind = [f"{host}:{port}"]
+    config.accesslog = None
+    config.errorlog = None
+    app: Any = create_app(node)  # an ASGI app; hypercorn's type for it is narrower than FastAPI's
+    await serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)

@@ -1,0 +1,105 @@
+"""Every refusal of the HTTP API as ``{"code", "message"}``: where exceptions become responses.
+
+``code`` is the ``reason`` of the store's ``InvalidInput`` (``decode``, ``truncated``,
+``malformed``, ``wrong_length``, ``oversize``, ``too_large``, ``bad_signature``,
+``clock_drift``, ``bad_cursor``, ``bad_limit``, ``rate_limited``, ...) or one of the
+API's own (``bad_id``, ``bad_base64``, ``user_mismatch``, ``invalid_request``,
+``body_too_large``, ``not_found``, ``method_not_allowed``, ``busy``, ``disk_full``).
+Sizes are 413 (dm3: -32011 Too big), well-formed but unacceptable ops (signature, clock
+drift, user mismatch, unauthorized membership) 422, an author over its rate 429, other
+bad input 400, a full write queue 503 (dm3: -32005 Limit exceeded), a full disk 507. A
+500 means a bug: it is logged with its traceback. Each refusal is counted
+(``api_errors{code}``; bugs ``api_bugs``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from node.api.interface import node_of
+from node.api.models import ErrorOut
+from node.limits import StorageFull
+from store.errors import InvalidInput
+
+log = logging.getLogger(__name__)
+
+SIZE_REASONS = {"too_large", "oversize", "body_too_large"}
+UNPROCESSABLE_REASONS = {"bad_signature", "clock_drift", "user_mismatch", "unauthorized"}
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut} for status in (400, 404, 413, 422, 429, 503, 507)
+}
+
+
+def error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"code": code, "message": message}, status_code=status)
+
+
+def status_for(reason: str) -> int:
+    if reason in SIZE_REASONS:
+        return 413
+    if reason == "rate_limited":
+        return 429
+    return 422 if reason in UNPROCESSABLE_REASONS else 400
+
+
+def describe_validation(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ()))
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def refused(request: Request, status: int, code: str, message: str) -> JSONResponse:
+    node_of(request).metrics.inc("api_errors", code=code, help="HTTP requests refused, by code")
+    return error(status, code, message)
+
+
+async def invalid_input(request: Request, exc: InvalidInput) -> JSONResponse:
+    message = str(exc)
+    if exc.reason in SIZE_REASONS:
+        message += " (dm3 -32011 Too big)"
+    return refused(request, status_for(exc.reason), exc.reason, message)
+
+
+async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    return refused(request, 422, "invalid_request", describe_validation(exc))
+
+
+async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return refused(request, exc.status_code, code, str(exc.detail))
+
+
+async def busy(request: Request, exc: trio.WouldBlock) -> JSONResponse:
+    message = "the write queue is full, retry later (dm3 -32005 Limit exceeded)"
+    return refused(request, 503, "busy", message)
+
+
+async def disk_full(request: Request, exc: StorageFull) -> JSONResponse:
+    return refused(request, 507, "disk_full", str(exc))
+
+
+async def bug(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("%s %s failed", request.method, request.url.path)
+    node_of(request).metrics.inc(
+        "api_bugs", help="HTTP requests that failed with an unexpected error"
+    )
+    return error(500, "internal", f"internal error: {type(exc).__name__}")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(InvalidInput, invalid_input)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, invalid_request)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(trio.WouldBlock, busy)  # type: ignore[arg-type]
+    app.add_exception_handler(StorageFull, disk_full)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, bug)  # a bug: 500, logged, the node serves on

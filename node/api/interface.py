@@ -1,0 +1,57 @@
+"""The narrow interface the HTTP layer has to a running node (``node.node.RunningNode``).
+
+Handlers reach it through FastAPI's dependency injection (``NodeDep``): the app keeps
+it in ``app.state.node``. Reads go straight to the ChatDb (in a worker thread);
+every write goes through the node's writer (``submit_ops``, ``move_read_progress``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Protocol
+
+from fastapi import Depends, Request
+
+from node.metrics import Metrics
+from node.writer import ReadProgress
+from store.chatdb import ChatDb
+from store.ops import Op
+
+
+class NodeApi(Protocol):
+    @property
+    def db(self) -> ChatDb:
+        """For reads only."""
+        ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def max_payload(self) -> int: ...
+
+    async def submit_ops(self, ops: list[Op], *, wait_for_room: bool = True) -> list[bool]:
+        """Validate, write and gossip; per op, whether it was new. ``wait_for_room=False``:
+        trio.WouldBlock at once if the write queue is full."""
+        ...
+
+    async def move_read_progress(self, user: bytes, chat: bytes, seq: int) -> ReadProgress: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    async def block_peer(self, peer_id: str) -> list[str]:
+        """Drop this peer's traffic; the blocked peers, sorted."""
+        ...
+
+    def unblock_peer(self, peer_id: str) -> list[str]: ...
+
+    def arrivals(self) -> dict[str, list[tuple[int, int]]]:
+        """(packed HLC, arrival ms) of the newest ops gossip and sync delivered."""
+        ...
+
+
+def node_of(request: Request) -> NodeApi:
+    node: NodeApi = request.app.state.node
+    return node
+
+
+NodeDep = Annotated[NodeApi, Depends(node_of)]

@@ -1,0 +1,154 @@
+"""The HTTP API's request and response bodies (pydantic), and how stored things become them.
+
+Ids are lowercase hex; bytes are URL-safe base64 (``node/api/decode.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+
+from pydantic import BaseModel, Field
+
+from store.hlc import Hlc
+from store.inbox import ChatListItem
+from store.messages import StoredMessage
+from store.records import ChatKind, MemberInfo, Role
+
+MAX_OPS_PER_REQUEST = 1024
+
+
+class OpIn(BaseModel):
+    kind: int = Field(
+        description="1 PutMessage (MsgV1), 2 MembershipOp, 3 PutIdentity (IdentityRecord)"
+    )
+    data: str = Field(description="the op's canonical CBOR, URL-safe base64")
+
+
+class OpsIn(BaseModel):
+    ops: list[OpIn] = Field(max_length=MAX_OPS_PER_REQUEST)
+
+
+class OpsOut(BaseModel):
+    accepted: int = Field(description="ops in the request (all valid, all written)")
+    new: list[bool] = Field(description="per op: did it change this node's store")
+
+
+class PeerIn(BaseModel):
+    peer_id: str = Field(max_length=100)
+
+
+class HlcOut(BaseModel):
+    physical_ms: int
+    logical: int
+
+    @classmethod
+    def of(cls, hlc: Hlc) -> HlcOut:
+        return cls(physical_ms=hlc.physical_ms, logical=hlc.logical)
+
+
+class MessageOut(BaseModel):
+    id: str = Field(description="message id: BLAKE3 of the record, hex")
+    chat_id: str
+    sender: str = Field(description="user id, hex")
+    hlc: HlcOut
+    kind: int = Field(description="0 new, 1 edit, 2 reply, 3 reaction, 4 read receipt, 5 delete")
+    payload: str = Field(description="opaque (for DMs: encrypted) bytes, URL-safe base64")
+    ref: str | None = Field(description="id of the message referred to, hex (null for new)")
+    seq: int = Field(description="this node's local sequence number in the chat")
+    author_key: str = Field(description="ed25519 public key of the sender, hex")
+    sig: str = Field(description="ed25519 signature, URL-safe base64")
+
+
+class HistoryOut(BaseModel):
+    chat_id: str
+    messages: list[MessageOut]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null: done")
+
+
+class ChatEntryOut(BaseModel):
+    chat_id: str
+    kind: str = Field(description="dm, group or channel")
+    last_ts: int = Field(description="physical ms of the newest message")
+    last_msg_id: str
+    last_sender: str
+    last_seq: int
+    preview: str
+    unread: int = Field(description="last_seq minus this user's read progress (local counts)")
+
+
+class ChatsOut(BaseModel):
+    user_id: str
+    chats: list[ChatEntryOut]
+    next_cursor: str | None
+
+
+class ReadIn(BaseModel):
+    seq: int = Field(ge=0, lt=1 << 32, description="local seq the user has read up to")
+
+
+class ReadOut(BaseModel):
+    user_id: str
+    chat_id: str
+    seq: int = Field(description="read progress (only ever moves forward)")
+    last_seq: int = Field(description="the chat's newest local seq")
+    unread: int
+    moved: bool | None = Field(default=None, description="PUT only: did the progress move")
+
+
+class MemberOut(BaseModel):
+    user_id: str
+    role: str
+    added_at: HlcOut
+
+
+class MembersOut(BaseModel):
+    chat_id: str
+    members: list[MemberOut]
+
+
+class IdentityIn(BaseModel):
+    data: str = Field(description="the signed IdentityRecord's canonical CBOR, URL-safe base64")
+
+
+class IdentityOut(BaseModel):
+    user_id: str
+    hlc: HlcOut
+    blob: str = Field(description="the IdentityDoc (keys + signature), URL-safe base64")
+
+
+class IdentityPutOut(BaseModel):
+    user_id: str
+    new: bool = Field(description="did the record replace what this node had")
+
+
+class ErrorOut(BaseModel):
+    code: str
+    message: str
+
+
+def b64encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii")
+
+
+def message_out(item: StoredMessage) -> MessageOut:
+    m = item.msg
+    return MessageOut(
+        id=m.msg_id.hex(), chat_id=m.chat_id.hex(), sender=m.sender.hex(), hlc=HlcOut.of(m.hlc),
+        kind=int(m.kind), payload=b64encode(m.payload), ref=None if m.ref is None else m.ref.hex(),
+        seq=item.seq, author_key=m.author_key.hex(), sig=b64encode(m.sig),
+    )  # fmt: skip
+
+
+def member_out(user: bytes, info: MemberInfo) -> MemberOut:
+    return MemberOut(
+        user_id=user.hex(), role=Role(info.role).name.lower(), added_at=HlcOut.of(info.added_at)
+    )
+
+
+def chat_entry_out(item: ChatListItem) -> ChatEntryOut:
+    e = item.entry
+    return ChatEntryOut(
+        chat_id=e.chat_id.hex(), kind=ChatKind(e.kind).name.lower(), last_ts=e.last_ts,
+        last_msg_id=e.last_msg_id.hex(), last_sender=e.last_sender.hex(), last_seq=e.last_seq,
+        preview=e.last_text_preview, unread=item.unread,
+    )  # fmt: skip

@@ -1,0 +1,89 @@
+"""The intake: ops from the node's clients (``POST /ops``, ``PUT /identity``) on their way in.
+
+``OpIntake.submit`` checks the ops this replica does not hold yet — signature, author
+id, authorization, HLC drift (``store.ops.validate_op``), then the authors' rate
+(``AuthorRates``, the budget gossip shares) — hands all of them to the writer, and once
+they are written gossips the ones that were new (and records them with ``--trace-out``).
+All or nothing: if one op is refused, none is written.
+
+A message we hold has these very bytes (its id hashes them, signature included) and was
+checked when it was stored: a client resending a batch costs no signature checks, and
+replaying an author's old ops spends none of the author's budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from node.clock import Clock
+from node.gossip import GossipService
+from node.limits import AuthorRates
+from node.metrics import Metrics
+from node.writer import DbWriter
+from store.chatdb import ChatDb
+from store.errors import InvalidInput
+from store.ops import Op, validate_op
+from store.records import MsgV1
+
+
+def ops_not_held(db: ChatDb, ops: list[Op]) -> list[Op]:
+    """The ops that can change this replica: every message it does not hold yet, and every
+    member op and identity (rare; their merge decides). One multi-get for the messages."""
+    msgs = [op for op in ops if isinstance(op, MsgV1)]
+    held_flags = db.held_messages([m.msg_id for m in msgs])
+    held = {m.msg_id for m, is_held in zip(msgs, held_flags, strict=True) if is_held}
+    return [op for op in ops if not (isinstance(op, MsgV1) and op.msg_id in held)]
+
+
+class OpIntake:
+    def __init__(
+        self,
+        db: ChatDb,
+        writer: DbWriter,
+        gossip: GossipService,
+        author_rates: AuthorRates,
+        metrics: Metrics,
+        clock: Clock,
+        *,
+        max_offset_ms: int,
+        record: Callable[[int, list[Op]], None] | None = None,
+    ) -> None:
+        self.db = db
+        self.writer = writer
+        self.gossip = gossip
+        self.author_rates = author_rates
+        self.metrics = metrics
+        self.clock = clock
+        self.max_offset_ms = max_offset_ms
+        self.record = record  # --trace-out: (now_ms, the ops that were new)
+
+    async def submit(self, ops: list[Op], *, wait_for_room: bool = True) -> list[bool]:
+        """Validate, write (ack after the WriteBatch), then gossip the ops that were new.
+
+        With ``wait_for_room=False`` a full write queue raises ``trio.WouldBlock`` at
+        once instead of waiting (the HTTP API answers 503 then).
+        """
+        now = self.clock.wall_ms()
+        self.check(ops, now)
+        if wait_for_room:
+            new = await self.writer.submit(ops)
+        else:
+            new = await self.writer.wait(self.writer.submit_nowait(ops))
+        fresh = [op for op, is_new in zip(ops, new, strict=True) if is_new]
+        self.metrics.inc("ops_submitted", len(ops), help="ops submitted through the API")
+        if fresh:
+            if self.record is not None:
+                self.record(now, fresh)
+            await self.gossip.publish(fresh)
+        return new
+
+    def check(self, ops: list[Op], now_ms: int) -> None:
+        """InvalidInput (counted by reason) unless every op not held here is acceptable."""
+        unheld = ops_not_held(self.db, ops)
+        try:
+            for op in unheld:
+                validate_op(op, now_ms=now_ms, max_offset_ms=self.max_offset_ms)
+            self.author_rates.check(unheld, now_ms)
+        except InvalidInput as exc:
+            self.metrics.inc("ops_rejected", reason=exc.reason, help="ops refused at the API")
+            raise
