@@ -1,42 +1,44 @@
-"""One node of the in-process replay: the node's own services, wired as ``node/node.py`` wires them.
+"""One node of the in-process replay: the node's own services, built by ``node.services.build_services``.
 
 What runs is the node's code, minus libp2p: a ``ChatDb`` (RocksDB in a directory
-of its own) seen through ``DbReplica``, the ``DbWriter`` task, ``GossipService``'s
-validator and receive loop (fed by a memory channel standing in for the
-GossipSub subscription), a ``SyncService`` for both ends of sessions (with the
-node's threaded signature check), and ``run_gc_cycle`` for retention. Settings come from ``NodeConfig`` as the node
-reads them. The node's clock is the trio clock plus the node's offset (``skew``,
-``far_future``); an ``HlcClock`` follows every op the node takes in, as the
-simulator's does, to report honest clocks pushed ahead.
+of its own) seen through ``DbReplica``, and the services a node builds over it — the
+``DbWriter`` task, ``GossipService``'s validator and receive loop (fed by a memory
+channel standing in for the GossipSub subscription; a stand-in ``Pubsub`` that never
+publishes: the replay delivers gossip itself), a ``SyncService`` for both ends of
+sessions (with the node's threaded signature check), and ``RetentionGc`` cycles.
+Settings come from ``NodeConfig`` as the node reads them, minus what the replay does not
+model (per-author and per-peer rates, penalties: switched off). The node's clock is a
+``node.clock.Clock`` on the trio clock plus the node's offset (``skew``,
+``far_future``); an ``HlcClock`` follows every op the node takes in, as the simulator's
+does, to report honest clocks pushed ahead.
 
 A crash cancels the node's tasks and closes RocksDB: what the writer had
 acknowledged survives (RocksDB's WAL), as it does when the process dies; a
 restart reopens the store, rebuilds the trees from it and runs one GC cycle,
-as ``Node.run`` and ``gc_loop`` do.
+as ``Node.run`` and ``RetentionGc.loop`` do.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
 
+from node.clock import Clock
 from node.config import NodeConfig
-from node.gc import run_gc_cycle
-from node.gossip import GossipService
 from node.metrics import Metrics
+from node.services import Services, build_services
 from node.syncer import SyncService
 from node.verify import ParallelVerifier
-from node.writer import DbWriter
 from store.chatdb import ChatDb
 from store.hlc import HlcClock
 from store.ops import Op
 from store.retention import RetentionPolicy
 from store.rocks import ChatDbConfig
 from sync.frames import Domain
-from sync.protocol import SyncConfig
 from sync.replica import DbReplica
 
 if TYPE_CHECKING:
@@ -95,8 +97,29 @@ class _Acks:
             await self._event.wait()
 
 
+class NoPubsub:
+    """The stand-in for py-libp2p's Pubsub: the replay delivers gossip itself (each op one
+    message, as in the Spark replay); the node's publisher is not run."""
+
+    @property
+    def peer_queues(self) -> dict[bytes, list[object]]:
+        return {}
+
+    async def publish(self, topic_id: str, data: bytes) -> None:
+        raise AssertionError("the in-process replay delivers gossip itself")
+
+
 def peer_id(index: int) -> bytes:
     return f"node-{index}".encode()
+
+
+def unlimited(config: NodeConfig) -> NodeConfig:
+    """``config`` without what the replay does not model: rate limits and penalties."""
+    inf = math.inf
+    return replace(
+        config, author_ops_per_s=inf, author_ops_burst=inf, peer_sync_frames_per_s=inf,
+        peer_sync_bytes_per_s=inf, penalty_threshold=inf,
+    )  # fmt: skip
 
 
 class InProcessNode:
@@ -113,34 +136,54 @@ class InProcessNode:
         self.index = index
         self.name = f"node{index}"
         self.data = data
-        self.config = config
+        self.config = unlimited(config)
         self.policy = RetentionPolicy(config.retention_days)
         self.retention_ms = retention_ms
         self.gc_grain_ms = gc_grain_ms
         self._true_ms = now_ms
-        self.offset_ms = 0
+        self._node_clock: Clock | None = None  # made in trio: Clock(epoch of now_ms)
+        self._offset_ms = 0
         self.clock = HlcClock(max_offset_ms=config.max_offset_ms)
         self.metrics = Metrics()
         self.alive = False
         self.db: ChatDb | None = None
-        self.replica: DbReplica | None = None
-        self.writer: DbWriter | None = None
-        self.sync: SyncService | None = None
-        self.gossip: GossipService | None = None
+        self.services: Services | None = None  # while the node is up
         self._verifier: ParallelVerifier | None = None
         self._inbox: trio.MemorySendChannel[GossipMessage] | None = None
         self._acks = _Acks()
         self._scope = trio.CancelScope()
         self._stopped = trio.Event()
 
+    @property
+    def offset_ms(self) -> int:
+        """The node's clock offset from true time (``skew``, ``far_future``)."""
+        return self._offset_ms
+
+    @offset_ms.setter
+    def offset_ms(self, value: int) -> None:
+        self._offset_ms = value
+        if self._node_clock is not None:
+            self._node_clock.offset_ms = value
+
+    def node_clock(self) -> Clock:
+        """The node's ``Clock``: trio's, its wall time the replay's true time plus the offset."""
+        if self._node_clock is None:
+            epoch_ms = self._true_ms() - round(trio.current_time() * 1000)
+            self._node_clock = Clock(epoch_ms, self._offset_ms)
+        return self._node_clock
+
     def clock_ms(self) -> int:
         """The node's wall clock: true (trio) time plus its offset."""
-        return self._true_ms() + self.offset_ms
+        return self.node_clock().wall_ms()
+
+    @property
+    def sync(self) -> SyncService | None:
+        return self.services.sync if self.services is not None else None
 
     # --- lifecycle ---
 
     async def start(self, nursery: trio.Nursery) -> None:
-        """Open the store and start the services, as ``Node.run`` does."""
+        """Open the store and build the services, as ``Node.run`` does."""
         cfg = self.config
         self.db = ChatDb(
             ChatDbConfig(
@@ -154,50 +197,37 @@ class InProcessNode:
             )
         )
         self.db.expire_before_ms = self.policy.age_cutoff(self.clock_ms())
-        self.replica = DbReplica(self.db)  # trees rebuilt from RocksDB
         self._verifier = ParallelVerifier(cfg.verify_threads)
-        self.writer = DbWriter(
-            self.db, self.replica, trio.Lock(), self.metrics,
-            queue_size=cfg.write_queue, batch_max=cfg.write_batch_max,
-        )  # fmt: skip
-        self.sync = SyncService(
-            self.replica, self.writer.db_lock, self.metrics,
-            config=SyncConfig(
-                max_frame=cfg.sync_max_frame,
-                max_payload=cfg.max_payload,
-                authenticate=True,
-                max_offset_ms=cfg.max_offset_ms,
-                verify_messages=self._verifier,
-            ),
-            read_timeout_s=cfg.sync_read_timeout_s,  # no spurious timeouts: inprocess.py
-            clock_ms=self.clock_ms,
-        )  # fmt: skip
+        self.services = build_services(
+            cfg,
+            DbReplica(self.db),
+            clock=self.node_clock(),
+            pubsub=NoPubsub(),
+            own_peer_id=peer_id(self.index),
+            verifier=self._verifier,
+            topic=TOPIC,
+            metrics=self.metrics,
+            on_gossip_applied=self._applied,
+        )
         self._acks = _Acks()
-        self.gossip = GossipService(
-            None, TOPIC, self.writer, self.metrics,
-            own_peer_id=peer_id(self.index), clock_ms=self.clock_ms,
-            max_offset_ms=cfg.max_offset_ms, max_payload=cfg.max_payload,
-            max_bytes=cfg.gossip_max_bytes, batch_ops=cfg.gossip_batch_ops,
-            batch_delay_ms=cfg.gossip_batch_delay_ms, on_applied=self._applied,
-        )  # fmt: skip
         self._inbox, receive = trio.open_memory_channel[GossipMessage](SUBSCRIPTION_SLOTS)
         self._scope, self._stopped = trio.CancelScope(), trio.Event()
-        await nursery.start(self._serve, Subscription(receive))
+        await nursery.start(self._serve, self.services, Subscription(receive))
         self.alive = True
-        await self.run_gc()  # gc_loop's first cycle: expire what aged while the node was down
+        await self.run_gc()  # the GC loop's first cycle: expire what aged while it was down
 
     async def _serve(
         self,
+        services: Services,
         subscription: Subscription,
         *,
         task_status: TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        assert self.writer is not None and self.gossip is not None
         try:
             with self._scope:
-                async with trio.open_nursery() as services:
-                    await services.start(self.writer.run)
-                    services.start_soon(self.gossip.receive_loop, subscription)
+                async with trio.open_nursery() as tasks:
+                    await tasks.start(services.writer.run)
+                    tasks.start_soon(services.gossip.receive_loop, subscription)
                     task_status.started()
         finally:
             self._stopped.set()
@@ -215,6 +245,7 @@ class InProcessNode:
 
     def close(self) -> None:
         """Close RocksDB and the verifier's threads (idempotent); the tasks must be gone."""
+        self.services = None
         if self._verifier is not None:
             self._verifier.close()
             self._verifier = None
@@ -222,12 +253,15 @@ class InProcessNode:
             self.db.close()
             self.db = None
 
+    def _up(self) -> Services:
+        assert self.services is not None, f"{self.name} is down"
+        return self.services
+
     # --- ingress ---
 
     async def write(self, op: Op) -> bool:
         """A validated op from a client: written, acknowledged; True if it was new."""
-        assert self.writer is not None
-        new = await self.writer.submit([op])
+        new = await self._up().writer.submit([op])
         self.clock.update(op.hlc, self.clock_ms())
         return new[0]
 
@@ -237,8 +271,8 @@ class InProcessNode:
 
         (A failed write, which the receive loop only logs, would leave this waiting: RocksDB
         in a local directory with no free-disk minimum does not fail a write.)"""
-        assert self.gossip is not None and self._inbox is not None
-        if not self.gossip.validate(PeerRef(forwarder), msg):
+        assert self._inbox is not None
+        if not self._up().gossip.validate(PeerRef(forwarder), msg):
             return False
         self._acks.expected += 1
         await self._inbox.send(msg)
@@ -246,7 +280,7 @@ class InProcessNode:
         return True
 
     def _applied(self, fresh: list[Op]) -> None:
-        """GossipService.on_applied, once per message after its write: follow the stamps."""
+        """The gossip service's on_applied, once per message after its write: follow the stamps."""
         for op in fresh:
             self.clock.update(op.hlc, self.clock_ms())
         self._acks.ack()
@@ -254,30 +288,26 @@ class InProcessNode:
     # --- retention ---
 
     async def run_gc(self) -> int:
-        """One ``run_gc_cycle`` at the node's clock; returns the messages it expired.
+        """One GC cycle at the node's clock; returns the messages it expired.
 
         The node's cutoff is exactly ``now - retention``; the trace's GC runs on a grain
         (SIM.md, "The replay", retention). The cycle is given the time at which the node's
         own cutoff is the grain-rounded one, so both replays collect the same messages.
         """
-        assert self.db is not None and self.replica is not None and self.writer is not None
         now = self.clock_ms()
         cutoff = self.policy.age_cutoff(now)
         if cutoff is not None:
             raw = now - self.retention_ms
             now = raw - raw % self.gc_grain_ms + (now - cutoff)  # + the node's retention span
-        cycle = await run_gc_cycle(
-            self.db, self.replica, self.writer.db_lock, self.policy, now,
-            metrics=self.metrics, sync=self.sync,
-        )  # fmt: skip
+        cycle = await self._up().gc.cycle(now)
         return cycle.messages_expired
 
     # --- state ---
 
     def roots(self) -> dict[Domain, tuple[int, int]]:
-        assert self.replica is not None
+        replica = self._up().replica
         out = {}
         for domain in Domain:
-            xor, count = self.replica.tree(domain).root()
+            xor, count = replica.tree(domain).root()
             out[domain] = (int.from_bytes(xor, "big"), count)
         return out
