@@ -192,17 +192,17 @@ class GossipService:
             while True:
                 if not batcher.pending:
                     batcher.add(await self._outgoing.receive())
-                batcher.open(trio.current_time())
+                batcher.open(self.clock.now())
                 while True:
                     self._take_queued(batcher)
-                    wake = batcher.wake_at(trio.current_time(), self.outbound_depth())
+                    wake = batcher.wake_at(self.clock.now(), self.outbound_depth())
                     if wake is None:
                         break
                     with trio.move_on_at(wake):
                         batcher.add(await self._outgoing.receive())
                 batch = batcher.take()
                 await self._wait_for_room(batcher)
-                batcher.published(trio.current_time())
+                batcher.published(self.clock.now())
                 await self._publish(batch)
 
     def _take_queued(self, batcher: Batcher) -> None:
@@ -224,7 +224,7 @@ class GossipService:
         self.metrics.inc(
             "gossip_publish_paced", help="publishes held back by a deep outbound queue"
         )
-        while batcher.hold_for_room(trio.current_time(), self.outbound_depth()):
+        while batcher.hold_for_room(self.clock.now(), self.outbound_depth()):
             await trio.sleep(PACE_POLL_S)
 
     async def _publish(self, batch: list[Op]) -> None:
