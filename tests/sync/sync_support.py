@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from functools import cache
 
+from hypothesis import strategies as st
+
 from store import Hlc, IdentityRecord, MemberInfo, MemberRecord, MsgV1, Role
 from store.signing import key_from_seed, public_key, user_id_from_key
 from sync.frames import Domain
@@ -28,6 +30,22 @@ def member(chat: int, user: int, added: int, removed: int, role: int) -> MemberR
 
 def identity(user: int, hlc: int, blob: int) -> IdentityRecord:
     return IdentityRecord(USERS[user], Hlc(hlc), b"identity-%d" % blob)
+
+
+# Any record of a small universe, so that independent draws collide: the same message twice,
+# several member ops on one (chat, user) row, identities of one user with equal stamps.
+RECORDS: st.SearchStrategy[Record] = st.one_of(
+    st.integers(0, 60).map(message),
+    st.builds(
+        member,
+        st.integers(0, 2),  # chat
+        st.integers(0, 3),  # user
+        st.integers(1, 6),  # added_at
+        st.integers(0, 6),  # removed_at (0: none)
+        st.integers(0, 1),  # role: participant, admin
+    ),
+    st.builds(identity, st.integers(0, 3), st.integers(1, 6), st.integers(0, 3)),
+)
 
 
 def domain_of(record: Record) -> Domain:

@@ -18,6 +18,7 @@ from sync.replica import MemoryReplica, Record
 
 from sync_support import (
     KEYS,
+    RECORDS,
     assert_trees_match_contents,
     contents,
     fill,
@@ -27,20 +28,8 @@ from sync_support import (
     roots,
 )
 
-records = st.one_of(
-    st.integers(0, 60).map(message),
-    st.builds(
-        member,
-        st.integers(0, 2),
-        st.integers(0, 3),
-        st.integers(1, 6),
-        st.integers(0, 6),
-        st.integers(0, 1),
-    ),
-    st.builds(identity, st.integers(0, 3), st.integers(1, 6), st.integers(0, 3)),
-)
 # Each record goes to the first replica, the second, or both.
-placed = st.lists(st.tuples(records, st.sampled_from(["a", "b", "ab"])), max_size=60)
+placed = st.lists(st.tuples(RECORDS, st.sampled_from(["a", "b", "ab"])), max_size=60)
 
 
 def split(ops: list[tuple[Record, str]]) -> tuple[MemoryReplica, MemoryReplica, MemoryReplica]:

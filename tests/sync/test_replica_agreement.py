@@ -18,22 +18,7 @@ from store.keys import NUM_BUCKETS
 from sync.frames import Domain
 from sync.replica import DbReplica, MemoryReplica, Record, Replica
 
-from sync_support import domain_of, identity, member, message
-
-# A small universe, so that orders collide: the same message twice, several member ops on
-# one (chat, user) row, several identities of one user with equal stamps.
-RECORDS: st.SearchStrategy[Record] = st.one_of(
-    st.integers(0, 30).map(message),
-    st.builds(
-        member,
-        st.integers(0, 2),
-        st.integers(0, 3),
-        st.integers(1, 6),
-        st.integers(0, 6),
-        st.integers(0, 1),  # Role: member, admin
-    ),
-    st.builds(identity, st.integers(0, 3), st.integers(1, 4), st.integers(0, 3)),
-)
+from sync_support import RECORDS, domain_of, member
 
 
 def apply_in_groups(replica: Replica, records: list[Record], group: int) -> int:
