@@ -70,6 +70,10 @@ class NodeConfig:
         return host or "127.0.0.1", int(port)
 
 
+# Keys a config file may still hold under an older name: refused, with the new name.
+RENAMED = {"sync_read_timeout_s": "sync_idle_timeout_s"}
+
+
 def load_config(path: str | None, overrides: dict[str, Any]) -> NodeConfig:
     """Defaults < TOML file < ``overrides`` (flags given on the command line; None = not given)."""
     values: dict[str, Any] = {}
@@ -78,6 +82,9 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> NodeConfig:
             values.update(tomllib.load(f).get("node", {}))
     values.update({k: v for k, v in overrides.items() if v is not None})
     known = {f.name for f in fields(NodeConfig)}
+    renamed = sorted(k for k in values if k in RENAMED)
+    if renamed:
+        raise ValueError(", ".join(f"config key {k} is now {RENAMED[k]}" for k in renamed))
     unknown = sorted(set(values) - known)
     if unknown:
         raise ValueError(f"unknown config keys: {', '.join(unknown)}")

@@ -37,6 +37,13 @@ def test_unknown_keys_are_an_error(tmp_path: Path) -> None:
         load_config(str(toml), {})
 
 
+def test_a_renamed_key_is_refused_with_its_new_name(tmp_path: Path) -> None:
+    toml = tmp_path / "node.toml"
+    toml.write_text("[node]\nsync_read_timeout_s = 5\n")
+    with pytest.raises(ValueError, match="sync_read_timeout_s is now sync_idle_timeout_s"):
+        load_config(str(toml), {})
+
+
 def test_backoff_grows_with_jitter_and_is_capped() -> None:
     delay = backoff_delays(0.5, 30.0, random.Random(1))
     samples = [delay(n) for n in range(12)]
