@@ -49,7 +49,8 @@ class NodeApi(Protocol):
         ...
 
 
-def node_of(request: Request) -> NodeApi:
+async def node_of(request: Request) -> NodeApi:
+    # async: FastAPI runs a plain ``def`` dependency in a worker thread, a hop per request
     node: NodeApi = request.app.state.node
     return node
 
