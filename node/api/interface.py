@@ -49,10 +49,14 @@ class NodeApi(Protocol):
         ...
 
 
-async def node_of(request: Request) -> NodeApi:
-    # async: FastAPI runs a plain ``def`` dependency in a worker thread, a hop per request
+def node_of(request: Request) -> NodeApi:
     node: NodeApi = request.app.state.node
     return node
 
 
-NodeDep = Annotated[NodeApi, Depends(node_of)]
+async def _node_dependency(request: Request) -> NodeApi:
+    # async: FastAPI runs a plain ``def`` dependency in a worker thread, a hop per request
+    return node_of(request)
+
+
+NodeDep = Annotated[NodeApi, Depends(_node_dependency)]
