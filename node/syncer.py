@@ -138,6 +138,7 @@ class SyncService:
             while True:
                 if out is not None:
                     await frames.write_frame(out)
+                    session.sent(self.clock.wall_ms())  # the peer's silence counts from here
                 if session.finished:
                     return None
                 data = await self._next_frame(session, frames)

@@ -279,6 +279,12 @@ class SyncSession:
             raise
         return None if reply is None else self._send(reply)
 
+    def sent(self, now_ms: int) -> None:
+        """The driver finished sending our last frame at ``now_ms``: the peer's silence counts
+        from here. The time we spent checking and storing its frame, and writing ours, is not
+        the peer's silence (a catch-up frame can take seconds to apply)."""
+        self._last_activity_ms = max(self._last_activity_ms, now_ms)
+
     def next_deadline(self) -> int | None:
         if self.state in (State.DONE, State.ABORTED):
             return None

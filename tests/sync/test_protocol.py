@@ -295,6 +295,18 @@ def test_peer_abort_and_timeout() -> None:
     assert other.next_deadline() is None
 
 
+def test_the_idle_timeout_counts_from_our_last_send() -> None:
+    """Checking and storing a frame can take seconds: that is not the peer's silence."""
+    idle = SyncConfig().idle_timeout_ms
+    session, _, _ = _session_in(State.AWAIT_MIDDLE)  # last activity at 0
+    session.sent(idle - 1)  # our reply left just before the deadline
+    assert session.next_deadline() == 2 * idle - 1
+    assert session.handle_timeout(idle) is None
+    session.sent(5)  # a send time earlier than the last activity moves nothing back
+    assert session.next_deadline() == 2 * idle - 1
+    assert session.handle_timeout(2 * idle - 1) is not None and session.error == "timeout"
+
+
 def test_driver_misuse_is_a_local_error() -> None:
     responder = SyncSession(SessionRole.RESPONDER, MemoryReplica(), now_ms=0)
     with pytest.raises(LocalProtocolError):
