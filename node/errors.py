@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import trio
 
@@ -45,6 +45,11 @@ def map_exceptions(mapping: dict[ExceptionTypes, type[ChatsyncError]]) -> Iterat
             if isinstance(exc, library_errors):
                 raise ours(f"{type(exc).__name__}: {exc}") from exc
         raise
+
+
+def dialling() -> AbstractContextManager[None]:
+    """Around a dial or a new stream: libp2p's failures and a timeout become PeerUnreachable."""
+    return map_exceptions({(*libp2p_errors(), trio.TooSlowError): PeerUnreachable})
 
 
 @functools.cache

@@ -24,7 +24,7 @@ import trio
 
 from node.clock import Clock
 from node.config import NodeConfig
-from node.errors import PeerUnreachable, libp2p_errors, map_exceptions
+from node.errors import dialling
 from node.framing import Libp2pFrames
 from node.metrics import Metrics
 from node.p2p import (
@@ -183,7 +183,7 @@ class RunningNode:
         sync = self.services.sync
         if peer.to_base58() in self.services.blocklist:
             return False
-        with map_exceptions({(*libp2p_errors(), trio.TooSlowError): PeerUnreachable}):
+        with dialling():
             with trio.fail_after(self.config.sync_idle_timeout_s):
                 stream = await self.host.new_stream(peer, [SYNC_PROTOCOL])
         frames = Libp2pFrames(stream, self.config.sync_max_frame)

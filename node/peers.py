@@ -19,7 +19,7 @@ import multiaddr
 import trio
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
-from node.errors import PeerUnreachable, libp2p_errors, map_exceptions
+from node.errors import PeerUnreachable, dialling, libp2p_errors
 from node.penalties import Blocklist
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class PeerManager:
                 await trio.sleep(wait)
 
     async def _dial(self, info: Any) -> None:
-        with map_exceptions({(*libp2p_errors(), trio.TooSlowError): PeerUnreachable}):
+        with dialling():
             with trio.fail_after(DIAL_TIMEOUT_S):
                 await self.host.connect(info)  # re-adds the address: peerstore entries expire
 
