@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
+from store.admission import AdmissionStore
 from store.identity import IdentityStore
-from store.inbox import InboxStore
-from store.members import MemberStore
-from store.messages import MessageStore
 
 
-class ChatDb(MessageStore, MemberStore, IdentityStore, InboxStore):
-    """The nine column families and every operation of seed 002.
+class ChatDb(AdmissionStore, IdentityStore):
+    """The eleven column families: seed 002's nine, the member ops and the hidden index.
 
     Open with ``ChatDb(ChatDbConfig(path=...))`` or ``ChatDb(path=...)``; use as
     a context manager or call ``close()``. One writer at a time.

@@ -2,7 +2,8 @@
 
 Both are local views: they hold per-replica sequence numbers and are never
 shipped by sync. Unread count = the entry's ``last_seq`` minus the user's read
-progress in that chat; both count messages in the order this replica stored them.
+progress in that chat, minus the hidden messages above it (``store.hidden``);
+all count messages in the order this replica stored them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from store.errors import InvalidInput
+from store.hidden import HiddenIndex
 from store.keys import (
     CHAT_ID_LEN,
     USER_ID_LEN,
@@ -25,7 +27,6 @@ from store.keys import (
 )
 from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 from store.records import ChatKind, InboxEntry, MsgV1, decode_inbox_entry, decode_msg, is_dm_chat
-from store.rocks import RocksBase
 
 INBOX_KEY_CACHE = 1 << 17  # (user, chat) pairs whose inbox key is remembered (~25 MB)
 
@@ -50,7 +51,7 @@ class ChatListPage:
     next_cursor: str | None
 
 
-class InboxStore(RocksBase):
+class InboxStore(HiddenIndex):
     """Chat lists. Every user_inbox write goes through here, so ``_inbox_keys`` (user | chat ->
     the entry's current key, filled after each successful write) stays true to the disk."""
 
@@ -211,8 +212,12 @@ class InboxStore(RocksBase):
         items: list[ChatListItem] = []
         append = items.append
         set_entry, set_unread = _SET_ITEM
+        hidden_chats = self.hidden_chats()
         for (_, entry), read in zip(rows, progress, strict=True):
-            unread = entry.last_seq - _u32(read)
+            read_seq = _u32(read)
+            unread = entry.last_seq - read_seq
+            if entry.chat_id in hidden_chats:  # hidden messages are not unread
+                unread -= self.count_hidden_after(entry.chat_id, read_seq)
             item = _new(ChatListItem)  # ChatListItem(entry, max(0, unread)), through its slots
             set_entry(item, entry)
             set_unread(item, unread if unread > 0 else 0)

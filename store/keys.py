@@ -28,6 +28,8 @@ MESSAGES_KEY_LEN = CHAT_ID_LEN + 8 + 4  # 44
 USER_INBOX_KEY_LEN = USER_ID_LEN + 8 + CHAT_ID_LEN  # 60
 MEMBERS_KEY_LEN = CHAT_ID_LEN + USER_ID_LEN  # 52
 READ_PROGRESS_KEY_LEN = USER_ID_LEN + CHAT_ID_LEN  # 52
+MEMBER_OPS_KEY_LEN = CHAT_ID_LEN + USER_ID_LEN + 8 + RECORD_ID_LEN  # 92
+HIDDEN_KEY_LEN = CHAT_ID_LEN + 4  # 36
 
 
 def check_len(value: bytes, expected: int, what: str) -> bytes:
@@ -110,6 +112,20 @@ def key_members(chat_id: bytes, user_id: bytes) -> bytes:
 def parse_key_members(key: bytes) -> tuple[bytes, bytes]:
     check_len(key, MEMBERS_KEY_LEN, "members key")
     return key[:32], key[32:52]
+
+
+# member_ops: [chat_id:32][user:20][hlc_packed:8][op_id:32] — one (chat, user)'s ops, oldest first
+def key_member_ops(chat_id: bytes, user_id: bytes, hlc_packed: int, op_id: bytes) -> bytes:
+    return (
+        key_members(chat_id, user_id)
+        + _u64(hlc_packed, "hlc")
+        + check_len(op_id, RECORD_ID_LEN, "op_id")
+    )
+
+
+# hidden: [chat_id:32][seq:4] — a stored message its sender was not active to send
+def key_hidden(chat_id: bytes, seq: int) -> bytes:
+    return check_len(chat_id, CHAT_ID_LEN, "chat_id") + _u32(seq, "seq")
 
 
 # user_read_progress: [user:20][chat_id:32]

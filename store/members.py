@@ -1,41 +1,66 @@
-"""Members: the (chat, user) CRDT rows, their seen_member sync index, and reads that hide tombstones.
+"""Members: the signed member ops (the MEMBERS sync domain), the rows folded from them, and reads.
 
-Every change goes through one path, ``apply_member_states``: read the stored
-row, join it with the incoming state (``merge_member_states``), and if the
-join differs write — in one WriteBatch — the row, the seen_member index
-(old record id out, new one in) and the chat's member set in chats_meta.
-Add, Remove and a full record from sync are just different incoming states,
-so every replica that sees the same ops ends with the same rows.
+The replicated state is the grow-only set of signed, authorized member ops
+(``member_ops``, indexed for sync by ``seen_member[op id]``). The member row
+(``members``: role, added_at, removed_at) is a local fold of them: every change
+joins an op's state into the stored row (``merge_member_states``), and when the
+join differs writes the row and the chat's member set in chats_meta — all in the
+WriteBatch that stores the ops. ``apply_member_states`` folds unsigned states into
+rows only (tests, tools): rows that no op backs are never shipped by sync.
+
+Per (chat, user) the ops' stamps form a ``MemberHistory`` (``store.access``),
+cached: it decides which of the user's messages are admitted and shown.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from rocksdict import WriteBatch
+
+from store.access import MemberHistory
+from store.authz import ChatProof, DmProof
 from store.hlc import Hlc
-from store.keys import CHAT_ID_LEN, bucket_prefix, check_len, key_members, parse_key_members
+from store.keys import (
+    CHAT_ID_LEN,
+    MEMBERS_KEY_LEN,
+    bucket_prefix,
+    check_len,
+    key_member_ops,
+    key_members,
+    parse_key_members,
+)
 from store.merge import add_op_state, merge_member_states, meta_after_membership, remove_op_state
 from store.messages import take_until
+from store.ops import MembershipAction, MembershipOp, decode_membership_op
 from store.records import (
     ChatMeta,
     MemberInfo,
-    MemberRecord,
     Role,
+    blake3_id,
     decode_member_info,
     member_record_id,
 )
 from store.rocks import RocksBase
 
+HISTORY_CACHE = 1 << 16  # (chat, user) histories kept in memory
+_ADD, _REMOVE = b"\x01", b"\x00"  # a member_ops value: this flag, then the op's bytes
+
+
+def member_op_id(encoded: bytes) -> bytes:
+    """A member op's record id in the MEMBERS domain: BLAKE3 of its canonical bytes."""
+    return blake3_id(encoded)
+
 
 @dataclass(frozen=True, slots=True)
 class MemberChange:
-    """What one member write did; ``old_id``/``new_id`` drive the Merkle Replace/Insert."""
+    """What one member write did to a row (``old_id``/``new_id``: the row's state ids)."""
 
     chat_id: bytes
     user_id: bytes
-    old_id: bytes | None  # record id before (None: no row existed)
-    new_id: bytes  # record id after (== old_id when nothing changed)
+    old_id: bytes | None  # row state id before (None: no row existed)
+    new_id: bytes  # row state id after (== old_id when nothing changed)
     info: MemberInfo
 
     @property
@@ -43,76 +68,164 @@ class MemberChange:
         return self.old_id != self.new_id
 
 
-_record_id = member_record_id
+@dataclass(frozen=True, slots=True)
+class MemberOpsApplied:
+    """What ``apply_member_ops`` did: per op whether it was new, and per (chat, user) whose
+    history grew the earliest new stamp (the messages from there on may change fate)."""
+
+    new: list[bool]
+    op_ids: list[bytes]
+    touched: dict[tuple[bytes, bytes], Hlc]
+    dm_chats: set[bytes]  # chats whose two parties became known
 
 
 class MemberStore(RocksBase):
-    # --- writes (all CRDT, all indexed for sync) ---
+    # --- the replicated ops ---
+
+    def apply_member_ops(self, ops: list[MembershipOp]) -> MemberOpsApplied:
+        """Store the ops not held yet, and fold them into the rows — one WriteBatch.
+
+        The ops must be verified and authorized (``MembershipOp.verify``/``authorize``) by
+        the ingress; the store trusts them.
+        """
+        encoded = [op.encode() for op in ops]
+        ids = [member_op_id(e) for e in encoded]
+        held = self.multi_get("seen_member", ids)
+        new: list[bool] = []
+        fresh: dict[bytes, tuple[MembershipOp, bytes]] = {}
+        for op, data, op_id, seen in zip(ops, encoded, ids, held, strict=True):
+            is_new = seen is None and op_id not in fresh
+            new.append(is_new)
+            if is_new:
+                fresh[op_id] = (op, data)
+        touched: dict[tuple[bytes, bytes], Hlc] = {}
+        dm_chats: set[bytes] = set()
+        if fresh:
+            batch = self.new_batch()
+            ops_cf, seen_cf = self._handle["member_ops"], self._handle["seen_member"]
+            for op_id, (op, data) in fresh.items():
+                key = key_member_ops(op.chat_id, op.user_id, op.hlc.pack(), op_id)
+                flag = _ADD if op.action is MembershipAction.ADD else _REMOVE
+                batch.put(key, flag + data, ops_cf)
+                batch.put(op_id, key, seen_cf)
+                pair = (op.chat_id, op.user_id)
+                touched[pair] = min(touched.get(pair, op.hlc), op.hlc)
+            metas = self._dm_parties([op for op, _ in fresh.values()])
+            dm_chats = set(metas)
+            states = [(op.chat_id, op.user_id, op.state()) for op, _ in fresh.values()]
+            self._fold_rows(states, batch, metas)
+            self._forget_histories(touched)
+        return MemberOpsApplied(new, ids, touched, dm_chats)
+
+    def _dm_parties(self, ops: list[MembershipOp]) -> dict[bytes, ChatMeta]:
+        """ChatMeta.identity := the two parties, for DM chats not known to be DMs yet."""
+        metas: dict[bytes, ChatMeta] = {}
+        for op in ops:
+            proof = op.proof
+            if isinstance(proof, DmProof) and op.chat_id not in metas:
+                meta = self.load_meta(op.chat_id)
+                if meta.identity is None:
+                    parties = b"".join(sorted((proof.user_a, proof.user_b)))
+                    metas[op.chat_id] = _with_identity(meta, parties)
+        return metas
+
+    def member_history(self, chat_id: bytes, user_id: bytes) -> MemberHistory:
+        """The stamps of the (chat, user)'s ops (cached; the writer keeps the cache true)."""
+        pair = key_members(chat_id, user_id)
+        history = self._histories.get(pair)
+        if history is None:
+            history = MemberHistory.of(
+                (Hlc.unpack(int.from_bytes(key[MEMBERS_KEY_LEN : MEMBERS_KEY_LEN + 8], "big")),
+                 value[:1] == _ADD)
+                for key, value in self.iter_prefix("member_ops", pair)
+            )  # fmt: skip
+            if len(self._histories) >= HISTORY_CACHE:
+                self._histories.clear()
+            self._histories[pair] = history
+        return history
+
+    def _forget_histories(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        for chat, user in pairs:
+            self._histories.pop(chat + user, None)
+
+    def chat_proof(self, chat_id: bytes) -> ChatProof | None:
+        """Who controls the chat, from any of its ops (None: this replica holds none)."""
+        for _, value in self.iter_prefix("member_ops", check_len(chat_id, CHAT_ID_LEN, "chat_id")):
+            return decode_membership_op(value[1:]).proof
+        return None
+
+    def member_ops_of(self, chat_id: bytes, user_id: bytes) -> list[MembershipOp]:
+        return [
+            decode_membership_op(value[1:])
+            for _, value in self.iter_prefix("member_ops", key_members(chat_id, user_id))
+        ]
+
+    # --- rows (local folds) ---
 
     def add_member_synced(
         self, chat_id: bytes, user_id: bytes, role: Role, hlc: Hlc
     ) -> MemberChange:
-        """Add under the CRDT: advances added_at, keeps any removed_at."""
+        """Add under the CRDT: advances added_at, keeps any removed_at (an unsigned row)."""
         return self.apply_member_states([(chat_id, user_id, add_op_state(role, hlc))])[0]
 
     def remove_member_synced(self, chat_id: bytes, user_id: bytes, hlc: Hlc) -> MemberChange:
-        """Remove under the CRDT: advances removed_at, never deletes the row."""
+        """Remove under the CRDT: advances removed_at, never deletes the row (unsigned)."""
         return self.apply_member_states([(chat_id, user_id, remove_op_state(hlc))])[0]
 
     def apply_member_record_synced(
         self, chat_id: bytes, user_id: bytes, info: MemberInfo
     ) -> MemberChange:
-        """Merge a full MemberInfo received from anti-entropy sync."""
+        """Merge a full MemberInfo into the row."""
         return self.apply_member_states([(chat_id, user_id, info)])[0]
 
     def apply_member_states(
         self, updates: Iterable[tuple[bytes, bytes, MemberInfo]]
     ) -> list[MemberChange]:
-        """Join many incoming states into the store in one WriteBatch; one change per update."""
-        updates = list(updates)
+        """Join many incoming states into the rows in one WriteBatch; one change per update."""
+        batch = self.new_batch()
+        changes = self._fold_rows(list(updates), batch, {})
+        return changes
+
+    def _fold_rows(
+        self,
+        updates: list[tuple[bytes, bytes, MemberInfo]],
+        batch: WriteBatch,
+        metas: dict[bytes, ChatMeta],
+    ) -> list[MemberChange]:
+        """Join ``updates`` into the rows, add the writes to ``batch`` (with ``metas``, which
+        it updates), and write it."""
         keys = [key_members(chat, user) for chat, user, _ in updates]
         current: dict[bytes, MemberInfo | None] = {}
         for key, raw in zip(keys, self.multi_get("members", keys), strict=True):
             current.setdefault(key, None if raw is None else decode_member_info(raw))
-        stored = dict(current)  # as on disk, to find the ids to retire
+        stored = dict(current)  # as on disk
         changes: list[MemberChange] = []
         for key, (chat, user, incoming) in zip(keys, updates, strict=True):
             before = current[key]
             after = merge_member_states(before, incoming)
             assert after is not None
             current[key] = after
-            old_id = None if before is None else _record_id(chat, user, before)
-            changes.append(MemberChange(chat, user, old_id, _record_id(chat, user, after), after))
-        self._write_member_rows(stored, current)
-        return changes
-
-    def _write_member_rows(
-        self, stored: dict[bytes, MemberInfo | None], current: dict[bytes, MemberInfo | None]
-    ) -> None:
-        batch = self.new_batch()
-        metas: dict[bytes, ChatMeta] = {}
-        members_cf, seen_cf = self._handle["members"], self._handle["seen_member"]
+            old_id = None if before is None else _state_id(chat, user, before)
+            changes.append(MemberChange(chat, user, old_id, _state_id(chat, user, after), after))
+        members_cf = self._handle["members"]
         for key, after in current.items():
             before = stored[key]
             if after is None or after == before:
                 continue
             chat, user = parse_key_members(key)
-            if before is not None:
-                batch.delete(_record_id(chat, user, before), seen_cf)
             batch.put(key, after.encode(), members_cf)
-            batch.put(_record_id(chat, user, after), key, seen_cf)
             was_active = before is not None and before.active
             if was_active != after.active:
                 meta = metas.get(chat) or self.load_meta(chat)
                 metas[chat] = meta_after_membership(meta, user, after.active)
         if batch.len() == 0:
-            return
+            return changes
         self.put_metas(batch, metas)
         self.write(batch)
         self.remember_meta(metas)
+        return changes
 
     # --- reads (active-only unless named *_record) ---
-
     def get_member_record(self, chat_id: bytes, user_id: bytes) -> MemberInfo | None:
         """The raw CRDT row, tombstoned or not."""
         raw = self.get("members", key_members(chat_id, user_id))
@@ -137,7 +250,7 @@ class MemberStore(RocksBase):
     def list_members(self, chat_id: bytes) -> list[bytes]:
         return [user for user, _ in self.list_members_with_info(chat_id)]
 
-    # --- sync helpers ---
+    # --- sync helpers: the MEMBERS domain is the set of op ids ---
 
     def iter_member_record_ids(self) -> Iterator[bytes]:
         for record_id, _ in self.iter_all("seen_member"):
@@ -153,20 +266,25 @@ class MemberStore(RocksBase):
     def get_member_records_batch(
         self, ids: list[bytes], max_bytes: int
     ) -> tuple[list[bytes], bool]:
-        """Encoded MemberRecords for ``ids`` that are still current, up to ``max_bytes``."""
+        """Encoded ops for the ``ids`` held here, up to ``max_bytes``."""
         return take_until(self.get_member_records_by_ids(ids), max_bytes)
 
     def get_member_records_by_ids(self, ids: list[bytes]) -> list[bytes | None]:
-        """Encoded MemberRecord per record id (None: not a current record id)."""
+        """The encoded op per op id (None: not held)."""
         keys = self.multi_get("seen_member", ids)
         present = [key for key in keys if key]
-        rows = iter(self.multi_get("members", present))
+        values = iter(self.multi_get("member_ops", present))
         out: list[bytes | None] = []
         for key in keys:
-            raw = next(rows) if key else None
-            if key and raw is not None:
-                chat, user = parse_key_members(key)
-                out.append(MemberRecord(chat, user, decode_member_info(raw)).encode())
-            else:
-                out.append(None)
+            value = next(values) if key else None
+            out.append(None if value is None else value[1:])
         return out
+
+
+def _state_id(chat_id: bytes, user_id: bytes, info: MemberInfo) -> bytes:
+    """An id of a row's state (tells whether a fold changed it; rows are not synced)."""
+    return member_record_id(chat_id, user_id, info)
+
+
+def _with_identity(meta: ChatMeta, identity: bytes) -> ChatMeta:
+    return replace(meta, identity=identity)

@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Any
 
 from store.errors import ClockDriftError, InvalidInput
+from store.hidden import HiddenIndex
 from store.hlc import Hlc
 from store.keys import (
     CHAT_ID_LEN,
@@ -24,13 +25,13 @@ from store.keys import (
     decode_cursor,
     encode_cursor,
     extract_hlc_physical_from_seen_value,
+    key_hidden,
     key_messages,
     parse_key_messages,
     prefix_end,
 )
 from store.merge import meta_after_messages
 from store.records import ChatMeta, MsgV1, check_payload_size, decode_msg
-from store.rocks import RocksBase
 
 DEFAULT_PAGE_LIMIT = 50
 MAX_PAGE_LIMIT = 200
@@ -103,7 +104,7 @@ def take_until(records: Iterable[bytes | None], max_bytes: int) -> tuple[list[by
     return out, False
 
 
-class MessageStore(RocksBase):
+class MessageStore(HiddenIndex):
     # Retention cutoff (RETENTION.md): messages with hlc.physical_ms <= this are refused.
     # Set by the GC (store.retention); None keeps everything.
     expire_before_ms: int | None = None
@@ -147,13 +148,20 @@ class MessageStore(RocksBase):
         self.remember_one_meta(chat, meta)
         return _put_result(msg_id, seq, False)
 
-    def put_messages(self, msgs: Iterable[MsgV1], *, now_ms: int | None = None) -> list[PutResult]:
+    def put_messages(
+        self,
+        msgs: Iterable[MsgV1],
+        *,
+        now_ms: int | None = None,
+        hidden: frozenset[bytes] | set[bytes] = frozenset(),
+    ) -> list[PutResult]:
         """Store many messages in one WriteBatch (messages + seen_msg + chats_meta).
 
         Every message is checked before anything is written: a payload over the
         limit raises TooLarge and, if ``now_ms`` is given, an HLC more than
         ``max_offset_ms`` ahead raises ClockDriftError. Signatures are verified by
-        the ingress (node, sync), not here.
+        the ingress (node, sync), not here; so is who may post (``store.admission``
+        decides, and names in ``hidden`` the ids of messages to store but not show).
         """
         msgs = list(msgs)
         max_payload = self.config.max_payload
@@ -173,6 +181,7 @@ class MessageStore(RocksBase):
         append = results.append
         new_ids: set[bytes] = set()
         add_id = new_ids.add
+        hidden_keys: list[bytes] = []
         expire = self.expire_before_ms
         set_msg_id, set_seq, set_duplicate, set_expired = _SET_RESULT
         for msg, msg_id, seen in zip(msgs, ids, already, strict=True):
@@ -193,13 +202,16 @@ class MessageStore(RocksBase):
                 chats[chat] = state = [base.last_seq, -1, b"", prefix]
             state[0] = seq = state[0] + 1
             packed = hlc.pack()
-            if packed > state[1] or (packed == state[1] and msg_id > state[2]):
-                state[1], state[2] = packed, msg_id  # the newest (hlc, id) so far
             prefix = state[3]
             if prefix is not None and 0 <= packed <= U64_MAX and seq <= U32_MAX:
                 key = prefix + (packed << 32 | seq).to_bytes(12, "big")  # = key_messages(...)
             else:
                 key = key_messages(chat, packed, seq)  # converts, or raises the ValueError
+            if hidden and msg_id in hidden:
+                hidden_keys.append(key_hidden(chat, seq))
+                put(hidden_keys[-1], key, self._handle["hidden"])
+            elif packed > state[1] or (packed == state[1] and msg_id > state[2]):
+                state[1], state[2] = packed, msg_id  # the newest shown (hlc, id) so far
             put(key, msg.encoded, messages_cf)
             put(msg_id, key, seen_cf)
             result = _new(PutResult)  # _put_result(msg_id, seq, False), inlined
@@ -216,6 +228,8 @@ class MessageStore(RocksBase):
             self.put_metas(batch, metas)
             self.write(batch)
             self.remember_meta(metas)
+            if hidden_keys:
+                self._note_hidden_chats(hidden_keys)
         return results
 
     def _check_message(self, msg: MsgV1, now_ms: int | None) -> None:
@@ -274,6 +288,7 @@ class MessageStore(RocksBase):
             else:
                 end = after
         rows = self.iter_range("messages", start, end, reverse=direction is Direction.BACKWARD)
+        hidden = self.hidden_seqs(chat_id)  # empty, without a read, for most chats
         items: list[StoredMessage] = []
         append = items.append
         max_payload = self.config.max_payload
@@ -281,12 +296,14 @@ class MessageStore(RocksBase):
         for key, value in rows:
             if len(items) == limit:
                 return RangePage(items, encode_cursor(items[-1].key))
-            # Our own rows, written by put_messages: decoded trusted (see decode_msg).
-            msg = decode_msg(value, max_payload=max_payload, trusted=True)
             if len(key) == MESSAGES_KEY_LEN:
                 seq = int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big")
             else:
                 seq = parse_key_messages(key)[2]  # raises: not a messages key
+            if hidden and seq in hidden:
+                continue
+            # Our own rows, written by put_messages: decoded trusted (see decode_msg).
+            msg = decode_msg(value, max_payload=max_payload, trusted=True)
             item = _new(StoredMessage)  # StoredMessage(key, seq, msg), through its slots
             set_key(item, key)
             set_seq(item, seq)

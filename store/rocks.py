@@ -29,6 +29,7 @@ from rocksdict import (
     WriteOptions,
 )
 
+from store.access import MemberHistory
 from store.hlc import DEFAULT_MAX_OFFSET_MS
 from store.keys import BUCKET_PREFIX_LEN, CHAT_ID_LEN, USER_ID_LEN, prefix_end
 from store.records import DEFAULT_MAX_PAYLOAD, ChatMeta, decode_chat_meta
@@ -46,6 +47,8 @@ COLUMN_FAMILIES: dict[str, int | None] = {
     "identity": None,
     "seen_member": BUCKET_PREFIX_LEN,
     "seen_identity": BUCKET_PREFIX_LEN,
+    "member_ops": CHAT_ID_LEN,
+    "hidden": CHAT_ID_LEN,
 }
 SYNC_INDEXES = {"seen_msg", "seen_member", "seen_identity"}
 
@@ -119,6 +122,7 @@ class RocksBase:
         self._write_opts.sync = config.write_sync
         self._meta_cache: dict[bytes, ChatMeta] = {}
         self._inbox_keys: dict[bytes, bytes] = {}  # user | chat -> user_inbox key (store.inbox)
+        self._histories: dict[bytes, MemberHistory] = {}  # chat | user -> ops' stamps (members)
         self._closed = False
 
     # --- lifecycle ---

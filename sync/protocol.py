@@ -50,12 +50,12 @@ import blake3
 
 from store.errors import DecodeError, InvalidInput
 from store.keys import RECORD_ID_LEN, bucket_of
-from store.ops import verify_identity, verify_member_record
+from store.ops import decode_membership_op, verify_identity
 from store.records import (
     DEFAULT_MAX_PAYLOAD,
     MsgV1,
+    blake3_id,
     decode_identity_record,
-    decode_member_record,
     decode_msg,
 )
 from sync.errors import LocalProtocolError, RemoteProtocolError
@@ -97,13 +97,22 @@ class SyncConfig:
     # a silent peer ends the session after this long (the node's setting: sync_idle_timeout_s)
     idle_timeout_ms: int = 10_000
     cutoff_ms: int | None = None  # retention soft-filter for messages (see RETENTION.md)
-    authenticate: bool = False  # verify member rows' signed ops and identity docs (a node: True)
+    authenticate: bool = (
+        False  # verify member ops (signature, authority) and identity docs (a node: True)
+    )
     max_offset_ms: int | None = None  # skip records this far ahead of now_ms (a node: 120 s)
     max_payload: int = DEFAULT_MAX_PAYLOAD
     # Checks the signatures of one frame's messages: an error (BadSignature) or None per
     # message. Sequential by default; a node passes one that spreads the work over threads
     # (verification is most of what a catch-up costs, and libsodium releases the GIL).
     verify_messages: Callable[[Sequence[MsgV1]], list[InvalidInput | None]] | None = None
+
+
+def _apply_order(item: tuple[Domain, Any]) -> int:
+    return APPLY_ORDER.index(item[0])
+
+
+APPLY_ORDER = (Domain.MEMBERS, Domain.IDENTITY, Domain.MESSAGES)
 
 
 def verify_each(msgs: Sequence[MsgV1]) -> list[InvalidInput | None]:
@@ -525,7 +534,9 @@ class SyncSession:
     # --- transfer ---
 
     def _on_transfer(self, transfer: Transfer) -> Frame:
-        for domain, section in transfer.sections.items():
+        # member ops before messages: a frame that brings a message and the op that admits
+        # it stores both, instead of parking the message until the next frame
+        for domain, section in sorted(transfer.sections.items(), key=_apply_order):
             dp = self._domains.get(domain)
             if dp is None:
                 raise RemoteProtocolError(
@@ -644,20 +655,19 @@ class SyncSession:
 
     def _decode_record(self, domain: Domain, blob: bytes) -> tuple[Record, bytes, int]:
         """Decode one record (a message's signature is checked afterwards, a frame at a time;
-        member rows and identities are authenticated here): the record, its id — computed
-        here, never taken from the peer — and the physical time of its newest stamp (for the
-        drift check; a member row is as new as its later of added_at and removed_at)."""
+        member ops and identities are authenticated here): the record, its id — computed
+        here, never taken from the peer — and the physical time of its stamp (for the
+        drift check)."""
         try:
             if domain is Domain.MESSAGES:
                 msg = decode_msg(blob, max_payload=self.config.max_payload)
                 return msg, msg.msg_id, msg.hlc.physical_ms
             if domain is Domain.MEMBERS:
-                member = decode_member_record(blob)
+                op = decode_membership_op(blob)
                 if self.config.authenticate:
-                    verify_member_record(member)
-                info = member.info
-                newest = max(info.added_at, info.removed_at or info.added_at)
-                return member, member.record_id, newest.physical_ms
+                    op.verify()
+                    op.authorize()
+                return op, blake3_id(blob), op.hlc.physical_ms
             identity = decode_identity_record(blob)
             if self.config.authenticate:
                 verify_identity(identity)

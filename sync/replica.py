@@ -3,9 +3,16 @@
 ``Replica`` is what the protocol reads and writes: a tree per domain, the ids
 of one bucket, encoded records by id, and "apply these validated records".
 ``MemoryReplica`` keeps everything in dicts (tests, benchmarks; the simulator's
-``SimReplica`` is one with its hooks overridden); ``DbReplica`` drives a ``ChatDb`` handed to it. Both apply records through the
-store's merge rules and keep their trees in step with what they store, and a
-test asserts they agree (same roots after the same ops).
+``SimReplica`` is one with its hooks overridden); ``DbReplica`` drives a ``ChatDb``
+handed to it. Both apply records through the store's rules and keep their trees in
+step with what they store, and a test asserts they agree (same roots, same visible
+messages after the same ops).
+
+The MEMBERS domain is the grow-only set of signed member ops (record id: BLAKE3 of
+the op's bytes); the member rows are folded from them. A message is stored only
+once the chat's ops admit it (``store.access``); until then it waits in a bounded
+``WaitingRoom`` and is neither stored nor listed. Whether a stored message is shown
+is decided from the ops as well, when reading.
 
 ``cutoff_ms`` is the retention soft-filter: messages whose HLC physical time is
 at or below it are neither listed nor returned (members and identity have no cutoff).
@@ -15,27 +22,30 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from store.access import NO_HISTORY, Access, MemberHistory, admissible, visible
+from store.authz import DmProof
 from store.hlc import Hlc
 from store.merge import identity_wins, merge_member_states
-from store.ops import MembershipOp, Op
+from store.ops import MembershipAction, MembershipOp, Op
 from store.records import (
     IdentityRecord,
     MemberInfo,
-    MemberRecord,
     MsgV1,
+    blake3_id,
     compute_identity_record_id,
-    member_record_id,
 )
 from store.retention import expire_seen, iter_seen_aged, trim_chats
+from store.waiting import WaitingRoom
 from sync.frames import Domain
 from sync.merkle import MerkleTree
 
 if TYPE_CHECKING:  # a ChatDb is passed in; sync never imports rocksdict itself
     from store.chatdb import ChatDb
 
-Record = MsgV1 | MemberRecord | IdentityRecord
+Record = MsgV1 | MembershipOp | IdentityRecord
 
 
 class Replica(Protocol):
@@ -66,25 +76,33 @@ def new_bucket_index() -> BucketIndex:
 
 
 class MemoryReplica:
-    """A whole replica in dicts, merged by the same rules as ChatDb.
+    """A whole replica in dicts, under the same rules as ChatDb.
 
     The simulator's replica (``sim.replica.SimReplica``) is this class with its hooks
-    overridden: the merge rules (``_merge_member_states``, ``_identity_wins``), what a
-    record id entering or leaving the replica does (``_listed``, ``_unlisted``),
-    ``_wrote`` (told of every change with the row's state before it) and
-    ``_member_id``. ``trees`` and ``buckets`` replace the default storage.
+    overridden: the merge rules (``_merge_member_states``, ``_identity_wins``), the
+    message rule (``_admissible``, ``_visible``), what a record id entering or leaving
+    the replica does (``_listed``, ``_unlisted``), and ``_wrote`` (told of every
+    change with the row's state before it). ``trees`` and ``buckets`` replace the
+    default storage.
     """
 
     def __init__(
-        self, trees: dict[Domain, MerkleTree] | None = None, buckets: BucketIndex | None = None
+        self,
+        trees: dict[Domain, MerkleTree] | None = None,
+        buckets: BucketIndex | None = None,
+        waiting: WaitingRoom | None = None,
     ) -> None:
         self.expire_before_ms: int | None = None  # retention: older messages are refused
         self.trees = trees if trees is not None else {d: MerkleTree() for d in Domain}
         self.messages: dict[bytes, MsgV1] = {}
-        self.members: dict[tuple[bytes, bytes], MemberInfo] = {}
+        self.member_ops: dict[bytes, MembershipOp] = {}  # op id -> op: the MEMBERS domain
+        self.members: dict[tuple[bytes, bytes], MemberInfo] = {}  # rows, folded from the ops
+        self.histories: dict[tuple[bytes, bytes], MemberHistory] = {}
+        self.dm_parties: dict[bytes, bytes] = {}  # chat -> its two parties (from a DmProof)
         self.identities: dict[bytes, tuple[Hlc, bytes]] = {}
-        # record id -> row key: (chat, user) for members, the user for identity
-        self._rows: dict[Domain, dict[bytes, Any]] = {MEMBERS: {}, IDENTITY: {}}
+        self.waiting = waiting if waiting is not None else WaitingRoom()
+        # record id -> row key: the user for identity (messages and ops are their own index)
+        self._rows: dict[Domain, dict[bytes, Any]] = {IDENTITY: {}}
         self._buckets = buckets if buckets is not None else new_bucket_index()
 
     # --- the Replica protocol ---
@@ -93,11 +111,15 @@ class MemoryReplica:
         return self.trees[domain]
 
     def record_ids(self, domain: Domain) -> list[bytes]:
-        return list(self.messages) if domain is MESSAGES else list(self._rows[domain])
+        if domain is MESSAGES:
+            return list(self.messages)
+        return list(self.member_ops) if domain is MEMBERS else list(self._rows[domain])
 
     def bucket_ids(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]:
         known = self._buckets[domain].get(bucket, ())
-        if domain is not MESSAGES:
+        if domain is MEMBERS:
+            return sorted(i for i in known if i in self.member_ops)
+        if domain is IDENTITY:
             rows = self._rows[domain]
             return sorted(i for i in known if i in rows)
         msgs = self.messages
@@ -114,31 +136,51 @@ class MemoryReplica:
                 msg = self.messages.get(record_id)
                 old = msg is not None and cutoff_ms is not None and msg.hlc.physical_ms <= cutoff_ms
                 out.append(None if msg is None or old else msg.encoded)
-                continue
-            row = self._rows[domain].get(record_id)
-            if row is None:
-                out.append(None)
             elif domain is MEMBERS:
-                out.append(MemberRecord(row[0], row[1], self.members[row]).encode())
+                op = self.member_ops.get(record_id)
+                out.append(None if op is None else op.encode())
             else:
-                out.append(IdentityRecord(row, *self.identities[row]).encode())
+                row = self._rows[domain].get(record_id)
+                out.append(
+                    None if row is None else IdentityRecord(row, *self.identities[row]).encode()
+                )
         return out
 
-    def apply(self, domain: Domain, records: list[Record]) -> int:
-        changed = 0
-        for record in records:
-            changed += self.apply_record(record)
-        return changed
+    def apply(self, domain: Domain, records: Sequence[Record]) -> int:
+        return self.apply_ops(records).changed
 
-    # --- merging one record ---
+    # --- applying ops: member ops first, so a batch may carry a message and its op ---
+
+    def apply_ops(self, ops: Sequence[Op | Record]) -> Applied:
+        """Merge validated ops; per op whether it changed the replica (a message: stored),
+        and how many changes in all (messages released from waiting included)."""
+        new = [False] * len(ops)
+        chats: set[bytes] = set()
+        for i, op in enumerate(ops):
+            if isinstance(op, MembershipOp):
+                new[i] = self._add_member_op(op)
+                if new[i]:
+                    chats.add(op.chat_id)
+            elif isinstance(op, IdentityRecord):
+                new[i] = self._put_identity(op.user_id, op.hlc, op.blob)
+        released = self.waiting.release_chats(chats)
+        for i, op in enumerate(ops):
+            if isinstance(op, MsgV1):
+                new[i] = self._admit(op)
+        changed = sum(new) + sum(self._admit(msg) for msg in released)
+        return Applied(new, changed)
 
     def apply_record(self, record: Record) -> bool:
         """Merge one validated record; True if it changed the replica."""
-        if isinstance(record, MsgV1):
-            return self._put_message(record)
-        if isinstance(record, MemberRecord):
-            return self._merge_member((record.chat_id, record.user_id), record.info)
-        return self._put_identity(record.user_id, record.hlc, record.blob)
+        return self.apply_ops([record]).new[0]
+
+    def _admit(self, msg: MsgV1) -> bool:
+        if msg.msg_id in self.messages:
+            return False
+        if not self._admissible(msg):
+            self.waiting.park(msg)
+            return False
+        return self._put_message(msg)
 
     def _put_message(self, msg: MsgV1) -> bool:
         msg_id = msg.msg_id
@@ -152,12 +194,27 @@ class MemoryReplica:
         self._wrote(MESSAGES, msg_id, None)
         return True
 
+    def _add_member_op(self, op: MembershipOp) -> bool:
+        op_id = blake3_id(op.encode())
+        if op_id in self.member_ops:
+            return False
+        self.member_ops[op_id] = op
+        self._index(MEMBERS, None, op_id, op_id)
+        key = (op.chat_id, op.user_id)
+        is_add = op.action is MembershipAction.ADD
+        self.histories[key] = self.histories.get(key, NO_HISTORY).with_op(op.hlc, is_add)
+        proof = op.proof
+        if isinstance(proof, DmProof):  # the chat's two parties
+            self.dm_parties.setdefault(op.chat_id, b"".join(sorted((proof.user_a, proof.user_b))))
+        self._merge_member(key, op.state())
+        return True
+
     def _merge_member(self, key: tuple[bytes, bytes], info: MemberInfo) -> bool:
         before = self.members.get(key)
         after = self._merge_member_states(before, info)
         if after is None or after == before:
             return False
-        self._set_member(key, before, after)
+        self.members[key] = after
         self._wrote(MEMBERS, key, before)
         return True
 
@@ -169,22 +226,28 @@ class MemoryReplica:
         self._wrote(IDENTITY, user, stored)
         return True
 
+    # --- what readers see ---
+
+    def access(self, chat_id: bytes, user_id: bytes) -> Access:
+        history = self.histories.get((chat_id, user_id), NO_HISTORY)
+        return Access(history, self.dm_parties.get(chat_id))
+
+    def is_visible(self, msg: MsgV1) -> bool:
+        return msg.msg_id in self.messages and self._visible(msg)
+
+    def visible_ids(self, chat_id: bytes | None = None) -> set[bytes]:
+        """The stored messages readers see (of one chat, or of all)."""
+        return {
+            i
+            for i, m in self.messages.items()
+            if (chat_id is None or m.chat_id == chat_id) and self._visible(m)
+        }
+
     # --- setting a row: the dicts, the record-id index, the buckets and the tree in step ---
 
     def _drop_message(self, msg_id: bytes) -> None:
         del self.messages[msg_id]
         self._index(MESSAGES, msg_id, None, msg_id)
-
-    def _set_member(
-        self, key: tuple[bytes, bytes], before: MemberInfo | None, after: MemberInfo | None
-    ) -> None:
-        if after is None:
-            del self.members[key]
-        else:
-            self.members[key] = after
-        old = None if before is None else self._member_id(key, before)
-        new = None if after is None else self._member_id(key, after)
-        self._index(MEMBERS, old, new, key)
 
     def _set_identity(
         self, user: bytes, before: tuple[Hlc, bytes] | None, after: tuple[Hlc, bytes] | None
@@ -200,7 +263,7 @@ class MemoryReplica:
     def _index(self, domain: Domain, old: bytes | None, new: bytes | None, row: Any) -> None:
         if old == new:
             return
-        rows = self._rows.get(domain)  # messages are their own index
+        rows = self._rows.get(domain)  # messages and member ops are their own index
         if old is not None:
             if rows is not None:
                 del rows[old]
@@ -221,8 +284,11 @@ class MemoryReplica:
     def _identity_wins(self, incoming: tuple[Hlc, bytes], stored: tuple[Hlc, bytes] | None) -> bool:
         return identity_wins(incoming, stored)
 
-    def _member_id(self, key: tuple[bytes, bytes], info: MemberInfo) -> bytes:
-        return member_record_id(key[0], key[1], info)
+    def _admissible(self, msg: MsgV1) -> bool:
+        return admissible(msg, self.access(msg.chat_id, msg.sender))
+
+    def _visible(self, msg: MsgV1) -> bool:
+        return visible(msg, self.access(msg.chat_id, msg.sender))
 
     def _listed(self, domain: Domain, record_id: bytes) -> None:
         self._buckets[domain][_bucket(record_id)].add(record_id)
@@ -244,11 +310,18 @@ class MemoryReplica:
         return aged
 
 
+@dataclass(frozen=True, slots=True)
+class Applied:
+    new: list[bool]  # per op: did it change the replica (a message: was it stored)
+    changed: int  # changes in all, messages released from the waiting room included
+
+
 class DbReplica:
     """A ChatDb seen through the Replica interface, with trees rebuilt from it on creation."""
 
-    def __init__(self, db: ChatDb) -> None:
+    def __init__(self, db: ChatDb, waiting: WaitingRoom | None = None) -> None:
         self.db = db
+        self.waiting = waiting if waiting is not None else WaitingRoom()
         # told of every message sync stored that was new here (from the applying thread)
         self.on_new_messages: Callable[[list[MsgV1]], None] | None = None
         self.trees = {
@@ -293,86 +366,87 @@ class DbReplica:
             return self.db.get_member_records_by_ids(ids)
         return self.db.get_identity_records_by_ids(ids)
 
-    def apply(self, domain: Domain, records: list[Record]) -> int:
-        """Sync's path: one domain's validated records; how many changed the store. The
-        messages that were new are reported to ``on_new_messages``."""
-        new = self.apply_ops(records)
-        fresh = [
-            r for r, is_new in zip(records, new, strict=True) if is_new and isinstance(r, MsgV1)
-        ]
+    def apply(self, domain: Domain, records: Sequence[Record]) -> int:
+        """Sync's path: one domain's validated records; how many changed the store."""
+        return self.apply_ops(records).changed
+
+    def is_waiting(self, msg: MsgV1) -> bool:
+        return msg.msg_id in self.waiting
+
+    def apply_ops(self, ops: Sequence[Op | Record]) -> Applied:
+        """Merge validated ops of any domain into the store and the trees; per op, whether it
+        changed the store. The node's writer applies its batches here, sync (``apply``) its
+        frames: one path from the store to the trees.
+
+        Member ops first (one WriteBatch), then identities, then the messages — the batch's
+        and those waiting in chats whose ops just grew — through the message rule
+        (``ChatDb.put_authorized``: one WriteBatch, the chat lists kept in step); what the
+        rule does not admit yet waits. Last, the senders whose history grew have their
+        stored messages re-decided (``ChatDb.reconsider``). New messages are reported to
+        ``on_new_messages``.
+        """
+        member_ops = [op for op in ops if isinstance(op, MembershipOp)]
+        applied = self.db.apply_member_ops(member_ops) if member_ops else None
+        member_new = self._insert(Domain.MEMBERS, applied.op_ids, applied.new) if applied else []
+        ident_new = self._store_identities([op for op in ops if isinstance(op, IdentityRecord)])
+        msgs = [op for op in ops if isinstance(op, MsgV1)]
+        released = []
+        if applied is not None:
+            chats = {chat for chat, _ in applied.touched} | applied.dm_chats
+            released = self.waiting.release_chats(chats)
+        results, waiting = self.db.put_authorized(msgs + released)
+        for msg in waiting:
+            self.waiting.park(msg)
+        stored = [r is not None and not r.duplicate for r in results]
+        tree = self.trees[Domain.MESSAGES]
+        for result, is_new in zip(results, stored, strict=True):
+            if is_new:
+                assert result is not None
+                tree.insert(result.msg_id)
+        if applied is not None and applied.touched:
+            self.db.reconsider(applied.touched)
+        fresh = [m for m, is_new in zip(msgs + released, stored, strict=True) if is_new]
         if fresh and self.on_new_messages is not None:
             self.on_new_messages(fresh)
-        return sum(new)
-
-    def apply_ops(self, ops: Sequence[Op | Record]) -> list[bool]:
-        """Merge validated ops or records of any domain into the store and the trees; per
-        item, whether it changed the store. The node's writer applies its batches here, sync
-        (``apply``) its frames: one path from the store to the trees.
-
-        Messages, then member rows, then identities, each domain in one WriteBatch; then the
-        chat lists of the chats that got new messages (after the member rows: a chat's first
-        message may come with its members; the chat lists are local views, kept in step).
-        """
-        msgs = [op for op in ops if isinstance(op, MsgV1)]
-        previous = {m.chat_id: self.db.load_meta(m.chat_id).last_ts for m in msgs}
-        msg_new = self._store_messages(msgs)
-        member_new = self._store_members([_member_row(op) for op in ops if _is_member(op)])
-        ident_new = self._store_identities([op for op in ops if isinstance(op, IdentityRecord)])
-        fresh = [m for m, is_new in zip(msgs, msg_new, strict=True) if is_new]
-        if fresh:
-            self.db.refresh_inboxes(fresh, previous)
-        by_domain = {
-            Domain.MESSAGES: msg_new,
-            Domain.MEMBERS: member_new,
-            Domain.IDENTITY: ident_new,
+        flags = {
+            Domain.MESSAGES: iter(stored[: len(msgs)]),
+            Domain.MEMBERS: iter(member_new),
+            Domain.IDENTITY: iter(ident_new),
         }
-        flags = {domain: iter(new) for domain, new in by_domain.items()}
-        return [next(flags[_domain_of(op)]) for op in ops]
+        new = [next(flags[_domain_of(op)]) for op in ops]
+        return Applied(new, sum(member_new) + sum(ident_new) + sum(stored))
 
-    def _store_messages(self, msgs: list[MsgV1]) -> list[bool]:
-        if not msgs:
-            return []
-        tree = self.trees[Domain.MESSAGES]
-        new = []
-        for result in self.db.put_messages(msgs):
-            if not result.duplicate:
-                tree.insert(result.msg_id)
-            new.append(not result.duplicate)
+    def _insert(self, domain: Domain, ids: list[bytes], new: list[bool]) -> list[bool]:
+        tree = self.trees[domain]
+        for record_id, is_new in zip(ids, new, strict=True):
+            if is_new:
+                tree.insert(record_id)
         return new
-
-    def _store_members(self, rows: list[tuple[bytes, bytes, MemberInfo]]) -> list[bool]:
-        if not rows:
-            return []
-        changes = self.db.apply_member_states(rows)
-        return self._replace_in_tree(Domain.MEMBERS, [(c.old_id, c.new_id) for c in changes])
 
     def _store_identities(self, records: list[IdentityRecord]) -> list[bool]:
         if not records:
             return []
         changes = self.db.put_identities(records)
-        return self._replace_in_tree(Domain.IDENTITY, [(c.old_id, c.new_id) for c in changes])
+        tree = self.trees[Domain.IDENTITY]
+        for change in changes:
+            tree.replace(change.old_id, change.new_id)
+        return [c.old_id != c.new_id for c in changes]
 
-    def _replace_in_tree(
-        self, domain: Domain, changes: list[tuple[bytes | None, bytes]]
-    ) -> list[bool]:
-        tree = self.trees[domain]
-        for old_id, new_id in changes:
-            tree.replace(old_id, new_id)
-        return [old_id != new_id for old_id, new_id in changes]
+    # --- what readers see ---
 
-
-def _is_member(op: Op | Record) -> bool:
-    return isinstance(op, MembershipOp | MemberRecord)
-
-
-def _member_row(op: Op | Record) -> tuple[bytes, bytes, MemberInfo]:
-    if isinstance(op, MembershipOp):
-        return op.chat_id, op.user_id, op.state()
-    assert isinstance(op, MemberRecord)
-    return op.chat_id, op.user_id, op.info
+    def visible_ids(self, chat_id: bytes) -> set[bytes]:
+        """The chat's messages a reader is shown (every page of its history)."""
+        out: set[bytes] = set()
+        cursor = None
+        while True:
+            page = self.db.range(chat_id, cursor, limit=200)
+            out.update(item.msg.msg_id for item in page.items)
+            if page.next_cursor is None:
+                return out
+            cursor = page.next_cursor
 
 
 def _domain_of(op: Op | Record) -> Domain:
     if isinstance(op, MsgV1):
         return Domain.MESSAGES
-    return Domain.MEMBERS if _is_member(op) else Domain.IDENTITY
+    return Domain.MEMBERS if isinstance(op, MembershipOp) else Domain.IDENTITY

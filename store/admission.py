@@ -1,0 +1,125 @@
+"""Admission: the message rule of ``store.access`` applied to the store.
+
+``put_authorized`` stores the messages their chat's ops admit — marking the
+ones their sender was not active to send as hidden — and hands back the rest
+to wait (``store.waiting``). ``reconsider`` runs after member ops changed some
+senders' histories: it re-decides those senders' messages stamped at or after
+the earliest new op, and when a chat's hidden set changed, points the chat's
+preview (ChatMeta's newest message, the members' chat-list entries) at its
+newest shown message again.
+"""
+
+from __future__ import annotations
+
+from store.access import Access, admissible, visible
+from store.hlc import LOGICAL_BITS, Hlc
+from store.inbox import InboxStore
+from store.keys import MESSAGES_KEY_LEN, key_hidden, key_messages, prefix_end
+from store.members import MemberStore
+from store.messages import MessageStore, PutResult
+from store.records import ChatKind, InboxEntry, MsgV1, decode_msg, make_chat_meta
+
+ZERO_ID = bytes(32)
+
+
+class AdmissionStore(MessageStore, MemberStore, InboxStore):
+    def access_of(self, chat_id: bytes, user_id: bytes) -> Access:
+        return Access(self.member_history(chat_id, user_id), self.load_meta(chat_id).identity)
+
+    def put_authorized(
+        self, msgs: list[MsgV1], *, now_ms: int | None = None
+    ) -> tuple[list[PutResult | None], list[MsgV1]]:
+        """Store the admissible messages (one put_messages batch); per message its result,
+        or None if it must wait — those are returned as well."""
+        access: dict[tuple[bytes, bytes], Access] = {}
+        admitted: list[MsgV1] = []
+        hidden: set[bytes] = set()
+        waiting: list[MsgV1] = []
+        for msg in msgs:
+            pair = (msg.chat_id, msg.sender)
+            known = access.get(pair)
+            if known is None:
+                known = access[pair] = self.access_of(*pair)
+            if not admissible(msg, known):
+                waiting.append(msg)
+                continue
+            admitted.append(msg)
+            if not visible(msg, known):
+                hidden.add(msg.msg_id)
+        stored = iter(self.put_messages(admitted, now_ms=now_ms, hidden=hidden))
+        waits = {m.msg_id for m in waiting}
+        results = [None if m.msg_id in waits else next(stored) for m in msgs]
+        return results, waiting
+
+    def reconsider(self, touched: dict[tuple[bytes, bytes], Hlc]) -> set[bytes]:
+        """Re-decide the messages of each (chat, sender) from the stamp given; returns the
+        chats whose hidden set changed (their previews were refreshed)."""
+        by_chat: dict[bytes, dict[bytes, Hlc]] = {}
+        for (chat, user), since in touched.items():
+            by_chat.setdefault(chat, {})[user] = since
+        changed = {
+            chat for chat, senders in by_chat.items() if self._reconsider_chat(chat, senders)
+        }
+        for chat in changed:
+            self._refresh_preview(chat)
+        return changed
+
+    def _reconsider_chat(self, chat_id: bytes, senders: dict[bytes, Hlc]) -> bool:
+        start = key_messages(chat_id, min(senders.values()).pack(), 0)
+        meta = self.load_meta(chat_id)
+        access = {
+            user: Access(self.member_history(chat_id, user), meta.identity) for user in senders
+        }
+        hidden = self.hidden_seqs(chat_id)
+        batch = self.new_batch()
+        added: list[bytes] = []
+        hidden_cf = self._handle["hidden"]
+        for key, value in self.iter_range("messages", start, prefix_end(chat_id)):
+            msg = decode_msg(value, trusted=True)
+            since = senders.get(msg.sender)
+            if since is None or msg.hlc < since:
+                continue
+            seq = int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big")
+            shown = visible(msg, access[msg.sender])
+            if shown and seq in hidden:
+                batch.delete(key_hidden(chat_id, seq), hidden_cf)
+            elif not shown and seq not in hidden:
+                added.append(key_hidden(chat_id, seq))
+                batch.put(added[-1], key, hidden_cf)
+        if batch.len() == 0:
+            return False
+        self.write(batch)
+        self._note_hidden_chats(added)
+        return True
+
+    def _refresh_preview(self, chat_id: bytes) -> None:
+        """ChatMeta's newest message := the chat's newest shown one; the members' entries too."""
+        meta = self.load_meta(chat_id)
+        hidden = self.hidden_seqs(chat_id)
+        newest: MsgV1 | None = None
+        for key, value in self.iter_prefix("messages", chat_id, reverse=True):
+            if int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big") not in hidden:
+                newest = decode_msg(value, trusted=True)
+                break
+        packed, msg_id = (newest.hlc.pack(), newest.msg_id) if newest else (0, ZERO_ID)
+        # meta_after_messages only moves forward; a preview may move back to an older message
+        fresh = make_chat_meta(
+            packed >> LOGICAL_BITS, meta.last_seq, msg_id, meta.members, packed,
+            meta.last_announced_ms, meta.identity, meta.membership_hash,
+        )  # fmt: skip
+        batch = self.new_batch()
+        self.put_metas(batch, {chat_id: fresh})
+        self.write(batch)
+        self.remember_meta({chat_id: fresh})
+        if newest is not None:
+            entry = InboxEntry(
+                chat_id=chat_id,
+                kind=ChatKind.DM if meta.identity is not None else ChatKind.GROUP,
+                last_ts=fresh.last_ts,
+                last_msg_id=msg_id,
+                last_sender=newest.sender,
+                last_seq=fresh.last_seq,
+            )
+            self.upsert_inbox_for_members(
+                chat_id, meta.members, entry, previous_last_ts=meta.last_ts
+            )
