@@ -27,15 +27,20 @@ class AdmissionStore(MessageStore, MemberStore, InboxStore):
         return Access(self.member_history(chat_id, user_id), self.load_meta(chat_id).identity)
 
     def put_authorized(
-        self, msgs: list[MsgV1], *, now_ms: int | None = None
+        self, msgs: list[MsgV1], *, now_ms: int | None = None, admit_all: bool = False
     ) -> tuple[list[PutResult | None], list[MsgV1]]:
-        """Store the admissible messages (one put_messages batch); per message its result,
-        or None if it must wait — those are returned as well."""
+        """Store the admissible messages (one put_messages batch) and point the chat lists of
+        their chats at what is new; per message its result, or None if it must wait — those
+        are returned as well. ``admit_all``: store and show every message (the sync engine
+        on its own, as protocol tests and the sync benchmark drive it)."""
         access: dict[tuple[bytes, bytes], Access] = {}
         admitted: list[MsgV1] = []
         hidden: set[bytes] = set()
         waiting: list[MsgV1] = []
         for msg in msgs:
+            if admit_all:
+                admitted.append(msg)
+                continue
             pair = (msg.chat_id, msg.sender)
             known = access.get(pair)
             if known is None:
@@ -46,9 +51,18 @@ class AdmissionStore(MessageStore, MemberStore, InboxStore):
             admitted.append(msg)
             if not visible(msg, known):
                 hidden.add(msg.msg_id)
-        stored = iter(self.put_messages(admitted, now_ms=now_ms, hidden=hidden))
+        previous = {m.chat_id: self.load_meta(m.chat_id).last_ts for m in admitted}
+        stored = self.put_messages(admitted, now_ms=now_ms, hidden=hidden)
+        shown = [
+            m
+            for m, r in zip(admitted, stored, strict=True)
+            if not r.duplicate and m.msg_id not in hidden
+        ]
+        if shown:
+            self.refresh_inboxes(shown, previous)
         waits = {m.msg_id for m in waiting}
-        results = [None if m.msg_id in waits else next(stored) for m in msgs]
+        results_left = iter(stored)
+        results = [None if m.msg_id in waits else next(results_left) for m in msgs]
         return results, waiting
 
     def reconsider(self, touched: dict[tuple[bytes, bytes], Hlc]) -> set[bytes]:

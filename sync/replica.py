@@ -91,7 +91,10 @@ class MemoryReplica:
         trees: dict[Domain, MerkleTree] | None = None,
         buckets: BucketIndex | None = None,
         waiting: WaitingRoom | None = None,
+        *,
+        admit_all: bool = False,
     ) -> None:
+        self.admit_all = admit_all  # every message stored and shown: the sync engine alone
         self.expire_before_ms: int | None = None  # retention: older messages are refused
         self.trees = trees if trees is not None else {d: MerkleTree() for d in Domain}
         self.messages: dict[bytes, MsgV1] = {}
@@ -285,10 +288,10 @@ class MemoryReplica:
         return identity_wins(incoming, stored)
 
     def _admissible(self, msg: MsgV1) -> bool:
-        return admissible(msg, self.access(msg.chat_id, msg.sender))
+        return self.admit_all or admissible(msg, self.access(msg.chat_id, msg.sender))
 
     def _visible(self, msg: MsgV1) -> bool:
-        return visible(msg, self.access(msg.chat_id, msg.sender))
+        return self.admit_all or visible(msg, self.access(msg.chat_id, msg.sender))
 
     def _listed(self, domain: Domain, record_id: bytes) -> None:
         self._buckets[domain][_bucket(record_id)].add(record_id)
@@ -319,8 +322,13 @@ class Applied:
 class DbReplica:
     """A ChatDb seen through the Replica interface, with trees rebuilt from it on creation."""
 
-    def __init__(self, db: ChatDb, waiting: WaitingRoom | None = None) -> None:
+    def __init__(
+        self, db: ChatDb, waiting: WaitingRoom | None = None, *, admit_all: bool = False
+    ) -> None:
+        """``admit_all``: store and show every message, members or not — the sync engine on
+        its own, as protocol tests and the sync benchmark drive it (a node never does)."""
         self.db = db
+        self.admit_all = admit_all
         self.waiting = waiting if waiting is not None else WaitingRoom()
         # told of every message sync stored that was new here (from the applying thread)
         self.on_new_messages: Callable[[list[MsgV1]], None] | None = None
@@ -394,7 +402,7 @@ class DbReplica:
         if applied is not None:
             chats = {chat for chat, _ in applied.touched} | applied.dm_chats
             released = self.waiting.release_chats(chats)
-        results, waiting = self.db.put_authorized(msgs + released)
+        results, waiting = self.db.put_authorized(msgs + released, admit_all=self.admit_all)
         for msg in waiting:
             self.waiting.park(msg)
         stored = [r is not None and not r.duplicate for r in results]
