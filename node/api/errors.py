@@ -6,7 +6,8 @@
 API's own (``bad_id``, ``bad_base64``, ``user_mismatch``, ``invalid_request``,
 ``body_too_large``, ``not_found``, ``method_not_allowed``, ``busy``, ``disk_full``).
 Sizes are 413 (dm3: -32011 Too big), well-formed but unacceptable ops (signature, clock
-drift, user mismatch, unauthorized membership) 422, an author over its rate 429, other
+drift, user mismatch, unauthorized membership) 422, a message from a sender removed from
+its chat at its stamp 403 (``not_a_member``), an author over its rate 429, other
 bad input 400, a full write queue 503 (dm3: -32005 Limit exceeded), a full disk 507. A
 500 means a bug: it is logged with its traceback. Each refusal is counted
 (``api_errors{code}``; bugs ``api_bugs``).
@@ -34,7 +35,7 @@ SIZE_REASONS = {"too_large", "oversize", "body_too_large"}
 UNPROCESSABLE_REASONS = {"bad_signature", "clock_drift", "user_mismatch", "unauthorized"}
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (400, 404, 413, 422, 429, 503, 507)
+    status: {"model": ErrorOut} for status in (400, 403, 404, 413, 422, 429, 503, 507)
 }
 
 
@@ -47,6 +48,8 @@ def status_for(reason: str) -> int:
         return 413
     if reason == "rate_limited":
         return 429
+    if reason == "not_a_member":
+        return 403
     return 422 if reason in UNPROCESSABLE_REASONS else 400
 
 

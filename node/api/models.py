@@ -31,6 +31,9 @@ class OpsIn(BaseModel):
 class OpsOut(BaseModel):
     accepted: int = Field(description="ops in the request (all valid, all written)")
     new: list[bool] = Field(description="per op: did it change this node's store")
+    waiting: list[bool] = Field(
+        description="per op: a message held until a member op admitting its sender arrives"
+    )
 
 
 class PeerIn(BaseModel):
