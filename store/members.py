@@ -13,10 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from store.authz import ChatProof
 from store.hlc import Hlc
 from store.keys import CHAT_ID_LEN, bucket_prefix, check_len, key_members, parse_key_members
 from store.merge import add_op_state, merge_member_states, meta_after_membership, remove_op_state
 from store.messages import take_until
+from store.ops import decode_membership_op
 from store.records import (
     ChatMeta,
     MemberInfo,
@@ -136,6 +138,23 @@ class MemberStore(RocksBase):
 
     def list_members(self, chat_id: bytes) -> list[bytes]:
         return [user for user, _ in self.list_members_with_info(chat_id)]
+
+    def chat_proof(self, chat_id: bytes) -> ChatProof | None:
+        """Who controls the chat: the proof its member ops carry (None: no signed op here).
+
+        Every authorized op of a chat carries the same proof (it derives the chat id), so
+        the first row with a signed op answers; unsigned rows (tests, admin tooling) are skipped.
+        """
+        check_len(chat_id, CHAT_ID_LEN, "chat_id")
+        for _, raw in self.iter_prefix("members", chat_id):
+            info = decode_member_info(raw)
+            for signed in (info.add_proof, info.remove_proof):
+                if signed is None:
+                    continue
+                proof = decode_membership_op(signed).proof
+                if proof is not None and proof.chat_id() == chat_id:
+                    return proof
+        return None
 
     # --- sync helpers ---
 
