@@ -45,7 +45,8 @@ console = Console(highlight=False)
 
 
 def fail(message: str) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {escape(message)}")
+    # soft_wrap: one line however long (rich would break ids at 80 columns when piped)
+    console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(1)
 
 
