@@ -33,6 +33,12 @@ from store.ops import (
 from store.records import IdentityRecord, MessageKind, MsgV1, Role
 
 
+@dataclass(frozen=True)
+class Posted:
+    new: list[bool]  # per op: was it new to the node
+    waiting: list[bool]  # per op: a message held until a member op admits its sender
+
+
 class ChatsyncClientError(Exception):
     """The node refused a request (``status`` 4xx/5xx) or could not be reached (status 0)."""
 
@@ -154,11 +160,16 @@ class ChatsyncClient:
 
     # --- writes ---
 
-    def post_ops(self, ops: list[Op]) -> list[bool]:
-        """Submit signed ops; per op, whether it was new to the node."""
+    def post(self, ops: list[Op]) -> Posted:
+        """Submit signed ops: per op, whether it was new to the node, and whether it is a
+        message the node holds until a member op admits its sender."""
         body = {"ops": [{"kind": int(op_kind(op)), "data": b64encode(encode_op(op))} for op in ops]}
         result = self._request("POST", "/ops", json=body)
-        return [bool(x) for x in result["new"]]
+        return Posted([bool(x) for x in result["new"]], [bool(x) for x in result["waiting"]])
+
+    def post_ops(self, ops: list[Op]) -> list[bool]:
+        """Submit signed ops; per op, whether it was new to the node."""
+        return self.post(ops).new
 
     def send_message(
         self,
@@ -174,9 +185,25 @@ class ChatsyncClient:
 
         ``extra_ops`` (identity, memberships) go first, in the same request.
         """
+        return self.send_message_posted(
+            key, chat_id, payload, kind=kind, ref=ref, extra_ops=extra_ops
+        )[0]
+
+    def send_message_posted(
+        self,
+        key: SigningKey,
+        chat_id: bytes,
+        payload: bytes,
+        *,
+        kind: MessageKind = MessageKind.NEW,
+        ref: bytes | None = None,
+        extra_ops: list[Op] | None = None,
+    ) -> tuple[MsgV1, bool]:
+        """``send_message``, and whether the node holds the message back (waiting for a member
+        op that admits its sender: it is not shown until one arrives)."""
         msg = MsgV1.create(key, chat_id, self.now(), payload, kind=kind, ref=ref)
-        self.post_ops([*(extra_ops or []), msg])
-        return msg
+        posted = self.post([*(extra_ops or []), msg])
+        return msg, posted.waiting[-1]
 
     def membership_op(
         self,
