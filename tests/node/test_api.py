@@ -124,8 +124,17 @@ async def test_every_endpoint_happy_path_with_pagination_and_unread(tmp_path: Pa
         bob_chats = (await http.get(f"/users/{BOB.user_id.hex()}/chats")).json()["chats"]
         assert bob_chats[0]["unread"] == 7  # read progress is per user
         # a second chat: the chat list pages newest first
-        other = b"\x78" * 32
-        await post_ok(http, message(ALICE, b"later", base + 500, chat=other))
+        other_proof = new_group(ALICE.signing_key, b"api-tests-other!")
+        other = other_proof.chat_id()
+        join = MembershipOp.create(
+            ALICE.signing_key,
+            other,
+            ALICE.user_id,
+            MembershipAction.ADD,
+            Hlc(base),
+            proof=other_proof,
+        )
+        await post_ok(http, join, message(ALICE, b"later", base + 500, chat=other))
         page1 = (await http.get(f"/users/{alice}/chats", params={"limit": 1})).json()
         assert [c["chat_id"] for c in page1["chats"]] == [other.hex()]
         page2 = (
