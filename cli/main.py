@@ -2,9 +2,10 @@
 
 ``node`` (``node.cli``), ``bench`` and ``demo`` (``bench.cli``), ``cluster``
 (``cluster.cli``), the user commands ``keygen``, ``publish``, ``send``, ``history``,
-``status`` (``client.commands``), and ``sim`` (``sim.cli``). ``sim`` is imported only when
-a ``sim`` command runs: it loads PySpark, seconds of start-up no other command needs;
-otherwise an empty placeholder with the same help stands in its place in ``--help``.
+``status`` (``client.commands``) and ``group`` (``client.groups``), and ``sim``
+(``sim.cli``). ``sim`` is imported only when a ``sim`` command runs: it loads PySpark,
+seconds of start-up no other command needs; otherwise an empty placeholder with the same
+help stands in its place in ``--help``.
 
 Help text is plain (``rich_markup_mode=None``, inherited by every sub-app mounted here), so
 ``[node]`` or ``[default: ...]`` in a help string is shown as written.
@@ -18,6 +19,7 @@ import typer
 
 from bench.cli import bench_app, demo
 from client.commands import register as register_user_commands
+from client.groups import group_app
 from cluster.cli import cluster
 from node.cli import node_app
 
@@ -46,6 +48,7 @@ def build_app(*, with_sim: bool = False) -> typer.Typer:
     app.add_typer(sim_app(load=with_sim), name="sim", help=SIM_HELP)
     app.add_typer(node_app, name="node")
     register_user_commands(app)
+    app.add_typer(group_app, name="group")
     app.command("demo")(demo)
     app.command("cluster")(cluster)
     return app

@@ -45,7 +45,8 @@ console = Console(highlight=False)
 
 
 def fail(message: str) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {escape(message)}")
+    # soft_wrap: one line however long (rich would break ids at 80 columns when piped)
+    console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(1)
 
 
@@ -133,9 +134,15 @@ def send(
             chat_id, payload, ops = prepare_dm(client, key, recipient, text.encode())
         else:
             chat_id, payload, ops = parse_hex(chat, CHAT_ID_LEN, "--chat"), text.encode(), []
-        msg = client.send_message(key.signing_key, chat_id, payload, extra_ops=ops)
+        msg, waiting = client.send_message_posted(key.signing_key, chat_id, payload, extra_ops=ops)
     what = "encrypted DM" if to is not None else "message"
     console.print(f"sent {what} [bold]{msg.msg_id.hex()}[/] in chat {chat_id.hex()}")
+    if waiting:
+        console.print(
+            "held (not_a_member): the node knows no add of you to this chat stamped before "
+            "the message; it is shown once one arrives (never, if you are not a member)",
+            soft_wrap=True,
+        )
 
 
 def prepare_dm(

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from nacl.signing import SigningKey
 
-from store.authz import AdminGrant, ChatProof
+from store.authz import AdminGrant, ChatProof, DmProof, GroupProof
 from store.errors import InvalidInput
 from store.hlc import Hlc, HlcClock
 from store.messages import DEFAULT_PAGE_LIMIT
@@ -31,6 +31,12 @@ from store.ops import (
     verify_identity,
 )
 from store.records import IdentityRecord, MessageKind, MsgV1, Role
+
+
+@dataclass(frozen=True)
+class Posted:
+    new: list[bool]  # per op: was it new to the node
+    waiting: list[bool]  # per op: a message held until a member op admits its sender
 
 
 class ChatsyncClientError(Exception):
@@ -69,6 +75,30 @@ class Message:
 class HistoryPage:
     messages: list[Message]
     next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class Member:
+    user_id: bytes
+    role: Role
+    added_at: Hlc
+
+
+def proof_from_json(chat_id: bytes, item: dict[str, Any]) -> ChatProof:
+    """Rebuild a chat's proof from the API's JSON; InvalidInput unless it derives ``chat_id``."""
+    proof: ChatProof
+    try:
+        if item["kind"] == "group":
+            proof = GroupProof(bytes.fromhex(item["creator_key"]), bytes.fromhex(item["nonce"]))
+        else:
+            user_a, user_b = (bytes.fromhex(u) for u in item["users"])
+            proof = DmProof(user_a, user_b)
+        derived = proof.chat_id()
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidInput(f"the node sent a malformed chat proof: {exc}") from None
+    if derived != chat_id:  # a node could claim anyone controls the chat
+        raise InvalidInput("the node sent a chat proof that does not derive this chat id")
+    return proof
 
 
 def message_from_json(item: dict[str, Any]) -> Message:
@@ -130,11 +160,16 @@ class ChatsyncClient:
 
     # --- writes ---
 
-    def post_ops(self, ops: list[Op]) -> list[bool]:
-        """Submit signed ops; per op, whether it was new to the node."""
+    def post(self, ops: list[Op]) -> Posted:
+        """Submit signed ops: per op, whether it was new to the node, and whether it is a
+        message the node holds until a member op admits its sender."""
         body = {"ops": [{"kind": int(op_kind(op)), "data": b64encode(encode_op(op))} for op in ops]}
         result = self._request("POST", "/ops", json=body)
-        return [bool(x) for x in result["new"]]
+        return Posted([bool(x) for x in result["new"]], [bool(x) for x in result["waiting"]])
+
+    def post_ops(self, ops: list[Op]) -> list[bool]:
+        """Submit signed ops; per op, whether it was new to the node."""
+        return self.post(ops).new
 
     def send_message(
         self,
@@ -150,9 +185,25 @@ class ChatsyncClient:
 
         ``extra_ops`` (identity, memberships) go first, in the same request.
         """
+        return self.send_message_posted(
+            key, chat_id, payload, kind=kind, ref=ref, extra_ops=extra_ops
+        )[0]
+
+    def send_message_posted(
+        self,
+        key: SigningKey,
+        chat_id: bytes,
+        payload: bytes,
+        *,
+        kind: MessageKind = MessageKind.NEW,
+        ref: bytes | None = None,
+        extra_ops: list[Op] | None = None,
+    ) -> tuple[MsgV1, bool]:
+        """``send_message``, and whether the node holds the message back (waiting for a member
+        op that admits its sender: it is not shown until one arrives)."""
         msg = MsgV1.create(key, chat_id, self.now(), payload, kind=kind, ref=ref)
-        self.post_ops([*(extra_ops or []), msg])
-        return msg
+        posted = self.post([*(extra_ops or []), msg])
+        return msg, posted.waiting[-1]
 
     def membership_op(
         self,
@@ -219,6 +270,25 @@ class ChatsyncClient:
     def members(self, chat_id: bytes) -> list[bytes]:
         result = self._request("GET", f"/chats/{chat_id.hex()}/members")
         return [bytes.fromhex(m["user_id"]) for m in result["members"]]
+
+    def member_list(self, chat_id: bytes) -> list[Member]:
+        """The active members with their role and when they were added."""
+        result = self._request("GET", f"/chats/{chat_id.hex()}/members")
+        return [
+            Member(bytes.fromhex(m["user_id"]), Role[m["role"].upper()], hlc_of(m["added_at"]))
+            for m in result["members"]
+        ]
+
+    def chat_proof(self, chat_id: bytes) -> ChatProof | None:
+        """Who controls the chat (checked: it derives ``chat_id``); None: the node knows no
+        member op of it."""
+        try:
+            result = self._request("GET", f"/chats/{chat_id.hex()}/proof")
+        except ChatsyncClientError as exc:
+            if exc.code == "unknown_chat":
+                return None
+            raise
+        return proof_from_json(chat_id, result)
 
     def get_identity(self, user_id: bytes) -> IdentityRecord | None:
         """The user's identity record as the node has it (None: the node has none)."""

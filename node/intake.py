@@ -1,7 +1,8 @@
 """The intake: ops from the node's clients (``POST /ops``, ``PUT /identity``) on their way in.
 
 ``OpIntake.submit`` checks the ops this replica does not hold yet — signature, author
-id, authorization, HLC drift (``store.ops.validate_op``), then the authors' rate
+id, authorization, HLC drift (``store.ops.validate_op``), a message's sender removed
+at its stamp (``refuse_removed_senders``), then the authors' rate
 (``AuthorRates``, the budget gossip shares) — hands all of them to the writer, and once
 they are written gossips the ones that were new (and records them with ``--trace-out``).
 All or nothing: if one op is refused, none is written.
@@ -14,15 +15,17 @@ replaying an author's old ops spends none of the author's budget.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from node.clock import Clock
 from node.gossip import GossipService
 from node.limits import AuthorRates
 from node.metrics import Metrics
 from node.writer import DbWriter
+from store.access import admissible, visible
 from store.chatdb import ChatDb
 from store.errors import InvalidInput
-from store.ops import Op, validate_op
+from store.ops import MembershipAction, MembershipOp, Op, validate_op
 from store.records import MsgV1
 
 
@@ -33,6 +36,44 @@ def ops_not_held(db: ChatDb, ops: list[Op]) -> list[Op]:
     held_flags = db.held_messages([m.msg_id for m in msgs])
     held = {m.msg_id for m, is_held in zip(msgs, held_flags, strict=True) if is_held}
     return [op for op in ops if not (isinstance(op, MsgV1) and op.msg_id in held)]
+
+
+class NotAMember(InvalidInput):
+    """A client's message from a sender this node knows was not a member at its stamp."""
+
+    reason = "not_a_member"
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    new: list[bool]  # per op: did it change the store
+    waiting: list[bool]  # per op: a message held until a member op admits it
+
+
+def refuse_removed_senders(db: ChatDb, ops: list[Op]) -> None:
+    """NotAMember for a message whose sender, by the ops known here and in the request, was
+    admitted to the chat once but removed at the message's stamp.
+
+    Only at the API: a client learns at once that its post would be hidden. Replicas still
+    store such messages when a peer sends them (whether they show is decided when reading,
+    and a later re-add may show them), so this changes nothing that converges.
+    """
+    batch_ops: dict[tuple[bytes, bytes], list[MembershipOp]] = {}
+    for op in ops:
+        if isinstance(op, MembershipOp):
+            batch_ops.setdefault((op.chat_id, op.user_id), []).append(op)
+    for op in ops:
+        if not isinstance(op, MsgV1):
+            continue
+        access = db.access_of(op.chat_id, op.sender)
+        for member_op in batch_ops.get((op.chat_id, op.sender), ()):
+            is_add = member_op.action is MembershipAction.ADD
+            access = replace(access, history=access.history.with_op(member_op.hlc, is_add))
+        if admissible(op, access) and not visible(op, access):
+            raise NotAMember(
+                f"user {op.sender.hex()} was not a member of chat {op.chat_id.hex()} "
+                f"at the message's stamp {op.hlc} (removed or left)"
+            )
 
 
 class OpIntake:
@@ -57,25 +98,27 @@ class OpIntake:
         self.max_offset_ms = max_offset_ms
         self.record = record  # --trace-out: (now_ms, the ops that were new)
 
-    async def submit(self, ops: list[Op], *, wait_for_room: bool = True) -> list[bool]:
-        """Validate, write (ack after the WriteBatch), then gossip the ops that were new.
+    async def submit(self, ops: list[Op], *, wait_for_room: bool = True) -> Submitted:
+        """Validate, write (ack after the WriteBatch), then gossip the ops that were new —
+        and the messages that wait for their member op: another node may hold it.
 
         With ``wait_for_room=False`` a full write queue raises ``trio.WouldBlock`` at
         once instead of waiting (the HTTP API answers 503 then).
         """
         now = self.clock.wall_ms()
         self.check(ops, now)
-        if wait_for_room:
-            new = await self.writer.submit(ops)
-        else:
-            new = await self.writer.wait(self.writer.submit_nowait(ops))
-        fresh = [op for op, is_new in zip(ops, new, strict=True) if is_new]
+        request = (
+            await self.writer.enqueue(ops) if wait_for_room else self.writer.submit_nowait(ops)
+        )
+        new = await self.writer.wait(request)
+        waiting = request.waiting
+        fresh = [op for op, n, w in zip(ops, new, waiting, strict=True) if n or w]
         self.metrics.inc("ops_submitted", len(ops), help="ops submitted through the API")
         if fresh:
             if self.record is not None:
                 self.record(now, fresh)
             await self.gossip.publish(fresh)
-        return new
+        return Submitted(new, waiting)
 
     def check(self, ops: list[Op], now_ms: int) -> None:
         """InvalidInput (counted by reason) unless every op not held here is acceptable."""
@@ -83,6 +126,7 @@ class OpIntake:
         try:
             for op in unheld:
                 validate_op(op, now_ms=now_ms, max_offset_ms=self.max_offset_ms)
+            refuse_removed_senders(self.db, unheld)
             self.author_rates.check(unheld, now_ms)
         except InvalidInput as exc:
             self.metrics.inc("ops_rejected", reason=exc.reason, help="ops refused at the API")

@@ -26,6 +26,7 @@ from node.clock import Clock
 from node.config import NodeConfig
 from node.errors import dialling
 from node.framing import Libp2pFrames
+from node.intake import Submitted
 from node.metrics import Metrics
 from node.p2p import (
     OPS_TOPIC,
@@ -221,7 +222,7 @@ class RunningNode:
     def max_payload(self) -> int:
         return self.config.max_payload
 
-    async def submit_ops(self, ops: list[Op], *, wait_for_room: bool = True) -> list[bool]:
+    async def submit_ops(self, ops: list[Op], *, wait_for_room: bool = True) -> Submitted:
         return await self.services.intake.submit(ops, wait_for_room=wait_for_room)
 
     async def move_read_progress(self, user: bytes, chat: bytes, seq: int) -> ReadProgress:

@@ -162,3 +162,15 @@ def _register_gauges(metrics: Metrics, replica: DbReplica, writer: DbWriter) -> 
     metrics.gauge(
         "write_queue", lambda: {(): writer.statistics().queued}, help="write requests waiting"
     )
+    room = replica.waiting
+    metrics.gauge(
+        "waiting_messages",
+        lambda: {
+            (("what", "held"),): len(room),
+            (("what", "bytes"),): room.bytes,
+            (("what", "parked"),): room.stats.parked,
+            (("what", "released"),): room.stats.released,
+            (("what", "evicted"),): room.stats.evicted,
+        },
+        help="messages held until a member op admits them (store.waiting; counts since start)",
+    )

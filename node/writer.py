@@ -13,8 +13,8 @@ Two kinds of request:
 * ``WriteRequest``: ops. The ops of all the requests in a batch go through
   ``DbReplica.apply_ops`` together — one WriteBatch per domain, the Merkle trees updated
   in the same step, then the chat lists (CF user_inbox) of the chats that got new
-  messages, through ``ChatDb.refresh_inboxes`` (store/inbox.py). The answer: per op,
-  whether it changed the store.
+  messages. The answer: per op, whether it changed the store, and whether it is a
+  message the chat's member ops do not admit yet (held in the replica's waiting room).
 * ``ReadProgressRequest``: how far a user has read in a chat (``PUT
   /users/{user}/chats/{chat}/read``), a local convenience — not signed, not synced —
   moved forward only and capped at the chat's last local seq.
@@ -41,6 +41,7 @@ from node.limits import check_free_disk
 from node.metrics import Metrics
 from store.errors import ChatsyncError
 from store.ops import Op
+from store.records import MsgV1
 from sync.replica import DbReplica
 
 if TYPE_CHECKING:
@@ -58,6 +59,8 @@ class WriteRequest:
     ops: list[Op]
     done: trio.Event = field(default_factory=trio.Event)
     new: list[bool] = field(default_factory=list)  # per op: did it change the store?
+    # per op: a message held back until a member op admits it (store.waiting)
+    waiting: list[bool] = field(default_factory=list)
     error: ChatsyncError | None = None
 
     @property
@@ -223,8 +226,10 @@ class DbWriter:
     def _apply_writes(self, requests: Sequence[WriteRequest]) -> None:
         new = self.apply_ops([op for request in requests for op in request.ops])
         offset = 0
+        is_waiting = self.replica.is_waiting
         for request in requests:
             request.new = new[offset : offset + len(request.ops)]
+            request.waiting = [isinstance(op, MsgV1) and is_waiting(op) for op in request.ops]
             offset += len(request.ops)
         self._batches += 1
         self._ops_applied += len(new)
@@ -242,4 +247,4 @@ class DbWriter:
     def apply_ops(self, ops: list[Op]) -> list[bool]:
         """Apply validated ops (worker thread, under db_lock); per op, whether it changed anything."""
         check_free_disk(self.db.config.path, self.min_free_disk_mb)  # refuse, never half-write
-        return self.replica.apply_ops(ops)
+        return self.replica.apply_ops(ops).new

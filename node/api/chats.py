@@ -1,4 +1,4 @@
-"""A chat's history and members (reads, in a worker thread: RocksDB calls block)."""
+"""A chat's history, members and proof (reads, in a worker thread: RocksDB calls block)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,17 @@ import trio
 from fastapi import APIRouter, Query
 
 from node.api.decode import chat_param
-from node.api.errors import ERRORS
+from node.api.errors import ERRORS, NotFound
 from node.api.interface import NodeDep
-from node.api.models import HistoryOut, MembersOut, member_out, message_out
+from node.api.models import (
+    DmProofOut,
+    GroupProofOut,
+    HistoryOut,
+    MembersOut,
+    member_out,
+    message_out,
+    proof_out,
+)
 from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, Direction
 
 router = APIRouter()
@@ -38,3 +46,14 @@ async def members(chat_id: str, node: NodeDep) -> MembersOut:
     chat = chat_param(chat_id)
     rows = await trio.to_thread.run_sync(node.db.list_members_with_info, chat)
     return MembersOut(chat_id=chat.hex(), members=[member_out(user, info) for user, info in rows])
+
+
+@router.get("/chats/{chat_id}/proof", responses=ERRORS)
+async def proof(chat_id: str, node: NodeDep) -> GroupProofOut | DmProofOut:
+    """Who controls the chat (store.authz): the group's creator key and nonce, or the DM's two
+    users — what a client needs to sign member ops. 404 ``unknown_chat``: no member op here."""
+    chat = chat_param(chat_id)
+    found = await trio.to_thread.run_sync(node.db.chat_proof, chat)
+    if found is None:
+        raise NotFound("unknown_chat", f"this node holds no member op of chat {chat.hex()}")
+    return proof_out(found)

@@ -4,9 +4,11 @@
 ``malformed``, ``wrong_length``, ``oversize``, ``too_large``, ``bad_signature``,
 ``clock_drift``, ``bad_cursor``, ``bad_limit``, ``rate_limited``, ...) or one of the
 API's own (``bad_id``, ``bad_base64``, ``user_mismatch``, ``invalid_request``,
-``body_too_large``, ``not_found``, ``method_not_allowed``, ``busy``, ``disk_full``).
+``body_too_large``, ``not_found``, ``unknown_chat``, ``method_not_allowed``, ``busy``,
+``disk_full``).
 Sizes are 413 (dm3: -32011 Too big), well-formed but unacceptable ops (signature, clock
-drift, user mismatch, unauthorized membership) 422, an author over its rate 429, other
+drift, user mismatch, unauthorized membership) 422, a message from a sender removed from
+its chat at its stamp 403 (``not_a_member``), an author over its rate 429, other
 bad input 400, a full write queue 503 (dm3: -32005 Limit exceeded), a full disk 507. A
 500 means a bug: it is logged with its traceback. Each refusal is counted
 (``api_errors{code}``; bugs ``api_bugs``).
@@ -34,8 +36,16 @@ SIZE_REASONS = {"too_large", "oversize", "body_too_large"}
 UNPROCESSABLE_REASONS = {"bad_signature", "clock_drift", "user_mismatch", "unauthorized"}
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (400, 404, 413, 422, 429, 503, 507)
+    status: {"model": ErrorOut} for status in (400, 403, 404, 413, 422, 429, 503, 507)
 }
+
+
+class NotFound(Exception):
+    """A well-formed request for something this node does not hold: 404 with ``code``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def error(status: int, code: str, message: str) -> JSONResponse:
@@ -47,6 +57,8 @@ def status_for(reason: str) -> int:
         return 413
     if reason == "rate_limited":
         return 429
+    if reason == "not_a_member":
+        return 403
     return 422 if reason in UNPROCESSABLE_REASONS else 400
 
 
@@ -79,6 +91,10 @@ async def http_error(request: Request, exc: StarletteHTTPException) -> JSONRespo
     return refused(request, exc.status_code, code, str(exc.detail))
 
 
+async def not_found(request: Request, exc: NotFound) -> JSONResponse:
+    return refused(request, 404, exc.code, str(exc))
+
+
 async def busy(request: Request, exc: trio.WouldBlock) -> JSONResponse:
     message = "the write queue is full, retry later (dm3 -32005 Limit exceeded)"
     return refused(request, 503, "busy", message)
@@ -100,6 +116,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(InvalidInput, invalid_input)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, invalid_request)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(NotFound, not_found)  # type: ignore[arg-type]
     app.add_exception_handler(trio.WouldBlock, busy)  # type: ignore[arg-type]
     app.add_exception_handler(StorageFull, disk_full)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, bug)  # a bug: 500, logged, the node serves on

@@ -30,5 +30,5 @@ async def put_identity(user_id: str, body: IdentityIn, node: NodeDep) -> Identit
     """Publish a signed IdentityRecord for this user (last writer wins by HLC)."""
     user = user_param(user_id)
     record = decode_identity_in(user, body)
-    new = await node.submit_ops([record], wait_for_room=False)
-    return IdentityPutOut(user_id=user.hex(), new=new[0])
+    submitted = await node.submit_ops([record], wait_for_room=False)
+    return IdentityPutOut(user_id=user.hex(), new=submitted.new[0])

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Request
 
+from node.intake import Submitted
 from node.metrics import Metrics
 from node.writer import ReadProgress
 from store.chatdb import ChatDb
@@ -29,9 +30,9 @@ class NodeApi(Protocol):
     @property
     def max_payload(self) -> int: ...
 
-    async def submit_ops(self, ops: list[Op], *, wait_for_room: bool = True) -> list[bool]:
-        """Validate, write and gossip; per op, whether it was new. ``wait_for_room=False``:
-        trio.WouldBlock at once if the write queue is full."""
+    async def submit_ops(self, ops: list[Op], *, wait_for_room: bool = True) -> Submitted:
+        """Validate, write and gossip; per op, whether it was new and whether it waits for
+        a member op. ``wait_for_room=False``: trio.WouldBlock at once if the queue is full."""
         ...
 
     async def move_read_progress(self, user: bytes, chat: bytes, seq: int) -> ReadProgress: ...

@@ -6,9 +6,11 @@ Ids are lowercase hex; bytes are URL-safe base64 (``node/api/decode.py``).
 from __future__ import annotations
 
 import base64
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from store.authz import ChatProof, GroupProof
 from store.hlc import Hlc
 from store.inbox import ChatListItem
 from store.messages import StoredMessage
@@ -31,6 +33,9 @@ class OpsIn(BaseModel):
 class OpsOut(BaseModel):
     accepted: int = Field(description="ops in the request (all valid, all written)")
     new: list[bool] = Field(description="per op: did it change this node's store")
+    waiting: list[bool] = Field(
+        description="per op: a message held until a member op admitting its sender arrives"
+    )
 
 
 class PeerIn(BaseModel):
@@ -106,6 +111,18 @@ class MembersOut(BaseModel):
     members: list[MemberOut]
 
 
+class GroupProofOut(BaseModel):
+    kind: Literal["group"] = "group"
+    creator_key: str = Field(description="the creator's ed25519 public key, hex")
+    nonce: str = Field(description="16 bytes, hex: chat id = BLAKE3(tag, creator_key, nonce)")
+    creator: str = Field(description="the creator's user id, hex")
+
+
+class DmProofOut(BaseModel):
+    kind: Literal["dm"] = "dm"
+    users: list[str] = Field(description="the two parties' user ids, hex")
+
+
 class IdentityIn(BaseModel):
     data: str = Field(description="the signed IdentityRecord's canonical CBOR, URL-safe base64")
 
@@ -143,6 +160,16 @@ def member_out(user: bytes, info: MemberInfo) -> MemberOut:
     return MemberOut(
         user_id=user.hex(), role=Role(info.role).name.lower(), added_at=HlcOut.of(info.added_at)
     )
+
+
+def proof_out(proof: ChatProof) -> GroupProofOut | DmProofOut:
+    if isinstance(proof, GroupProof):
+        return GroupProofOut(
+            creator_key=proof.creator_key.hex(),
+            nonce=proof.nonce.hex(),
+            creator=proof.creator.hex(),
+        )
+    return DmProofOut(users=[proof.user_a.hex(), proof.user_b.hex()])
 
 
 def chat_entry_out(item: ChatListItem) -> ChatEntryOut:

@@ -140,11 +140,19 @@ async def test_cli_keygen_send_dm_history_status(tmp_path: Path) -> None:
             assert r.exit_code == 0 and "encrypted DM" in r.output and "hello" not in r.output
             r = run_cli("history", "--node", url, "--chat", chat, "--limit", "1")
             assert "--cursor" in r.output
-            # a plain group message with --chat
+            # a plain group message with --chat: held while Bob is no member of Alice's group
             group = GROUP.hex()
             r = run_cli("send", "--key", str(bob_file), "--node", url, "--chat", group, "hi all")
-            assert r.exit_code == 0, r.output
+            assert r.exit_code == 0 and "held (not_a_member)" in r.output, r.output
             r = run_cli("history", "--node", url, "--chat", group, "--direction", "forward")
+            assert "hi all" not in r.output
+            # ... and shown in a group of his own
+            r = run_cli("group", "create", "--key", str(bob_file), "--node", url)
+            assert r.exit_code == 0, r.output
+            own = r.output.split()[-1]
+            r = run_cli("send", "--key", str(bob_file), "--node", url, "--chat", own, "hi all")
+            assert r.exit_code == 0 and "held" not in r.output, r.output
+            r = run_cli("history", "--node", url, "--chat", own, "--direction", "forward")
             assert "hi all" in r.output
             r = run_cli("status", "--node", url)
             assert r.exit_code == 0 and "messages" in r.output and "no sync yet" in r.output

@@ -10,7 +10,7 @@ Not a mock of the app: the handlers' own pieces, in the order they run.
 * Paths and queries: ids through ``chat_param`` / ``user_param``, then the read the handler
   makes on a real ``ChatDb`` (RocksDB in a temporary directory, one per process, holding a
   few messages): history pages with the fuzzed cursor, limit and direction, chat lists,
-  members, identity, read progress.
+  members, a chat's proof, identity, read progress.
 
 Input: ``[endpoint][field]\\n[field]\\n...[body]`` (the last field may hold newlines).
 
@@ -148,7 +148,9 @@ def _chat_list(fields: list[bytes]) -> None:
 
 
 def _reads_by_id(fields: list[bytes]) -> None:
-    _db().list_members_with_info(chat_param(_text(fields[0])))
+    chat = chat_param(_text(fields[0]))
+    _db().list_members_with_info(chat)
+    _db().chat_proof(chat)
     _db().get_identity(user_param(_text(fields[1])))
 
 

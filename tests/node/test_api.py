@@ -16,7 +16,7 @@ import httpx
 import trio
 
 from client.e2e import UserKey
-from store.authz import new_group
+from store.authz import DmProof, new_group
 from store.hlc import Hlc
 from store.ops import MembershipAction, MembershipOp, Op, verify_identity
 from store.records import DEFAULT_MAX_PAYLOAD, IdentityRecord, MsgV1, canonical_cbor
@@ -101,6 +101,8 @@ async def test_every_endpoint_happy_path_with_pagination_and_unread(tmp_path: Pa
             [ALICE.user_id.hex(), BOB.user_id.hex()]
         )
         assert {m["role"] for m in members} == {"participant"}
+        proof = (await http.get(f"/chats/{chat}/proof")).json()
+        assert proof["kind"] == "group" and proof["creator"] == ALICE.user_id.hex()
         # the chat list (inbox kept by the writer) with unread counts, then read progress
         alice = ALICE.user_id.hex()
         chats = (await http.get(f"/users/{alice}/chats")).json()
@@ -122,8 +124,17 @@ async def test_every_endpoint_happy_path_with_pagination_and_unread(tmp_path: Pa
         bob_chats = (await http.get(f"/users/{BOB.user_id.hex()}/chats")).json()["chats"]
         assert bob_chats[0]["unread"] == 7  # read progress is per user
         # a second chat: the chat list pages newest first
-        other = b"\x78" * 32
-        await post_ok(http, message(ALICE, b"later", base + 500, chat=other))
+        other_proof = new_group(ALICE.signing_key, b"api-tests-other!")
+        other = other_proof.chat_id()
+        join = MembershipOp.create(
+            ALICE.signing_key,
+            other,
+            ALICE.user_id,
+            MembershipAction.ADD,
+            Hlc(base),
+            proof=other_proof,
+        )
+        await post_ok(http, join, message(ALICE, b"later", base + 500, chat=other))
         page1 = (await http.get(f"/users/{alice}/chats", params={"limit": 1})).json()
         assert [c["chat_id"] for c in page1["chats"]] == [other.hex()]
         page2 = (
@@ -146,7 +157,7 @@ async def test_every_endpoint_happy_path_with_pagination_and_unread(tmp_path: Pa
         assert (await http.get("/health")).json() == {"status": "ok"}
         schema = (await http.get("/openapi.json")).json()
         for path in (
-            "/ops", "/chats/{chat_id}/messages", "/chats/{chat_id}/members",
+            "/ops", "/chats/{chat_id}/messages", "/chats/{chat_id}/members", "/chats/{chat_id}/proof",
             "/users/{user_id}/chats", "/users/{user_id}/chats/{chat_id}/read",
             "/identity/{user_id}", "/status", "/metrics", "/health",
         ):  # fmt: skip
@@ -235,6 +246,12 @@ async def test_hostile_input_is_refused_with_json_and_writes_nothing(tmp_path: P
             ("GET", "/chats/abcd/messages", {}, 400, "bad_id"),
             ("GET", f"/chats/{'zz' * 32}/messages", {}, 400, "bad_id"),
             ("GET", f"/chats/{chat}00/members", {}, 400, "bad_id"),
+            # a chat's proof: a malformed id is a 400, a chat with no member op here a 404
+            ("GET", "/chats/abcd/proof", {}, 400, "bad_id"),
+            ("GET", f"/chats/{'zz' * 32}/proof", {}, 400, "bad_id"),
+            ("GET", f"/chats/{' ' * 64}/proof", {}, 400, "bad_id"),
+            ("GET", f"/chats/{'0' * 62}\u00e9\u00e9/proof", {}, 400, "bad_id"),
+            ("GET", f"/chats/{chat}/proof", {}, 404, "unknown_chat"),
             ("GET", f"/users/{alice[:-2]}/chats", {}, 400, "bad_id"),
             ("GET", f"/chats/{chat}/messages", {"params": {"cursor": "%%%"}}, 400, "bad_cursor"),
             ("GET", f"/chats/{chat}/messages", {"params": {"cursor": b64(b"\x01" * 44)}}, 400, "bad_cursor"),
@@ -261,6 +278,31 @@ async def test_hostile_input_is_refused_with_json_and_writes_nothing(tmp_path: P
         assert 'chatsync_api_errors_total{code="bad_signature"} 4' in metrics
         assert "chatsync_api_bugs" not in metrics
         assert node.metrics.counter("ops_rejected", reason="clock_drift") == 1
+
+
+async def test_a_chats_proof_says_who_controls_it(tmp_path: Path) -> None:
+    async with running_node(tmp_path) as (_, http):
+        base = now_ms() - 60_000
+        dm = DmProof(ALICE.user_id, BOB.user_id)
+        join = MembershipOp.create(
+            BOB.signing_key, dm.chat_id(), ALICE.user_id, MembershipAction.ADD, Hlc(base), proof=dm
+        )
+        await post_ok(http, add(ALICE, BOB, base), join)
+        r = await http.get(f"/chats/{GROUP.hex()}/proof")
+        assert r.status_code == 200 and r.json() == {
+            "kind": "group",
+            "creator_key": GROUP_PROOF.creator_key.hex(),
+            "nonce": GROUP_PROOF.nonce.hex(),
+            "creator": ALICE.user_id.hex(),
+        }
+        r = await http.get(f"/chats/{dm.chat_id().hex()}/proof")
+        assert r.json() == {"kind": "dm", "users": [ALICE.user_id.hex(), BOB.user_id.hex()]}
+        # a chat with messages but no member op is unknown too
+        await post_ok(http, message(CAROL, b"hi", base, chat=b"\x55" * 32))
+        for unknown in (b"\x55" * 32, b"\x66" * 32):
+            r = await http.get(f"/chats/{unknown.hex()}/proof")
+            assert (r.status_code, r.json()["code"]) == (404, "unknown_chat"), r.text
+            assert unknown.hex() in r.json()["message"]
 
 
 async def test_a_full_write_queue_answers_503_busy(tmp_path: Path) -> None:

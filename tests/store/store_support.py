@@ -7,6 +7,7 @@ slow part), real ChatDb instances on RocksDB in temporary directories.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 from collections.abc import Iterator
@@ -16,8 +17,10 @@ from typing import Any
 from hypothesis import strategies as st
 
 from store import ChatDb, ChatDbConfig, Hlc, MemberInfo, MessageKind, MsgV1, Role
+from store.authz import new_group
 from store.hlc import HLC_ZERO, MAX_LOGICAL, MAX_PHYSICAL
 from store.merge import add_op_state, merge_member_states, remove_op_state
+from store.ops import MembershipAction, MembershipOp
 from store.records import (
     blake3_id,
     compute_identity_record_id,
@@ -38,6 +41,21 @@ CHATS = (bytes(32), bytes([0x42]) * 32, b"\xff" * 32)
 USERS = tuple(bytes([0x10 + i]) * 20 for i in range(4))
 
 BIG = 1 << 40  # a byte budget nothing reaches
+
+# A group created by KEYS[0], and signed ops on it (each made once: signing is the slow part).
+GROUP = new_group(KEYS[0], b"store-test-group")
+GROUP_CHAT = GROUP.chat_id()
+
+
+@functools.cache
+def group_op(
+    user: int, hlc: int, *, remove: bool = False, role: Role = Role.PARTICIPANT
+) -> MembershipOp:
+    """The creator's add (or remove) of AUTHOR_IDS[user] in GROUP_CHAT at Hlc(hlc)."""
+    action = MembershipAction.REMOVE if remove else MembershipAction.ADD
+    return MembershipOp.create(
+        KEYS[0], GROUP_CHAT, AUTHOR_IDS[user], action, Hlc(hlc), role, proof=GROUP
+    )
 
 
 def small_config(path: str, **overrides: Any) -> ChatDbConfig:

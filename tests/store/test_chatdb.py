@@ -26,12 +26,12 @@ from store import (
 )
 from store.hlc import HLC_ZERO
 from store.keys import bucket_of, key_messages, parse_key_messages
+from store.members import member_op_id
 from store.messages import extract_hlc_physical_from_seen_value
 from store.records import (
     compute_identity_record_id,
     compute_member_record_id,
     decode_identity_record,
-    decode_member_record,
     decode_msg,
 )
 
@@ -42,16 +42,14 @@ from store_support import (
     dump_all,
     fold_members,
     fresh_db,
+    group_op,
     identity_record_ids,
     make_msg,
     member_ops,
     member_record_ids,
-    member_row_ids,
     member_rows,
     msg_ids,
     op_state,
-    removal_stamps,
-    roles,
     small_config,
     small_hlcs,
 )
@@ -337,19 +335,18 @@ def apply_op(db: ChatDb, chat: bytes, user: bytes, op: tuple[Any, ...]) -> Any:
 
 
 def check_member_indexes(db: ChatDb) -> None:
-    """seen_member holds exactly the current record id of every row; meta follows the rows."""
+    """seen_member indexes exactly the stored member ops (unsigned rows are not replicated);
+    meta follows the rows."""
     rows = member_rows(db)
-    current = member_row_ids(rows)
+    stored = {member_op_id(value[1:]): key for key, value in db.iter_all("member_ops")}
+    assert dict(db.iter_all("seen_member")) == stored
     ids = member_record_ids(db)
-    assert len(ids) == len(rows)
-    assert set(ids) == current
-    for record_id in current:
+    assert sorted(ids) == sorted(stored)
+    for record_id in ids:
         assert record_id in db.get_bucket_member_ids(bucket_of(record_id))
-    union = {rid for b in {bucket_of(r) for r in current} for rid in db.get_bucket_member_ids(b)}
-    assert union == current
-    encoded, more = db.get_member_records_batch(sorted(current), BIG)
+    encoded, more = db.get_member_records_batch(sorted(ids), BIG)
     assert not more
-    assert {(r.chat_id, r.user_id): r.info for r in map(decode_member_record, encoded)} == rows
+    assert {member_op_id(e) for e in encoded} == set(stored)
     for chat in {c for c, _ in rows}:
         active = sorted(u for (c, u), info in rows.items() if c == chat and info.active)
         meta = db.get_chat_meta(chat) or ChatMeta()
@@ -423,9 +420,9 @@ def test_reads_hide_tombstones(db: ChatDb) -> None:
     assert db.list_members(CHAT) == [bob]
     assert db.list_members_with_info(CHAT) == [(bob, MemberInfo(Role.PARTICIPANT, Hlc(10)))]
     assert db.get_member_record(CHAT, alice) == MemberInfo(Role.ADMIN, Hlc(10), Hlc(11))
-    # the tombstone row stays, indexed, so sync can ship it
+    # the tombstone row stays; unsigned rows are local (sync ships signed ops only)
     check_member_indexes(db)
-    assert len(member_record_ids(db)) == 2
+    assert member_record_ids(db) == []
     # an older add does not resurrect; a newer one does
     assert not db.add_member_synced(CHAT, alice, Role.ADMIN, Hlc(9)).changed
     assert not db.is_member(CHAT, alice)
@@ -440,7 +437,7 @@ def test_remove_of_an_unknown_member_is_a_tombstone_placeholder(db: ChatDb) -> N
     assert change.old_id is None and change.changed
     assert db.get_member_record(CHAT, USERS[0]) == MemberInfo(Role.PARTICIPANT, HLC_ZERO, Hlc(5))
     assert db.list_members(CHAT) == []
-    assert member_record_ids(db) == [change.new_id]
+    assert member_record_ids(db) == []  # unsigned: not replicated
     # an add older than the remove stays hidden; the placeholder keeps the remove
     db.add_member_synced(CHAT, USERS[0], Role.ADMIN, Hlc(4))
     assert not db.is_member(CHAT, USERS[0])
@@ -459,14 +456,11 @@ def test_unchanged_member_write_writes_nothing(db: ChatDb) -> None:
     assert dump_all(db) == before
 
 
-@given(st.lists(st.tuples(roles, small_hlcs(), st.none() | removal_stamps()), max_size=8))
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 9), st.booleans()), max_size=8))
 @DB_EXAMPLES
-def test_member_records_batch_respects_max_bytes(
-    rows: list[tuple[Role, Hlc, Hlc | None]],
-) -> None:
+def test_member_records_batch_respects_max_bytes(ops: list[tuple[int, int, bool]]) -> None:
     with fresh_db() as db:
-        for i, (role, added, removed) in enumerate(rows):
-            db.apply_member_record_synced(CHAT, bytes([i]) * 20, MemberInfo(role, added, removed))
+        db.apply_member_ops([group_op(user, hlc, remove=remove) for user, hlc, remove in ops])
         ids = sorted(member_record_ids(db))
         check_batches(ids, db.get_member_records_batch)
 

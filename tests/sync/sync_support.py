@@ -6,15 +6,23 @@ from functools import cache
 
 from hypothesis import strategies as st
 
-from store import Hlc, IdentityRecord, MemberInfo, MemberRecord, MsgV1, Role
+from store import Hlc, IdentityRecord, MsgV1, Role
+from store.authz import new_group
+from store.ops import MembershipAction, MembershipOp
 from store.signing import key_from_seed, public_key, user_id_from_key
 from sync.frames import Domain
 from sync.merkle import MerkleTree
 from sync.replica import MemoryReplica, Record
 
-CHATS = [bytes([0xC0 + i]) * 32 for i in range(3)]
 KEYS = [key_from_seed(bytes([i + 1]) * 32) for i in range(4)]
 USERS = [user_id_from_key(public_key(k)) for k in KEYS]
+GROUPS = [new_group(KEYS[0], bytes([0xC0 + i]) * 16) for i in range(3)]  # KEYS[0] created them
+CHATS = [group.chat_id() for group in GROUPS]
+
+
+def engine() -> MemoryReplica:
+    """A replica of the sync engine alone: every message stored, members or not."""
+    return MemoryReplica(admit_all=True)
 
 
 @cache
@@ -23,9 +31,28 @@ def message(n: int) -> MsgV1:
     return MsgV1.create(KEYS[n % len(KEYS)], CHATS[n % len(CHATS)], Hlc(1_000 + n * 7), b"m%d" % n)
 
 
-def member(chat: int, user: int, added: int, removed: int, role: int) -> MemberRecord:
-    info = MemberInfo(Role(role), Hlc(added), Hlc(removed) if removed else None)
-    return MemberRecord(CHATS[chat], USERS[user], info)
+@cache
+def member(chat: int, user: int, hlc: int, *, remove: bool = False, role: int = 0) -> MembershipOp:
+    """An add (or remove) of USERS[user] in CHATS[chat] at Hlc(hlc), signed by the creator."""
+    action = MembershipAction.REMOVE if remove else MembershipAction.ADD
+    return MembershipOp.create(
+        KEYS[0], CHATS[chat], USERS[user], action, Hlc(hlc), Role(role), proof=GROUPS[chat]
+    )
+
+
+@cache
+def forged_member(chat: int, user: int, hlc: int) -> MembershipOp:
+    """An add signed by USERS[1], who holds no say in any of the groups: well formed, correctly
+    signed, and unauthorized."""
+    return MembershipOp.create(
+        KEYS[1], CHATS[chat], USERS[user], MembershipAction.ADD, Hlc(hlc), proof=GROUPS[chat]
+    )
+
+
+def member_stamp(step: int) -> int:
+    """Member op stamps interleave with the messages' (1,000 + 7n): adds, removes and re-adds
+    fall before, between and after them."""
+    return 990 + 25 * step
 
 
 def identity(user: int, hlc: int, blob: int) -> IdentityRecord:
@@ -33,17 +60,19 @@ def identity(user: int, hlc: int, blob: int) -> IdentityRecord:
 
 
 # Any record of a small universe, so that independent draws collide: the same message twice,
-# several member ops on one (chat, user) row, identities of one user with equal stamps.
+# several member ops on one (chat, user) — adds, removes, re-adds around its messages' stamps
+# — and identities of one user with equal stamps.
+MEMBER_OPS: st.SearchStrategy[MembershipOp] = st.builds(
+    member,
+    st.integers(0, 2),  # chat
+    st.integers(0, 3),  # user
+    st.integers(0, 18).map(member_stamp),
+    remove=st.booleans(),
+    role=st.integers(0, 1),  # participant, admin
+)
 RECORDS: st.SearchStrategy[Record] = st.one_of(
     st.integers(0, 60).map(message),
-    st.builds(
-        member,
-        st.integers(0, 2),  # chat
-        st.integers(0, 3),  # user
-        st.integers(1, 6),  # added_at
-        st.integers(0, 6),  # removed_at (0: none)
-        st.integers(0, 1),  # role: participant, admin
-    ),
+    MEMBER_OPS,
     st.builds(identity, st.integers(0, 3), st.integers(1, 6), st.integers(0, 3)),
 )
 
@@ -51,7 +80,7 @@ RECORDS: st.SearchStrategy[Record] = st.one_of(
 def domain_of(record: Record) -> Domain:
     if isinstance(record, MsgV1):
         return Domain.MESSAGES
-    if isinstance(record, MemberRecord):
+    if isinstance(record, MembershipOp):
         return Domain.MEMBERS
     return Domain.IDENTITY
 
@@ -65,8 +94,10 @@ def fill(replica: MemoryReplica, records: list[Record]) -> MemoryReplica:
 def contents(replica: MemoryReplica) -> tuple[object, ...]:
     return (
         sorted(replica.messages),
+        sorted(replica.member_ops),
         sorted(replica.members.items()),
         sorted(replica.identities.items()),
+        sorted(replica.visible_ids()),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import replace as dc_replace
 
 import pytest
@@ -17,11 +18,15 @@ from sync.protocol import TRANSITIONS, SessionRole, State, SyncConfig, SyncSessi
 from sync.replica import MemoryReplica, Record
 
 from sync_support import (
+    CHATS,
     KEYS,
     RECORDS,
+    USERS,
     assert_trees_match_contents,
     contents,
+    engine,
     fill,
+    forged_member,
     identity,
     member,
     message,
@@ -32,16 +37,22 @@ from sync_support import (
 placed = st.lists(st.tuples(RECORDS, st.sampled_from(["a", "b", "ab"])), max_size=60)
 
 
-def split(ops: list[tuple[Record, str]]) -> tuple[MemoryReplica, MemoryReplica, MemoryReplica]:
-    a = fill(MemoryReplica(), [r for r, where in ops if "a" in where])
-    b = fill(MemoryReplica(), [r for r, where in ops if "b" in where])
-    merged = fill(MemoryReplica(), [r for r, _ in ops])
+def split(
+    ops: list[tuple[Record, str]], make: Callable[[], MemoryReplica] = engine
+) -> tuple[MemoryReplica, MemoryReplica, MemoryReplica]:
+    a = fill(make(), [r for r, where in ops if "a" in where])
+    b = fill(make(), [r for r, where in ops if "b" in where])
+    merged = fill(make(), [r for r, _ in ops])
     return a, b, merged
 
 
-@given(placed)
-def test_one_session_makes_both_sides_the_merge(ops: list[tuple[Record, str]]) -> None:
-    a, b, merged = split(ops)
+# The sync engine alone, and replicas under the message rule (messages wait for their ops).
+@pytest.mark.parametrize("make", [engine, MemoryReplica], ids=["engine", "members-rule"])
+@given(ops=placed)
+def test_one_session_makes_both_sides_the_merge(
+    make: Callable[[], MemoryReplica], ops: list[tuple[Record, str]]
+) -> None:
+    a, b, merged = split(ops, make)
     result = run_session(a, b)
     assert result.converged
     assert contents(a) == contents(b) == contents(merged)
@@ -61,8 +72,8 @@ def test_one_session_makes_both_sides_the_merge(ops: list[tuple[Record, str]]) -
     )
 )
 def test_exactly_the_missing_messages_are_shipped(ops: list[tuple[int, str]]) -> None:
-    a = fill(MemoryReplica(), [message(n) for n, w in ops if "a" in w])
-    b = fill(MemoryReplica(), [message(n) for n, w in ops if "b" in w])
+    a = fill(engine(), [message(n) for n, w in ops if "a" in w])
+    b = fill(engine(), [message(n) for n, w in ops if "b" in w])
     only_a = {message(n).msg_id for n, w in ops if w == "a"}
     only_b = {message(n).msg_id for n, w in ops if w == "b"}
     shipped: list[bytes] = []
@@ -87,17 +98,16 @@ def _msg_id(blob: bytes) -> bytes:
     return decode_msg(blob).msg_id
 
 
-def test_member_versions_converge_and_the_next_session_is_empty() -> None:
-    # Same (chat, user), different CRDT versions on each side: different record ids.
-    a = fill(MemoryReplica(), [member(0, 0, added=5, removed=0, role=1), identity(0, 3, 1)])
-    b = fill(MemoryReplica(), [member(0, 0, added=2, removed=4, role=0), identity(0, 3, 2)])
+def test_member_ops_converge_and_the_next_session_is_empty() -> None:
+    # Same (chat, user), different ops on each side: the rows fold all of them.
+    a = fill(engine(), [member(0, 0, 5, role=1), identity(0, 3, 1)])
+    b = fill(engine(), [member(0, 0, 2), member(0, 0, 4, remove=True), identity(0, 3, 2)])
     result = run_session(a, b)
     assert result.converged and contents(a) == contents(b)
-    info = a.members[(member(0, 0, 1, 0, 0).chat_id, member(0, 0, 1, 0, 0).user_id)]
-    assert (info.added_at.physical_ms, info.removed_at.physical_ms if info.removed_at else 0) == (
-        5,
-        4,
-    )
+    assert len(a.member_ops) == 3
+    info = a.members[(CHATS[0], USERS[0])]
+    assert info.active and info.role == 1
+    assert (info.added_at, info.removed_at) == (Hlc(5), Hlc(4))
     assert run_session(a, b, salt_seed=b"x").frames == 2
 
 
@@ -108,8 +118,8 @@ def test_interleaved_sessions_then_a_round_converge(
 ) -> None:
     """A<->B and C<->B run at once, frames delivered one at a time in a random interleaving."""
     a, b, _ = split(ops_ab)
-    c = fill(MemoryReplica(), [r for r, _ in ops_c])
-    everything = fill(MemoryReplica(), [r for r, _ in ops_ab + ops_c])
+    c = fill(engine(), [r for r, _ in ops_c])
+    everything = fill(engine(), [r for r, _ in ops_ab + ops_c])
     pairs = []
     for init, resp, seed in ((a, b, b"1"), (c, b, b"2")):
         i = SyncSession(SessionRole.INITIATOR, init, now_ms=0, salt_seed=seed)
@@ -177,8 +187,8 @@ def test_a_duplicated_frame_ends_the_session_or_is_harmless(
 
 def _session_in(state: State) -> tuple[SyncSession, MemoryReplica, bytes]:
     """A responder or initiator advanced to ``state`` against an honest peer; and the peer's next frame."""
-    a = fill(MemoryReplica(), [message(n) for n in range(0, 30)])
-    b = fill(MemoryReplica(), [message(n) for n in range(10, 40)])
+    a = fill(engine(), [message(n) for n in range(0, 30)])
+    b = fill(engine(), [message(n) for n in range(10, 40)])
     i = SyncSession(SessionRole.INITIATOR, a, now_ms=0, salt_seed=b"h")
     r = SyncSession(SessionRole.RESPONDER, b, now_ms=0)
     frame: bytes | None = i.start(0)
@@ -308,18 +318,21 @@ def test_the_idle_timeout_counts_from_our_last_send() -> None:
 
 
 def test_driver_misuse_is_a_local_error() -> None:
-    responder = SyncSession(SessionRole.RESPONDER, MemoryReplica(), now_ms=0)
+    responder = SyncSession(SessionRole.RESPONDER, engine(), now_ms=0)
     with pytest.raises(LocalProtocolError):
         responder.start(0)
-    initiator = SyncSession(SessionRole.INITIATOR, MemoryReplica(), now_ms=0)
+    initiator = SyncSession(SessionRole.INITIATOR, engine(), now_ms=0)
     with pytest.raises(LocalProtocolError):
         initiator.receive(b"", 0)
 
 
 def test_every_transition_is_reachable_in_a_real_session() -> None:
     seen: set[tuple[SessionRole, State, type]] = set()
-    a = fill(MemoryReplica(), [message(n) for n in range(0, 40)] + [member(0, 0, 3, 0, 1)])
-    b = fill(MemoryReplica(), [message(n) for n in range(20, 60)] + [member(0, 0, 2, 5, 0)])
+    a = fill(engine(), [message(n) for n in range(0, 40)] + [member(0, 0, 3, role=1)])
+    b = fill(
+        engine(),
+        [message(n) for n in range(20, 60)] + [member(0, 0, 2), member(0, 0, 5, remove=True)],
+    )
     i = SyncSession(SessionRole.INITIATOR, a, now_ms=0, salt_seed=b"t")
     r = SyncSession(SessionRole.RESPONDER, b, now_ms=0)
     frame: bytes | None = i.start(0)
@@ -336,18 +349,16 @@ def test_every_transition_is_reachable_in_a_real_session() -> None:
 def test_retention_cutoff_neither_ships_nor_accepts_old_messages() -> None:
     old, new = message(1), message(200)  # physical ms 1_007 and 2_400
     cutoff = SyncConfig(cutoff_ms=2_000)
-    a = fill(MemoryReplica(), [old, new])
-    b = MemoryReplica()
+    a = fill(engine(), [old, new])
+    b = engine()
     run_session(a, b, config=cutoff)  # a initiates, b responds: both use the cutoff
     assert set(b.messages) == {new.msg_id}
-    c = fill(MemoryReplica(), [old])
-    d = MemoryReplica()
+    c = fill(engine(), [old])
+    d = engine()
     run_session(d, c, config=SyncConfig(), responder_config=cutoff)  # responder filters
     assert d.messages == {}
-    e = MemoryReplica()
-    result = run_session(
-        e, fill(MemoryReplica(), [old]), config=cutoff, responder_config=SyncConfig()
-    )
+    e = engine()
+    result = run_session(e, fill(engine(), [old]), config=cutoff, responder_config=SyncConfig())
     # The session cutoff is the later of both sides': the responder does not even ship it.
     # The roots stay different until GC takes it out of the responder's tree (RETENTION.md);
     # a pass that finds differences but can move nothing ends the session after one final HELLO.
@@ -357,50 +368,38 @@ def test_retention_cutoff_neither_ships_nor_accepts_old_messages() -> None:
     assert stats.passes == 2
 
 
-def test_authenticated_sessions_take_signed_member_rows_and_refuse_bare_ones() -> None:
-    from store.authz import new_group
-    from store.ops import MembershipAction, MembershipOp
-    from store.records import MemberRecord
-
-    from sync_support import KEYS, USERS
-
-    proof = new_group(KEYS[0], b"authn-test-group")
-    chat = proof.chat_id()
-    op = MembershipOp.create(
-        KEYS[0], chat, USERS[1], MembershipAction.ADD, message(1).hlc, proof=proof
-    )
-    signed = MemberRecord(chat, USERS[1], op.state())
+def test_authenticated_sessions_take_signed_member_ops_and_refuse_unauthorized_ones() -> None:
     strict = SyncConfig(authenticate=True)
-    a, b = fill(MemoryReplica(), [signed]), MemoryReplica()
+    a, b = fill(engine(), [member(0, 1, 5), member(0, 1, 9, remove=True)]), engine()
     assert run_session(b, a, config=strict).converged and contents(a) == contents(b)
 
-    bare = member(0, 2, added=5, removed=0, role=1)  # stamps without the signed ops behind them
-    c, d = fill(MemoryReplica(), [bare]), MemoryReplica()
+    forged = forged_member(0, 2, 5)  # signed by a user without a say in the group
+    c, d = fill(engine(), [forged]), engine()
     with pytest.raises(RemoteProtocolError) as info:
         run_session(d, c, config=strict)
-    assert info.value.reason == "unauthorized" and d.members == {}
+    assert info.value.reason == "unauthorized" and d.members == {} and d.member_ops == {}
 
 
 def test_messages_from_the_far_future_are_not_taken_by_sync() -> None:
     future = MsgV1.create(KEYS[0], message(1).chat_id, Hlc(10_000_000), b"later")
-    a, b = fill(MemoryReplica(), [future, message(2)]), MemoryReplica()
+    a, b = fill(engine(), [future, message(2)]), engine()
     result = run_session(b, a, now_ms=1_000, config=SyncConfig(max_offset_ms=120_000))
     assert future.msg_id not in b.messages and message(2).msg_id in b.messages
     # skipped, not an error (our clock may be the one behind); offered again at most once a pass
     assert 1 <= result.initiator.stats.rejected_future <= SyncConfig().max_passes
 
 
-def test_member_rows_and_identities_from_the_far_future_are_not_taken_by_sync() -> None:
-    """The drift check covers every domain: a row is as new as its newest stamp."""
+def test_member_ops_and_identities_from_the_far_future_are_not_taken_by_sync() -> None:
+    """The drift check covers every domain."""
     now = 1_000
     far = 10_000_000  # physical ms: 9,999 s ahead of now
-    late_add = member(0, 1, added=far, removed=0, role=1)
-    late_remove = member(0, 2, added=5, removed=far, role=1)
+    late_add = member(0, 1, far, role=1)
+    late_remove = member(0, 2, far, remove=True)
     late_identity = identity(1, far, 7)
-    fine_member, fine_identity = member(0, 3, added=5, removed=0, role=1), identity(2, 5, 7)
+    fine_member, fine_identity = member(0, 3, 5, role=1), identity(2, 5, 7)
     fine = [fine_member, fine_identity]
-    a = fill(MemoryReplica(), [late_add, late_remove, late_identity, *fine])
-    b = MemoryReplica()
+    a = fill(engine(), [late_add, late_remove, late_identity, *fine])
+    b = engine()
     result = run_session(b, a, now_ms=now, config=SyncConfig(max_offset_ms=120_000))
     assert set(b.members) == {(fine_member.chat_id, fine_member.user_id)}
     assert set(b.identities) == {fine_identity.user_id}

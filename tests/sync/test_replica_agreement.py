@@ -1,5 +1,6 @@
 """``MemoryReplica`` and ``DbReplica`` agree: fed the same records in any order, with duplicates
-and in any grouping, both end with the same Merkle roots and serve the same records.
+and in any grouping, both end with the same Merkle roots, serve the same records, hold the
+same messages back, and show readers the same messages.
 
 The simulator and the protocol tests run on ``MemoryReplica``; the node runs on ``DbReplica``
 over RocksDB. Sync between them is only sound if both merge by the same rules.
@@ -18,7 +19,7 @@ from store.keys import NUM_BUCKETS
 from sync.frames import Domain
 from sync.replica import DbReplica, MemoryReplica, Record, Replica
 
-from sync_support import RECORDS, domain_of, member
+from sync_support import CHATS, RECORDS, domain_of, member
 
 
 def apply_in_groups(replica: Replica, records: list[Record], group: int) -> int:
@@ -68,14 +69,24 @@ def test_memory_and_db_replicas_agree(
             assert replica.tree(domain).root() == memory.tree(domain).root(), domain
             assert reopened.tree(domain) == memory.tree(domain), domain
             assert served(replica, domain) == served(memory, domain), domain
+        assert {m.msg_id for m in replica.waiting.waiting()} == {
+            m.msg_id for m in memory.waiting.waiting()
+        }
+        for chat in CHATS:
+            assert replica.visible_ids(chat) == memory.visible_ids(chat)
+        assert db.hidden_chats() >= {
+            c
+            for c in CHATS
+            if memory.visible_ids(c) != {i for i, m in memory.messages.items() if m.chat_id == c}
+        }
 
 
 def test_agreement_is_not_vacuous(tmp_path: Path) -> None:
     """The comparison sees a difference: one member op more on one side changes its root."""
     memory = MemoryReplica()
-    apply_in_groups(memory, [member(0, 0, 2, 0, 1)], 1)
+    apply_in_groups(memory, [member(0, 0, 2, role=1)], 1)
     with ChatDb(ChatDbConfig(block_cache_mb=8, memtable_mb=8), path=tmp_path) as db:
         replica = DbReplica(db)
-        apply_in_groups(replica, [member(0, 0, 2, 0, 1), member(0, 0, 2, 3, 1)], 1)
+        apply_in_groups(replica, [member(0, 0, 2, role=1), member(0, 0, 3, remove=True)], 1)
         assert replica.tree(Domain.MEMBERS).root() != memory.tree(Domain.MEMBERS).root()
         assert served(replica, Domain.MEMBERS) != served(memory, Domain.MEMBERS)
