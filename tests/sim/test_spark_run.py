@@ -21,6 +21,7 @@ from sim.hunt import hunt
 from sim.oracle import compute_oracle
 from sim.report import write_report
 from sim.runner import RunOutcome, run_simulation
+from store.ops import MembershipAction, MembershipOp
 from store.trace import read_header
 
 from sim_support import SPARK_WARNINGS, brute_force_expected, small_trace
@@ -127,23 +128,35 @@ def test_a_recorded_cluster_replays_to_the_cluster_s_own_roots(
 ) -> None:
     """``--trace-out`` on a real 2-node cluster (one node restarted: its recording carries
     over), ``chatsync sim merge``, then the replay: it converges, and its oracle's roots are
-    the roots the real nodes reached."""
+    the roots the real nodes reached. The authors are added to the group first; the last one
+    is removed at the end (what it posted before stays stored and shown)."""
     from cluster.local import Cluster
-    from cluster.scenario import Authors
+    from cluster.scenario import GROUP, GROUP_PROOF, Authors
 
     authors = Authors(3)
+
+    def member_op(user: int, action: MembershipAction) -> MembershipOp:
+        key, stamp = authors.keys[0], authors.stamp(0)
+        return MembershipOp.create(key, GROUP, authors.ids[user], action, stamp, proof=GROUP_PROOF)
+
     traces = tmp_path / "traces"
     with Cluster(2, tmp_path / "cluster", trace_dir=traces) as cluster:
         cluster.start()
+        cluster.post_ops(0, [member_op(i, MembershipAction.ADD) for i in range(3)])
         cluster.post_ops(0, authors.messages(20, "on 0"))
         cluster.post_ops(1, authors.messages(15, "on 1", start=100))
         cluster.stop(1)
         cluster.restart(1)
         cluster.post_ops(1, authors.messages(10, "after restart", start=200))
-        want = 45
+        cluster.post_ops(1, [member_op(2, MembershipAction.REMOVE)])
+        want, ops = 45, 4
         for _ in range(300):
             statuses = [cluster.status(i) for i in range(2)]
-            if all(s["domains"]["messages"]["count"] == want for s in statuses):
+            if all(
+                s["domains"]["messages"]["count"] == want
+                and s["domains"]["members"]["count"] == ops
+                for s in statuses
+            ):
                 break
             time.sleep(0.2)
         node_roots = {d: statuses[0]["domains"][d]["root"] for d in statuses[0]["domains"]}
@@ -155,7 +168,7 @@ def test_a_recorded_cluster_replays_to_the_cluster_s_own_roots(
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     header = read_header(merged)
-    assert header.source == "recorded" and header.nodes == 2 and header.ops == want
+    assert header.source == "recorded" and header.nodes == 2 and header.ops == want + ops
     replay = run_simulation(spark, merged, shards=2).result
     assert replay["ok"] and replay["converged"], replay["check"]
     for name, domain in replay["domains"].items():
@@ -163,3 +176,4 @@ def test_a_recorded_cluster_replays_to_the_cluster_s_own_roots(
         digest = blake3.blake3(bytes.fromhex(xor_hex) + int(count).to_bytes(8, "big")).hexdigest()
         assert digest == node_roots[name], name
     assert replay["domains"]["messages"]["oracle_count"] == want
+    assert replay["oracle"]["messages_visible"] == want
