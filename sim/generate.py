@@ -50,6 +50,9 @@ OP_WEIGHTS = {
 }
 
 
+FIRST_MEMBER_POSTS = 0.15  # share of plain posts by a chat's first members, removed or not
+
+
 def parse_faults(text: str) -> frozenset[str]:
     """``all``, ``none`` or a comma-separated subset of FAULTS."""
     text = text.strip().lower()
@@ -163,7 +166,7 @@ class _Planner:
         self.specs: list[OpSpec] = []
         self.steps: list[tuple[int, int, Callable[[int], object]]] = []  # (t, seq, step)
         self._step_seq = 0
-        self.joined: dict[tuple[int, int], bool] = {}  # (chat, user) -> a member, as planned
+        self.roster: list[set[int]] = [set() for _ in range(p.chats)]  # members, as planned
         self.clocks: list[HlcClock] = []
 
     def _initial_members(self) -> list[list[int]]:
@@ -355,7 +358,11 @@ class _Planner:
         members = self.members[chat]
         creator = members[0]
         if kind == tr.MSG:
-            self.post(t, rng.choice(members), chat)
+            # mostly a member as the plan left the chat; now and then one of its first members,
+            # who may have been removed since (a post that is stored, and hidden)
+            roster = self.roster[chat]
+            first = rng.random() < FIRST_MEMBER_POSTS or not roster
+            self.post(t, rng.choice(members if first else sorted(roster)), chat)
         elif kind in (tr.MEMBER_ADD, tr.MEMBER_REMOVE):
             target = rng.randrange(p.users)
             role = int(Role.ADMIN) if rng.random() < 0.1 else int(Role.PARTICIPANT)
@@ -459,20 +466,23 @@ class _Planner:
         spec = OpSpec(0, t, node, kind, actor, chat, target, role, hlc, creator=creator)
         spec.granted = granted
         self.add(spec)
-        self.joined[(chat, target)] = kind == tr.MEMBER_ADD
+        if kind == tr.MEMBER_ADD:
+            self.roster[chat].add(target)
+        else:
+            self.roster[chat].discard(target)
         return hlc
 
     # --- what scenarios ask of the plan ---
 
     def current_members(self, chat: int) -> list[int]:
         creator = self.members[chat][0]
-        return sorted(u for (c, u), on in self.joined.items() if c == chat and on and u != creator)
+        return sorted(self.roster[chat] - {creator})
 
     def outsider(self, chat: int) -> int:
         creator = self.members[chat][0]
         for _ in range(8):
             user = self.rng.randrange(self.p.users)
-            if user != creator and not self.joined.get((chat, user), False):
+            if user != creator and user not in self.roster[chat]:
                 return user
         return user  # a small chat of few users: a member, then (the oracle decides anyway)
 
