@@ -74,6 +74,7 @@ def summary(outcome: RunOutcome) -> str:
     r, h, timing = outcome.result, outcome.header, outcome.timing
     check = r["check"]
     stats = r["stats"]
+    o = r["oracle"]
     lines = [
         f"{'OK' if r['ok'] else 'FAILED'}: {h.nodes} nodes, {r['oracle']['valid_ops']:,} valid ops"
         f" (+{r['oracle']['invalid_ops']:,} invalid), seed {h.seed}, {r['shards']} shards"
@@ -91,6 +92,10 @@ def summary(outcome: RunOutcome) -> str:
             if r["nodes"]["poisoned"]
             else ""
         ),
+        f"who may post: {o['messages']:,} messages stored ({o['messages_visible']:,} shown, "
+        f"{o['messages'] - o['messages_visible']:,} hidden), {o['messages_inadmissible']:,} "
+        f"never admitted; {stats['posts_waiting_at_origin']:,} posts waited at their origin, "
+        f"{stats['waiting_at_end']:,} (node, message) pairs waiting at the end",
         f"gossip: {stats['gossip_sent']:,} sent, {stats['gossip_dropped']:,} dropped, "
         f"{stats['gossip_duplicated']:,} duplicated, {stats['gossip_rejected_drift']:,} refused (drift), "
         f"{stats['gossip_rejected_old']:,} refused (retention)",
