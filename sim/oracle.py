@@ -70,6 +70,12 @@ class Oracle:
             out[domain] = (int.from_bytes(xor, "big"), count)
         return out
 
+    def visible_root(self) -> str:
+        """The visible messages' ids as one "xor:count" (as reports write roots): a replay
+        through the node's code compares what its readers are shown with it."""
+        xor, count = MerkleTree.from_ids(i for i, shown, _ in self.messages if shown).root()
+        return f"{int.from_bytes(xor, 'big'):064x}:{count}"
+
     def active_members(self) -> int:
         return sum(1 for m in self.members if m[3])
 
@@ -238,6 +244,7 @@ def oracle_summary(oracle: Oracle) -> dict[str, Any]:
         "invalid_ops": oracle.invalid_ops,
         "messages": len(oracle.messages),
         "messages_visible": sum(1 for m in oracle.messages if m[1]),
+        "visible_root": oracle.visible_root(),
         "messages_inadmissible": oracle.inadmissible,
         "member_ops": len(oracle.member_ops),
         "member_rows": len(oracle.members),

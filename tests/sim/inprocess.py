@@ -65,8 +65,10 @@ from sim.schedule import (
 from store import trace as tr
 from store.errors import InvalidInput
 from store.ops import Op, decode_op, encode_ops, validate_op
+from store.records import MsgV1
 from store.retention import DAY_MS
 from sync.frames import Domain
+from sync.merkle import MerkleTree
 
 from inprocess_node import GossipMessage, InProcessNode, peer_id
 
@@ -78,6 +80,7 @@ class NodeResult:
     honest: bool  # never had a far-future clock
     roots: dict[str, str]  # domain -> "xor:count", as the Spark report writes roots
     clock_ahead_ms: int
+    visible: str = ""  # the messages its readers are shown, as one "xor:count"
 
 
 @dataclass
@@ -151,6 +154,7 @@ class InProcessReplay:
         self.header = h = trace.header
         self.schedule = Schedule(trace)
         self.ops = _decode_ops(trace)
+        self.chats = {t.op.chat_id for t in self.ops.values() if isinstance(t.op, MsgV1)}
         self.n = h.nodes
         config = NodeConfig(max_offset_ms=h.max_offset_ms, retention_days=h.retention_ms / DAY_MS)
         self.max_frame = config.sync_max_frame
@@ -329,9 +333,11 @@ class InProcessReplay:
     def _result(self) -> InProcessResult:
         rows = []
         for node in self.nodes:
-            roots = {}
+            roots, visible = {}, ""
             if node.alive:
                 roots = {d.name.lower(): root_text(*r) for d, r in node.roots().items()}
+                xor, count = MerkleTree.from_ids(node.visible_ids(self.chats)).root()
+                visible = root_text(int.from_bytes(xor, "big"), count)
             rows.append(
                 NodeResult(
                     node=node.index,
@@ -339,6 +345,7 @@ class InProcessReplay:
                     honest=self.honest[node.index],
                     roots=roots,
                     clock_ahead_ms=node.clock.last.physical_ms - self.header.end_ms,
+                    visible=visible,
                 )
             )
         stats = dict(self.stats)

@@ -308,6 +308,11 @@ class InProcessNode:
 
     # --- state ---
 
+    def visible_ids(self, chats: set[bytes]) -> set[bytes]:
+        """The messages of these chats that the node's readers are shown."""
+        replica = self._up().replica
+        return {i for chat in chats for i in replica.visible_ids(chat)}
+
     def roots(self) -> dict[Domain, tuple[int, int]]:
         replica = self._up().replica
         out = {}

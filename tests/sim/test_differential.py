@@ -105,6 +105,7 @@ def test_the_node_in_process_ends_with_the_spark_replays_roots(
         assert n.roots == spark_roots[n.node], n.node
         for domain in DOMAINS:
             assert n.roots[domain] == r["domains"][domain]["oracle_root"], (n.node, domain)
+        assert n.visible == r["oracle"]["visible_root"], n.node  # what its readers are shown
         assert n.clock_ahead_ms <= outcome.header.max_offset_ms
     _assert_non_trivial(node, r)
 
@@ -113,7 +114,7 @@ def _assert_non_trivial(node: InProcessResult, spark_result: dict[str, Any]) -> 
     """The roots cover real state, and the faults really hit the in-process nodes."""
     for domain in DOMAINS:
         assert spark_result["domains"][domain]["oracle_count"] > 0, domain
-    assert spark_result["domains"]["messages"]["oracle_count"] >= 30
+    assert spark_result["domains"]["messages"]["oracle_count"] >= 25
     s = node.stats
     assert s["ops_applied"] >= 190
     assert s["gossip_dropped"] > 0 and s["gossip_duplicated"] > 0

@@ -144,6 +144,12 @@ def test_a_recorded_cluster_replays_to_the_cluster_s_own_roots(
         cluster.start()
         cluster.post_ops(0, [member_op(i, MembershipAction.ADD) for i in range(3)])
         cluster.post_ops(0, authors.messages(20, "on 0"))
+        # Node 1 must hold the adds before its authors post there: a post no op admits yet
+        # waits in memory, and the restart below would lose it (SIM.md, findings).
+        for _ in range(300):
+            if cluster.status(1)["domains"]["members"]["count"] == 3:
+                break
+            time.sleep(0.2)
         cluster.post_ops(1, authors.messages(15, "on 1", start=100))
         cluster.stop(1)
         cluster.restart(1)
