@@ -98,10 +98,11 @@ async def test_bans_land_on_the_blocklist_and_lift_on_trios_clock(
 
 
 async def test_an_author_over_its_rate_is_refused_with_429(tmp_path: Path) -> None:
-    authors = Authors(1)
-    async with running_node(tmp_path, author_ops_per_s=1.0, author_ops_burst=5.0) as (_, http):
-        first = authors.messages(5, "a")  # the whole burst
-        assert (await http.post("/ops", json=ops_body(*first))).status_code == 201
+    authors = Authors(1)  # its one author created GROUP and signs its own join: burst 1 + 5
+    async with running_node(tmp_path, author_ops_per_s=1.0, author_ops_burst=6.0) as (_, http):
+        first = authors.messages(5, "a")  # with the join, the whole burst
+        response = await http.post("/ops", json=ops_body(*authors.joins, *first))
+        assert response.status_code == 201 and response.json()["new"] == [True] * 6
         more = authors.messages(4, "b", start=10)
         response = await http.post("/ops", json=ops_body(*more))
         assert response.status_code == 429 and response.json()["code"] == "rate_limited"
@@ -114,7 +115,8 @@ async def test_a_resent_batch_checks_only_the_ops_not_held(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A held message has the very bytes that were checked when it was stored: resending it
-    costs neither a signature check nor the author's budget (burst 5: 3 + 2 new ops fit)."""
+    costs neither a signature check nor the author's budget (burst 6: the join, 3 + 2 new
+    ops fit)."""
     checked: list[object] = []
     real_validate = intake_module.validate_op
 
@@ -123,9 +125,11 @@ async def test_a_resent_batch_checks_only_the_ops_not_held(
         real_validate(op, **limits)  # type: ignore[arg-type]
 
     monkeypatch.setattr(intake_module, "validate_op", counting_validate)
-    authors = Authors(1)
+    authors = Authors(1)  # its one author signs its own join too: burst 1 + 5
     first, then = authors.messages(3, "a"), authors.messages(2, "b", start=10)
-    async with running_node(tmp_path, author_ops_per_s=0.01, author_ops_burst=5.0) as (_, http):
+    async with running_node(tmp_path, author_ops_per_s=0.01, author_ops_burst=6.0) as (_, http):
+        assert (await http.post("/ops", json=ops_body(*authors.joins))).status_code == 201
+        checked.clear()
         assert (await http.post("/ops", json=ops_body(*first))).status_code == 201
         assert checked == first
         response = await http.post("/ops", json=ops_body(*first, *then))
