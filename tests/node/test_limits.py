@@ -168,6 +168,7 @@ def test_a_real_nearly_full_disk_refuses_writes_without_corruption(tmp_path: Pat
         refused = None
         with Cluster(1, disk, extra_args=["--min-free-disk-mb", "12"]) as cluster:
             cluster.start()
+            cluster.post_ops(0, authors.joins)
             for i in range(400):
                 msg = MsgV1.create(
                     authors.keys[i % 2], GROUP, authors.stamp(i % 2), rnd.randbytes(200_000)
@@ -250,6 +251,7 @@ async def test_a_peer_that_gossips_forged_ops_is_banned(tmp_path: Path) -> None:
         envelopes.append(cbor2.dumps([1, [[1, held.encoded], [1, forged]]]))
     with Cluster(1, tmp_path) as cluster:
         await trio.to_thread.run_sync(cluster.start)
+        await trio.to_thread.run_sync(cluster.post_ops, 0, authors.joins)
         me, metrics = await _gossip_from_a_stranger(cluster, envelopes)
         status = await trio.to_thread.run_sync(cluster.status, 0)
     assert 'chatsync_gossip_rejected_total{reason="bad_signature"} 3' in metrics
@@ -261,16 +263,18 @@ async def test_a_peer_that_gossips_forged_ops_is_banned(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 async def test_an_author_over_its_rate_is_refused_on_the_gossip_path(tmp_path: Path) -> None:
-    """Burst 5: three new ops, the same three replayed twice (free: we hold them, and a
-    replay must not spend the author's budget), two new ops, then one too many."""
+    """Burst 6: the author's join (over HTTP: the budget is shared), three new ops, the same
+    three replayed twice (free: we hold them, and a replay must not spend the author's
+    budget), two new ops, then one too many."""
     authors = Authors(1)
     first, then = authors.messages(3, "a"), authors.messages(2, "b", start=10)
     late = authors.messages(1, "c", start=20)
     envelopes = [encode_ops(first), encode_ops(first), encode_ops(first)]
     envelopes += [encode_ops(then), encode_ops(late)]
-    config = {"author_ops_per_s": 0.01, "author_ops_burst": 5.0}
+    config = {"author_ops_per_s": 0.01, "author_ops_burst": 6.0}
     with Cluster(1, tmp_path, node_config=config) as cluster:
         await trio.to_thread.run_sync(cluster.start)
+        await trio.to_thread.run_sync(cluster.post_ops, 0, authors.joins)
         me, metrics = await _gossip_from_a_stranger(cluster, envelopes)
         status = await trio.to_thread.run_sync(cluster.status, 0)
     assert status["domains"]["messages"]["count"] == 5  # all but the one over the rate
@@ -285,6 +289,7 @@ def test_kill9_during_a_sync_session_then_restart(tmp_path: Path) -> None:
     authors = Authors(3)
     with Cluster(2, tmp_path, sync_interval_s=1.0) as cluster:
         cluster.start()
+        cluster.post_ops(0, authors.joins)
         cluster.stop(1)
         for i in range(40):  # 20,000 messages that node 1 must catch up on by sync
             cluster.post_ops(0, authors.messages(500, f"c{i}", start=i * 500))
