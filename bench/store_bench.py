@@ -48,6 +48,7 @@ from bench.store_report import build_report, machine_info, print_report
 from bench.workload import RawRow, Workload, make_workload
 from store import ChatDb, ChatKind, Direction, InboxEntry
 from store.hlc import VIRTUAL_EPOCH_MS
+from sync.replica import DbReplica
 
 T = TypeVar("T")
 SQLITE_FILE = "messages.sqlite"
@@ -197,7 +198,33 @@ class SqliteWriter:
         self.conn.close()
 
 
+class NodePathWriter:
+    """The node's write path, ``DbReplica.apply_ops``: messages, Merkle tree, chat lists.
+
+    ``check``: under the message rule (store/access.py), the chats' member ops applied first
+    (not timed); otherwise ``admit_all`` — the same path without the check, as before it.
+    """
+
+    def __init__(self, path: Path, wl: Workload, *, check: bool) -> None:
+        self.db, self.msgs = ChatDb(path=path), wl.msgs
+        self.replica = DbReplica(self.db, admit_all=not check)
+        if check:
+            self.replica.apply_ops(wl.member_ops)
+
+    def put(self, lo: int, hi: int, *, each: bool) -> None:
+        if not each:
+            self.replica.apply_ops(self.msgs[lo:hi])
+            return
+        for msg in self.msgs[lo:hi]:
+            self.replica.apply_ops([msg])
+
+    def close(self) -> None:
+        self.db.close()
+
+
 WRITERS: dict[str, Callable[[Path, Workload], Writer]] = {
+    "node_open": partial(NodePathWriter, check=False),
+    "node_checked": partial(NodePathWriter, check=True),
     "chatdb": ChatDbWriter,
     "raw": RawWriter,
     "raw_3_per_msg": partial(RawWriter, meta_each=True),
@@ -210,9 +237,12 @@ def _measure_writes(
 ) -> Rates:
     """Batched then one-at-a-time writes, every writer in its own fresh directory."""
     single = min(params.single, params.messages)
+    node_path = ["node_open", "node_checked"]
     runs = (
-        ("write_batched", params.messages, False, list(WRITERS)),
+        ("write_batched", params.messages, False, [w for w in WRITERS if w not in node_path]),
         ("write_single", single, True, ["chatdb", "raw", "sqlite"]),  # raw_3: same as raw
+        ("node_batched", params.messages, False, node_path),
+        ("node_single", single, True, node_path),
     )
     rates: Rates = {}
     for op, n, each, names in runs:
@@ -228,7 +258,7 @@ def _measure_writes(
         finally:
             for writer in writers.values():
                 writer.close()
-        if each:  # the reads use the batched runs' ChatDb and SQLite databases
+        if each or op == "node_batched":  # the reads use write_batched's ChatDb and SQLite
             for name in names:
                 shutil.rmtree(base / f"{op}-{name}", ignore_errors=True)
     return rates
@@ -258,6 +288,7 @@ def _measure_reads(
             _check_same(_chatdb_unread(db, user, page), _sqlite_unread(conn, user, page), "unread")
         walks: dict[str, Step[bytes]] = {
             "chatdb": partial(walk_chatdb, db, page),
+            "chatdb_unfiltered": partial(walk_chatdb_unfiltered, db, page),
             "sqlite": partial(walk_sqlite, conn, page, sql.PAGE_RFC),
             "sqlite_by_timestamp": partial(walk_sqlite, conn, page, sql.PAGE_BY_TIMESTAMP),
         }
@@ -312,6 +343,20 @@ def walk_chatdb(db: ChatDb, page: int, chat: bytes) -> tuple[int, int]:
         items += len(result.items)
         if (cursor := result.next_cursor) is None:
             return pages, items
+
+
+def walk_chatdb_unfiltered(db: ChatDb, page: int, chat: bytes) -> tuple[int, int]:
+    """``walk_chatdb`` on the range path as it was before the hidden index: the same code with
+    the per-page lookup of the chat's hidden messages taken out."""
+    db.__dict__["hidden_seqs"] = _no_hidden
+    try:
+        return walk_chatdb(db, page, chat)
+    finally:
+        del db.__dict__["hidden_seqs"]
+
+
+def _no_hidden(chat_id: bytes) -> set[int]:
+    return set()
 
 
 def walk_sqlite(conn: sqlite3.Connection, page: int, query: str, chat: bytes) -> tuple[int, int]:

@@ -33,13 +33,27 @@ def _ratios(rates: Rates) -> dict[str, float]:
         "range_vs_sqlite": ratio("range", "sqlite"),
         "range_vs_sqlite_by_timestamp": ratio("range", "sqlite_by_timestamp"),
         "list_user_chats_vs_sqlite": ratio("list_user_chats", "sqlite"),
+        "node_batched_checked_vs_open": _ratio(rates, "node_batched", "node_checked", "node_open"),
+        "node_single_checked_vs_open": _ratio(rates, "node_single", "node_checked", "node_open"),
+        "range_visible_vs_unfiltered": ratio("range", "chatdb_unfiltered"),
     }
+
+
+def _ratio(rates: Rates, op: str, ours: str, theirs: str) -> float:
+    base = rates[op][theirs].per_s
+    return rates[op][ours].per_s / base if base > 0 else 0.0
+
+
+CHECK_GOAL = 0.9  # issue 14: the authorization check keeps >= 90 % of the path without it
 
 
 def _goals(ratios: dict[str, float]) -> dict[str, dict[str, Any]]:
     goals = {
         "write_batched_vs_raw": RAW_GOAL,
         "write_single_vs_raw": RAW_GOAL,
+        "node_batched_checked_vs_open": CHECK_GOAL,
+        "node_single_checked_vs_open": CHECK_GOAL,
+        "range_visible_vs_unfiltered": CHECK_GOAL,
         "write_batched_vs_sqlite": SQLITE_GOAL,
         "write_single_vs_sqlite": SQLITE_GOAL,
     }
@@ -132,7 +146,31 @@ def print_report(console: Console, params: StoreBenchParams, report: dict[str, A
         f"{ratios['list_user_chats_vs_sqlite']:.2f}x",
     )
     console.print(table)
+    console.print(_authz_table(params, r, ratios))
     _print_notes(console, params, report)
+
+
+def _authz_table(params: StoreBenchParams, r: dict[str, Any], ratios: dict[str, float]) -> Table:
+    """Who may post: the node's write path and history pages with the check and without."""
+    single = min(params.single, params.messages)
+    table = Table(title="who may post: the same paths with the check and without (same run)")
+    table.add_column("operation")
+    for col in ("with the check", "without", "with/without"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for op, label in (
+        ("node_batched", f"node write path, batches of {params.batch}, msgs/s"),
+        ("node_single", f"node write path, one at a time ({single:,}), msgs/s"),
+    ):
+        table.add_row(
+            label, *_rates(r[op]["node_checked"], r[op]["node_open"]),
+            _mark(ratios[f"{op}_checked_vs_open"], CHECK_GOAL, "%"),
+        )  # fmt: skip
+    table.add_row(
+        f"history pages ({params.page}/page), hidden left out, pages/s",
+        *_rates(r["range"]["chatdb"], r["range"]["chatdb_unfiltered"]),
+        _mark(ratios["range_visible_vs_unfiltered"], CHECK_GOAL, "%"),
+    )
+    return table
 
 
 def _print_notes(console: Console, params: StoreBenchParams, report: dict[str, Any]) -> None:

@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from store import ChatMeta, Hlc, MsgV1
+from store.authz import new_group
 from store.hlc import VIRTUAL_EPOCH_MS
+from store.ops import MembershipAction, MembershipOp
 from store.records import blake3_id
 from store.signing import key_from_seed, public_key, user_id_from_key
 
@@ -37,6 +39,7 @@ class Workload:
     raw_rows: list[RawRow]
     sql_rows: list[SqlRow]
     chat_ids: list[bytes]
+    member_ops: list[MembershipOp]  # every chat's members added before its first message
     users: list[bytes]
     members: dict[bytes, list[bytes]]  # chat -> member user ids
     meta_bytes: dict[bytes, bytes]  # chat -> encoded ChatMeta of the size ChatDb writes
@@ -81,10 +84,23 @@ def make_workload(
     rng = random.Random(seed)
     keys = [key_from_seed(blake3_id(b"bench-user", bytes([i]))) for i in range(USERS)]
     users = [user_id_from_key(public_key(key)) for key in keys]
-    chat_ids = [blake3_id(b"bench-chat", i.to_bytes(4, "big")) for i in range(chats)]
+    # group chats created by the first user, so that their members' adds are authorized
+    groups = [
+        new_group(keys[0], blake3_id(b"bench-chat", i.to_bytes(4, "big"))[:16])
+        for i in range(chats)
+    ]
+    chat_ids = [group.chat_id() for group in groups]
     member_idx = {
         c: [(n + 3 * j) % USERS for j in range(MEMBERS_PER_CHAT)] for n, c in enumerate(chat_ids)
     }
+    before = Hlc(VIRTUAL_EPOCH_MS - 1)
+    member_ops = [
+        MembershipOp.create(
+            keys[0], group.chat_id(), users[i], MembershipAction.ADD, before, proof=group
+        )
+        for group in groups
+        for i in member_idx[group.chat_id()]
+    ]
     msgs: list[MsgV1] = []
     raw_rows: list[RawRow] = []
     timestamps: dict[bytes, list[int]] = {chat: [] for chat in chat_ids}
@@ -104,6 +120,7 @@ def make_workload(
         raw_rows=raw_rows,
         sql_rows=[sql_row(msg) for msg in msgs],
         chat_ids=chat_ids,
+        member_ops=member_ops,
         users=users,
         members={chat: [users[i] for i in idx] for chat, idx in member_idx.items()},
         meta_bytes=_meta_bytes(msgs, timestamps),

@@ -1,11 +1,12 @@
 """Planted bugs: the checker's own test. Off unless a test or ``--plant`` asks for one.
 
-The simulated nodes take their merge, validation and tree behaviour from a
-``Rules`` object; ``rules_for(None)`` is the project's real code (``store.merge``,
-``HlcClock``'s drift check, the retention cutoff, ``sync.merkle.MerkleTree``).
+The simulated nodes take their merge, validation, message-rule and tree behaviour
+from a ``Rules`` object; ``rules_for(None)`` is the project's real code
+(``store.merge``, ``store.access``, ``HlcClock``'s drift check, the retention
+cutoff, ``sync.merkle.MerkleTree``).
 Each planted bug swaps one piece for a broken wrapper here, in ``sim/``, so
 ``store/`` and ``sync/`` never carry a bug switch (``SimReplica`` takes the merge
-functions from ``Rules`` through ``MemoryReplica``'s hooks). ``chatsync sim bugs``,
+functions and the message rule from ``Rules`` through ``MemoryReplica``'s hooks). ``chatsync sim bugs``,
 ``tests/sim/test_engine.py`` and ``tests/sim/test_spark_run.py`` show that each one is caught.
 """
 
@@ -16,10 +17,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from sim.trees import SimTree
+from store.access import Access, admissible, visible
 from store.hlc import Hlc
 from store.keys import NUM_BUCKETS, RECORD_ID_LEN
 from store.merge import identity_wins, merge_member_states
-from store.records import MemberInfo
+from store.records import MemberInfo, MsgV1
 from sync.merkle import DEPTH, FANOUT_BITS, MerkleTree, check_hash
 
 
@@ -29,10 +31,14 @@ class Bug(StrEnum):
     NO_MAX_OFFSET = "no-max-offset"  # no HLC drift check on gossip or sync ingress
     GC_RESURRECTION = "gc-resurrection"  # ingress ignores the retention cutoff
     BUCKET_OFF_BY_ONE = "bucket-off-by-one"  # the message tree files each id one bucket up
+    # a message is shown iff its sender's row was active when it arrived; never re-decided
+    AUTHZ_ARRIVAL = "authz-arrival"
+    AUTHZ_NO_REMOVALS = "authz-no-removals"  # removals ignored: every admissible message shown
 
 
 IdentityWins = Callable[[tuple[Hlc, bytes], tuple[Hlc, bytes] | None], bool]
 MergeMember = Callable[[MemberInfo | None, MemberInfo | None], MemberInfo | None]
+MessageRule = Callable[[MsgV1, Access], bool]
 
 
 def _active(info: MemberInfo) -> bool:
@@ -49,6 +55,10 @@ class Rules:
     check_drift: bool = True
     retention_filter: bool = True
     message_tree: Callable[[], MerkleTree] = SimTree
+    admissible: MessageRule = admissible  # stored (store.access)
+    visible: MessageRule = visible  # shown, decided when read
+    # BUG switch: shown iff the sender's member row was active when the message was stored
+    decide_on_arrival: bool = False
 
 
 # --- the broken pieces ---------------------------------------------------------------------
@@ -75,6 +85,11 @@ def _merge_add_wins(local: MemberInfo | None, remote: MemberInfo | None) -> Memb
 
 def _active_add_wins(info: MemberInfo) -> bool:
     return info.removed_at is None or info.removed_at <= info.added_at
+
+
+def _visible_ignoring_removals(msg: MsgV1, access: Access) -> bool:
+    """BUG: removes and leaves never hide anything: whatever is admitted is shown."""
+    return admissible(msg, access)
 
 
 class OffByOneTree(SimTree):
@@ -107,4 +122,8 @@ def rules_for(bug: Bug | str | None) -> Rules:
         return Rules(check_drift=False)
     if bug is Bug.GC_RESURRECTION:
         return Rules(retention_filter=False)
+    if bug is Bug.AUTHZ_ARRIVAL:
+        return Rules(decide_on_arrival=True)
+    if bug is Bug.AUTHZ_NO_REMOVALS:
+        return Rules(visible=_visible_ignoring_removals)
     return Rules(message_tree=OffByOneTree)

@@ -1,10 +1,10 @@
 """The per-shard simulation: every node of the trace, restricted to one shard's records.
 
-A shard is a range of 16-bit keys: a message's bucket (the first two bytes of
-its id), or for a member or identity row a hash of its row key (a row's record
-id changes with its state, the row key does not). Records and Merkle subtrees
-split cleanly that way, so each Spark task simulates all N nodes over its own
-slice, and the slices' roots combine by XOR and sum into whole-domain roots.
+A shard is a range of 16-bit keys: for a message or a member op a hash of its
+chat (a message's fate is a function of its chat's member ops, so they must meet
+in one shard), for an identity a hash of its user. Each Spark task simulates all
+N nodes over its own slice, and the slices' roots combine by XOR and sum into
+whole-domain roots.
 
 Each task walks virtual time over the trace's ``sim.schedule``: trace events
 (every shard sees every fault and every op's time and node; only the owner of an
@@ -14,8 +14,9 @@ live node runs a ``SyncSession`` pair with its hashed peer through
 **check** at ``end_ms``.
 
 Ingress on a node runs the project's code: ``store.ops.validate_op`` at the
-origin (signature, drift), ``HlcClock.update`` on every gossip receipt (drift
-check), the retention cutoff, and the merge rules inside ``SimReplica``. Nothing
+origin (signature, authorization, drift), ``HlcClock.update`` on every gossip
+receipt (drift check), the retention cutoff, and the merge rules and the
+message rule (``store.access``) inside ``SimReplica``. Nothing
 reads the wall clock or a PRNG; the result depends only on the trace, the shard
 count and the planted bug, never on which executor ran it.
 """
@@ -50,11 +51,21 @@ from store import trace as tr
 from store.errors import ClockDriftError, InvalidInput
 from store.hlc import HlcClock
 from store.ops import MembershipOp, decode_op, validate_op
-from store.records import IdentityRecord, MemberRecord, MsgV1
+from store.records import IdentityRecord, MsgV1
 from sync.loopback import run_session
 from sync.protocol import KINDS, SyncConfig
 from sync.replica import Record
 
+# What the check counts per honest live node; a run passes only if every one is 0.
+CHECK_COUNTERS = (
+    "lost",
+    "extra",
+    "stale",
+    "resurrected",
+    "wrong_active",
+    "unauthorized_visible",  # shown by a node, not visible by the oracle
+    "authorized_hidden",  # visible by the oracle, held by a node that does not show it
+)
 UNCHECKED_OFFSET_MS = 1 << 47  # "no drift check": larger than any physical time
 ROUND_FIELDS = (
     "t_ms",
@@ -106,9 +117,7 @@ class _Progress:
 
 
 def _record_of(op: Any) -> Record:
-    if isinstance(op, MembershipOp):
-        return MemberRecord(op.chat_id, op.user_id, op.state())
-    assert isinstance(op, MsgV1 | IdentityRecord)
+    assert isinstance(op, MsgV1 | MembershipOp | IdentityRecord)
     return op
 
 
@@ -152,6 +161,8 @@ class ShardSim:
             "crashes": 0,
             "writes_lost_in_crashes": 0,
             "in_flight_at_end": 0,
+            "waiting_at_end": 0,
+            "waiting_lost_in_crashes": 0,
         }
         self.abort_reasons: dict[str, int] = {}
         self.round_bytes = dict.fromkeys(("gossip", *KINDS), 0)
@@ -212,6 +223,9 @@ class ShardSim:
                 case HealAll():
                     self._heal()
         self.stats["in_flight_at_end"] = self.schedule.in_flight
+        # messages no op admits (yet): what a node holds in memory beside its store
+        self.stats["waiting_at_end"] = sum(len(r.waiting) for r in self.reps)
+        self.stats["waiting_lost_in_crashes"] = sum(r.counters.waiting_lost for r in self.reps)
         self._final_gc()
         result = self._result()
         result["wall_s"] = time.perf_counter() - started
@@ -425,14 +439,18 @@ DOMAINS = (MESSAGES, MEMBERS, IDENTITY)
 def _compare(rep: SimReplica, exp: Expected) -> dict[str, int]:
     """How one replica differs from the oracle's state of the shard."""
     held = set(rep.messages)
+    ops = set(rep.member_ops)
+    shown = {i for i, m in rep.messages.items() if rep.is_visible(m)}
     counts = {
-        "lost": len(exp.messages - held),
-        "extra": len(held - exp.messages),
+        "lost": len(exp.messages - held) + len(exp.member_ops - ops),
+        "extra": len(held - exp.messages) + len(ops - exp.member_ops),
         "stale": 0,
         "wrong_active": 0,
+        "unauthorized_visible": len(shown - exp.visible),
+        "authorized_hidden": len((exp.visible & held) - shown),
     }
-    members = {key: (rep.member_record_id(key), rep.member_active(key)) for key in rep.members}
-    _compare_rows(members, exp.members, counts)
+    members = {key: (rep.member_row_version(key), rep.member_active(key)) for key in rep.members}
+    _compare_rows(members, exp.members, counts, count_presence=False)
     identities = {user: (rep.identity_record_id(user), None) for user in rep.identities}
     _compare_rows(identities, {u: (i, None) for u, i in exp.identities.items()}, counts)
     return counts
@@ -442,14 +460,17 @@ def _compare_rows(
     have: Mapping[Any, tuple[bytes | None, bool | None]],
     want: Mapping[Any, tuple[bytes, bool | None]],
     counts: dict[str, int],
+    *,
+    count_presence: bool = True,
 ) -> None:
-    """Rows (key -> record id, active) expected and absent (lost), held and not expected
-    (extra), held at another version (stale) or with the other active state (wrong_active)."""
+    """Rows (key -> version id, active) expected and absent (lost), held and not expected
+    (extra), held at another version (stale) or with the other active state (wrong_active).
+    A member row is a fold of ops whose presence is counted already (``count_presence``)."""
     for key in have.keys() | want.keys():
         if key not in want:
-            counts["extra"] += 1
+            counts["extra"] += count_presence
         elif key not in have:
-            counts["lost"] += 1
+            counts["lost"] += count_presence
         else:
             (have_id, have_active), (want_id, want_active) = have[key], want[key]
             counts["stale"] += have_id != want_id

@@ -6,13 +6,21 @@ state them, not by calling them:
 
 * an op is **valid** if its HLC physical time is at most ``max_offset_ms`` ahead
   of the true time it was made (``t_ms``) — a far-future clock's ops are not;
-* **messages**: the set of valid messages whose HLC physical time is after the
-  final GC's cutoff (``end_ms - retention_ms`` rounded down to ``gc_grain_ms``);
-  ids recomputed as BLAKE3 of the bytes;
-* **members**, per (chat, user): ``added_at``, role and add proof (the signed op)
+* **member ops** (the MEMBERS domain): every valid add, remove and leave; ids
+  recomputed as BLAKE3 of the op's bytes;
+* **messages** (stored): the valid messages whose HLC physical time is after the
+  final GC's cutoff (``end_ms - retention_ms`` rounded down to ``gc_grain_ms``)
+  and that are *admissible*: their sender has a valid add op in their chat
+  stamped at or before the message; ids recomputed as BLAKE3 of the bytes;
+* **visible** messages: the stored ones whose sender is *active at* the message's
+  stamp t — the greatest valid add stamp <= t beats the greatest valid remove or
+  leave stamp <= t (a tie goes to the remove). The generator makes group chats
+  only, so there is no DM rule here;
+* **member rows**, per (chat, user): ``added_at``, role and add proof (the signed op)
   from the greatest (hlc, role, op bytes) among valid adds, ``removed_at`` and
   remove proof from the greatest (hlc, op bytes) among valid removes and leaves;
-  active iff never removed or removed before the add;
+  active iff never removed or removed before the add; the row's version is
+  ``compute_member_record_id`` over those fields;
 * **identity**, per user: the valid put with the greatest (hlc, blob).
 
 Record ids come from ``store.records``' id functions (they define what an id is);
@@ -39,17 +47,20 @@ from sync.merkle import MerkleTree
 
 @dataclass
 class Oracle:
-    messages: list[tuple[bytes, int]] = field(default_factory=list)  # (id, shard_key)
+    messages: list[tuple[bytes, bool, int]] = field(default_factory=list)  # (id, visible, key)
+    member_ops: list[tuple[bytes, int]] = field(default_factory=list)  # (op id, shard_key)
+    # (chat, user, row version, active, shard_key)
     members: list[tuple[bytes, bytes, bytes, bool, int]] = field(default_factory=list)
     identities: list[tuple[bytes, bytes, int]] = field(default_factory=list)  # (user, id, key)
     valid_ops: int = 0
     invalid_ops: int = 0
+    inadmissible: int = 0  # valid messages after the cutoff that no op admits
 
     def ids(self, domain: Domain) -> list[bytes]:
         if domain is Domain.MESSAGES:
             return [m[0] for m in self.messages]
         if domain is Domain.MEMBERS:
-            return [m[2] for m in self.members]
+            return [m[0] for m in self.member_ops]
         return [i[1] for i in self.identities]
 
     def roots(self) -> dict[Domain, tuple[int, int]]:
@@ -64,7 +75,10 @@ class Oracle:
 
     def for_shard(self, shard: int, shards: int) -> Expected:
         exp = Expected()
-        exp.messages = {i for i, key in self.messages if shard_of(key, shards) == shard}
+        mine = [(i, shown) for i, shown, key in self.messages if shard_of(key, shards) == shard]
+        exp.messages = {i for i, _ in mine}
+        exp.visible = {i for i, shown in mine if shown}
+        exp.member_ops = {i for i, key in self.member_ops if shard_of(key, shards) == shard}
         exp.members = {
             (chat, user): (rid, active)
             for chat, user, rid, active, key in self.members
@@ -76,7 +90,7 @@ class Oracle:
         return exp
 
 
-def _msg_id(data: bytes) -> bytes:
+def _blake3(data: bytes) -> bytes:
     return blake3.blake3(data).digest()
 
 
@@ -108,6 +122,37 @@ def valid_ops(spark: SparkSession, trace_uri: str, header: tr.TraceHeader) -> Da
     )
 
 
+def _messages(msgs: DataFrame, member_ops: DataFrame, record_id: Any) -> DataFrame:
+    """Per message (id, shard_key): admissible and visible, from the ops of its (chat, sender)
+    stamped at or before it. A: the greatest add stamp; R: the greatest remove or leave
+    stamp. Admissible iff A exists; visible iff also R is absent or older than A."""
+    m = msgs.select(
+        record_id("op").alias("id"), "chat", "user", F.col("hlc").alias("t"), "shard_key"
+    ).distinct()
+    o = member_ops.select(
+        F.col("chat").alias("o_chat"),
+        F.col("user").alias("o_user"),
+        F.col("hlc").alias("o_hlc"),
+        (F.col("kind") == tr.MEMBER_ADD).alias("is_add"),
+    )
+    before = (m.chat == o.o_chat) & (m.user == o.o_user) & (o.o_hlc <= m.t)
+    decided = (
+        m.join(o, before, "left")
+        .groupBy("id", "shard_key")
+        .agg(
+            F.max(F.when(F.col("is_add"), F.col("o_hlc"))).alias("A"),
+            F.max(F.when(~F.col("is_add"), F.col("o_hlc"))).alias("R"),
+        )
+    )
+    admissible = F.col("A").isNotNull()
+    return decided.select(
+        "id",
+        "shard_key",
+        admissible.alias("admissible"),
+        (admissible & (F.col("R").isNull() | (F.col("R") < F.col("A")))).alias("visible"),
+    )
+
+
 def compute_oracle(spark: SparkSession, trace_uri: str, header: tr.TraceHeader) -> Oracle:
     # Few shuffle partitions for small traces: each one costs a task and a Python worker.
     spark.conf.set("spark.sql.shuffle.partitions", str(2 if header.ops < 50_000 else 8))
@@ -116,15 +161,24 @@ def compute_oracle(spark: SparkSession, trace_uri: str, header: tr.TraceHeader) 
     valid = ops.where(F.col("valid"))
     oracle = Oracle(valid_ops=counts.get(True, 0), invalid_ops=counts.get(False, 0))
 
-    msg_id = F.udf(_msg_id, BinaryType())
+    record_id = F.udf(_blake3, BinaryType())
     raw = header.end_ms - header.retention_ms
     cutoff = raw - raw % header.gc_grain_ms  # the final GC's cutoff, rounded to the GC grain
-    messages = (
-        valid.where((F.col("kind") == tr.MSG) & (F.col("physical") > F.lit(cutoff)))
-        .select(msg_id("op").alias("id"), "shard_key")
-        .distinct()
+    member_ops = valid.where(F.col("kind").isin(*tr.MEMBER_KINDS))
+    oracle.member_ops = [
+        (r["id"], r["shard_key"])
+        for r in member_ops.select(record_id("op").alias("id"), "shard_key").distinct().collect()
+    ]
+    messages = _messages(
+        valid.where((F.col("kind") == tr.MSG) & (F.col("physical") > F.lit(cutoff))),
+        member_ops,
+        record_id,
     )
-    oracle.messages = [(r["id"], r["shard_key"]) for r in messages.collect()]
+    decided = messages.collect()
+    oracle.messages = [
+        (r["id"], bool(r["visible"]), r["shard_key"]) for r in decided if r["admissible"]
+    ]
+    oracle.inadmissible = len(decided) - len(oracle.messages)
 
     key = ["chat", "user"]
     adds = (
@@ -183,6 +237,9 @@ def oracle_summary(oracle: Oracle) -> dict[str, Any]:
         "valid_ops": oracle.valid_ops,
         "invalid_ops": oracle.invalid_ops,
         "messages": len(oracle.messages),
+        "messages_visible": sum(1 for m in oracle.messages if m[1]),
+        "messages_inadmissible": oracle.inadmissible,
+        "member_ops": len(oracle.member_ops),
         "member_rows": len(oracle.members),
         "active_members": oracle.active_members(),
         "identities": len(oracle.identities),

@@ -3,24 +3,28 @@
 ``SimReplica`` is a ``MemoryReplica`` — the same dicts, record-id index, merge
 steps and trees in step — with its hooks set for the simulator:
 
-* **Rules**: merges through ``Rules`` (``store.merge`` unless a planted bug swaps
-  a piece, ``sim/bugs.py``), and the message tree is ``Rules.message_tree``.
+* **Rules**: merges and the message rule (admissible: stored; visible: shown)
+  through ``Rules`` (``store.merge`` and ``store.access`` unless a planted bug
+  swaps a piece, ``sim/bugs.py``), and the message tree is ``Rules.message_tree``.
 * **Drift check on every record a session applies** (``HlcClock.check_drift``
   against the node's local physical time). Sessions skip far-future records
   themselves (``SyncConfig.max_offset_ms``); this check is a second line.
 * **Durability**: writes received from peers go to an undo log until the next
-  flush; ``crash()`` rolls back whatever was not flushed.
+  flush; ``crash()`` rolls back whatever was not flushed — a member op is taken
+  out and its (chat, user) row and history folded again from the ops left — and
+  empties the waiting room (it lives in memory).
 * **Retention**: ``collect_messages`` (the GC, ``sim/retention_model.py``) and
   the resurrection counter. The replica itself refuses nothing as too old
-  (``expire_before_ms`` stays None): the cutoff is applied at ingress, so that a
-  planted bug that skips it shows as resurrections.
+  (``expire_before_ms`` stays None): the cutoff is applied at ingress, and to
+  messages leaving the waiting room, so that a planted bug that skips it shows
+  as resurrections.
 * **The divergence metric**: records entering and leaving honest live replicas
   are counted shard-wide (``ShardContext.holders``).
 * **Memory for hundreds of replicas per process**: decoded messages are shared
-  between replicas, bucket listings come from one shard-wide index (filtered by
-  what this replica holds), member record ids are remembered shard-wide, and the
-  small member and identity trees use dict-backed levels (``SparseMerkleTree``:
-  ``MerkleTree``'s own code over sparse storage).
+  between replicas, and so are decoded member ops; bucket listings come from one
+  shard-wide index (filtered by what this replica holds), and the small member
+  and identity trees use dict-backed levels (``SparseMerkleTree``: ``MerkleTree``'s
+  own code over sparse storage).
 
 ``tests/sim/test_replica.py`` asserts that with the real rules it agrees with a
 plain ``MemoryReplica`` record for record.
@@ -29,20 +33,25 @@ plain ``MemoryReplica`` record for record.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sim.bugs import Rules
 from sim.trees import SparseMerkleTree
+from store.access import NO_HISTORY, MemberHistory
+from store.authz import DmProof
 from store.errors import ClockDriftError
 from store.hlc import Hlc, HlcClock
+from store.ops import MembershipAction, MembershipOp
 from store.records import (
     MemberInfo,
-    MemberRecord,
     MsgV1,
+    blake3_id,
     compute_identity_record_id,
     member_record_id,
 )
+from store.waiting import WaitingRoom
 from sync.frames import Domain
 from sync.replica import (
     IDENTITY,
@@ -56,15 +65,17 @@ from sync.replica import (
 
 __all__ = ["IDENTITY", "MEMBERS", "MESSAGES", "Counters", "ShardContext", "SimReplica"]
 
+Key = tuple[bytes, bytes]  # (chat, user)
+
 
 @dataclass
 class ShardContext:
-    """What all replicas of one shard share: a bucket index, decoded messages, the metrics."""
+    """What all replicas of one shard share: a bucket index, decoded records, the metrics."""
 
     max_offset_ms: int
     buckets: BucketIndex = field(default_factory=new_bucket_index)  # only grows
     interned: dict[bytes, MsgV1] = field(default_factory=dict)
-    member_ids: dict[tuple[tuple[bytes, bytes], MemberInfo], bytes] = field(default_factory=dict)
+    member_ops: dict[bytes, MembershipOp] = field(default_factory=dict)  # op id -> op
     # Divergence: how many honest live replicas hold each record id.
     holders: dict[bytes, int] = field(default_factory=dict)
     held: int = 0  # sum of holders
@@ -92,6 +103,7 @@ class Counters:
     resurrected: int = 0
     rolled_back: int = 0
     collected: int = 0
+    waiting_lost: int = 0  # messages in the waiting room when the node crashed
 
 
 class SimReplica(MemoryReplica):
@@ -113,28 +125,35 @@ class SimReplica(MemoryReplica):
         self.counters = Counters()
         self._undo: list[tuple[int, Domain, Any, Any]] = []  # (t, domain, key, before)
         self._by_time: list[tuple[int, bytes]] = []  # (physical_ms, msg_id) heap for the GC
+        self._shown_on_arrival: dict[bytes, bool] = {}  # the authz-arrival bug's frozen verdicts
         self.t_ms = 0  # true time of the current event (undo log)
 
-    def apply(self, domain: Domain, records: list[Record]) -> int:
+    def apply(self, domain: Domain, records: Sequence[Record]) -> int:
         """Records from a sync session: drift-checked, merged, not yet durable."""
         if self.rules.check_drift:
             records = [r for r in records if self._within_offset(r)]
         return super().apply(domain, records)
 
     def _within_offset(self, record: Record) -> bool:
-        if isinstance(record, MemberRecord):
-            info = record.info
-            stamp = max(info.added_at, info.removed_at or info.added_at)
-        else:
-            stamp = record.hlc
         try:
-            self.clock.check_drift(stamp, self.now_ms)
+            self.clock.check_drift(record.hlc, self.now_ms)
         except ClockDriftError:
             self.counters.rejected_drift += 1
             return False
         return True
 
     # --- MemoryReplica's hooks ---
+
+    def _admit(self, msg: MsgV1) -> bool:
+        # A message leaving the waiting room passed the retention cutoff when it arrived; the
+        # GC may have passed it since (a node's store refuses it then: expire_before_ms).
+        if (
+            self.rules.retention_filter
+            and msg.hlc.physical_ms <= self.horizon
+            and msg.msg_id not in self.messages
+        ):
+            return False
+        return super()._admit(msg)
 
     def _put_message(self, msg: MsgV1) -> bool:
         msg = self.ctx.interned.setdefault(msg.msg_id, msg)
@@ -144,6 +163,16 @@ class SimReplica(MemoryReplica):
         if physical <= self.horizon:
             self.counters.resurrected += 1
         heapq.heappush(self._by_time, (physical, msg.msg_id))
+        if self.rules.decide_on_arrival:
+            self._shown_on_arrival[msg.msg_id] = self.member_active((msg.chat_id, msg.sender))
+        return True
+
+    def _add_member_op(self, op: MembershipOp) -> bool:
+        op_id = blake3_id(op.encode())
+        op = self.ctx.member_ops.setdefault(op_id, op)
+        if not super()._add_member_op(op):
+            return False
+        self._undo.append((self.t_ms, MEMBERS, op_id, None))
         return True
 
     def _merge_member_states(
@@ -154,13 +183,13 @@ class SimReplica(MemoryReplica):
     def _identity_wins(self, incoming: tuple[Hlc, bytes], stored: tuple[Hlc, bytes] | None) -> bool:
         return self.rules.identity_wins(incoming, stored)
 
-    def _member_id(self, key: tuple[bytes, bytes], info: MemberInfo) -> bytes:
-        """``member_record_id``, remembered shard-wide (it hashes both signed proofs)."""
-        cache = self.ctx.member_ids
-        record_id = cache.get((key, info))
-        if record_id is None:
-            record_id = cache[(key, info)] = member_record_id(key[0], key[1], info)
-        return record_id
+    def _admissible(self, msg: MsgV1) -> bool:
+        return self.rules.admissible(msg, self.access(msg.chat_id, msg.sender))
+
+    def _visible(self, msg: MsgV1) -> bool:
+        if self.rules.decide_on_arrival:
+            return self._shown_on_arrival.get(msg.msg_id, False)
+        return self.rules.visible(msg, self.access(msg.chat_id, msg.sender))
 
     def _listed(self, domain: Domain, record_id: bytes) -> None:
         super()._listed(domain, record_id)  # into the shard-wide bucket index
@@ -173,7 +202,8 @@ class SimReplica(MemoryReplica):
             self.ctx.lost(record_id)
 
     def _wrote(self, domain: Domain, key: Any, before: Any) -> None:
-        self._undo.append((self.t_ms, domain, key, before))
+        if domain is not MEMBERS:  # a row is a fold of the ops: _add_member_op logs the op
+            self._undo.append((self.t_ms, domain, key, before))
 
     # --- durability ---
 
@@ -182,20 +212,61 @@ class SimReplica(MemoryReplica):
         self._undo.clear()
 
     def crash(self, flushed_at: int) -> int:
-        """Roll back every write made after ``flushed_at``; return how many."""
+        """Roll back every write made after ``flushed_at`` and lose the waiting room; return
+        how many writes were rolled back."""
         undone = 0
+        refold: set[Key] = set()
         while self._undo and self._undo[-1][0] > flushed_at:
             _, domain, key, before = self._undo.pop()
             if domain is MESSAGES:
                 self._drop_message(key)
+                self._shown_on_arrival.pop(key, None)
             elif domain is MEMBERS:
-                self._set_member(key, self.members.get(key), before)
+                op = self.member_ops.pop(key)
+                self._index(MEMBERS, key, None, key)
+                refold.add((op.chat_id, op.user_id))
             else:
                 self._set_identity(key, self.identities.get(key), before)
             undone += 1
         self._undo.clear()
+        self._refold(refold)
+        self.counters.waiting_lost += len(self.waiting)
+        self.waiting = WaitingRoom(self.waiting.max_messages, self.waiting.max_bytes)
         self.counters.rolled_back += undone
         return undone
+
+    def _refold(self, keys: set[Key]) -> None:
+        """Rows, histories and DM parties of ``keys`` again from the ops still held."""
+        if not keys:
+            return
+        left: dict[Key, list[MembershipOp]] = {key: [] for key in keys}
+        chats = {chat for chat, _ in keys}
+        parties: dict[bytes, bytes] = {}
+        for op in self.member_ops.values():
+            key = (op.chat_id, op.user_id)
+            if key in left:
+                left[key].append(op)
+            if op.chat_id in chats and isinstance(op.proof, DmProof):
+                pair = sorted((op.proof.user_a, op.proof.user_b))
+                parties.setdefault(op.chat_id, b"".join(pair))
+        for key, ops in left.items():
+            row: MemberInfo | None = None
+            for op in ops:
+                row = self._merge_member_states(row, op.state())
+            if row is None:
+                self.members.pop(key, None)
+            else:
+                self.members[key] = row
+            history = MemberHistory.of((op.hlc, op.action is MembershipAction.ADD) for op in ops)
+            if history == NO_HISTORY:
+                self.histories.pop(key, None)
+            else:
+                self.histories[key] = history
+        for chat in chats:
+            if chat in parties:
+                self.dm_parties[chat] = parties[chat]
+            else:
+                self.dm_parties.pop(chat, None)
 
     # --- retention ---
 
@@ -207,6 +278,7 @@ class SimReplica(MemoryReplica):
             msg = self.messages.get(msg_id)
             if msg is not None and msg.hlc.physical_ms <= cutoff_ms:
                 self._drop_message(msg_id)
+                self._shown_on_arrival.pop(msg_id, None)
                 removed += 1
         self.counters.collected += removed
         return removed
@@ -225,13 +297,14 @@ class SimReplica(MemoryReplica):
 
     # --- the check reads ---
 
-    def member_active(self, key: tuple[bytes, bytes]) -> bool | None:
+    def member_active(self, key: Key) -> bool:
         info = self.members.get(key)
-        return None if info is None else self.rules.member_active(info)
+        return info is not None and self.rules.member_active(info)
 
-    def member_record_id(self, key: tuple[bytes, bytes]) -> bytes | None:
+    def member_row_version(self, key: Key) -> bytes | None:
+        """The row's state as one id (``member_record_id``): equal rows, equal ids."""
         info = self.members.get(key)
-        return None if info is None else self._member_id(key, info)
+        return None if info is None else member_record_id(key[0], key[1], info)
 
     def identity_record_id(self, user: bytes) -> bytes | None:
         stored = self.identities.get(user)

@@ -5,7 +5,8 @@
    that shard's records and checks its replicas against the oracle's slice.
 3. The driver combines the shards: per node, roots by XOR and sum, counters by
    sum; converged means one root per domain among the honest live nodes, equal
-   to the oracle's, and nothing lost, extra, stale, resurrected or wrongly active.
+   to the oracle's; the run passes if also nothing is lost, extra, stale,
+   resurrected, wrongly active, shown unauthorized or hidden though authorized.
 
 ``result`` holds only what the trace, the shard count and the planted bug decide
 (it is identical on any master and any number of executors); wall-clock figures
@@ -36,7 +37,6 @@ from store import trace as tr
 from sync.frames import Domain
 
 DEFAULT_SHARDS = 4
-CHECK_COUNTERS = ("lost", "extra", "stale", "resurrected", "wrong_active")
 
 
 @dataclass
@@ -195,7 +195,7 @@ def combine(
     n = header.nodes
     roots = [[[0, 0] for _ in Domain] for _ in range(n)]
     nodes: list[dict[str, Any]] = [
-        {"node": i, **dict.fromkeys(CHECK_COUNTERS, 0), "clock_ahead_ms": -(1 << 62)}
+        {"node": i, **dict.fromkeys(engine.CHECK_COUNTERS, 0), "clock_ahead_ms": -(1 << 62)}
         for i in range(n)
     ]
     stats: dict[str, int] = {}
@@ -205,7 +205,7 @@ def combine(
             i = row["node"]
             node = nodes[i]
             node["alive"], node["honest"] = row["alive"], row["honest"]
-            for c in CHECK_COUNTERS:
+            for c in engine.CHECK_COUNTERS:
                 node[c] += row[c]
             node["clock_ahead_ms"] = max(node["clock_ahead_ms"], row["clock_ahead_ms"])
             for d, (xor, count) in enumerate(row["roots"]):
@@ -231,12 +231,12 @@ def combine(
             "oracle_count": want[1],
             "node_counts": sorted({c for _, c in distinct}),
         }
-    totals = {c: sum(nodes[i][c] for i in checked) for c in CHECK_COUNTERS}
+    totals = {c: sum(nodes[i][c] for i in checked) for c in engine.CHECK_COUNTERS}
     clock_jumps = sum(1 for i in checked if nodes[i]["clock_ahead_ms"] > header.max_offset_ms)
     failing = [
-        {k: nodes[i][k] for k in ("node", *CHECK_COUNTERS, "clock_ahead_ms")}
+        {k: nodes[i][k] for k in ("node", *engine.CHECK_COUNTERS, "clock_ahead_ms")}
         for i in checked
-        if any(nodes[i][c] for c in CHECK_COUNTERS)
+        if any(nodes[i][c] for c in engine.CHECK_COUNTERS)
     ][:20]
     rounds = _combine_rounds(results)
     quiet = _first_quiet_round(rounds, header.heal_ms)

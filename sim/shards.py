@@ -1,10 +1,11 @@
 """Shards: ranges of the 16-bit shard key, and what the oracle expects of one shard.
 
-A message's shard key is its bucket (the first two bytes of its id); a member or
-identity row's is a hash of its row key (``store.trace.row_shard_key``), because a
-row's record id changes with its state and its key does not. Shard ``s`` of ``P``
-holds the keys ``k`` with ``k * P >> 16 == s``: contiguous bucket ranges, so a
-shard's message tree is a set of whole Merkle subtrees.
+A message's and a member op's shard key is a hash of its chat id (whether a
+message is stored and shown is a function of its chat's member ops, so they must
+meet in one shard); an identity's is a hash of its user (``store.trace``'s
+``chat_shard_key`` and ``row_shard_key``). Shard ``s`` of ``P`` holds the keys
+``k`` with ``k * P >> 16 == s``. A shard's trees hold ids of every bucket; ids
+are uniform, so roots still combine across shards by XOR and sum.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ def shard_of(key: int, shards: int) -> int:
 class Expected:
     """The oracle's final state restricted to one shard (what the check compares with)."""
 
-    messages: set[bytes] = field(default_factory=set)
-    # (chat, user) -> (record id, active)
+    messages: set[bytes] = field(default_factory=set)  # stored: valid, admissible, not aged
+    visible: set[bytes] = field(default_factory=set)  # of those, the ones readers see
+    member_ops: set[bytes] = field(default_factory=set)  # the MEMBERS domain: op ids
+    # (chat, user) -> (the row's version: member_record_id of the folded row, active)
     members: dict[tuple[bytes, bytes], tuple[bytes, bool]] = field(default_factory=dict)
     identities: dict[bytes, bytes] = field(default_factory=dict)  # user -> record id

@@ -49,7 +49,7 @@ class AdmissionStore(MessageStore, MemberStore, InboxStore):
                 waiting.append(msg)
                 continue
             admitted.append(msg)
-            if not visible(msg, known):
+            if known.history.removes and not visible(msg, known):  # no removal: it shows
                 hidden.add(msg.msg_id)
         previous = {m.chat_id: self.load_meta(m.chat_id).last_ts for m in admitted}
         stored = self.put_messages(admitted, now_ms=now_ms, hidden=hidden)

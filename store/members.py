@@ -70,13 +70,14 @@ class MemberChange:
 
 @dataclass(frozen=True, slots=True)
 class MemberOpsApplied:
-    """What ``apply_member_ops`` did: per op whether it was new, and per (chat, user) whose
-    history grew the earliest new stamp (the messages from there on may change fate)."""
+    """What ``apply_member_ops`` did: per op whether it was new, and per (chat, user) that had
+    been added before and whose history grew, the earliest new stamp (its messages from there
+    on may change fate)."""
 
     new: list[bool]
     op_ids: list[bytes]
     touched: dict[tuple[bytes, bytes], Hlc]
-    dm_chats: set[bytes]  # chats whose two parties became known
+    chats: set[bytes]  # the chats of the new ops
 
 
 class MemberStore(RocksBase):
@@ -99,7 +100,6 @@ class MemberStore(RocksBase):
             if is_new:
                 fresh[op_id] = (op, data)
         touched: dict[tuple[bytes, bytes], Hlc] = {}
-        dm_chats: set[bytes] = set()
         if fresh:
             batch = self.new_batch()
             ops_cf, seen_cf = self._handle["member_ops"], self._handle["seen_member"]
@@ -110,12 +110,14 @@ class MemberStore(RocksBase):
                 batch.put(op_id, key, seen_cf)
                 pair = (op.chat_id, op.user_id)
                 touched[pair] = min(touched.get(pair, op.hlc), op.hlc)
+            # a (chat, user) never added before has no stored message to decide again
+            touched = {pair: t for pair, t in touched.items() if self.member_history(*pair).adds}
             metas = self._dm_parties([op for op, _ in fresh.values()])
-            dm_chats = set(metas)
             states = [(op.chat_id, op.user_id, op.state()) for op, _ in fresh.values()]
             self._fold_rows(states, batch, metas)
-            self._forget_histories(touched)
-        return MemberOpsApplied(new, ids, touched, dm_chats)
+            self._forget_histories((op.chat_id, op.user_id) for op, _ in fresh.values())
+        chats = {op.chat_id for op, _ in fresh.values()}
+        return MemberOpsApplied(new, ids, touched, chats)
 
     def _dm_parties(self, ops: list[MembershipOp]) -> dict[bytes, ChatMeta]:
         """ChatMeta.identity := the two parties, for DM chats not known to be DMs yet."""

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from store.ops import MembershipAction, MembershipOp, Op, OpKind, encode_op
 from store.records import IdentityRecord, MsgV1
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: messages and member ops shard by their chat
 META_KEY = b"chatsync.sim.header"
 QUIESCE_ROUNDS = 30  # anti-entropy rounds a merged recording gets after its last event
 
@@ -128,9 +128,15 @@ class TraceHeader:
 
 
 def row_shard_key(*parts: bytes) -> int:
-    """0..65535: the bucket a member or identity row is sharded by (its id changes with state)."""
+    """0..65535: a hash of the key a record is sharded by (``chat_shard_key``, an identity's user)."""
     digest = blake3.blake3(b"".join(parts)).digest(2)
     return (digest[0] << 8) | digest[1]
+
+
+def chat_shard_key(chat_id: bytes) -> int:
+    """A message's and a member op's shard key: a message's visibility is a function of its
+    chat's member ops, so a shard holds a chat's messages and member ops together."""
+    return row_shard_key(chat_id)
 
 
 def op_columns(op: Op) -> dict[str, Any]:
@@ -142,7 +148,7 @@ def op_columns(op: Op) -> dict[str, Any]:
             "kind": MSG,
             "op": data,
             "op_id": msg_id,
-            "shard_key": (msg_id[0] << 8) | msg_id[1],
+            "shard_key": chat_shard_key(op.chat_id),
             "chat": op.chat_id,
             "user": op.sender,
             "hlc": op.hlc.pack(),
@@ -153,7 +159,7 @@ def op_columns(op: Op) -> dict[str, Any]:
             "kind": _ACTION_KIND[op.action],
             "op": data,
             "op_id": op_id,
-            "shard_key": row_shard_key(op.chat_id, op.user_id),
+            "shard_key": chat_shard_key(op.chat_id),
             "chat": op.chat_id,
             "user": op.user_id,
             "hlc": op.hlc.pack(),

@@ -400,8 +400,7 @@ class DbReplica:
         msgs = [op for op in ops if isinstance(op, MsgV1)]
         released = []
         if applied is not None:
-            chats = {chat for chat, _ in applied.touched} | applied.dm_chats
-            released = self.waiting.release_chats(chats)
+            released = self.waiting.release_chats(applied.chats)
         results, waiting = self.db.put_authorized(msgs + released, admit_all=self.admit_all)
         for msg in waiting:
             self.waiting.park(msg)

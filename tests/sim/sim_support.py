@@ -1,23 +1,22 @@
 """Helpers for the simulator tests: small traces, a brute-force oracle without Spark, the Spark marks.
 
 ``brute_force_expected`` applies every valid op of a trace to one
-``sync.replica.MemoryReplica`` through the store's own merge rules — a second,
-independent way to the final state that the Spark oracle must agree with.
+``sync.replica.MemoryReplica`` through the store's own merge rules and message
+rule (``store.access``) — a second, independent way to the final state (stored,
+visible) that the Spark oracle must agree with.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from sim.hunt import SMALL, small_trace
-from sim.shards import Expected
+from sim.shards import Expected, shard_of
 from store import trace as tr
-from store.ops import MembershipOp, decode_op
-from store.records import MemberRecord, compute_identity_record_id, member_record_id
-from sync.frames import Domain
+from store.ops import decode_op
+from store.records import compute_identity_record_id, member_record_id
 from sync.replica import MemoryReplica
 
 __all__ = ["SMALL", "SPARK_WARNINGS", "brute_force_expected", "small_trace"]
@@ -29,7 +28,8 @@ SPARK_WARNINGS = [
 ]
 
 
-def brute_force_expected(path: Path) -> Expected:
+def brute_force_expected(path: Path, shard: int = 0, shards: int = 1) -> Expected:
+    """The final state of shard ``shard`` of ``shards``: every valid op, in trace order."""
     trace = tr.read_trace(path)
     h = trace.header
     replica = MemoryReplica()
@@ -41,23 +41,32 @@ def brute_force_expected(path: Path) -> Expected:
         op = decode_op(tr.OP_CODES[kind], row["op"])
         if op.hlc.physical_ms - row["t_ms"] > h.max_offset_ms:
             continue  # invalid: made by a clock past max offset
-        if isinstance(op, MembershipOp):
-            record: Any = MemberRecord(op.chat_id, op.user_id, op.state())
-            replica.apply(Domain.MEMBERS, [record])
-        elif kind == tr.MSG:
-            replica.apply(Domain.MESSAGES, [op])
-        else:
-            replica.apply(Domain.IDENTITY, [op])
+        replica.apply_ops([op])
     raw = h.end_ms - h.retention_ms
     cutoff = raw - raw % h.gc_grain_ms
+
+    def mine(key: int) -> bool:
+        return shard_of(key, shards) == shard
+
     exp = Expected()
-    exp.messages = {i for i, m in replica.messages.items() if m.hlc.physical_ms > cutoff}
+    kept = {
+        i: m
+        for i, m in replica.messages.items()
+        if m.hlc.physical_ms > cutoff and mine(tr.chat_shard_key(m.chat_id))
+    }
+    exp.messages = set(kept)
+    exp.visible = {i for i, m in kept.items() if replica.is_visible(m)}
+    exp.member_ops = {
+        i for i, op in replica.member_ops.items() if mine(tr.chat_shard_key(op.chat_id))
+    }
     exp.members = {
         key: (member_record_id(key[0], key[1], info), info.active)
         for key, info in replica.members.items()
+        if mine(tr.chat_shard_key(key[0]))
     }
     exp.identities = {
         user: compute_identity_record_id(user, *stored)
         for user, stored in replica.identities.items()
+        if mine(tr.row_shard_key(user))
     }
     return exp

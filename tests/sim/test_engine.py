@@ -8,34 +8,25 @@ from pathlib import Path
 import pytest
 
 from sim.bugs import Bug
-from sim.engine import ShardTask, _Progress, run_shard
+from sim.engine import CHECK_COUNTERS, ShardTask, _Progress, run_shard
 from sim.network import NetParams, Network
-from sim.shards import Expected, shard_of
 from sim.spark import ProgressServer
-from store import trace as tr
 
 from sim_support import brute_force_expected, small_trace
 
 SHARDS = 2
 
 
-def _restrict(exp: Expected, shard: int) -> Expected:
-    out = Expected()
-    out.messages = {i for i in exp.messages if shard_of((i[0] << 8) | i[1], SHARDS) == shard}
-    out.members = {
-        k: v for k, v in exp.members.items() if shard_of(tr.row_shard_key(*k), SHARDS) == shard
-    }
-    out.identities = {
-        u: v for u, v in exp.identities.items() if shard_of(tr.row_shard_key(u), SHARDS) == shard
-    }
-    return out
-
-
 def _run(path: Path, plant: Bug | None = None) -> list[dict[str, object]]:
-    exp = brute_force_expected(path)
     return [
         run_shard(
-            ShardTask(s, SHARDS, str(path), plant.value if plant else None, _restrict(exp, s))
+            ShardTask(
+                s,
+                SHARDS,
+                str(path),
+                plant.value if plant else None,
+                brute_force_expected(path, s, SHARDS),
+            )
         )
         for s in range(SHARDS)
     ]
@@ -46,7 +37,7 @@ def _bad(results: list[dict[str, object]]) -> dict[str, int]:
     for r in results:
         for row in r["nodes"]:  # type: ignore[attr-defined]
             if row["honest"] and row["alive"]:
-                for k in ("lost", "extra", "stale", "wrong_active", "resurrected"):
+                for k in CHECK_COUNTERS:
                     totals[k] = totals.get(k, 0) + row[k]
     return {k: v for k, v in totals.items() if v}
 
@@ -84,7 +75,7 @@ def test_a_faulty_trace_converges_to_the_expected_state(faulty: Path) -> None:
 
 
 def test_same_trace_same_shard_result(faulty: Path) -> None:
-    exp = _restrict(brute_force_expected(faulty), 0)
+    exp = brute_force_expected(faulty, 0, SHARDS)
     one = run_shard(ShardTask(0, SHARDS, str(faulty), None, exp))
     two = run_shard(ShardTask(0, SHARDS, str(faulty), None, exp))
     for r in (one, two):
