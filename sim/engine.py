@@ -142,6 +142,7 @@ class ShardSim:
             "ops_applied": 0,
             "ops_rejected_at_origin": 0,
             "ops_at_down_node": 0,
+            "posts_waiting_at_origin": 0,
             "gossip_sent": 0,
             "gossip_dropped": 0,
             "gossip_duplicated": 0,
@@ -267,7 +268,9 @@ class ShardSim:
             rep.flush()
             return
         rep.t_ms, rep.now_ms = t, phys
-        rep.apply_record(record)
+        if not rep.apply_record(record) and isinstance(record, MsgV1):
+            # no op admits it here (yet): a stranger's post, or one that overtook its add
+            self.stats["posts_waiting_at_origin"] += record.msg_id in rep.waiting
         rep.flush()
         self.stats["ops_applied"] += 1
         fanout = self.schedule.publish(key, i, node, t)

@@ -16,11 +16,12 @@ tie-breaks (blob bytes, remove-wins) are exercised and a broken tie-break shows.
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 import random
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -29,6 +30,7 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
+from sim import scenarios
 from sim.rand import derive
 from store import trace as tr
 from store.authz import NONCE_LEN, GroupProof, grant_admin, new_group
@@ -46,6 +48,9 @@ OP_WEIGHTS = {
     tr.MEMBER_LEAVE: 0.02,
     tr.IDENTITY: 0.05,
 }
+
+
+FIRST_MEMBER_POSTS = 0.15  # share of plain posts by a chat's first members, removed or not
 
 
 def parse_faults(text: str) -> frozenset[str]:
@@ -156,8 +161,13 @@ class _Planner:
         self.down: dict[int, list[tuple[int, int]]] = {n: [] for n in range(p.nodes)}
         self.offsets: dict[int, list[tuple[int, int]]] = {n: [] for n in range(p.nodes)}
         self.poisoned: dict[int, tuple[int, int]] = {}  # node -> (clock jumped, clock fixed)
-        self.home = [u % p.nodes for u in range(p.users)]
         self.members = self._initial_members()
+        self.strangers = [p.users + i for i in range(scenarios.STRANGERS)]
+        self.specs: list[OpSpec] = []
+        self.steps: list[tuple[int, int, Callable[[int], object]]] = []  # (t, seq, step)
+        self._step_seq = 0
+        self.roster: list[set[int]] = [set() for _ in range(p.chats)]  # members, as planned
+        self.clocks: list[HlcClock] = []
 
     def _initial_members(self) -> list[list[int]]:
         members = []
@@ -315,108 +325,201 @@ class _Planner:
 
     def plan_ops(self) -> list[OpSpec]:
         p, rng = self.p, self.rng
-        clocks = [HlcClock() for _ in range(p.nodes)]
-        kinds, weights = list(OP_WEIGHTS), list(OP_WEIGHTS.values())
+        self.clocks = [HlcClock() for _ in range(p.nodes)]
+        kinds = [*OP_WEIGHTS, *scenarios.WEIGHTS]
+        weights = [*OP_WEIGHTS.values(), *scenarios.WEIGHTS.values()]
         span = self.heal - self.start
         times = sorted(self.start + rng.randrange(span) for _ in range(p.ops))
-        specs: list[OpSpec] = []
-
-        def origin(user: int, t: int, row_op: bool = False) -> int:
-            node = self.home[user]
-            for step in range(p.nodes):  # the user's device is down: another device of theirs
-                candidate = (node + step) % p.nodes
-                if self.is_down(candidate, t):
-                    continue
-                # Past its fix a poisoned device makes no valid op (its HLC is still ahead), so
-                # the user goes on from another device. Row ops leave it at the jump: honest
-                # nodes refuse a row version carrying a far-future stamp, and valid state that
-                # only that version held would be stuck there.
-                if self.poisoned_by(candidate, t, after_fix=not row_op):
-                    continue
-                return candidate
-            return node
-
-        def stamp(node: int, t: int) -> int:
-            return clocks[node].now(t + self.offset(node, t)).pack()
-
-        def add(spec: OpSpec) -> None:
-            spec.index = len(specs)
-            specs.append(spec)
-
         # Every chat's creator adds its initial members in the first moments; the second one
         # is an admin (the creator signs an AdminGrant for it).
         t0 = self.start
         for chat, members in enumerate(self.members):
             creator = members[0]
-            node = origin(creator, t0, row_op=True)
+            node = self.origin(creator, t0, row_op=True)
             for i, member in enumerate(members):
                 role = int(Role.ADMIN) if i < 2 else int(Role.PARTICIPANT)
-                hlc = stamp(node, t0)
-                add(
-                    OpSpec(
-                        0,
-                        t0,
-                        node,
-                        tr.MEMBER_ADD,
-                        creator,
-                        chat,
-                        member,
-                        role,
-                        hlc,
-                        creator=creator,
-                    )
-                )
-        for t in times[len(specs) :]:
+                self._member(t0, node, tr.MEMBER_ADD, creator, chat, member, role)
+        plays = scenarios.Scenarios(self, p.chats)
+        for t_partition in self._partition_starts():  # a removal races a post across each
+            self.later(t_partition + rng.randint(500, 4_000), plays.race)
+        for t in times[len(self.specs) :]:
+            self._run_steps(until=t)
             kind = rng.choices(kinds, weights)[0]
-            chat = rng.randrange(p.chats)
-            members = self.members[chat]
-            creator = members[0]
-            if kind == tr.MSG:
-                author = rng.choice(members)
-                node = origin(author, t)
-                reply = rng.random() < 0.2
-                add(OpSpec(0, t, node, kind, author, chat, hlc=stamp(node, t), reply=reply))
-            elif kind in (tr.MEMBER_ADD, tr.MEMBER_REMOVE):
-                target = rng.randrange(p.users)
-                role = int(Role.ADMIN) if rng.random() < 0.1 else int(Role.PARTICIPANT)
-                # An admin may add participants and remove anyone but the creator.
-                granted = (
-                    len(members) > 1
-                    and rng.random() < 0.3
-                    and target != creator
-                    and (kind == tr.MEMBER_REMOVE or role == int(Role.PARTICIPANT))
-                )
-                actor = members[1] if granted else creator
-                node = origin(actor, t, row_op=True)
-                hlc = stamp(node, t)
-                spec = OpSpec(0, t, node, kind, actor, chat, target, role, hlc, creator=creator)
-                spec.granted = granted
-                add(spec)
-                if rng.random() < p.tie_rate and p.nodes > 1:
-                    # The creator's other device does the opposite at the very same stamp.
-                    twin = tr.MEMBER_REMOVE if kind == tr.MEMBER_ADD else tr.MEMBER_ADD
-                    other = (node + 1) % p.nodes
-                    if not self.is_down(other, t) and not self.poisoned_by(other, t):
-                        add(
-                            OpSpec(
-                                0, t, other, twin, creator, chat, target, role, hlc, creator=creator
-                            )
-                        )
-            elif kind == tr.MEMBER_LEAVE:
-                target = rng.choice(members)
-                node = origin(target, t, row_op=True)
-                hlc = stamp(node, t)
-                add(OpSpec(0, t, node, kind, target, chat, target, 0, hlc, creator=creator))
+            if kind in scenarios.WEIGHTS:
+                plays.start(kind, t)
             else:
-                user = rng.randrange(p.users)
-                node = origin(user, t, row_op=True)
-                hlc = stamp(node, t)
-                add(OpSpec(0, t, node, kind, user, hlc=hlc, box=rng.randrange(1 << 30)))
-                if rng.random() < p.tie_rate and p.nodes > 1:
-                    other = (node + 1) % p.nodes
-                    if not self.is_down(other, t) and not self.poisoned_by(other, t):
-                        add(OpSpec(0, t, other, kind, user, hlc=hlc, box=rng.randrange(1 << 30)))
-        return specs
+                self._random_op(kind, t)
+        self._run_steps(until=self.heal - 1)
+        return self.specs
+
+    def _random_op(self, kind: str, t: int) -> None:
+        p, rng = self.p, self.rng
+        chat = rng.randrange(p.chats)
+        members = self.members[chat]
+        creator = members[0]
+        if kind == tr.MSG:
+            # mostly a member as the plan left the chat; now and then one of its first members,
+            # who may have been removed since (a post that is stored, and hidden)
+            roster = self.roster[chat]
+            first = rng.random() < FIRST_MEMBER_POSTS or not roster
+            self.post(t, rng.choice(members if first else sorted(roster)), chat)
+        elif kind in (tr.MEMBER_ADD, tr.MEMBER_REMOVE):
+            target = rng.randrange(p.users)
+            role = int(Role.ADMIN) if rng.random() < 0.1 else int(Role.PARTICIPANT)
+            # An admin may add participants and remove anyone but the creator.
+            granted = (
+                len(members) > 1
+                and rng.random() < 0.3
+                and target != creator
+                and (kind == tr.MEMBER_REMOVE or role == int(Role.PARTICIPANT))
+            )
+            actor = members[1] if granted else creator
+            node = self.origin(actor, t, row_op=True)
+            hlc = self._member(t, node, kind, actor, chat, target, role, granted=granted)
+            if rng.random() < p.tie_rate and p.nodes > 1:
+                # The creator's other device does the opposite at the very same stamp.
+                twin = tr.MEMBER_REMOVE if kind == tr.MEMBER_ADD else tr.MEMBER_ADD
+                other = (node + 1) % p.nodes
+                if not self.is_down(other, t) and not self.poisoned_by(other, t):
+                    self._member(t, other, twin, creator, chat, target, role, hlc=hlc)
+        elif kind == tr.MEMBER_LEAVE:
+            self.member_op(t, kind, chat, rng.choice(members))
+        else:
+            user = rng.randrange(p.users)
+            node = self.origin(user, t, row_op=True)
+            hlc = self.stamp(node, t)
+            self.add(OpSpec(0, t, node, kind, user, hlc=hlc, box=rng.randrange(1 << 30)))
+            if rng.random() < p.tie_rate and p.nodes > 1:
+                other = (node + 1) % p.nodes
+                if not self.is_down(other, t) and not self.poisoned_by(other, t):
+                    self.add(OpSpec(0, t, other, kind, user, hlc=hlc, box=rng.randrange(1 << 30)))
+
+    # --- the steps of scenarios (sim.scenarios), run in time order with the workload ---
+
+    def later(self, t_ms: int, step: Callable[[int], object]) -> None:
+        if t_ms < self.heal:
+            heapq.heappush(self.steps, (t_ms, self._step_seq, step))
+            self._step_seq += 1
+
+    def _run_steps(self, until: int) -> None:
+        while self.steps and self.steps[0][0] <= until:
+            t, _, step = heapq.heappop(self.steps)
+            step(t)
+
+    # --- making ops ---
+
+    def origin(self, user: int, t: int, row_op: bool = False) -> int:
+        """The node a user's op is made on: their home node, or their next device up."""
+        p = self.p
+        node = user % p.nodes
+        for step in range(p.nodes):  # the user's device is down: another device of theirs
+            candidate = (node + step) % p.nodes
+            if self.usable(candidate, t, row_op):
+                return candidate
+        return node
+
+    def usable(self, node: int, t: int, row_op: bool = False) -> bool:
+        """Up, and its clock makes valid ops. Past its fix a poisoned device makes no valid
+        op (its HLC is still ahead), so the user goes on from another device. Row ops leave
+        it at the jump: honest nodes refuse a row version carrying a far-future stamp, and
+        valid state that only that version held would be stuck there."""
+        return not self.is_down(node, t) and not self.poisoned_by(node, t, after_fix=not row_op)
+
+    def stamp(self, node: int, t: int) -> int:
+        return self.clocks[node].now(t + self.offset(node, t)).pack()
+
+    def add(self, spec: OpSpec) -> None:
+        spec.index = len(self.specs)
+        self.specs.append(spec)
+
+    def post(self, t_ms: int, author: int, chat: int, node: int | None = None) -> int | None:
+        if node is None or not self.usable(node, t_ms):
+            node = self.origin(author, t_ms)
+        reply = self.rng.random() < 0.2
+        self.add(
+            OpSpec(0, t_ms, node, tr.MSG, author, chat, hlc=self.stamp(node, t_ms), reply=reply)
+        )
+        return node
+
+    def member_op(self, t_ms: int, kind: str, chat: int, target: int) -> int:
+        actor = target if kind == tr.MEMBER_LEAVE else self.members[chat][0]
+        node = self.origin(actor, t_ms, row_op=True)
+        self._member(t_ms, node, kind, actor, chat, target, int(Role.PARTICIPANT))
+        return node
+
+    def _member(
+        self,
+        t: int,
+        node: int,
+        kind: str,
+        actor: int,
+        chat: int,
+        target: int,
+        role: int,
+        *,
+        granted: bool = False,
+        hlc: int | None = None,
+    ) -> int:
+        """One member op (``hlc``: a twin's stamp); the plan's view of the chat follows it."""
+        hlc = self.stamp(node, t) if hlc is None else hlc
+        creator = self.members[chat][0]
+        spec = OpSpec(0, t, node, kind, actor, chat, target, role, hlc, creator=creator)
+        spec.granted = granted
+        self.add(spec)
+        if kind == tr.MEMBER_ADD:
+            self.roster[chat].add(target)
+        else:
+            self.roster[chat].discard(target)
+        return hlc
+
+    # --- what scenarios ask of the plan ---
+
+    def current_members(self, chat: int) -> list[int]:
+        creator = self.members[chat][0]
+        return sorted(self.roster[chat] - {creator})
+
+    def outsider(self, chat: int) -> int:
+        creator = self.members[chat][0]
+        for _ in range(8):
+            user = self.rng.randrange(self.p.users)
+            if user != creator and user not in self.roster[chat]:
+                return user
+        return user  # a small chat of few users: a member, then (the oracle decides anyway)
+
+    def across(self, node: int, t_ms: int) -> int:
+        up = [n for n in range(self.p.nodes) if n != node and self.usable(n, t_ms)]
+        group = self._partitioned(t_ms)
+        if group is not None:
+            other_side = [n for n in up if (n in group) != (node in group)]
+            up = other_side or up
+        return self.rng.choice(up) if up else node
+
+    def steady_node(self, t_ms: int, ahead_of: int, steady_ms: int) -> int | None:
+        steady = [
+            n
+            for n in range(self.p.nodes)
+            if n != ahead_of
+            and self.usable(n, t_ms)
+            and self.usable(n, t_ms + steady_ms)
+            and not any(t_ms <= a <= t_ms + steady_ms for a, _ in self.down[n])
+        ]
+        floor = self.offset(ahead_of, t_ms)
+        ahead = [n for n in steady if self.offset(n, t_ms) >= floor]
+        pool = ahead or steady
+        return self.rng.choice(pool) if pool else None
+
+    def _partition_starts(self) -> list[int]:
+        return sorted(f.t_ms for f in self.faults if f.kind in (tr.PARTITION, tr.PARTITION_ONEWAY))
+
+    def _partitioned(self, t_ms: int) -> set[int] | None:
+        """The group of the latest partition on at ``t_ms`` (a heal ends every one)."""
+        group: set[int] | None = None
+        cuts = (f for f in self.faults if f.kind in (tr.PARTITION, tr.PARTITION_ONEWAY, tr.HEAL))
+        for f in sorted(cuts, key=lambda f: f.t_ms):
+            if f.t_ms > t_ms:
+                break
+            group = None if f.kind == tr.HEAL else set(f.args["group"])
+        return group
 
 
 # --- signing (worker processes) -----------------------------------------------------------

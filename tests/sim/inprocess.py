@@ -10,7 +10,8 @@ traces both must end with the same roots (``tests/sim/test_differential.py``).
 
 The schedule is the Spark replay's (``sim.schedule``, which ``sim/engine.py``
 walks too), with the same hashed draws (``sim.network``): ops at their origin
-(``validate_op`` on the origin's clock, then the writer; gossiped if new),
+(``validate_op`` on the origin's clock, then the writer; gossiped if new or waiting
+for its member op, as the intake does),
 gossip deliveries with their drop,
 duplication, delay and jitter and cut by partitions, anti-entropy every
 ``anti_entropy_ms`` with the same hashed peer over ``memory_stream_pair`` in
@@ -246,7 +247,7 @@ class InProcessReplay:
     # --- ops and gossip ---
 
     async def _local_op(self, event: TraceEvent) -> None:
-        """A client's op at its origin: ``Node.submit_ops`` (validate, write, gossip if new)."""
+        """A client's op at its origin: ``Node.submit_ops`` (validate, write, gossip if new or waiting)."""
         node, traced = self.nodes[event.node], self.ops[event.row]
         if not node.alive:
             self.stats["ops_at_down_node"] += 1

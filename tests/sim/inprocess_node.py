@@ -260,10 +260,14 @@ class InProcessNode:
     # --- ingress ---
 
     async def write(self, op: Op) -> bool:
-        """A validated op from a client: written, acknowledged; True if it was new."""
-        new = await self._up().writer.submit([op])
+        """A validated op from a client: written, acknowledged; True if it is to be gossiped:
+        new, or a message waiting for its member op (another node may hold the op), as the
+        node's intake (``OpIntake.submit``) does."""
+        writer = self._up().writer
+        request = await writer.enqueue([op])
+        new = await writer.wait(request)
         self.clock.update(op.hlc, self.clock_ms())
-        return new[0]
+        return new[0] or request.waiting[0]
 
     async def deliver(self, msg: GossipMessage, forwarder: bytes) -> bool:
         """A gossip message, as the router hands it over: validated, then through the

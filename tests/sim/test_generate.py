@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow.parquet as pq
 
@@ -68,3 +69,78 @@ def test_membership_ops_carry_chat_proofs(tmp_path: Path) -> None:
             assert op.proof is not None and op.proof.chat_id() == op.chat_id
             grants += op.grant is not None
     assert grants > 0
+
+
+class Row(NamedTuple):
+    t_ms: int
+    node: int
+    kind: str
+    chat: bytes | None
+    user: bytes
+    hlc: int
+
+
+def _ops(path: Path) -> list[Row]:
+    rows = tr.read_trace(path).table.to_pylist()
+    return [Row(*(r[f] for f in Row._fields)) for r in rows if r["kind"] in tr.OP_KINDS]
+
+
+def test_the_authorization_scenarios_are_in_a_trace(tmp_path: Path) -> None:
+    """Strangers' posts; removed members posting; add, remove, add again with posts in each
+    period and in the gap; a post made on another node within milliseconds of its author's
+    add (before gossip can bring the add there)."""
+    ops = _ops(small_trace(2, tmp_path / "t.parquet"))
+    members = [r for r in ops if r.kind in tr.MEMBER_KINDS]
+    posts = [r for r in ops if r.kind == tr.MSG]
+    added = {(r.chat, r.user) for r in members if r.kind == tr.MEMBER_ADD}
+    assert any((p.chat, p.user) not in added for p in posts)  # a stranger's
+
+    removed_posting = readded = 0
+    for pair in added:
+        history = sorted(
+            (r.hlc, r.kind == tr.MEMBER_ADD) for r in members if (r.chat, r.user) == pair
+        )
+        stamps = [p.hlc for p in posts if (p.chat, p.user) == pair]
+        removes = [hlc for hlc, is_add in history if not is_add]
+        removed_posting += bool(removes) and any(s > removes[0] for s in stamps)
+        for (a, add), (r, rm), (b, again) in zip(history, history[1:], history[2:], strict=False):
+            if add and not rm and again:  # add, remove, add again; a post in each stretch
+                readded += all(
+                    any(lo <= s < hi for s in stamps)
+                    for lo, hi in ((a, r), (r + 1, b), (b, 1 << 62))
+                )
+    assert removed_posting >= 1 and readded >= 1
+
+    overtaken = [
+        (add, p)
+        for add in members
+        if add.kind == tr.MEMBER_ADD
+        for p in posts
+        if (p.chat, p.user) == (add.chat, add.user)
+        and p.node != add.node
+        and 0 < p.t_ms - add.t_ms <= 40
+    ]
+    assert overtaken
+
+
+def test_a_removal_races_a_post_across_every_partition(tmp_path: Path) -> None:
+    """Each partition episode: a member removed on one side posts on the other moments later."""
+    path = small_trace(2, tmp_path / "t.parquet")
+    rows = tr.read_trace(path).table.to_pylist()
+    ops = _ops(path)
+    cuts = [r for r in rows if r["kind"] in (tr.PARTITION, tr.PARTITION_ONEWAY)]
+    assert cuts
+    for cut in cuts:
+        group = set(cut["group"])
+        heal = min(r["t_ms"] for r in rows if r["kind"] == tr.HEAL and r["t_ms"] > cut["t_ms"])
+        races = [
+            (rm, p)
+            for rm in ops
+            if rm.kind == tr.MEMBER_REMOVE and cut["t_ms"] < rm.t_ms < heal
+            for p in ops
+            if p.kind == tr.MSG
+            and (p.chat, p.user) == (rm.chat, rm.user)
+            and 0 <= p.t_ms - rm.t_ms < 1_500
+            and (p.node in group) != (rm.node in group)
+        ]
+        assert races, cut

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import blake3
 import pytest
@@ -22,6 +21,7 @@ from sim.hunt import hunt
 from sim.oracle import compute_oracle
 from sim.report import write_report
 from sim.runner import RunOutcome, run_simulation
+from store.ops import MembershipAction, MembershipOp
 from store.trace import read_header
 
 from sim_support import SPARK_WARNINGS, brute_force_expected, small_trace
@@ -62,25 +62,18 @@ def test_a_small_faulty_trace_converges_and_is_reported(
     assert paths["summary"].read_text().startswith("OK: 5 nodes")
 
 
-def _oracle_as_expected(spark: SparkSession, path: Path) -> tuple[Any, Any, Any]:
-    oracle = compute_oracle(spark, str(path), read_header(path))
-    return (
-        {i for i, _ in oracle.messages},
-        {(chat, user): (rid, active) for chat, user, rid, active, _ in oracle.members},
-        {user: rid for user, rid, _ in oracle.identities},
-    )
-
-
 @pytest.mark.parametrize("seed", [2, 3])
 def test_the_oracle_agrees_with_a_brute_force_fold(
     spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
     path = small_trace(seed, tmp_path / "t.parquet")
     want = brute_force_expected(path)
-    messages, members, identities = _oracle_as_expected(spark, path)
-    assert messages == want.messages and messages
-    assert members == want.members and any(not a for _, a in members.values())
-    assert identities == want.identities and identities
+    got = compute_oracle(spark, str(path), read_header(path)).for_shard(0, 1)
+    assert got.messages == want.messages and got.messages
+    assert got.visible == want.visible and got.visible < got.messages  # some hidden
+    assert got.member_ops == want.member_ops and got.member_ops
+    assert got.members == want.members and any(not a for _, a in got.members.values())
+    assert got.identities == want.identities and got.identities
 
 
 def test_one_and_two_executors_give_the_same_result(
@@ -135,23 +128,35 @@ def test_a_recorded_cluster_replays_to_the_cluster_s_own_roots(
 ) -> None:
     """``--trace-out`` on a real 2-node cluster (one node restarted: its recording carries
     over), ``chatsync sim merge``, then the replay: it converges, and its oracle's roots are
-    the roots the real nodes reached."""
+    the roots the real nodes reached. The authors are added to the group first; the last one
+    is removed at the end (what it posted before stays stored and shown)."""
     from cluster.local import Cluster
-    from cluster.scenario import Authors
+    from cluster.scenario import GROUP, GROUP_PROOF, Authors
 
     authors = Authors(3)
+
+    def member_op(user: int, action: MembershipAction) -> MembershipOp:
+        key, stamp = authors.keys[0], authors.stamp(0)
+        return MembershipOp.create(key, GROUP, authors.ids[user], action, stamp, proof=GROUP_PROOF)
+
     traces = tmp_path / "traces"
     with Cluster(2, tmp_path / "cluster", trace_dir=traces) as cluster:
         cluster.start()
+        cluster.post_ops(0, [member_op(i, MembershipAction.ADD) for i in range(3)])
         cluster.post_ops(0, authors.messages(20, "on 0"))
         cluster.post_ops(1, authors.messages(15, "on 1", start=100))
         cluster.stop(1)
         cluster.restart(1)
         cluster.post_ops(1, authors.messages(10, "after restart", start=200))
-        want = 45
+        cluster.post_ops(1, [member_op(2, MembershipAction.REMOVE)])
+        want, ops = 45, 4
         for _ in range(300):
             statuses = [cluster.status(i) for i in range(2)]
-            if all(s["domains"]["messages"]["count"] == want for s in statuses):
+            if all(
+                s["domains"]["messages"]["count"] == want
+                and s["domains"]["members"]["count"] == ops
+                for s in statuses
+            ):
                 break
             time.sleep(0.2)
         node_roots = {d: statuses[0]["domains"][d]["root"] for d in statuses[0]["domains"]}
@@ -163,7 +168,7 @@ def test_a_recorded_cluster_replays_to_the_cluster_s_own_roots(
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     header = read_header(merged)
-    assert header.source == "recorded" and header.nodes == 2 and header.ops == want
+    assert header.source == "recorded" and header.nodes == 2 and header.ops == want + ops
     replay = run_simulation(spark, merged, shards=2).result
     assert replay["ok"] and replay["converged"], replay["check"]
     for name, domain in replay["domains"].items():
@@ -171,3 +176,4 @@ def test_a_recorded_cluster_replays_to_the_cluster_s_own_roots(
         digest = blake3.blake3(bytes.fromhex(xor_hex) + int(count).to_bytes(8, "big")).hexdigest()
         assert digest == node_roots[name], name
     assert replay["domains"]["messages"]["oracle_count"] == want
+    assert replay["oracle"]["messages_visible"] == want
