@@ -21,7 +21,9 @@ Every message is signed before the clock starts (``MsgV1.create``, ~50 µs each,
 with a distinct HLC — the tick's scheduled wall time and a counter — so each op can be
 followed: the generator notes when it POSTed each op and when the origin acknowledged it;
 every node logs when gossip, or anti-entropy, delivered each new op
-(``GET /debug/latency?arrivals=1``).
+(``GET /debug/latency?arrivals=1``). Before each load every author is added to every chat
+(a group each: ``authors x chats`` signed member ops, posted to one node and awaited on all,
+not timed): a node stores a message only once it holds the add of its sender.
 
 Definitions (all on one machine, one wall clock):
   latency (end to end)  per op: from the start of the POST that offered it to its origin
@@ -60,7 +62,9 @@ from bench.machine import loadavg, machine_busy_s, process_cpu_s
 from bench.transport_floor import FloorParams, run_transport_floor
 from cluster.local import Cluster
 from store import Hlc, MsgV1
-from store.signing import key_from_seed
+from store.authz import new_group
+from store.ops import MembershipAction, MembershipOp, Op
+from store.signing import key_from_seed, public_key, user_id_from_key
 
 MAX_OPS_PER_POST = 1000  # the API takes at most 1,024 ops per request
 STATUS_EVERY_S = 0.25
@@ -90,12 +94,30 @@ class GossipBenchParams:
 
 
 class Signer:
-    """Authors and chats with deterministic keys; ops as pre-encoded JSON fragments."""
+    """Authors and group chats with deterministic keys; ops as pre-encoded JSON fragments.
+
+    Every author is a member of every chat: ``joins`` are the adds (signed by each chat's
+    creator), stamped when the ``Signer`` is made — before every message it signs. A node
+    stores a message only once it holds the add of its sender: the bench posts them first.
+    """
 
     def __init__(self, authors: int, chats: int, payload: int) -> None:
         self.keys = [key_from_seed(bytes([0x60 + i % 64, i // 64]) * 16) for i in range(authors)]
-        self.chats = [bytes([0xB0, c % 256, c // 256]) + bytes(29) for c in range(chats)]
+        creators = [self.keys[c % authors] for c in range(chats)]
+        groups = [
+            new_group(creator, bytes([0xB0, c % 256, c // 256]) + bytes(13))
+            for c, creator in enumerate(creators)
+        ]
+        self.chats = [group.chat_id() for group in groups]
         self.payload = payload
+        joined = Hlc(int(time.time() * 1000))
+        users = [user_id_from_key(public_key(k)) for k in self.keys]
+        self.joins: list[Op] = [
+            MembershipOp.create(creator, group.chat_id(), user, MembershipAction.ADD, joined,
+                                proof=group)
+            for creator, group in zip(creators, groups, strict=True)
+            for user in users
+        ]  # fmt: skip
 
     def sign(self, n: int, hlc: Hlc) -> MsgV1:
         filler = b"%010d" % n
@@ -318,6 +340,7 @@ def run_load(
         cluster.start()
         _wait_mesh(cluster)
         console.print(f"[bold]{label}[/]: {params.nodes} nodes up in {time.monotonic() - t:.1f} s")
+        _post_joins(cluster, signer)
         t = time.monotonic()
         plan = make_plan(signer, params)
         console.print(
@@ -330,6 +353,23 @@ def run_load(
         _close(cluster, label)
         raise
     return result, cluster
+
+
+def _post_joins(cluster: Cluster, signer: Signer, timeout_s: float = 60) -> None:
+    """Post every chat's adds to node 0 and wait until every node holds them (not timed):
+    a message that reached a node before the add of its sender would wait for it."""
+    joins = signer.joins
+    for s in range(0, len(joins), MAX_OPS_PER_POST):
+        cluster.post_ops(0, joins[s : s + MAX_OPS_PER_POST])
+    deadline = time.monotonic() + timeout_s
+    while any(
+        cluster.status(i)["domains"]["members"]["count"] < len(joins) for i in cluster.live()
+    ):
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"the {len(joins)} member ops did not reach every node in {timeout_s} s"
+            )
+        time.sleep(0.2)
 
 
 def _wait_mesh(cluster: Cluster, timeout_s: float = 30) -> None:

@@ -136,7 +136,9 @@ def send(
             chat_id, payload, ops = parse_hex(chat, CHAT_ID_LEN, "--chat"), text.encode(), []
         msg, waiting = client.send_message_posted(key.signing_key, chat_id, payload, extra_ops=ops)
     what = "encrypted DM" if to is not None else "message"
-    console.print(f"sent {what} [bold]{msg.msg_id.hex()}[/] in chat {chat_id.hex()}")
+    console.print(
+        f"sent {what} [bold]{msg.msg_id.hex()}[/] in chat {chat_id.hex()}", soft_wrap=True
+    )
     if waiting:
         console.print(
             "held (not_a_member): the node knows no add of you to this chat stamped before "

@@ -31,12 +31,32 @@ def wall_ms() -> int:
 
 
 class Authors:
-    """A few users with deterministic keys, each with its own HLC."""
+    """A few users with deterministic keys, each with its own HLC, all members of GROUP.
+
+    ``joins`` are GROUP's add ops for every author, signed by author 0 (who created the
+    group: an admin, the others participants) and stamped when the ``Authors`` were made,
+    before any of their messages: a node stores a message only once it knows an add op of
+    its sender stamped at or before it, so post ``joins`` before (or with) the messages.
+    """
 
     def __init__(self, count: int) -> None:
         self.keys = [key_from_seed(bytes([0x40 + i]) * 32) for i in range(count)]
         self.ids = [user_id_from_key(public_key(k)) for k in self.keys]
         self.clocks = [HlcClock() for _ in self.keys]
+        self.joins: list[Op] = [
+            MembershipOp.create(
+                self.keys[0],
+                GROUP,
+                user,
+                MembershipAction.ADD,
+                self.stamp(0),
+                Role.ADMIN if i == 0 else Role.PARTICIPANT,
+                proof=GROUP_PROOF,
+            )
+            for i, user in enumerate(self.ids)
+        ]
+        for clock in self.clocks[1:]:  # every later stamp, of any author, after the joins'
+            clock.update(self.clocks[0].last, wall_ms())
 
     def stamp(self, i: int) -> Hlc:
         return self.clocks[i].now(wall_ms())
@@ -69,20 +89,7 @@ def run_scenario(nodes: int, base_dir: Path, *, per_phase: int, out: Path) -> di
         setup: list[Op] = [
             make_identity(k, bytes([i]) * 32, authors.stamp(i)) for i, k in enumerate(authors.keys)
         ]
-        for i, user in enumerate(authors.ids):
-            role = Role.ADMIN if i == 0 else Role.PARTICIPANT
-            setup.append(
-                MembershipOp.create(
-                    authors.keys[0],
-                    GROUP,
-                    user,
-                    MembershipAction.ADD,
-                    authors.stamp(0),
-                    role,
-                    proof=GROUP_PROOF,
-                )
-            )
-        cluster.post_ops(0, setup)
+        cluster.post_ops(0, [*setup, *authors.joins])
 
         t0 = time.monotonic()
         for i, batch in enumerate(_split(authors.messages(per_phase, "before"), nodes)):

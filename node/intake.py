@@ -72,7 +72,8 @@ def refuse_removed_senders(db: ChatDb, ops: list[Op]) -> None:
         if admissible(op, access) and not visible(op, access):
             raise NotAMember(
                 f"user {op.sender.hex()} was not a member of chat {op.chat_id.hex()} "
-                f"at the message's stamp {op.hlc} (removed or left)"
+                f"at the message's stamp ({op.hlc.physical_ms} ms, logical {op.hlc.logical}): "
+                "removed or left before it"
             )
 
 

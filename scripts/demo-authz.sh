@@ -85,7 +85,14 @@ note() {
 
 # The command as a reader would type it: key files by name, node URLs as N0 N1 N2.
 shown() {
-    local text="chatsync $*" i
+    local text="chatsync" arg i
+    for arg in "$@"; do
+        if [[ $arg == *[[:space:]\']* ]]; then
+            text+=" \"$arg\""
+        else
+            text+=" $arg"
+        fi
+    done
     text=${text//$KEYS\//}
     for i in "${!URLS[@]}"; do
         text=${text//${URLS[$i]}/N$i}

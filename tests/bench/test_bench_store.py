@@ -12,8 +12,11 @@ from bench.store_bench import StoreBenchParams, run_store_bench
 STORES = {
     "write_batched": {"chatdb", "raw", "raw_3_per_msg", "sqlite"},
     "write_single": {"chatdb", "raw", "sqlite"},
-    "range": {"chatdb", "sqlite", "sqlite_by_timestamp"},
+    "range": {"chatdb", "chatdb_unfiltered", "sqlite", "sqlite_by_timestamp"},
     "list_user_chats": {"chatdb", "sqlite"},
+    # the node's write path (DbReplica.apply_ops) with the authorization check and without
+    "node_batched": {"node_checked", "node_open"},
+    "node_single": {"node_checked", "node_open"},
 }
 
 
@@ -49,11 +52,14 @@ def test_bench_store_tiny(tmp_path: Path) -> None:
             assert rate["count"] > 0 and rate["seconds"] > 0, (op, name)
     assert {rate["count"] for rate in results["write_batched"].values()} == {2_000}
     assert {rate["count"] for rate in results["write_single"].values()} == {300}
+    assert {rate["count"] for rate in results["node_batched"].values()} == {2_000}
+    assert {rate["count"] for rate in results["node_single"].values()} == {300}
     assert {rate["count"] for rate in results["list_user_chats"].values()} == {40}
     # Every message of the five chats was paged, in as many pages on both sides.
     rng = results["range"]
     assert {rate["items"] for rate in rng.values()} == {2_000}
     assert rng["chatdb"]["count"] == rng["sqlite"]["count"] == rng["sqlite_by_timestamp"]["count"]
+    assert rng["chatdb_unfiltered"]["count"] == rng["chatdb"]["count"]  # nothing hidden
 
     assert set(saved["ratios"]) == {
         "write_batched_vs_raw",
@@ -64,6 +70,9 @@ def test_bench_store_tiny(tmp_path: Path) -> None:
         "range_vs_sqlite",
         "range_vs_sqlite_by_timestamp",
         "list_user_chats_vs_sqlite",
+        "node_batched_checked_vs_open",
+        "node_single_checked_vs_open",
+        "range_visible_vs_unfiltered",
     }
     assert all(ratio > 0 for ratio in saved["ratios"].values())
     assert all(isinstance(goal["met"], bool) for goal in saved["goals"].values())

@@ -29,6 +29,7 @@ def test_nodes_converge_after_restart_and_partition(tmp_path: Path) -> None:
     authors = Authors(3)
     with Cluster(3, tmp_path, sync_interval_s=1.0) as cluster:
         cluster.start()
+        cluster.post_ops(0, authors.joins)  # the authors' adds: their messages are admitted
         for i in range(3):
             cluster.post_ops(i, authors.messages(40, f"n{i}", start=i * 40))
         cluster.wait_converged(timeout_s=60)
@@ -59,6 +60,7 @@ def test_kill9_during_ingest_loses_no_acknowledged_write(tmp_path: Path) -> None
     acked: list[bytes] = []
     with Cluster(1, tmp_path, durable=True) as cluster:
         cluster.start()
+        cluster.post_ops(0, authors.joins)
         stop = threading.Event()
 
         def ingest() -> None:
@@ -103,6 +105,7 @@ async def test_a_hostile_peer_does_not_disturb_the_node(tmp_path: Path) -> None:
     cluster = Cluster(1, tmp_path, node_config={"penalty_threshold": 1000.0})
     try:
         await trio.to_thread.run_sync(cluster.start)
+        await trio.to_thread.run_sync(cluster.post_ops, 0, authors.joins)
         node = cluster.nodes[0]
         async with AsyncExitStack() as stack:
             host, pubsub = await start_host(stack, create_new_key_pair(), "/ip4/127.0.0.1/tcp/0", 1)

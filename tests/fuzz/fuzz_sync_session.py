@@ -1,9 +1,10 @@
 """Fuzz target ``sync_session``: a peer's frames fed to a ``SyncSession`` in every live state.
 
-Two small ``MemoryReplica``s that differ in every domain (signed messages, member rows
-backed by signed ops, identity documents; two of one side's messages share a bucket, so
-the id-list path runs too) sync once per config — plain, and authenticated with a
-retention cutoff. Before every frame of those honest sessions the receiving side is
+Two small ``MemoryReplica``s under the message rule (a message is stored once a member
+op admits its sender) that differ in every domain (signed messages, signed member ops —
+a leave on one side, a re-add on the other —, identity documents; two of one side's
+messages share a bucket, so the id-list path runs too) sync once per config — plain, and
+authenticated with a retention cutoff. Before every frame of those honest sessions the receiving side is
 saved: that is a *checkpoint*, one per (config, role, state, step).
 
 Input: ``[checkpoint index][frame](SEP[frame])*`` — the session of that checkpoint,
@@ -13,8 +14,10 @@ Properties: ``receive`` raises nothing but ``RemoteProtocolError``, after which 
 session is ABORTED with that reason; a reply is a frame we can decode; ``None`` only
 when the session is over; and the replica stays valid — every tree equals the tree
 rebuilt from what is stored, every stored id is its record's id, every message is
-signed by its sender (and with ``authenticate``, every member row and identity
-verifies), and nothing stored before is lost.
+signed by its sender and admitted by the stored member ops (none is both stored and
+waiting), every member row and history is the fold of its (chat, user)'s ops, with
+``authenticate`` every member op and identity verifies, and nothing stored before is
+lost.
 """
 
 from __future__ import annotations
@@ -25,23 +28,18 @@ from dataclasses import dataclass
 from fuzz_support import NOW_MS, instrumented, main
 
 with instrumented(__name__ == "__main__"):
+    from store.access import MemberHistory, admissible
     from store.authz import new_group
     from store.hlc import Hlc
     from store.keys import bucket_of
-    from store.merge import merge_member_states, remove_op_state
-    from store.ops import (
-        MembershipAction,
-        MembershipOp,
-        make_identity,
-        verify_identity,
-        verify_member_record,
-    )
+    from store.merge import merge_member_states
+    from store.ops import MembershipAction, MembershipOp, make_identity, verify_identity
     from store.records import (
         IdentityRecord,
-        MemberRecord,
+        MemberInfo,
         MsgV1,
+        blake3_id,
         compute_identity_record_id,
-        member_record_id,
     )
     from store.signing import key_from_seed, public_key, user_id_from_key
     from sync.errors import RemoteProtocolError
@@ -84,39 +82,30 @@ def _records() -> tuple[list[Record], list[Record]]:
         n += 1
     both = [msg(i, base + i) for i in range(3)]
     only_a = [msg(3, base + 3), msg(4, CUTOFF_MS - 10), *pair]
-    only_b = [msg(5, base + 5), msg(6, CUTOFF_MS - 20)]
+    only_b = [msg(5, base + 5), msg(6, CUTOFF_MS - 20), msg(7, base + 55)]  # 7: user 1, hidden
 
-    def add(actor: int, user: int, ms: int) -> MembershipOp:
-        return MembershipOp.create(
-            keys[actor], chat, users[user], MembershipAction.ADD, Hlc(ms), proof=group
-        )
+    def op(user: int, ms: int, action: MembershipAction = MembershipAction.ADD) -> MembershipOp:
+        signer = keys[user] if action is MembershipAction.LEAVE else keys[0]  # 0 created it
+        return MembershipOp.create(signer, chat, users[user], action, Hlc(ms), proof=group)
 
-    leave = MembershipOp.create(
-        keys[1], chat, users[1], MembershipAction.LEAVE, Hlc(base + 50), proof=group
-    )
-    joined = add(0, 1, base + 10)
-    left = merge_member_states(joined.state(), remove_op_state(leave.hlc, leave.encode()))
-    assert left is not None
-    members_a = [
-        MemberRecord(chat, users[0], add(0, 0, base).state()),
-        MemberRecord(chat, users[1], joined.state()),
-    ]
-    members_b = [
-        MemberRecord(chat, users[0], add(0, 0, base).state()),
-        MemberRecord(chat, users[1], left),  # a later version of the same row
-        MemberRecord(chat, users[2], add(0, 2, base + 20).state()),
-    ]
+    # Every author added before its oldest message (stamps before the cutoff: member ops
+    # have none); then user 1 leaves (on B only) and is added again (on A only): stored
+    # everywhere, message 7 (user 1, between the two) is shown nowhere.
+    joined = [op(n, CUTOFF_MS - 1_000 + n) for n in range(3)]
+    members_a = [*joined, op(1, base + 60)]
+    members_b = [*joined, op(1, base + 50, MembershipAction.LEAVE)]
     ident = [make_identity(k, bytes([i]) * 32, Hlc(base + i)) for i, k in enumerate(keys)]
     newer = make_identity(keys[1], b"\x09" * 32, Hlc(base + 99))
-    a: list[Record] = [*both, *only_a, *members_a, ident[0], ident[1]]
-    b: list[Record] = [*both, *only_b, *members_b, ident[0], newer, ident[2]]
+    # member ops first: a message applied before the op admitting it would wait
+    a: list[Record] = [*members_a, *both, *only_a, ident[0], ident[1]]
+    b: list[Record] = [*members_b, *both, *only_b, ident[0], newer, ident[2]]
     return a, b
 
 
 def _domain(record: Record) -> Domain:
     if isinstance(record, MsgV1):
         return Domain.MESSAGES
-    return Domain.MEMBERS if isinstance(record, MemberRecord) else Domain.IDENTITY
+    return Domain.MEMBERS if isinstance(record, MembershipOp) else Domain.IDENTITY
 
 
 def _replica(records: list[Record]) -> MemoryReplica:
@@ -127,9 +116,10 @@ def _replica(records: list[Record]) -> MemoryReplica:
 
 
 def _stored(replica: MemoryReplica) -> list[Record]:
-    """Every record a replica holds, as records (to rebuild an equal replica)."""
-    out: list[Record] = list(replica.messages.values())
-    out += [MemberRecord(c, u, info) for (c, u), info in replica.members.items()]
+    """Every record a replica holds, as records (to rebuild an equal replica): member ops
+    first, so that every message is admitted again."""
+    out: list[Record] = list(replica.member_ops.values())
+    out += replica.messages.values()
     out += [IdentityRecord(u, hlc, blob) for u, (hlc, blob) in replica.identities.items()]
     return out
 
@@ -138,7 +128,7 @@ def check_replica(replica: MemoryReplica, config: SyncConfig, before: set[bytes]
     """The replica is internally consistent and holds only authenticated records."""
     ids = {
         Domain.MESSAGES: set(replica.messages),
-        Domain.MEMBERS: {member_record_id(c, u, i) for (c, u), i in replica.members.items()},
+        Domain.MEMBERS: {blake3_id(op.encode()) for op in replica.member_ops.values()},
         Domain.IDENTITY: {compute_identity_record_id(u, *v) for u, v in replica.identities.items()},
     }
     for domain in Domain:
@@ -146,17 +136,39 @@ def check_replica(replica: MemoryReplica, config: SyncConfig, before: set[bytes]
             raise AssertionError(f"{domain.name}: index and stored rows disagree")
         if replica.tree(domain) != MerkleTree.from_ids(ids[domain]):
             raise AssertionError(f"{domain.name}: tree differs from the tree of the stored ids")
+    if set(replica.member_ops) != ids[Domain.MEMBERS]:
+        raise AssertionError("a member op stored under another id")
     for msg_id, msg in replica.messages.items():
         if msg.msg_id != msg_id:
             raise AssertionError("a message stored under another id")
         msg.verify()  # BadSignature here is a crash: a forged message was applied
+        if not admissible(msg, replica.access(msg.chat_id, msg.sender)):
+            raise AssertionError("a message stored that no member op admits")
+    if any(m.msg_id in replica.messages for m in replica.waiting.waiting()):
+        raise AssertionError("a message both stored and waiting")
+    _check_member_folds(replica)
     if config.authenticate:
-        for (chat, user), info in replica.members.items():
-            verify_member_record(MemberRecord(chat, user, info))
+        for op in replica.member_ops.values():
+            op.verify()
+            op.authorize()
         for user, (hlc, blob) in replica.identities.items():
             verify_identity(IdentityRecord(user, hlc, blob))
-    if not before <= set(replica.messages):
-        raise AssertionError("messages were lost")
+    if not before <= set(replica.messages) | set(replica.member_ops):
+        raise AssertionError("records were lost")
+
+
+def _check_member_folds(replica: MemoryReplica) -> None:
+    """Each (chat, user)'s row and history are the fold of its ops, whatever their order."""
+    rows: dict[tuple[bytes, bytes], MemberInfo | None] = {}
+    stamps: dict[tuple[bytes, bytes], list[tuple[Hlc, bool]]] = {}
+    for op in replica.member_ops.values():
+        key = (op.chat_id, op.user_id)
+        rows[key] = merge_member_states(rows.get(key), op.state())
+        stamps.setdefault(key, []).append((op.hlc, op.action is MembershipAction.ADD))
+    if replica.members != rows:
+        raise AssertionError("member rows differ from the fold of their ops")
+    if replica.histories != {k: MemberHistory.of(v) for k, v in stamps.items()}:
+        raise AssertionError("member histories differ from their ops' stamps")
 
 
 # --- checkpoints --------------------------------------------------------------------------
@@ -175,7 +187,9 @@ class Checkpoint:
 
 
 def _fingerprint(replica: MemoryReplica) -> tuple[object, ...]:
-    return tuple(replica.tree(d).root() for d in Domain)
+    """What the replica holds: its trees, and the messages waiting for their member op."""
+    waiting = sorted(m.msg_id for m in replica.waiting.waiting())
+    return (*(replica.tree(d).root() for d in Domain), *waiting)
 
 
 def checkpoints() -> list[Checkpoint]:
@@ -235,7 +249,7 @@ def one_input(data: bytes) -> None:
         return
     checkpoint = _CHECKPOINTS[data[0] % len(_CHECKPOINTS)]
     session, replica = _restore(checkpoint)
-    before = set(replica.messages)
+    before = set(replica.messages) | set(replica.member_ops)
     try:
         for frame in data[1:].split(SEP)[:MAX_FRAMES]:
             if session.finished:

@@ -44,6 +44,19 @@ def add(user: int, hlc: int) -> MembershipOp:
     )
 
 
+# The creator's own add, stamped before every ``messages()``: it admits KEYS[0]'s messages
+# (a node stores a message only once an add of its sender stamped at or before it is known).
+JOIN = add(0, 1)
+
+
+def seed(db: ChatDb, msgs: list[MsgV1], *ops: MembershipOp) -> None:
+    """Fill ``db`` as a node would: JOIN and ``ops``, then ``msgs`` under the message rule
+    (``ChatDb.put_authorized``); every message must be admitted."""
+    db.apply_member_ops([JOIN, *ops])
+    _, waiting = db.put_authorized(msgs)
+    assert not waiting, f"{len(waiting)} messages not admitted"
+
+
 def identity(user: int, hlc: int):  # type: ignore[no-untyped-def]
     return make_identity(KEYS[user], bytes([user]) * 32, Hlc(hlc))
 

@@ -147,7 +147,7 @@ async def test_every_endpoint_happy_path_with_pagination_and_unread(tmp_path: Pa
         status = (await http.get("/status")).json()
         assert status["peer_id"] == node.peer_id and status["connected_peers"] == []
         assert {k: v["count"] for k, v in status["domains"].items()} == {
-            "messages": 8, "members": 2, "identity": 2,
+            "messages": 8, "members": 3, "identity": 2,
         }  # fmt: skip
         assert all(len(d["root"]) == 64 for d in status["domains"].values())
         assert status["last_sync"] == {}
@@ -165,6 +165,41 @@ async def test_every_endpoint_happy_path_with_pagination_and_unread(tmp_path: Pa
         assert (await http.get("/docs")).status_code == 200
 
 
+async def test_a_message_waits_for_its_senders_add_and_a_removed_sender_is_refused(
+    tmp_path: Path,
+) -> None:
+    async with running_node(tmp_path) as (_, http):
+        base = now_ms() - 60_000
+        early = message(BOB, b"before the node knows his add", base + 10)
+        r = await http.post("/ops", json=ops_body(early))
+        assert r.status_code == 202, r.text
+        assert r.json() == {"accepted": 1, "new": [False], "waiting": [True]}
+        assert (await counts(http))["messages"] == 0  # held, not stored
+        # the add arrives: the waiting message is stored and shown
+        assert await post_ok(http, add(ALICE, ALICE, base), add(ALICE, BOB, base)) == [True] * 2
+        history = f"/chats/{GROUP.hex()}/messages"
+        shown = (await http.get(history)).json()["messages"]
+        assert [m["id"] for m in shown] == [early.msg_id.hex()]
+        later = message(BOB, b"posted before the node knows his removal", base + 30)
+        assert await post_ok(http, later) == [True]
+        # Bob removed at base + 20: his message stamped after that is hidden, a new one refused
+        remove = MembershipOp.create(
+            ALICE.signing_key, GROUP, BOB.user_id, MembershipAction.REMOVE, Hlc(base + 20),
+            proof=GROUP_PROOF,
+        )  # fmt: skip
+        assert await post_ok(http, remove) == [True]
+        shown = (await http.get(history)).json()["messages"]
+        assert [m["id"] for m in shown] == [early.msg_id.hex()]
+        r = await http.post("/ops", json=ops_body(message(BOB, b"after", base + 31)))
+        assert (r.status_code, r.json()["code"]) == (403, "not_a_member"), r.text
+        # ... and one stamped while he was a member is still taken
+        before = message(BOB, b"while a member", base + 15)
+        assert await post_ok(http, before) == [True]
+        shown = (await http.get(history)).json()["messages"]
+        assert [m["id"] for m in shown] == [before.msg_id.hex(), early.msg_id.hex()]  # newest first
+        assert (await counts(http))["messages"] == 3  # ``later`` is stored, not shown
+
+
 # --- hostile input ------------------------------------------------------------------------
 
 
@@ -172,8 +207,9 @@ async def test_hostile_input_is_refused_with_json_and_writes_nothing(tmp_path: P
     async with running_node(tmp_path) as (node, http):
         base = now_ms() - 60_000
         good = message(ALICE, b"hello", base)
-        await post_ok(http, good)
+        await post_ok(http, add(ALICE, ALICE, base), good)  # Alice created GROUP and joined it
         before = await counts(http)
+        unknown = "66" * 32  # a chat this node holds no op (and no message) of
         chat, alice = GROUP.hex(), ALICE.user_id.hex()
         forged_sig = MsgV1(
             good.chat_id, good.sender, good.hlc, good.kind, good.payload, None,
@@ -251,7 +287,7 @@ async def test_hostile_input_is_refused_with_json_and_writes_nothing(tmp_path: P
             ("GET", f"/chats/{'zz' * 32}/proof", {}, 400, "bad_id"),
             ("GET", f"/chats/{' ' * 64}/proof", {}, 400, "bad_id"),
             ("GET", f"/chats/{'0' * 62}\u00e9\u00e9/proof", {}, 400, "bad_id"),
-            ("GET", f"/chats/{chat}/proof", {}, 404, "unknown_chat"),
+            ("GET", f"/chats/{unknown}/proof", {}, 404, "unknown_chat"),
             ("GET", f"/users/{alice[:-2]}/chats", {}, 400, "bad_id"),
             ("GET", f"/chats/{chat}/messages", {"params": {"cursor": "%%%"}}, 400, "bad_cursor"),
             ("GET", f"/chats/{chat}/messages", {"params": {"cursor": b64(b"\x01" * 44)}}, 400, "bad_cursor"),
@@ -297,8 +333,10 @@ async def test_a_chats_proof_says_who_controls_it(tmp_path: Path) -> None:
         }
         r = await http.get(f"/chats/{dm.chat_id().hex()}/proof")
         assert r.json() == {"kind": "dm", "users": [ALICE.user_id.hex(), BOB.user_id.hex()]}
-        # a chat with messages but no member op is unknown too
-        await post_ok(http, message(CAROL, b"hi", base, chat=b"\x55" * 32))
+        # a chat with a message waiting but no member op is unknown too
+        stranger = message(CAROL, b"hi", base, chat=b"\x55" * 32)
+        r = await http.post("/ops", json=ops_body(stranger))
+        assert r.status_code == 202 and r.json()["waiting"] == [True], r.text
         for unknown in (b"\x55" * 32, b"\x66" * 32):
             r = await http.get(f"/chats/{unknown.hex()}/proof")
             assert (r.status_code, r.json()["code"]) == (404, "unknown_chat"), r.text
@@ -308,6 +346,7 @@ async def test_a_chats_proof_says_who_controls_it(tmp_path: Path) -> None:
 async def test_a_full_write_queue_answers_503_busy(tmp_path: Path) -> None:
     async with running_node(tmp_path, write_queue=1) as (node, http):
         base = now_ms() - 60_000
+        await post_ok(http, add(ALICE, ALICE, base - 1))  # Alice created GROUP: she joins it
         results: list[int] = []
 
         async def post(i: int) -> None:

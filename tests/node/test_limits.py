@@ -98,10 +98,11 @@ async def test_bans_land_on_the_blocklist_and_lift_on_trios_clock(
 
 
 async def test_an_author_over_its_rate_is_refused_with_429(tmp_path: Path) -> None:
-    authors = Authors(1)
-    async with running_node(tmp_path, author_ops_per_s=1.0, author_ops_burst=5.0) as (_, http):
-        first = authors.messages(5, "a")  # the whole burst
-        assert (await http.post("/ops", json=ops_body(*first))).status_code == 201
+    authors = Authors(1)  # its one author created GROUP and signs its own join: burst 1 + 5
+    async with running_node(tmp_path, author_ops_per_s=1.0, author_ops_burst=6.0) as (_, http):
+        first = authors.messages(5, "a")  # with the join, the whole burst
+        response = await http.post("/ops", json=ops_body(*authors.joins, *first))
+        assert response.status_code == 201 and response.json()["new"] == [True] * 6
         more = authors.messages(4, "b", start=10)
         response = await http.post("/ops", json=ops_body(*more))
         assert response.status_code == 429 and response.json()["code"] == "rate_limited"
@@ -114,7 +115,8 @@ async def test_a_resent_batch_checks_only_the_ops_not_held(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A held message has the very bytes that were checked when it was stored: resending it
-    costs neither a signature check nor the author's budget (burst 5: 3 + 2 new ops fit)."""
+    costs neither a signature check nor the author's budget (burst 6: the join, 3 + 2 new
+    ops fit)."""
     checked: list[object] = []
     real_validate = intake_module.validate_op
 
@@ -123,9 +125,11 @@ async def test_a_resent_batch_checks_only_the_ops_not_held(
         real_validate(op, **limits)  # type: ignore[arg-type]
 
     monkeypatch.setattr(intake_module, "validate_op", counting_validate)
-    authors = Authors(1)
+    authors = Authors(1)  # its one author signs its own join too: burst 1 + 5
     first, then = authors.messages(3, "a"), authors.messages(2, "b", start=10)
-    async with running_node(tmp_path, author_ops_per_s=0.01, author_ops_burst=5.0) as (_, http):
+    async with running_node(tmp_path, author_ops_per_s=0.01, author_ops_burst=6.0) as (_, http):
+        assert (await http.post("/ops", json=ops_body(*authors.joins))).status_code == 201
+        checked.clear()
         assert (await http.post("/ops", json=ops_body(*first))).status_code == 201
         assert checked == first
         response = await http.post("/ops", json=ops_body(*first, *then))
@@ -164,6 +168,7 @@ def test_a_real_nearly_full_disk_refuses_writes_without_corruption(tmp_path: Pat
         refused = None
         with Cluster(1, disk, extra_args=["--min-free-disk-mb", "12"]) as cluster:
             cluster.start()
+            cluster.post_ops(0, authors.joins)
             for i in range(400):
                 msg = MsgV1.create(
                     authors.keys[i % 2], GROUP, authors.stamp(i % 2), rnd.randbytes(200_000)
@@ -246,6 +251,7 @@ async def test_a_peer_that_gossips_forged_ops_is_banned(tmp_path: Path) -> None:
         envelopes.append(cbor2.dumps([1, [[1, held.encoded], [1, forged]]]))
     with Cluster(1, tmp_path) as cluster:
         await trio.to_thread.run_sync(cluster.start)
+        await trio.to_thread.run_sync(cluster.post_ops, 0, authors.joins)
         me, metrics = await _gossip_from_a_stranger(cluster, envelopes)
         status = await trio.to_thread.run_sync(cluster.status, 0)
     assert 'chatsync_gossip_rejected_total{reason="bad_signature"} 3' in metrics
@@ -257,16 +263,18 @@ async def test_a_peer_that_gossips_forged_ops_is_banned(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 async def test_an_author_over_its_rate_is_refused_on_the_gossip_path(tmp_path: Path) -> None:
-    """Burst 5: three new ops, the same three replayed twice (free: we hold them, and a
-    replay must not spend the author's budget), two new ops, then one too many."""
+    """Burst 6: the author's join (over HTTP: the budget is shared), three new ops, the same
+    three replayed twice (free: we hold them, and a replay must not spend the author's
+    budget), two new ops, then one too many."""
     authors = Authors(1)
     first, then = authors.messages(3, "a"), authors.messages(2, "b", start=10)
     late = authors.messages(1, "c", start=20)
     envelopes = [encode_ops(first), encode_ops(first), encode_ops(first)]
     envelopes += [encode_ops(then), encode_ops(late)]
-    config = {"author_ops_per_s": 0.01, "author_ops_burst": 5.0}
+    config = {"author_ops_per_s": 0.01, "author_ops_burst": 6.0}
     with Cluster(1, tmp_path, node_config=config) as cluster:
         await trio.to_thread.run_sync(cluster.start)
+        await trio.to_thread.run_sync(cluster.post_ops, 0, authors.joins)
         me, metrics = await _gossip_from_a_stranger(cluster, envelopes)
         status = await trio.to_thread.run_sync(cluster.status, 0)
     assert status["domains"]["messages"]["count"] == 5  # all but the one over the rate
@@ -281,6 +289,7 @@ def test_kill9_during_a_sync_session_then_restart(tmp_path: Path) -> None:
     authors = Authors(3)
     with Cluster(2, tmp_path, sync_interval_s=1.0) as cluster:
         cluster.start()
+        cluster.post_ops(0, authors.joins)
         cluster.stop(1)
         for i in range(40):  # 20,000 messages that node 1 must catch up on by sync
             cluster.post_ops(0, authors.messages(500, f"c{i}", start=i * 500))

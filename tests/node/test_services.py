@@ -49,14 +49,16 @@ async def test_client_ops_are_written_then_gossiped_and_sync_brings_them_to_a_pe
 ) -> None:
     a_pubsub, b_pubsub = Published(), Published()
     a, b = services(tmp_path, "a", a_pubsub), services(tmp_path, "b", b_pubsub)
-    ops = [add(1, 5), *messages(0, 20)]
+    ops = [add(1, 5), *messages(0, 20, author=1)]  # user 1 is added, then posts
     try:
         async with trio.open_nursery() as nursery:
             for s in (a, b):
                 await nursery.start(s.writer.run)
             nursery.start_soon(a.gossip.publish_loop)
-            assert await a.intake.submit(ops) == [True] * 21
-            assert await a.intake.submit(ops[:3]) == [False] * 3  # nothing new: not gossiped
+            submitted = await a.intake.submit(ops)
+            assert submitted.new == [True] * 21 and submitted.waiting == [False] * 21
+            again = await a.intake.submit(ops[:3])
+            assert again.new == [False] * 3 and again.waiting == [False] * 3  # not gossiped
             while not a_pubsub.sent:
                 await trio.sleep(0.01)
             left, right = trio.testing.memory_stream_pair()

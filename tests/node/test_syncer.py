@@ -18,7 +18,7 @@ from sync.frames import Domain
 from sync.protocol import SessionRole, SyncConfig, SyncSession
 from sync.replica import DbReplica, MemoryReplica, Replica
 
-from node_support import CHAT, add, identity, messages, small_db
+from node_support import JOIN, add, identity, messages, seed, small_db
 
 MAX_FRAME = 1 << 22
 
@@ -35,9 +35,8 @@ def service(
 async def test_two_nodes_converge_over_a_stream(tmp_path: Path) -> None:
     a_db, b_db = small_db(tmp_path / "a"), small_db(tmp_path / "b")
     try:
-        a_db.put_messages(messages(0, 60))
-        b_db.put_messages(messages(30, 60))
-        a_db.apply_member_states([(add(1, 5).chat_id, add(1, 5).user_id, add(1, 5).state())])
+        seed(a_db, messages(0, 60), add(1, 5))
+        seed(b_db, messages(30, 60))
         b_db.put_identities([identity(2, 9)])
         a, b = DbReplica(a_db), DbReplica(b_db)
         left, right = trio.testing.memory_stream_pair()
@@ -54,6 +53,8 @@ async def test_two_nodes_converge_over_a_stream(tmp_path: Path) -> None:
         for domain in Domain:
             assert a.tree(domain).root() == b.tree(domain).root()
         assert a.tree(Domain.MESSAGES).count == 90
+        assert a.tree(Domain.MEMBERS).count == 2  # JOIN and add(1, 5)
+        assert not a.waiting and not b.waiting
         assert metrics.counter("sync_sessions", role="initiator", result="converged") == 1
     finally:
         a_db.close()
@@ -77,7 +78,7 @@ async def test_a_silent_peer_times_out(
 async def test_garbage_ends_the_session_and_the_next_one_works(tmp_path: Path) -> None:
     db = small_db(tmp_path / "a")
     try:
-        db.put_messages(messages(0, 5))
+        seed(db, messages(0, 5))  # the honest peer gets the messages and the op admitting them
         replica, metrics = DbReplica(db), Metrics()
         left, right = trio.testing.memory_stream_pair()
         peer = TrioFrames(left, MAX_FRAME)
@@ -152,12 +153,12 @@ async def test_an_oversized_frame_is_refused_before_reading_it(tmp_path: Path) -
 async def test_a_peer_replaying_stale_versions_forever_is_penalized_to_a_ban(
     tmp_path: Path,
 ) -> None:
+    """Member ops are a grow-only set (nothing in it goes stale); identities are
+    last-writer-wins: a peer can hold a superseded identity document and offer it forever."""
     from node.penalties import SYNC_PENALTY, PeerPenalties
-    from store.ops import MembershipAction, MembershipOp
-    from store.records import MemberRecord, Role
     from sync.replica import MemoryReplica
 
-    from node_support import KEYS, PROOF, USERS
+    from node_support import USERS
 
     class Stubborn(MemoryReplica):
         """A hostile peer: keeps its stale version and never takes ours."""
@@ -165,18 +166,12 @@ async def test_a_peer_replaying_stale_versions_forever_is_penalized_to_a_ban(
         def apply(self, domain, records):  # type: ignore[no-untyped-def]
             return 0
 
-    def op(action: MembershipAction, ms: int) -> MembershipOp:
-        return MembershipOp.create(
-            KEYS[0], CHAT, USERS[1], action, Hlc(ms), Role.PARTICIPANT, proof=PROOF
-        )
-
     db = small_db(tmp_path / "a")
     try:
-        add, remove = op(MembershipAction.ADD, 5), op(MembershipAction.REMOVE, 9)
-        stale = MemberRecord(CHAT, USERS[1], add.state())  # superseded by the remove
-        db.apply_member_states([(CHAT, USERS[1], add.state()), (CHAT, USERS[1], remove.state())])
+        stale, current = identity(1, 5), identity(1, 9)  # the same user: 9 supersedes 5
+        db.put_identities([stale, current])
         mine, peer = DbReplica(db), Stubborn()
-        MemoryReplica.apply(peer, Domain.MEMBERS, [stale])
+        MemoryReplica.apply(peer, Domain.IDENTITY, [stale])
         penalties, banned = PeerPenalties(threshold=10), []
 
         def judge(outcome) -> None:  # type: ignore[no-untyped-def]
@@ -192,7 +187,7 @@ async def test_a_peer_replaying_stale_versions_forever_is_penalized_to_a_ban(
                 )
                 outcome = await ours.initiate("stubborn", TrioFrames(left, MAX_FRAME))
             assert outcome.records_received >= 1 and outcome.records_applied == 0
-            assert db.get_member_record(CHAT, USERS[1]).removed_at == Hlc(9)  # never rolled back
+            assert db.get_identity(USERS[1]) == (Hlc(9), current.blob)  # never rolled back
         assert banned == ["stubborn"]  # ten useless sessions: 10 points, the threshold
     finally:
         db.close()
@@ -229,9 +224,9 @@ async def _session_with_paced_peer(
 ) -> tuple[SyncOutcome, int, str | None]:
     db = small_db(tmp_path / f"paced-{pause_s}")
     try:
-        db.put_messages(messages(0, 40))
+        seed(db, messages(0, 40))
         peer = MemoryReplica()
-        peer.apply(Domain.MESSAGES, list(messages(20, 60)))
+        assert peer.apply_ops([JOIN, *messages(20, 60)]).changed == 61
         left, right = trio.testing.memory_stream_pair()
         ours = service(DbReplica(db), Metrics(), timeout_s=10, frames_per_s=frames_per_s)
         async with trio.open_nursery() as nursery:

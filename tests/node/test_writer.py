@@ -13,13 +13,14 @@ from node.writer import DbWriter, WriteFailed
 from sync.frames import Domain
 from sync.replica import DbReplica
 
-from node_support import USERS, add, identity, messages, small_db
+from node_support import JOIN, USERS, add, identity, messages, small_db
 
 
 @pytest.fixture
 def parts(tmp_path: Path):  # type: ignore[no-untyped-def]
     db = small_db(tmp_path / "db")
     replica = DbReplica(db)
+    assert replica.apply_ops([JOIN]).new == [True]  # admits the author of ``messages()``
     yield db, replica
     db.close()
 
@@ -37,6 +38,7 @@ async def test_ops_are_written_acknowledged_and_reflected_in_the_trees(parts) ->
         await nursery.start(writer.run)
         new = await writer.submit([*msgs, add(1, 5), identity(1, 7)])
         assert new == [True] * 22
+        assert not replica.waiting  # every message admitted: none held back
         again = await writer.submit([msgs[0], add(1, 5), identity(1, 7)])
         assert again == [False, False, False]  # duplicates change nothing
         writer.close()
