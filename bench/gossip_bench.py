@@ -357,19 +357,40 @@ def run_load(
 
 def _post_joins(cluster: Cluster, signer: Signer, timeout_s: float = 60) -> None:
     """Post every chat's adds to node 0 and wait until every node holds them (not timed):
-    a message that reached a node before the add of its sender would wait for it."""
+    a message that reached a node before the add of its sender would wait for it.
+
+    And until gossip + sync have counted every remote copy of them: a sync session counts
+    its records when it ends, and one that carried adds must not end inside the load's
+    window, where ``via_sync`` counts messages."""
     joins = signer.joins
-    for s in range(0, len(joins), MAX_OPS_PER_POST):
-        cluster.post_ops(0, joins[s : s + MAX_OPS_PER_POST])
-    deadline = time.monotonic() + timeout_s
-    while any(
-        cluster.status(i)["domains"]["members"]["count"] < len(joins) for i in cluster.live()
-    ):
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"the {len(joins)} member ops did not reach every node in {timeout_s} s"
+    with httpx.Client(timeout=10) as http:
+        before = [counters(http, n.url) for n in cluster.nodes]
+        for s in range(0, len(joins), MAX_OPS_PER_POST):
+            cluster.post_ops(0, joins[s : s + MAX_OPS_PER_POST])
+        remote = len(joins) * (len(cluster.nodes) - 1)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            held = all(
+                cluster.status(i)["domains"]["members"]["count"] >= len(joins)
+                for i in cluster.live()
             )
-        time.sleep(0.2)
+            after = [counters(http, n.url) for n in cluster.nodes]
+            applied = sum(
+                a.get(name, 0) - b.get(name, 0)
+                for a, b in zip(after, before, strict=True)
+                for name in (
+                    "chatsync_gossip_ops_applied_total",
+                    "chatsync_sync_records_applied_total",
+                )
+            )
+            if held and applied >= remote:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the {len(joins)} member ops did not reach every node in {timeout_s} s "
+                    f"({applied} of {remote} remote copies counted)"
+                )
+            time.sleep(0.2)
 
 
 def _wait_mesh(cluster: Cluster, timeout_s: float = 30) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from store.access import NO_HISTORY, Access, MemberHistory, admissible, visible
@@ -317,6 +317,7 @@ class MemoryReplica:
 class Applied:
     new: list[bool]  # per op: did it change the replica (a message: was it stored)
     changed: int  # changes in all, messages released from the waiting room included
+    stored: list[MsgV1] = field(default_factory=list)  # messages new to the store (DbReplica)
 
 
 class DbReplica:
@@ -375,8 +376,12 @@ class DbReplica:
         return self.db.get_identity_records_by_ids(ids)
 
     def apply(self, domain: Domain, records: Sequence[Record]) -> int:
-        """Sync's path: one domain's validated records; how many changed the store."""
-        return self.apply_ops(records).changed
+        """Sync's path: one domain's validated records; how many changed the store. The
+        messages it stored are reported to ``on_new_messages`` (arrivals by anti-entropy)."""
+        applied = self.apply_ops(records)
+        if applied.stored and self.on_new_messages is not None:
+            self.on_new_messages(applied.stored)
+        return applied.changed
 
     def is_waiting(self, msg: MsgV1) -> bool:
         return msg.msg_id in self.waiting
@@ -413,15 +418,13 @@ class DbReplica:
         if applied is not None and applied.touched:
             self.db.reconsider(applied.touched)
         fresh = [m for m, is_new in zip(msgs + released, stored, strict=True) if is_new]
-        if fresh and self.on_new_messages is not None:
-            self.on_new_messages(fresh)
         flags = {
             Domain.MESSAGES: iter(stored[: len(msgs)]),
             Domain.MEMBERS: iter(member_new),
             Domain.IDENTITY: iter(ident_new),
         }
         new = [next(flags[_domain_of(op)]) for op in ops]
-        return Applied(new, sum(member_new) + sum(ident_new) + sum(stored))
+        return Applied(new, sum(member_new) + sum(ident_new) + sum(stored), fresh)
 
     def _insert(self, domain: Domain, ids: list[bytes], new: list[bool]) -> list[bool]:
         tree = self.trees[domain]
