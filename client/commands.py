@@ -36,7 +36,7 @@ from store.authz import DmProof
 from store.errors import InvalidInput
 from store.keys import CHAT_ID_LEN, USER_ID_LEN
 from store.ops import Op
-from store.records import MessageKind, dm_chat_id
+from store.records import MessageKind, MsgV1, dm_chat_id
 
 DEFAULT_KEY_FILE = "chatsync-user.key"
 DEFAULT_NODE = "http://127.0.0.1:8080"
@@ -134,7 +134,8 @@ def send(
             chat_id, payload, ops = prepare_dm(client, key, recipient, text.encode())
         else:
             chat_id, payload, ops = parse_hex(chat, CHAT_ID_LEN, "--chat"), text.encode(), []
-        msg, waiting = client.send_message_posted(key.signing_key, chat_id, payload, extra_ops=ops)
+        msg = MsgV1.create(key.signing_key, chat_id, client.now(), payload)
+        waiting = client.post([*ops, msg]).waiting[-1]
     what = "encrypted DM" if to is not None else "message"
     console.print(
         f"sent {what} [bold]{msg.msg_id.hex()}[/] in chat {chat_id.hex()}", soft_wrap=True

@@ -185,25 +185,9 @@ class ChatsyncClient:
 
         ``extra_ops`` (identity, memberships) go first, in the same request.
         """
-        return self.send_message_posted(
-            key, chat_id, payload, kind=kind, ref=ref, extra_ops=extra_ops
-        )[0]
-
-    def send_message_posted(
-        self,
-        key: SigningKey,
-        chat_id: bytes,
-        payload: bytes,
-        *,
-        kind: MessageKind = MessageKind.NEW,
-        ref: bytes | None = None,
-        extra_ops: list[Op] | None = None,
-    ) -> tuple[MsgV1, bool]:
-        """``send_message``, and whether the node holds the message back (waiting for a member
-        op that admits its sender: it is not shown until one arrives)."""
         msg = MsgV1.create(key, chat_id, self.now(), payload, kind=kind, ref=ref)
-        posted = self.post([*(extra_ops or []), msg])
-        return msg, posted.waiting[-1]
+        self.post([*(extra_ops or []), msg])
+        return msg
 
     def membership_op(
         self,
