@@ -77,6 +77,10 @@ class DmProof:
     def chat_id(self) -> bytes:
         return dm_chat_id(self.user_a, self.user_b)
 
+    def parties(self) -> bytes:
+        """Both user ids, lower first: how a replica keeps them (``store.access.Access``)."""
+        return b"".join(sorted((self.user_a, self.user_b)))
+
     def to_cbor(self) -> list[Any]:
         return [1, self.user_a, self.user_b]
 

@@ -11,7 +11,7 @@ nothing there.
 
 from __future__ import annotations
 
-from store.keys import CHAT_ID_LEN, HIDDEN_KEY_LEN, check_len, key_hidden, prefix_end
+from store.keys import CHAT_ID_LEN, U32_MAX, check_len, key_hidden, prefix_end
 from store.rocks import RocksBase
 
 
@@ -36,12 +36,12 @@ class HiddenIndex(RocksBase):
         """How many of the chat's hidden messages have a seq above ``seq``."""
         if chat_id not in self.hidden_chats():
             return 0
-        start = key_hidden(chat_id, seq + 1) if seq < 0xFFFFFFFF else prefix_end(chat_id)
-        if start is None:
+        if seq >= U32_MAX:
             return 0
-        return sum(1 for key, _ in self.iter_range("hidden", start, prefix_end(chat_id)))
+        start = key_hidden(chat_id, seq + 1)
+        return sum(1 for _ in self.iter_range("hidden", start, prefix_end(chat_id)))
 
     def _note_hidden_chats(self, keys: list[bytes]) -> None:
         """After a batch that added hidden keys was written."""
         chats = self.hidden_chats()
-        chats.update(key[:CHAT_ID_LEN] for key in keys if len(key) == HIDDEN_KEY_LEN)
+        chats.update(key[:CHAT_ID_LEN] for key in keys)

@@ -33,12 +33,11 @@ from store.keys import (
 )
 from store.merge import add_op_state, merge_member_states, meta_after_membership, remove_op_state
 from store.messages import take_until
-from store.ops import MembershipAction, MembershipOp, decode_membership_op
+from store.ops import MembershipAction, MembershipOp, decode_membership_op, member_op_id
 from store.records import (
     ChatMeta,
     MemberInfo,
     Role,
-    blake3_id,
     decode_member_info,
     member_record_id,
 )
@@ -46,11 +45,6 @@ from store.rocks import RocksBase
 
 HISTORY_CACHE = 1 << 16  # (chat, user) histories kept in memory
 _ADD, _REMOVE = b"\x01", b"\x00"  # a member_ops value: this flag, then the op's bytes
-
-
-def member_op_id(encoded: bytes) -> bytes:
-    """A member op's record id in the MEMBERS domain: BLAKE3 of its canonical bytes."""
-    return blake3_id(encoded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +121,7 @@ class MemberStore(RocksBase):
             if isinstance(proof, DmProof) and op.chat_id not in metas:
                 meta = self.load_meta(op.chat_id)
                 if meta.identity is None:
-                    parties = b"".join(sorted((proof.user_a, proof.user_b)))
-                    metas[op.chat_id] = _with_identity(meta, parties)
+                    metas[op.chat_id] = _with_identity(meta, proof.parties())
         return metas
 
     def member_history(self, chat_id: bytes, user_id: bytes) -> MemberHistory:

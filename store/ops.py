@@ -38,6 +38,7 @@ from store.records import (
     MemberRecord,
     MsgV1,
     Role,
+    blake3_id,
     canonical_cbor,
     decode_identity_record,
     decode_msg,
@@ -153,6 +154,11 @@ class MembershipOp:
         if self.action is MembershipAction.ADD:
             return add_op_state(self.role, self.hlc, self.encode())
         return remove_op_state(self.hlc, self.encode())
+
+
+def member_op_id(encoded: bytes) -> bytes:
+    """A member op's record id in the MEMBERS sync domain: BLAKE3 of its canonical bytes."""
+    return blake3_id(encoded)
 
 
 def decode_membership_op(data: bytes) -> MembershipOp:

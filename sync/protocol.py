@@ -50,11 +50,10 @@ import blake3
 
 from store.errors import DecodeError, InvalidInput
 from store.keys import RECORD_ID_LEN, bucket_of
-from store.ops import decode_membership_op, verify_identity
+from store.ops import decode_membership_op, member_op_id, verify_identity
 from store.records import (
     DEFAULT_MAX_PAYLOAD,
     MsgV1,
-    blake3_id,
     decode_identity_record,
     decode_msg,
 )
@@ -667,7 +666,7 @@ class SyncSession:
                 if self.config.authenticate:
                     op.verify()
                     op.authorize()
-                return op, blake3_id(blob), op.hlc.physical_ms
+                return op, member_op_id(blob), op.hlc.physical_ms
             identity = decode_identity_record(blob)
             if self.config.authenticate:
                 verify_identity(identity)

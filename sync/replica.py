@@ -29,12 +29,11 @@ from store.access import NO_HISTORY, Access, MemberHistory, admissible, visible
 from store.authz import DmProof
 from store.hlc import Hlc
 from store.merge import identity_wins, merge_member_states
-from store.ops import MembershipAction, MembershipOp, Op
+from store.ops import MembershipAction, MembershipOp, Op, member_op_id
 from store.records import (
     IdentityRecord,
     MemberInfo,
     MsgV1,
-    blake3_id,
     compute_identity_record_id,
 )
 from store.retention import expire_seen, iter_seen_aged, trim_chats
@@ -198,7 +197,7 @@ class MemoryReplica:
         return True
 
     def _add_member_op(self, op: MembershipOp) -> bool:
-        op_id = blake3_id(op.encode())
+        op_id = member_op_id(op.encode())
         if op_id in self.member_ops:
             return False
         self.member_ops[op_id] = op
@@ -208,7 +207,7 @@ class MemoryReplica:
         self.histories[key] = self.histories.get(key, NO_HISTORY).with_op(op.hlc, is_add)
         proof = op.proof
         if isinstance(proof, DmProof):  # the chat's two parties
-            self.dm_parties.setdefault(op.chat_id, b"".join(sorted((proof.user_a, proof.user_b))))
+            self.dm_parties.setdefault(op.chat_id, proof.parties())
         self._merge_member(key, op.state())
         return True
 

@@ -26,8 +26,8 @@ from store import (
 )
 from store.hlc import HLC_ZERO
 from store.keys import bucket_of, key_messages, parse_key_messages
-from store.members import member_op_id
 from store.messages import extract_hlc_physical_from_seen_value
+from store.ops import member_op_id
 from store.records import (
     compute_identity_record_id,
     compute_member_record_id,
