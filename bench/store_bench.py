@@ -16,7 +16,7 @@ Reads (on the batched runs' ChatDb and SQLite databases, reopened):
 Before the reads are timed both stores must give the same unread counts, and every
 range reader must page the same messages, so both sides answer the same question.
 
-The contenders run interleaved, not one after the other: a batch (or B single
+The contenders run interleaved, not one after the other: a batch (or 100 single
 writes, a chat walk, a chat-list call) for each in turn, the order rotating, each
 step timed on its own. On a shared, noisy machine every contender then meets the
 same disturbances, and the ratios hold even when the absolute figures wobble.
@@ -52,6 +52,7 @@ from sync.replica import DbReplica
 
 T = TypeVar("T")
 SQLITE_FILE = "messages.sqlite"
+SINGLE_STEP = 100  # one-at-a-time writes per turn: the order rotates often enough to even out
 Step = Callable[[T], tuple[int, int]]  # one timed step on one item -> (counted units, items)
 
 
@@ -201,15 +202,15 @@ class SqliteWriter:
 class NodePathWriter:
     """The node's write path, ``DbReplica.apply_ops``: messages, Merkle tree, chat lists.
 
-    ``check``: under the message rule (store/access.py), the chats' member ops applied first
-    (not timed); otherwise ``admit_all`` — the same path without the check, as before it.
+    The chats' member ops are applied first (not timed), so both contenders keep the same
+    members' chat lists. ``check``: under the message rule (store/access.py); otherwise
+    ``admit_all`` — the same path without the check, as before it.
     """
 
     def __init__(self, path: Path, wl: Workload, *, check: bool) -> None:
         self.db, self.msgs = ChatDb(path=path), wl.msgs
         self.replica = DbReplica(self.db, admit_all=not check)
-        if check:
-            self.replica.apply_ops(wl.member_ops)
+        self.replica.apply_ops(wl.member_ops)
 
     def put(self, lo: int, hi: int, *, each: bool) -> None:
         if not each:
@@ -248,11 +249,12 @@ def _measure_writes(
     for op, n, each, names in runs:
         writers = {name: WRITERS[name](_fresh(base / f"{op}-{name}"), wl) for name in names}
         try:
+            step = min(params.batch, SINGLE_STEP) if each else params.batch
             steps: dict[str, Step[int]] = {
-                name: partial(_write_step, writer, n, params.batch, each)
+                name: partial(_write_step, writer, n, step, each)
                 for name, writer in writers.items()
             }
-            starts = range(0, n, params.batch)
+            starts = range(0, n, step)
             label = f"{op}: {', '.join(names)}"
             rates[op] = interleave(steps, starts, "msgs", progress, label)
         finally:
@@ -293,6 +295,10 @@ def _measure_reads(
             "sqlite_by_timestamp": partial(walk_sqlite, conn, page, sql.PAGE_BY_TIMESTAMP),
         }
         chats = wl.chat_ids[: params.range_chats]
+        # The ChatDb walks read one database: untimed, warm every chat's blocks for both, or
+        # the second to walk a chat would find them cached by the first.
+        for chat in chats:
+            walk_chatdb(db, page, chat)
         rates["range"] = interleave(walks, chats, "pages", progress, "range walks (chats)")
         paged = {rate.items for rate in rates["range"].values()}
         _check_same(len(paged), 1, f"messages paged per reader {sorted(paged)}")

@@ -11,6 +11,8 @@ newest shown message again.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from store.access import Access, admissible, visible
 from store.hlc import LOGICAL_BITS, Hlc
 from store.inbox import InboxStore
@@ -28,19 +30,18 @@ class AdmissionStore(MessageStore, MemberStore, InboxStore):
 
     def put_authorized(
         self, msgs: list[MsgV1], *, now_ms: int | None = None, admit_all: bool = False
-    ) -> tuple[list[PutResult | None], list[MsgV1]]:
+    ) -> tuple[Sequence[PutResult | None], list[MsgV1]]:
         """Store the admissible messages (one put_messages batch) and point the chat lists of
         their chats at what is new; per message its result, or None if it must wait — those
         are returned as well. ``admit_all``: store and show every message (the sync engine
         on its own, as protocol tests and the sync benchmark drive it)."""
+        if admit_all:
+            return self._store_admitted(msgs, set(), now_ms), []
         access: dict[tuple[bytes, bytes], Access] = {}
         admitted: list[MsgV1] = []
         hidden: set[bytes] = set()
         waiting: list[MsgV1] = []
         for msg in msgs:
-            if admit_all:
-                admitted.append(msg)
-                continue
             pair = (msg.chat_id, msg.sender)
             known = access.get(pair)
             if known is None:
@@ -51,19 +52,27 @@ class AdmissionStore(MessageStore, MemberStore, InboxStore):
             admitted.append(msg)
             if known.history.removes and not visible(msg, known):  # no removal: it shows
                 hidden.add(msg.msg_id)
-        previous = {m.chat_id: self.load_meta(m.chat_id).last_ts for m in admitted}
-        stored = self.put_messages(admitted, now_ms=now_ms, hidden=hidden)
+        stored = self._store_admitted(admitted, hidden, now_ms)
+        if not waiting:
+            return stored, []
+        waits = {m.msg_id for m in waiting}
+        results_left = iter(stored)
+        return [None if m.msg_id in waits else next(results_left) for m in msgs], waiting
+
+    def _store_admitted(
+        self, msgs: list[MsgV1], hidden: set[bytes], now_ms: int | None = None
+    ) -> list[PutResult]:
+        """One put_messages batch; the chat lists then point at the new shown messages."""
+        previous = {m.chat_id: self.load_meta(m.chat_id).last_ts for m in msgs}
+        stored = self.put_messages(msgs, now_ms=now_ms, hidden=hidden)
         shown = [
             m
-            for m, r in zip(admitted, stored, strict=True)
+            for m, r in zip(msgs, stored, strict=True)
             if not r.duplicate and m.msg_id not in hidden
         ]
         if shown:
             self.refresh_inboxes(shown, previous)
-        waits = {m.msg_id for m in waiting}
-        results_left = iter(stored)
-        results = [None if m.msg_id in waits else next(results_left) for m in msgs]
-        return results, waiting
+        return stored
 
     def reconsider(self, touched: dict[tuple[bytes, bytes], Hlc]) -> set[bytes]:
         """Re-decide the messages of each (chat, sender) from the stamp given; returns the

@@ -104,12 +104,18 @@ class MemberStore(RocksBase):
                 batch.put(op_id, key, seen_cf)
                 pair = (op.chat_id, op.user_id)
                 touched[pair] = min(touched.get(pair, op.hlc), op.hlc)
+            histories = {pair: self.member_history(*pair) for pair in touched}
             # a (chat, user) never added before has no stored message to decide again
-            touched = {pair: t for pair, t in touched.items() if self.member_history(*pair).adds}
+            touched = {pair: t for pair, t in touched.items() if histories[pair].adds}
             metas = self._dm_parties([op for op, _ in fresh.values()])
             states = [(op.chat_id, op.user_id, op.state()) for op, _ in fresh.values()]
             self._fold_rows(states, batch, metas)
-            self._forget_histories((op.chat_id, op.user_id) for op, _ in fresh.values())
+            # written: the cached histories grow by the new ops (the next message reads them)
+            for op, _ in fresh.values():
+                pair = (op.chat_id, op.user_id)
+                histories[pair] = histories[pair].with_op(op.hlc, op.action is MembershipAction.ADD)
+            for (chat, user), history in histories.items():
+                self._cache_history(chat + user, history)
         chats = {op.chat_id for op, _ in fresh.values()}
         return MemberOpsApplied(new, ids, touched, chats)
 
@@ -134,14 +140,13 @@ class MemberStore(RocksBase):
                  value[:1] == _ADD)
                 for key, value in self.iter_prefix("member_ops", pair)
             )  # fmt: skip
-            if len(self._histories) >= HISTORY_CACHE:
-                self._histories.clear()
-            self._histories[pair] = history
+            self._cache_history(pair, history)
         return history
 
-    def _forget_histories(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
-        for chat, user in pairs:
-            self._histories.pop(chat + user, None)
+    def _cache_history(self, pair: bytes, history: MemberHistory) -> None:
+        if len(self._histories) >= HISTORY_CACHE:
+            self._histories.clear()
+        self._histories[pair] = history
 
     def chat_proof(self, chat_id: bytes) -> ChatProof | None:
         """Who controls the chat, from any of its ops (None: this replica holds none)."""
