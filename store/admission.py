@@ -2,7 +2,8 @@
 
 ``put_authorized`` stores the messages their chat's ops admit — marking the
 ones their sender was not active to send as hidden — and hands back the rest
-to wait (``store.waiting``). ``reconsider`` runs after member ops changed some
+to wait (``store.waiting``; the ``waiting`` column family keeps them across a
+restart). ``reconsider`` runs after member ops changed some
 senders' histories: it re-decides those senders' messages stamped at or after
 the earliest new op, and when a chat's hidden set changed, points the chat's
 preview (ChatMeta's newest message, the members' chat-list entries) at its
@@ -73,6 +74,23 @@ class AdmissionStore(MessageStore, MemberStore, InboxStore):
         if shown:
             self.refresh_inboxes(shown, previous)
         return stored
+
+    # --- what waits (store.waiting), kept so that a restart loses none of it ---
+
+    def save_waiting(self, held: list[MsgV1], dropped: list[bytes]) -> None:
+        """The waiting room's change: ``held`` now waits, the ids ``dropped`` no longer do."""
+        batch = self.new_batch()
+        waiting_cf = self._handle["waiting"]
+        for msg_id in dropped:
+            batch.delete(msg_id, waiting_cf)
+        for msg in held:
+            batch.put(msg.msg_id, msg.encoded, waiting_cf)
+        if batch.len():
+            self.write(batch)
+
+    def load_waiting(self) -> list[MsgV1]:
+        """The messages waiting when the store was last written (verified when they came)."""
+        return [decode_msg(value, trusted=True) for _, value in self.iter_all("waiting")]
 
     def reconsider(self, touched: dict[tuple[bytes, bytes], Hlc]) -> set[bytes]:
         """Re-decide the messages of each (chat, sender) from the stamp given; returns the

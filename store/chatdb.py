@@ -7,7 +7,8 @@ from store.identity import IdentityStore
 
 
 class ChatDb(AdmissionStore, IdentityStore):
-    """The eleven column families: seed 002's nine, the member ops and the hidden index.
+    """Twelve column families: seed 002's nine, the member ops, the hidden index and the
+    messages waiting for their member op.
 
     Open with ``ChatDb(ChatDbConfig(path=...))`` or ``ChatDb(path=...)``; use as
     a context manager or call ``close()``. One writer at a time.

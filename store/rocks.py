@@ -49,6 +49,7 @@ COLUMN_FAMILIES: dict[str, int | None] = {
     "seen_identity": BUCKET_PREFIX_LEN,
     "member_ops": CHAT_ID_LEN,
     "hidden": CHAT_ID_LEN,
+    "waiting": None,
 }
 SYNC_INDEXES = {"seen_msg", "seen_member", "seen_identity"}
 

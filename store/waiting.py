@@ -1,8 +1,9 @@
 """The waiting room: messages that arrived before the member op that admits them. Pure.
 
 A message is stored only once an op makes it admissible (``store.access``); until
-then it waits here, in memory, so a reordering of gossip or a sync frame that
-brings the message before its op loses nothing. The room is bounded in messages
+then it waits here, so a reordering of gossip or a sync frame that brings the
+message before its op loses nothing. (A node also keeps the room's messages in
+its store — ``AdmissionStore.save_waiting`` — so that a restart loses none.) The room is bounded in messages
 and bytes and evicts the oldest first: a key that was never a member can occupy
 at most this much of a replica, whatever path its messages take. An evicted
 message that is admissible somewhere comes back by anti-entropy, from a peer that
@@ -44,19 +45,22 @@ class WaitingRoom:
     def __contains__(self, msg_id: bytes) -> bool:
         return msg_id in self._msgs
 
-    def park(self, msg: MsgV1) -> bool:
-        """Hold ``msg``; False if it was already waiting. Evicts the oldest to make room."""
+    def park(self, msg: MsgV1) -> list[bytes]:
+        """Hold ``msg`` (already waiting: nothing); returns the ids evicted, oldest first, to
+        make room — ``msg``'s own if it alone is over the bounds."""
         msg_id = msg.msg_id
         if msg_id in self._msgs:
-            return False
+            return []
         self._msgs[msg_id] = msg
         self._by_chat.setdefault(msg.chat_id, set()).add(msg_id)
         self.bytes += len(msg.encoded)
         self.stats.parked += 1
+        evicted = []
         while len(self._msgs) > self.max_messages or self.bytes > self.max_bytes:
-            self._drop(next(iter(self._msgs)))
+            evicted.append(next(iter(self._msgs)))
+            self._drop(evicted[-1])
             self.stats.evicted += 1
-        return msg_id in self._msgs
+        return evicted
 
     def release_chats(self, chat_ids: set[bytes]) -> list[MsgV1]:
         """Take out every message waiting in these chats (the caller parks again what its

@@ -337,6 +337,9 @@ class DbReplica:
             Domain.MEMBERS: MerkleTree.from_ids(db.iter_member_record_ids()),
             Domain.IDENTITY: MerkleTree.from_ids(db.iter_identity_record_ids()),
         }
+        if held := db.load_waiting():  # what waited when the store was last open
+            self.apply_ops(held)  # stored if admitted by now, else waits again
+            db.save_waiting([], [m.msg_id for m in held if m.msg_id not in self.waiting])
 
     def tree(self, domain: Domain) -> MerkleTree:
         return self.trees[domain]
@@ -393,9 +396,9 @@ class DbReplica:
         Member ops first (one WriteBatch), then identities, then the messages — the batch's
         and those waiting in chats whose ops just grew — through the message rule
         (``ChatDb.put_authorized``: one WriteBatch, the chat lists kept in step); what the
-        rule does not admit yet waits. Last, the senders whose history grew have their
-        stored messages re-decided (``ChatDb.reconsider``). New messages are reported to
-        ``on_new_messages``.
+        rule does not admit yet waits, in the room and in the store (for a restart). Last,
+        the senders whose history grew have their stored messages re-decided
+        (``ChatDb.reconsider``).
         """
         member_ops = [op for op in ops if isinstance(op, MembershipOp)]
         applied = self.db.apply_member_ops(member_ops) if member_ops else None
@@ -406,8 +409,13 @@ class DbReplica:
         if applied is not None:
             released = self.waiting.release_chats(applied.chats)
         results, waiting = self.db.put_authorized(msgs + released, admit_all=self.admit_all)
-        for msg in waiting:
-            self.waiting.park(msg)
+        evicted = [msg_id for msg in waiting for msg_id in self.waiting.park(msg)]
+        if released or waiting:
+            room = self.waiting
+            self.db.save_waiting(
+                [m for m in waiting if m.msg_id in room],
+                [i for i in {*(m.msg_id for m in released), *evicted} if i not in room],
+            )
         stored = [r is not None and not r.duplicate for r in results]
         tree = self.trees[Domain.MESSAGES]
         for result, is_new in zip(results, stored, strict=True):
