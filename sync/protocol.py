@@ -96,9 +96,7 @@ class SyncConfig:
     # a silent peer ends the session after this long (the node's setting: sync_idle_timeout_s)
     idle_timeout_ms: int = 10_000
     cutoff_ms: int | None = None  # retention soft-filter for messages (see RETENTION.md)
-    authenticate: bool = (
-        False  # verify member ops (signature, authority) and identity docs (a node: True)
-    )
+    authenticate: bool = False  # check member ops' signature and authority, identity docs
     max_offset_ms: int | None = None  # skip records this far ahead of now_ms (a node: 120 s)
     max_payload: int = DEFAULT_MAX_PAYLOAD
     # Checks the signatures of one frame's messages: an error (BadSignature) or None per
