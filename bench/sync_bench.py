@@ -173,6 +173,7 @@ class BenchReplica:
             Domain.MESSAGES: tree,
             Domain.MEMBERS: MerkleTree(),
             Domain.IDENTITY: MerkleTree(),
+            Domain.DELETES: MerkleTree(),
         }
         self.extras: dict[bytes, MsgV1] = {}
         self.extra_index: dict[int, list[bytes]] = {}

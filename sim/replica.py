@@ -54,6 +54,7 @@ from store.records import (
 from store.waiting import WaitingRoom
 from sync.frames import Domain
 from sync.replica import (
+    DELETES,
     IDENTITY,
     MEMBERS,
     MESSAGES,
@@ -132,6 +133,7 @@ class SimReplica(MemoryReplica):
             MESSAGES: rules.message_tree(),
             MEMBERS: SparseMerkleTree(),
             IDENTITY: SparseMerkleTree(),
+            DELETES: SparseMerkleTree(),
         }
         super().__init__(trees, ctx.buckets, _Waiting(self))
         self.ctx = ctx
@@ -174,10 +176,12 @@ class SimReplica(MemoryReplica):
             self._shown_on_arrival[msg.msg_id] = self.member_active((msg.chat_id, msg.sender))
         return True
 
-    def _add_member_op(self, op: MembershipOp) -> bool:
+    def _add_member_op(
+        self, op: MembershipOp, promoted: set[tuple[bytes, bytes]] | None = None
+    ) -> bool:
         op_id = blake3_id(op.encode())
         op = self.ctx.member_ops.setdefault(op_id, op)
-        if not super()._add_member_op(op):
+        if not super()._add_member_op(op, promoted):
             return False
         self._undo.append((self.t_ms, MEMBERS, op_id, None))
         return True

@@ -13,31 +13,72 @@ newest shown message again.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from store.access import Access, admissible, visible
+from store.deletes import DeleteStore
 from store.hlc import LOGICAL_BITS, Hlc
 from store.inbox import InboxStore
 from store.keys import MESSAGES_KEY_LEN, key_hidden, key_messages, prefix_end
-from store.members import MemberStore
-from store.messages import MessageStore, PutResult
-from store.records import ChatKind, InboxEntry, MsgV1, decode_msg, make_chat_meta
+from store.messages import PutResult
+from store.records import ChatKind, InboxEntry, MessageKind, MsgV1, decode_msg, make_chat_meta
 
 ZERO_ID = bytes(32)
 
 
-class AdmissionStore(MessageStore, MemberStore, InboxStore):
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """What ``put_authorized`` did: per message its result (a delete's: seq 0; a message a
+    delete erased before it came: duplicate), or None if it waits; the waiting messages;
+    the ids of held messages that a delete of the batch erased."""
+
+    results: Sequence[PutResult | None]
+    waiting: list[MsgV1]
+    erased: list[bytes]
+
+
+class AdmissionStore(DeleteStore, InboxStore):
     def access_of(self, chat_id: bytes, user_id: bytes) -> Access:
         return Access(self.member_history(chat_id, user_id), self.load_meta(chat_id).identity)
 
     def put_authorized(
         self, msgs: list[MsgV1], *, now_ms: int | None = None, admit_all: bool = False
-    ) -> tuple[Sequence[PutResult | None], list[MsgV1]]:
-        """Store the admissible messages (one put_messages batch) and point the chat lists of
-        their chats at what is new; per message its result, or None if it must wait — those
-        are returned as well. ``admit_all``: store and show every message (the sync engine
-        on its own, as protocol tests and the sync benchmark drive it)."""
-        if admit_all:
-            return self._store_admitted(msgs, set(), now_ms), []
+    ) -> Admitted:
+        """Store the admissible messages — the deletes among them first, which may erase
+        held messages (``store.deletes``) — and point the chat lists of their chats at
+        what is new; per message its result, or None if it must wait. ``admit_all``: store
+        and show every message (the sync engine on its own, as protocol tests and the sync
+        benchmark drive it)."""
+        admitted, hidden, waiting = (msgs, set(), []) if admit_all else self._admit(msgs)
+        deletes = [m for m in admitted if m.kind is MessageKind.DELETE]
+        new_deletes, erased = self.put_deletes(deletes) if deletes else ([], [])
+        if deletes:
+            admitted = [m for m in admitted if m.kind is not MessageKind.DELETE]
+        gone = self.erased_on_arrival(admitted)
+        if gone:
+            admitted = [m for m in admitted if m.msg_id not in gone]
+        stored = self._store_admitted(admitted, hidden, now_ms)
+        if erased:
+            for chat in {m.chat_id for m in deletes}:
+                self._refresh_preview(chat)
+        if len(stored) == len(msgs):
+            return Admitted(stored, waiting, erased)
+        waits = {m.msg_id for m in waiting}
+        stored_left, deletes_left = iter(stored), iter(new_deletes)
+        results: list[PutResult | None] = []
+        for m in msgs:  # the lists above keep the batch's order
+            if m.msg_id in waits:
+                results.append(None)
+            elif m.kind is MessageKind.DELETE:
+                results.append(PutResult(m.msg_id, 0, not next(deletes_left)))
+            elif m.msg_id in gone:
+                results.append(PutResult(m.msg_id, 0, True))
+            else:
+                results.append(next(stored_left))
+        return Admitted(results, waiting, erased)
+
+    def _admit(self, msgs: list[MsgV1]) -> tuple[list[MsgV1], set[bytes], list[MsgV1]]:
+        """(admissible, the ids of those not to show, those that must wait): store.access."""
         access: dict[tuple[bytes, bytes], Access] = {}
         admitted: list[MsgV1] = []
         hidden: set[bytes] = set()
@@ -53,12 +94,7 @@ class AdmissionStore(MessageStore, MemberStore, InboxStore):
             admitted.append(msg)
             if known.history.removes and not visible(msg, known):  # no removal: it shows
                 hidden.add(msg.msg_id)
-        stored = self._store_admitted(admitted, hidden, now_ms)
-        if not waiting:
-            return stored, []
-        waits = {m.msg_id for m in waiting}
-        results_left = iter(stored)
-        return [None if m.msg_id in waits else next(results_left) for m in msgs], waiting
+        return admitted, hidden, waiting
 
     def _store_admitted(
         self, msgs: list[MsgV1], hidden: set[bytes], now_ms: int | None = None
@@ -74,6 +110,14 @@ class AdmissionStore(MessageStore, MemberStore, InboxStore):
         if shown:
             self.refresh_inboxes(shown, previous)
         return stored
+
+    def chat_messages(self, chat_id: bytes) -> list[tuple[MsgV1, bool]]:
+        """Every held message of the chat, oldest first, and whether it is shown."""
+        hidden = self.hidden_seqs(chat_id)
+        return [
+            (decode_msg(value, trusted=True), int.from_bytes(key[-4:], "big") not in hidden)
+            for key, value in self.iter_prefix("messages", chat_id)
+        ]
 
     # --- what waits (store.waiting), kept so that a restart loses none of it ---
 

@@ -127,6 +127,16 @@ def key_hidden(chat_id: bytes, seq: int) -> bytes:
     return check_len(chat_id, CHAT_ID_LEN, "chat_id") + _u32(seq, "seq")
 
 
+# deletes: [chat_id:32][ref:32][delete id:32] — a chat's DELETE messages by the id they name
+# refs: [chat_id:32][ref:32][msg id:32] — held messages that refer to ``ref`` (-> their key)
+def key_by_ref(chat_id: bytes, ref: bytes, msg_id: bytes) -> bytes:
+    return (
+        check_len(chat_id, CHAT_ID_LEN, "chat_id")
+        + check_len(ref, MSG_ID_LEN, "ref")
+        + check_len(msg_id, MSG_ID_LEN, "msg_id")
+    )
+
+
 # user_read_progress: [user:20][chat_id:32]
 def key_user_read_progress(user_id: bytes, chat_id: bytes) -> bytes:
     return check_len(user_id, USER_ID_LEN, "user_id") + check_len(chat_id, CHAT_ID_LEN, "chat_id")

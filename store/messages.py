@@ -113,8 +113,8 @@ class MessageStore(HiddenIndex):
     def put_message(self, msg: MsgV1, *, now_ms: int | None = None) -> PutResult:
         """Store one message; a message already seen is a no-op (``duplicate=True``).
 
-        Exactly ``put_messages([msg], now_ms=now_ms)[0]`` — the same checks, the same three
-        puts in one WriteBatch — without the per-batch lists, dicts and sets.
+        Exactly ``put_messages([msg], now_ms=now_ms)[0]`` — the same checks, the same puts
+        in one WriteBatch — without the per-batch lists, dicts and sets.
         """
         if now_ms is not None or len(msg.payload) > self.config.max_payload:
             self._check_message(msg, now_ms)
@@ -143,6 +143,8 @@ class MessageStore(HiddenIndex):
         batch = self.new_batch()
         batch.put(key, msg.encoded, handle["messages"])
         batch.put(msg_id, key, handle["seen_msg"])
+        if msg.ref is not None:
+            batch.put(chat + msg.ref + msg_id, key, handle["refs"])
         batch.put(chat, meta.encode(), handle["chats_meta"])
         self.write(batch)
         self.remember_one_meta(chat, meta)
@@ -173,6 +175,7 @@ class MessageStore(HiddenIndex):
         batch = self.new_batch()
         put = batch.put
         messages_cf, seen_cf = self._handle["messages"], self._handle["seen_msg"]
+        refs_cf = self._handle["refs"]
         # Per chat: its stored meta, and [last seq given out here, newest (hlc, id) here,
         # key prefix]. Folded into one ChatMeta per chat at the end (meta_after_messages).
         bases: dict[bytes, ChatMeta] = {}
@@ -214,6 +217,8 @@ class MessageStore(HiddenIndex):
                 state[1], state[2] = packed, msg_id  # the newest shown (hlc, id) so far
             put(key, msg.encoded, messages_cf)
             put(msg_id, key, seen_cf)
+            if msg.ref is not None:  # an edit, reply, reaction or receipt: found by its target
+                put(chat + msg.ref + msg_id, key, refs_cf)
             result = _new(PutResult)  # _put_result(msg_id, seq, False), inlined
             set_msg_id(result, msg_id)
             set_seq(result, seq)

@@ -50,8 +50,12 @@ COLUMN_FAMILIES: dict[str, int | None] = {
     "member_ops": CHAT_ID_LEN,
     "hidden": CHAT_ID_LEN,
     "waiting": None,
+    "deletes": CHAT_ID_LEN,
+    "seen_delete": BUCKET_PREFIX_LEN,
+    "refs": CHAT_ID_LEN,
+    "erased": None,
 }
-SYNC_INDEXES = {"seen_msg", "seen_member", "seen_identity"}
+SYNC_INDEXES = {"seen_msg", "seen_member", "seen_identity", "seen_delete"}
 
 
 @dataclass(frozen=True)

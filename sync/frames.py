@@ -31,6 +31,7 @@ class Domain(IntEnum):
     MESSAGES = 0
     MEMBERS = 1
     IDENTITY = 2
+    DELETES = 3  # DELETE messages: grow-only, never expired (MESSAGES.md)
 
 
 class FrameType(IntEnum):

@@ -53,6 +53,7 @@ from store.keys import RECORD_ID_LEN, bucket_of
 from store.ops import decode_membership_op, member_op_id, verify_identity
 from store.records import (
     DEFAULT_MAX_PAYLOAD,
+    MessageKind,
     MsgV1,
     decode_identity_record,
     decode_msg,
@@ -109,7 +110,8 @@ def _apply_order(item: tuple[Domain, Any]) -> int:
     return APPLY_ORDER.index(item[0])
 
 
-APPLY_ORDER = (Domain.MEMBERS, Domain.IDENTITY, Domain.MESSAGES)
+APPLY_ORDER = (Domain.MEMBERS, Domain.IDENTITY, Domain.DELETES, Domain.MESSAGES)
+MESSAGE_DOMAINS = frozenset({Domain.MESSAGES, Domain.DELETES})  # records are signed MsgV1
 
 
 def verify_each(msgs: Sequence[MsgV1]) -> list[InvalidInput | None]:
@@ -614,7 +616,7 @@ class SyncSession:
                 problem = problem or exc
                 continue
             decoded.append((record, record_id, physical_ms))
-        if domain is Domain.MESSAGES:
+        if domain in MESSAGE_DOMAINS:
             decoded, problem = self._verified(decoded, problem)
         valid: list[Record] = []
         for record, record_id, physical_ms in decoded:
@@ -656,8 +658,10 @@ class SyncSession:
         here, never taken from the peer — and the physical time of its stamp (for the
         drift check)."""
         try:
-            if domain is Domain.MESSAGES:
+            if domain in MESSAGE_DOMAINS:
                 msg = decode_msg(blob, max_payload=self.config.max_payload)
+                if (msg.kind is MessageKind.DELETE) != (domain is Domain.DELETES):
+                    raise DecodeError(f"a {msg.kind.name} message in the {domain.name} domain")
                 return msg, msg.msg_id, msg.hlc.physical_ms
             if domain is Domain.MEMBERS:
                 op = decode_membership_op(blob)

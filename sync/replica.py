@@ -28,12 +28,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 from store.access import NO_HISTORY, Access, MemberHistory, admissible, visible
 from store.authz import DmProof
 from store.hlc import Hlc
+from store.kinds import ChatView, IsAdmin, admin_adds, delete_is_valid, erases, fold_chat
 from store.merge import identity_wins, merge_member_states
 from store.ops import MembershipAction, MembershipOp, Op, member_op_id
 from store.records import (
     IdentityRecord,
     MemberInfo,
+    MessageKind,
     MsgV1,
+    Role,
     compute_identity_record_id,
 )
 from store.retention import expire_seen, iter_seen_aged, trim_chats
@@ -65,7 +68,12 @@ def _bucket(record_id: bytes) -> int:
     return (record_id[0] << 8) | record_id[1]
 
 
-MESSAGES, MEMBERS, IDENTITY = Domain.MESSAGES, Domain.MEMBERS, Domain.IDENTITY
+MESSAGES, MEMBERS, IDENTITY, DELETES = (
+    Domain.MESSAGES,
+    Domain.MEMBERS,
+    Domain.IDENTITY,
+    Domain.DELETES,
+)
 # domain -> bucket -> record ids; an id may stay after it left (readers check what is held)
 BucketIndex = dict[Domain, defaultdict[int, set[bytes]]]
 
@@ -102,6 +110,12 @@ class MemoryReplica:
         self.histories: dict[tuple[bytes, bytes], MemberHistory] = {}
         self.dm_parties: dict[bytes, bytes] = {}  # chat -> its two parties (from a DmProof)
         self.identities: dict[bytes, tuple[Hlc, bytes]] = {}
+        self.deletes: dict[bytes, MsgV1] = {}  # DELETE messages: the DELETES domain
+        self.deletes_by_ref: dict[bytes, list[MsgV1]] = {}
+        self.refs: dict[bytes, set[bytes]] = {}  # message id -> held messages that refer to it
+        self.erased: set[bytes] = set()  # held once, erased by a delete: refused from now on
+        self.creators: dict[bytes, bytes] = {}  # group chat -> its creator's user id
+        self.admin_since: dict[tuple[bytes, bytes], Hlc] = {}  # the first admin add's stamp
         self.waiting = waiting if waiting is not None else WaitingRoom()
         # record id -> row key: the user for identity (messages and ops are their own index)
         self._rows: dict[Domain, dict[bytes, Any]] = {IDENTITY: {}}
@@ -115,12 +129,16 @@ class MemoryReplica:
     def record_ids(self, domain: Domain) -> list[bytes]:
         if domain is MESSAGES:
             return list(self.messages)
+        if domain is DELETES:
+            return list(self.deletes)
         return list(self.member_ops) if domain is MEMBERS else list(self._rows[domain])
 
     def bucket_ids(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]:
         known = self._buckets[domain].get(bucket, ())
         if domain is MEMBERS:
             return sorted(i for i in known if i in self.member_ops)
+        if domain is DELETES:
+            return sorted(i for i in known if i in self.deletes)
         if domain is IDENTITY:
             rows = self._rows[domain]
             return sorted(i for i in known if i in rows)
@@ -141,6 +159,9 @@ class MemoryReplica:
             elif domain is MEMBERS:
                 op = self.member_ops.get(record_id)
                 out.append(None if op is None else op.encode())
+            elif domain is DELETES:
+                delete = self.deletes.get(record_id)
+                out.append(None if delete is None else delete.encoded)
             else:
                 row = self._rows[domain].get(record_id)
                 out.append(
@@ -158,9 +179,10 @@ class MemoryReplica:
         and how many changes in all (messages released from waiting included)."""
         new = [False] * len(ops)
         chats: set[bytes] = set()
+        promoted: set[tuple[bytes, bytes]] = set()  # (chat, user) who may delete more now
         for i, op in enumerate(ops):
             if isinstance(op, MembershipOp):
-                new[i] = self._add_member_op(op)
+                new[i] = self._add_member_op(op, promoted)
                 if new[i]:
                     chats.add(op.chat_id)
             elif isinstance(op, IdentityRecord):
@@ -170,6 +192,8 @@ class MemoryReplica:
             if isinstance(op, MsgV1):
                 new[i] = self._admit(op)
         changed = sum(new) + sum(self._admit(msg) for msg in released)
+        for d in [d for d in self.deletes.values() if (d.chat_id, d.sender) in promoted]:
+            self._erase_for(d)
         return Applied(new, changed)
 
     def apply_record(self, record: Record) -> bool:
@@ -177,12 +201,60 @@ class MemoryReplica:
         return self.apply_ops([record]).new[0]
 
     def _admit(self, msg: MsgV1) -> bool:
-        if msg.msg_id in self.messages:
+        if msg.msg_id in self.messages or msg.msg_id in self.deletes:
             return False
         if not self._admissible(msg):
             self.waiting.park(msg)
             return False
+        if msg.kind is MessageKind.DELETE:
+            return self._put_delete(msg)
+        if self._erased_on_arrival(msg):
+            return False
         return self._put_message(msg)
+
+    # --- deletes (MESSAGES.md): a valid delete erases its target, its edits, its reactions ---
+
+    def _put_delete(self, delete: MsgV1) -> bool:
+        assert delete.ref is not None
+        self.deletes[delete.msg_id] = delete
+        self.deletes_by_ref.setdefault(delete.ref, []).append(delete)
+        self._index(DELETES, None, delete.msg_id, delete.msg_id)
+        self._wrote(DELETES, delete.msg_id, None)
+        self._erase_for(delete)
+        return True
+
+    def _erase_for(self, delete: MsgV1) -> None:
+        """Erase the held messages this delete erases (if it is valid, now or later)."""
+        if not delete_is_valid(delete, self.admins(delete.chat_id)):
+            return
+        assert delete.ref is not None
+        for msg_id in sorted({delete.ref, *self.refs.get(delete.ref, ())}):
+            msg = self.messages.get(msg_id)
+            if msg is not None and erases(delete, msg):
+                self.erased.add(msg_id)
+                self._wrote(MESSAGES, msg_id, msg)
+                self._drop_message(msg_id)
+
+    def _erased_on_arrival(self, msg: MsgV1) -> bool:
+        if msg.msg_id in self.erased:
+            return True
+        for ref in (msg.msg_id, msg.ref):
+            for delete in self.deletes_by_ref.get(ref or b"", ()):
+                if delete_is_valid(delete, self.admins(msg.chat_id)) and erases(delete, msg):
+                    self.erased.add(msg.msg_id)
+                    return True
+        return False
+
+    def admins(self, chat_id: bytes) -> IsAdmin:
+        """Who may delete others' messages in the chat, from when (store.kinds.IsAdmin): the
+        group's creator, and each user from their first admin add on."""
+        creator, since = self.creators.get(chat_id), self.admin_since
+
+        def is_admin(user: bytes, hlc: Hlc) -> bool:
+            first = since.get((chat_id, user))
+            return user == creator or (first is not None and first <= hlc)
+
+        return is_admin
 
     def _put_message(self, msg: MsgV1) -> bool:
         msg_id = msg.msg_id
@@ -192,11 +264,16 @@ class MemoryReplica:
         if expire is not None and msg.hlc.physical_ms <= expire:
             return False  # GC removed (or would remove) it: never store it again
         self.messages[msg_id] = msg
+        if msg.ref is not None:
+            self.refs.setdefault(msg.ref, set()).add(msg_id)
         self._index(MESSAGES, None, msg_id, msg_id)
         self._wrote(MESSAGES, msg_id, None)
         return True
 
-    def _add_member_op(self, op: MembershipOp) -> bool:
+    def _add_member_op(
+        self, op: MembershipOp, promoted: set[tuple[bytes, bytes]] | None = None
+    ) -> bool:
+        """Store a new op; ``promoted`` gets the (chat, user) it lets delete more."""
         op_id = member_op_id(op.encode())
         if op_id in self.member_ops:
             return False
@@ -208,6 +285,15 @@ class MemoryReplica:
         proof = op.proof
         if isinstance(proof, DmProof):  # the chat's two parties
             self.dm_parties.setdefault(op.chat_id, proof.parties())
+        elif proof is not None and op.chat_id not in self.creators:
+            self.creators[op.chat_id] = proof.creator
+            if promoted is not None:
+                promoted.add((op.chat_id, proof.creator))
+        first = self.admin_since.get(key)
+        if is_add and op.role is Role.ADMIN and (first is None or op.hlc < first):
+            self.admin_since[key] = op.hlc
+            if promoted is not None:
+                promoted.add(key)
         self._merge_member(key, op.state())
         return True
 
@@ -237,6 +323,15 @@ class MemoryReplica:
     def is_visible(self, msg: MsgV1) -> bool:
         return msg.msg_id in self.messages and self._visible(msg)
 
+    def view(self, chat_id: bytes) -> ChatView:
+        """The chat as readers see it (MESSAGES.md): edits, deletes, reactions, receipts."""
+        return fold_chat(
+            [m for m in self.messages.values() if m.chat_id == chat_id],
+            [d for d in self.deletes.values() if d.chat_id == chat_id],
+            self.admins(chat_id),
+            shown=self._visible,
+        )
+
     def visible_ids(self, chat_id: bytes | None = None) -> set[bytes]:
         """The stored messages readers see (of one chat, or of all)."""
         return {
@@ -248,7 +343,9 @@ class MemoryReplica:
     # --- setting a row: the dicts, the record-id index, the buckets and the tree in step ---
 
     def _drop_message(self, msg_id: bytes) -> None:
-        del self.messages[msg_id]
+        msg = self.messages.pop(msg_id)
+        if msg.ref is not None:
+            self.refs[msg.ref].discard(msg_id)
         self._index(MESSAGES, msg_id, None, msg_id)
 
     def _set_identity(
@@ -336,6 +433,7 @@ class DbReplica:
             Domain.MESSAGES: MerkleTree.from_ids(i for i, _ in db.iter_msg_ids()),
             Domain.MEMBERS: MerkleTree.from_ids(db.iter_member_record_ids()),
             Domain.IDENTITY: MerkleTree.from_ids(db.iter_identity_record_ids()),
+            Domain.DELETES: MerkleTree.from_ids(db.iter_delete_ids()),
         }
         if held := db.load_waiting():  # what waited when the store was last open
             self.apply_ops(held)  # stored if admitted by now, else waits again
@@ -366,6 +464,8 @@ class DbReplica:
             return self.db.get_bucket_msg_ids_filtered(bucket, cutoff_ms)
         if domain is Domain.MEMBERS:
             return self.db.get_bucket_member_ids(bucket)
+        if domain is Domain.DELETES:
+            return self.db.get_bucket_delete_ids(bucket)
         return self.db.get_bucket_identity_ids(bucket)
 
     def get_records(
@@ -375,6 +475,8 @@ class DbReplica:
             return self.db.get_messages_cbor_by_ids(ids, cutoff_ms)
         if domain is Domain.MEMBERS:
             return self.db.get_member_records_by_ids(ids)
+        if domain is Domain.DELETES:
+            return self.db.get_deletes_by_ids(ids)
         return self.db.get_identity_records_by_ids(ids)
 
     def apply(self, domain: Domain, records: Sequence[Record]) -> int:
@@ -408,7 +510,8 @@ class DbReplica:
         released = []
         if applied is not None:
             released = self.waiting.release_chats(applied.chats)
-        results, waiting = self.db.put_authorized(msgs + released, admit_all=self.admit_all)
+        admitted = self.db.put_authorized(msgs + released, admit_all=self.admit_all)
+        results, waiting = admitted.results, admitted.waiting
         evicted = [msg_id for msg in waiting for msg_id in self.waiting.park(msg)]
         if released or waiting:
             room = self.waiting
@@ -417,11 +520,18 @@ class DbReplica:
                 [i for i in {*(m.msg_id for m in released), *evicted} if i not in room],
             )
         stored = [r is not None and not r.duplicate for r in results]
-        tree = self.trees[Domain.MESSAGES]
-        for result, is_new in zip(results, stored, strict=True):
+        trees = self.trees
+        for msg, is_new in zip(msgs + released, stored, strict=True):
             if is_new:
-                assert result is not None
-                tree.insert(result.msg_id)
+                domain = Domain.DELETES if msg.kind is MessageKind.DELETE else Domain.MESSAGES
+                trees[domain].insert(msg.msg_id)
+        erased = list(admitted.erased)
+        if applied is not None:
+            self.db.forget_admins(applied.chats)
+            if promoted := admin_adds(member_ops, applied.new):
+                erased += self.db.erase_for_senders(promoted)
+        for msg_id in erased:
+            trees[Domain.MESSAGES].remove(msg_id)
         if applied is not None and applied.touched:
             self.db.reconsider(applied.touched)
         fresh = [m for m, is_new in zip(msgs + released, stored, strict=True) if is_new]
@@ -450,6 +560,17 @@ class DbReplica:
         return [c.old_id != c.new_id for c in changes]
 
     # --- what readers see ---
+
+    def view(self, chat_id: bytes) -> ChatView:
+        """The chat as readers see it (MESSAGES.md), folded from what RocksDB holds."""
+        held = self.db.chat_messages(chat_id)
+        shown = {m.msg_id for m, is_shown in held if is_shown}
+        return fold_chat(
+            [m for m, _ in held],
+            self.db.deletes_of(chat_id),
+            self.db.admins(chat_id),
+            shown=lambda m: m.msg_id in shown,
+        )
 
     def visible_ids(self, chat_id: bytes) -> set[bytes]:
         """The chat's messages a reader is shown (every page of its history)."""

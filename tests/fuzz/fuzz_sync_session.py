@@ -37,6 +37,7 @@ with instrumented(__name__ == "__main__"):
     from store.records import (
         IdentityRecord,
         MemberInfo,
+        MessageKind,
         MsgV1,
         blake3_id,
         compute_identity_record_id,
@@ -104,7 +105,7 @@ def _records() -> tuple[list[Record], list[Record]]:
 
 def _domain(record: Record) -> Domain:
     if isinstance(record, MsgV1):
-        return Domain.MESSAGES
+        return Domain.DELETES if record.kind is MessageKind.DELETE else Domain.MESSAGES
     return Domain.MEMBERS if isinstance(record, MembershipOp) else Domain.IDENTITY
 
 
@@ -120,6 +121,7 @@ def _stored(replica: MemoryReplica) -> list[Record]:
     first, so that every message is admitted again."""
     out: list[Record] = list(replica.member_ops.values())
     out += replica.messages.values()
+    out += replica.deletes.values()
     out += [IdentityRecord(u, hlc, blob) for u, (hlc, blob) in replica.identities.items()]
     return out
 
@@ -130,6 +132,7 @@ def check_replica(replica: MemoryReplica, config: SyncConfig, before: set[bytes]
         Domain.MESSAGES: set(replica.messages),
         Domain.MEMBERS: {blake3_id(op.encode()) for op in replica.member_ops.values()},
         Domain.IDENTITY: {compute_identity_record_id(u, *v) for u, v in replica.identities.items()},
+        Domain.DELETES: set(replica.deletes),
     }
     for domain in Domain:
         if set(replica.record_ids(domain)) != ids[domain]:

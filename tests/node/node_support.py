@@ -53,7 +53,7 @@ def seed(db: ChatDb, msgs: list[MsgV1], *ops: MembershipOp) -> None:
     """Fill ``db`` as a node would: JOIN and ``ops``, then ``msgs`` under the message rule
     (``ChatDb.put_authorized``); every message must be admitted."""
     db.apply_member_ops([JOIN, *ops])
-    _, waiting = db.put_authorized(msgs)
+    waiting = db.put_authorized(msgs).waiting
     assert not waiting, f"{len(waiting)} messages not admitted"
 
 

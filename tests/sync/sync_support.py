@@ -6,8 +6,9 @@ from functools import cache
 
 from hypothesis import strategies as st
 
-from store import Hlc, IdentityRecord, MsgV1, Role
+from store import Hlc, IdentityRecord, MessageKind, MsgV1, Role
 from store.authz import new_group
+from store.kinds import Claims, reaction_payload
 from store.ops import MembershipAction, MembershipOp
 from store.signing import key_from_seed, public_key, user_id_from_key
 from sync.frames import Domain
@@ -70,16 +71,54 @@ MEMBER_OPS: st.SearchStrategy[MembershipOp] = st.builds(
     remove=st.booleans(),
     role=st.integers(0, 1),  # participant, admin
 )
+
+
+@cache
+def refers(kind: MessageKind, n: int, by: int, later: int, payload: bytes = b"") -> MsgV1:
+    """A message of ``kind`` by USERS[by] about message(n), stamped ``later`` ms after it."""
+    target = message(n)
+    hlc = Hlc(target.hlc.physical_ms + later)
+    return MsgV1.create(KEYS[by], target.chat_id, hlc, payload, kind=kind, ref=target.msg_id)
+
+
+def delete_of(n: int, by: int, later: int, lie: bool = False) -> MsgV1:
+    """A delete of message(n); ``lie``: it claims USERS[by] wrote it."""
+    target = message(n)
+    claims = Claims(USERS[by], target.hlc, target.kind) if lie else Claims.of(target)
+    return refers(MessageKind.DELETE, n, by, later, claims.encode())
+
+
+def reaction_to(n: int, by: int, later: int, retract: bool = False) -> MsgV1:
+    return refers(MessageKind.REACTION, n, by, later, reaction_payload(b"+1", retract=retract))
+
+
+def receipt_for(n: int, by: int, later: int) -> MsgV1:
+    return refers(MessageKind.READ_RECEIPT, n, by, later, message(n).hlc.to_bytes())
+
+
+def kinds(targets: st.SearchStrategy[int]) -> st.SearchStrategy[MsgV1]:
+    """Edits, deletes (true or lying), reactions (or retractions) and receipts of targets."""
+    by, later = st.integers(0, 3), st.integers(1, 30)
+    return st.one_of(
+        st.builds(refers, st.just(MessageKind.EDIT), targets, by, later, st.just(b"edited")),
+        st.builds(delete_of, targets, by, later, st.booleans()),
+        st.builds(reaction_to, targets, by, later, st.booleans()),
+        st.builds(receipt_for, targets, by, later),
+    )
+
+
+KINDS = kinds(st.integers(0, 60))
 RECORDS: st.SearchStrategy[Record] = st.one_of(
     st.integers(0, 60).map(message),
     MEMBER_OPS,
     st.builds(identity, st.integers(0, 3), st.integers(1, 6), st.integers(0, 3)),
+    KINDS,
 )
 
 
 def domain_of(record: Record) -> Domain:
     if isinstance(record, MsgV1):
-        return Domain.MESSAGES
+        return Domain.DELETES if record.kind is MessageKind.DELETE else Domain.MESSAGES
     if isinstance(record, MembershipOp):
         return Domain.MEMBERS
     return Domain.IDENTITY
@@ -98,6 +137,8 @@ def contents(replica: MemoryReplica) -> tuple[object, ...]:
         sorted(replica.members.items()),
         sorted(replica.identities.items()),
         sorted(replica.visible_ids()),
+        sorted(replica.deletes),
+        [replica.view(chat) for chat in CHATS],
     )
 
 

@@ -19,7 +19,16 @@ from store.keys import NUM_BUCKETS
 from sync.frames import Domain
 from sync.replica import DbReplica, MemoryReplica, Record, Replica
 
-from sync_support import CHATS, RECORDS, domain_of, member
+from sync_support import (
+    CHATS,
+    MEMBER_OPS,
+    RECORDS,
+    domain_of,
+    kinds,
+    member,
+    member_stamp,
+    message,
+)
 
 
 def apply_in_groups(replica: Replica, records: list[Record], group: int) -> int:
@@ -43,6 +52,12 @@ def served(replica: Replica, domain: Domain) -> dict[bytes, bytes | None]:
     return dict(zip(ids, replica.get_records(domain, ids, None), strict=True))
 
 
+# Few targets, everyone a member: edits, deletes (true and lying, by authors, admins and
+# others), reactions and receipts meet their targets and each other often.
+JOINED = [member(chat, user, member_stamp(0)) for chat in range(3) for user in range(4)]
+CROWDED = st.one_of(st.integers(0, 5).map(message), MEMBER_OPS, kinds(st.integers(0, 5)))
+
+
 @settings(max_examples=40)
 @given(
     st.lists(RECORDS, max_size=40),
@@ -54,6 +69,27 @@ def test_memory_and_db_replicas_agree(
     records: list[Record],
     rnd: object,
     group: int,
+) -> None:
+    check_agreement(tmp_path_factory, records, rnd, group)
+
+
+@settings(max_examples=40)
+@given(
+    st.lists(CROWDED, max_size=30),
+    st.randoms(use_true_random=False),
+    st.integers(1, 8),
+)
+def test_memory_and_db_replicas_agree_on_what_edits_deletes_and_reactions_do(
+    tmp_path_factory: pytest.TempPathFactory,
+    records: list[Record],
+    rnd: object,
+    group: int,
+) -> None:
+    check_agreement(tmp_path_factory, JOINED + records, rnd, group)
+
+
+def check_agreement(
+    tmp_path_factory: pytest.TempPathFactory, records: list[Record], rnd: object, group: int
 ) -> None:
     shuffled = list(records) + records[: len(records) // 3]  # some arrive twice
     rnd.shuffle(shuffled)  # type: ignore[attr-defined]
@@ -74,6 +110,7 @@ def test_memory_and_db_replicas_agree(
         assert {m.msg_id for m in reopened.waiting.waiting()} == waiting  # kept in the store
         for chat in CHATS:
             assert replica.visible_ids(chat) == memory.visible_ids(chat)
+            assert replica.view(chat) == memory.view(chat)  # edits, deletes, reactions, reads
         assert db.hidden_chats() >= {
             c
             for c in CHATS
