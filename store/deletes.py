@@ -9,16 +9,17 @@ that a re-post, a gossip copy or a sync frame of it is refused at one lookup.
 
 Erasing a message removes its row, its seen_msg, refs and hidden entries, and
 puts its id in ``erased`` — one WriteBatch with the deletes that erase it. Then
-the erased keys' range of the messages CF is flushed and compacted: RocksDB keeps a
-deleted value in older SST files until compaction rewrites them, and the payload
-must be in no live file (MESSAGES.md, "Erased on disk").
+the memtables are flushed and the erased keys' range of the messages CF is
+compacted: RocksDB keeps a deleted value in older SST files until compaction
+rewrites them, and in the write-ahead log until the memtables are flushed, and the
+payload must be in no live file (MESSAGES.md, "Erased on disk").
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from rocksdict import WriteBatch
+from rocksdict import BottommostLevelCompaction, CompactOptions, WriteBatch
 
 from store.authz import GroupProof
 from store.hlc import Hlc
@@ -183,13 +184,18 @@ class DeleteStore(MessageStore, MemberStore):
         batch.put(msg.msg_id, msg.chat_id, handle["erased"])
 
     def _compact_erased(self, erased: list[tuple[bytes, bytes]]) -> None:
-        """Flush, then compact the erased keys' range: no live file keeps their payloads."""
+        """Flush every CF (so no write-ahead log still needed holds a payload), then compact
+        the erased keys' range down to the last level, rewriting it there too: no live file
+        keeps their payloads. (Without ``force`` RocksDB may move the file holding a payload
+        to the last level untouched, beside the deletion.)"""
         if not erased:
             return
         keys = sorted(key for _, key in erased)
+        self.flush()
         view = self._cf["messages"]
-        view.flush()
-        view.compact_range(keys[0], keys[-1] + b"\x00")
+        options = CompactOptions()
+        options.set_bottommost_level_compaction(BottommostLevelCompaction.force())
+        view.compact_range(keys[0], keys[-1] + b"\x00", options)
 
     def _deletes_of(self, chat_id: bytes) -> Iterator[MsgV1]:
         for _, value in self.iter_prefix("deletes", chat_id):
