@@ -17,14 +17,13 @@ NEW, REPLY and EDIT payloads are the client's content, never read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from store.errors import DecodeError
 from store.hlc import Hlc
 from store.keys import USER_ID_LEN
-from store.ops import MembershipAction, MembershipOp
-from store.records import MessageKind, MsgV1, Role
+from store.records import MessageKind, MsgV1
 
 CONTENT = frozenset({MessageKind.NEW, MessageKind.REPLY})
 CLAIMS_LEN = USER_ID_LEN + 8 + 1
@@ -88,6 +87,17 @@ def decode_receipt(msg: MsgV1) -> Hlc:
     return position
 
 
+def check_public_payload(msg: MsgV1) -> None:
+    """DecodeError unless a DELETE, REACTION or READ_RECEIPT payload is well formed — checked
+    at every ingress alike (API, gossip, sync), so every replica refuses the same messages."""
+    if msg.kind is MessageKind.DELETE:
+        decode_claims(msg.payload)
+    elif msg.kind is MessageKind.REACTION:
+        decode_reaction(msg.payload)
+    elif msg.kind is MessageKind.READ_RECEIPT:
+        decode_receipt(msg)
+
+
 # --- deletes ---
 
 
@@ -127,15 +137,6 @@ def erased_by(msg: MsgV1, deletes: Iterable[MsgV1], is_admin: IsAdmin) -> MsgV1 
     """The valid delete with the smallest (hlc, id) that erases ``msg``, if any."""
     found = [d for d in deletes if delete_is_valid(d, is_admin) and erases(d, msg)]
     return min(found, key=_order) if found else None
-
-
-def admin_adds(ops: Sequence[MembershipOp], new: Sequence[bool]) -> set[tuple[bytes, bytes]]:
-    """The (chat, user) that new ops made admins: their deletes may erase more now."""
-    return {
-        (op.chat_id, op.user_id)
-        for op, is_new in zip(ops, new, strict=True)
-        if is_new and op.action is MembershipAction.ADD and op.role is Role.ADMIN
-    }
 
 
 # --- the view ---
