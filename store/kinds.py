@@ -162,10 +162,17 @@ class MessageView:
     """A content message as readers see it."""
 
     msg: MsgV1
-    payload: bytes  # the latest applying edit's, or the message's own
-    edited_at: Hlc | None = None
+    edit: MsgV1 | None = None  # the latest applying edit (signed: a client can check it)
     reply_state: str | None = None  # REPLY: "present", "deleted" or "unknown"
     reactions: dict[bytes, tuple[bytes, ...]] = field(default_factory=dict)  # key -> users
+
+    @property
+    def payload(self) -> bytes:
+        return self.edit.payload if self.edit is not None else self.msg.payload
+
+    @property
+    def edited_at(self) -> Hlc | None:
+        return self.edit.hlc if self.edit is not None else None
 
     @property
     def order(self) -> tuple[Hlc, bytes]:
@@ -219,15 +226,18 @@ def fold_chat(
 def _view(
     msg: MsgV1, refs: list[MsgV1], kept: dict[bytes, MsgV1], valid: list[MsgV1]
 ) -> MessageView:
-    edits = [e for e in refs if e.kind is MessageKind.EDIT and edit_applies(e, msg)]
-    latest = max(edits, key=_order) if edits else None
     return MessageView(
         msg,
-        latest.payload if latest else msg.payload,
-        latest.hlc if latest else None,
+        latest_edit(msg, refs),
         _reply_state(msg, kept, valid),
         reactions_of(r for r in refs if r.kind is MessageKind.REACTION),
     )
+
+
+def latest_edit(msg: MsgV1, refs: Iterable[MsgV1]) -> MsgV1 | None:
+    """Of the shown messages referring to ``msg``, the applying edit with the greatest (hlc, id)."""
+    edits = [e for e in refs if e.kind is MessageKind.EDIT and edit_applies(e, msg)]
+    return max(edits, key=_order) if edits else None
 
 
 def edit_applies(edit: MsgV1, target: MsgV1) -> bool:
