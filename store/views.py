@@ -24,7 +24,7 @@ from store.kinds import (
     latest_edit,
     reactions_of,
 )
-from store.messages import DEFAULT_PAGE_LIMIT, Direction, StoredMessage
+from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, Direction, StoredMessage
 from store.records import MessageKind, MsgV1, decode_msg
 
 
@@ -68,7 +68,9 @@ class ViewStore(AdmissionStore):
         """Up to ``limit`` shown content messages from ``cursor`` on, and the next cursor."""
         out: list[StoredMessage] = []
         while True:
-            page = self.range(chat_id, cursor, limit, direction)
+            # a fifth more rows than still needed: most chats' other kinds are fewer than that
+            wanted = min(MAX_PAGE_LIMIT, (limit - len(out)) * 5 // 4 + 1)
+            page = self.range(chat_id, cursor, wanted, direction)
             for n, item in enumerate(page.items):
                 if item.msg.kind in CONTENT:
                     out.append(item)
@@ -84,6 +86,8 @@ class ViewStore(AdmissionStore):
     ) -> MessageView:
         """``msg`` with the shown edits and reactions that refer to it (``referred``: some
         held message does), and its reply state."""
+        if not referred and msg.kind is MessageKind.NEW:
+            return MessageView(msg)  # most messages: nothing refers to them
         refs = self._shown_refs(msg, hidden) if referred else []
         return MessageView(
             msg,
