@@ -314,8 +314,8 @@ def _measure_reads(
 
 
 KIND_EVERY = 10  # every 10th message gets an edit and a reaction
-DELETES = 1_000  # deletes measured in batches (at most a tenth of the messages); a tenth as
-# many one at a time — each of those flushes and compacts on its own
+DELETES = 1_000  # deletes measured in batches (at most a tenth of the messages), and a tenth
+# as many one at a time; each turn's erasures are compacted once (as the node does each second)
 DELETE_BATCH = 100
 
 
@@ -359,10 +359,12 @@ def _measure_kinds(
 
 
 def _erase_all(db: ChatDb, deletes: list[MsgV1], batch: int) -> tuple[int, int]:
-    """Store the deletes ``batch`` at a time: (deletes, messages they erased)."""
-    erased = sum(
-        len(db.put_deletes(deletes[i : i + batch])[1]) for i in range(0, len(deletes), batch)
-    )
+    """Store the deletes ``batch`` at a time, then compact what they erased once (as the
+    node's erasure task does, once a second): (deletes, messages they erased)."""
+    erased = 0
+    for i in range(0, len(deletes), batch):
+        erased += len(db.put_deletes(deletes[i : i + batch])[1])
+    db.compact_erased()
     return len(deletes), erased
 
 

@@ -190,7 +190,7 @@ def _kinds_table(params: StoreBenchParams, r: dict[str, Any], ratios: dict[str, 
     )
     deletes = r["deletes"]
     table.add_row(
-        "deletes/s with the erase: batches of 100 vs one at a time",
+        "deletes/s with the erase: batches of 100 vs 10 one at a time",
         *_rates(deletes["batched"], deletes["single"]), "",
     )  # fmt: skip
     return table

@@ -1,6 +1,7 @@
 """Erased on bytes (MESSAGES.md, "Erased on disk"): after a delete, the payload of the deleted
 message — and of its edits and reactions — is in no file of the database directory: not in
-an SST (compaction rewrote them), not in a write-ahead log (the memtables were flushed).
+an SST (compaction rewrote them), not in a write-ahead log (the memtables were flushed) —
+once ``compact_erased`` ran, as the node's erasure task does within a second of the delete.
 
 Payloads are random (incompressible, so an SST holds them verbatim) and the test first sees
 them on disk: a search that can find nothing would prove nothing.
@@ -46,6 +47,8 @@ def test_a_delete_leaves_no_byte_of_the_payloads_on_disk(tmp_path: Path) -> None
         db.flush()
         assert all(files_holding(tmp_path, needle) for needle in needles)  # the control
         replica.apply_ops([delete])
+        assert db.erasure_pending()
+        assert db.compact_erased() == 3  # what the node's erasure task does within a second
         for needle in needles:
             assert files_holding(tmp_path, needle) == []
         assert [db.get_message(m.msg_id) for m in (target, edit, reaction)] == [None] * 3
