@@ -76,6 +76,16 @@ class WaitingRoom:
     def waiting(self) -> list[MsgV1]:
         return list(self._msgs.values())
 
+    def of_chats(self, chat_ids: set[bytes]) -> list[MsgV1]:
+        return [self._msgs[i] for chat in chat_ids for i in sorted(self._by_chat.get(chat, ()))]
+
+    def discard(self, msg_ids: set[bytes]) -> list[bytes]:
+        """Drop these messages if they wait (a delete erased them); the ids dropped."""
+        dropped = [i for i in sorted(msg_ids) if i in self._msgs]
+        for msg_id in dropped:
+            self._drop(msg_id)
+        return dropped
+
     def _drop(self, msg_id: bytes) -> None:
         msg = self._msgs.pop(msg_id)
         self.bytes -= len(msg.encoded)

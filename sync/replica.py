@@ -194,6 +194,13 @@ class MemoryReplica:
         changed = sum(new) + sum(self._admit(msg) for msg in released)
         for d in [d for d in self.deletes.values() if (d.chat_id, d.sender) in promoted]:
             self._erase_for(d)
+        chats = {
+            op.chat_id for op in ops if isinstance(op, MsgV1) and op.kind is MessageKind.DELETE
+        }
+        if chats:  # a waiting message a delete erases could never be stored: it goes
+            self.waiting.discard(
+                {m.msg_id for m in self.waiting.of_chats(chats) if self._erased_on_arrival(m)}
+            )
         return Applied(new, changed)
 
     def apply_record(self, record: Record) -> bool:
@@ -513,12 +520,14 @@ class DbReplica:
         admitted = self.db.put_authorized(msgs + released, admit_all=self.admit_all)
         results, waiting = admitted.results, admitted.waiting
         evicted = [msg_id for msg in waiting for msg_id in self.waiting.park(msg)]
-        if released or waiting:
+        erased_waiting = self._discard_erased_waiting(msgs)
+        if released or waiting or erased_waiting:
             room = self.waiting
             self.db.save_waiting(
                 [m for m in waiting if m.msg_id in room],
-                [i for i in {*(m.msg_id for m in released), *evicted} if i not in room],
-            )
+                [i for i in {*(m.msg_id for m in released), *evicted, *erased_waiting}
+                 if i not in room],
+            )  # fmt: skip
         stored = [r is not None and not r.duplicate for r in results]
         trees = self.trees
         for msg, is_new in zip(msgs + released, stored, strict=True):
@@ -542,6 +551,15 @@ class DbReplica:
         }
         new = [next(flags[_domain_of(op)]) for op in ops]
         return Applied(new, sum(member_new) + sum(ident_new) + sum(stored), fresh)
+
+    def _discard_erased_waiting(self, msgs: list[MsgV1]) -> list[bytes]:
+        """What the batch's deletes erase among the waiting messages leaves the room (and its
+        payload the store): it could never be stored."""
+        chats = {m.chat_id for m in msgs if m.kind is MessageKind.DELETE}
+        if not chats:
+            return []
+        candidates = self.waiting.of_chats(chats)
+        return self.waiting.discard(self.db.erased_on_arrival(candidates)) if candidates else []
 
     def _insert(self, domain: Domain, ids: list[bytes], new: list[bool]) -> list[bool]:
         tree = self.trees[domain]

@@ -84,3 +84,16 @@ def test_a_lying_delete_takes_the_reactions_and_leaves_the_message(replica: Repl
     assert not held(replica, reaction.msg_id)
     (item,) = replica.view(TARGET.chat_id).items
     assert not isinstance(item, Tombstone) and item.payload == b"edited"
+
+
+def test_a_waiting_message_a_delete_erases_leaves_the_waiting_room(replica: Replica) -> None:
+    """Its sender has no add yet, so it waits; the creator's delete erases it there too (its
+    payload must not stay in the room, nor in the store's copy of the room)."""
+    replica.apply_ops([member(1, 0, member_stamp(0)), TARGET])
+    assert TARGET.msg_id in replica.waiting
+    replica.apply_ops([delete_of(1, 0, 5)])  # by USERS[0], the group's creator
+    assert TARGET.msg_id not in replica.waiting
+    if isinstance(replica, DbReplica):
+        assert replica.db.load_waiting() == []
+    replica.apply_ops([member(1, AUTHOR, member_stamp(0))])  # the add comes: nothing to store
+    assert not held(replica, TARGET.msg_id)
