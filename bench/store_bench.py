@@ -370,14 +370,7 @@ def _erase_all(db: ChatDb, deletes: list[MsgV1], batch: int) -> tuple[int, int]:
 
 def walk_folded(db: ChatDb, page: int, chat: bytes) -> tuple[int, int]:
     """``walk_chatdb`` over the folded history (store/views.py): (pages, messages)."""
-    pages = items = 0
-    cursor: str | None = None
-    while True:
-        result = db.folded_range(chat, cursor, limit=page, direction=Direction.BACKWARD)
-        pages += 1
-        items += len(result.items)
-        if (cursor := result.next_cursor) is None:
-            return pages, items
+    return _walk(db.folded_range, page, chat)
 
 
 def setup_chat_lists(db: ChatDb, wl: Workload) -> None:
@@ -410,10 +403,14 @@ def setup_sqlite_lists(conn: sqlite3.Connection, wl: Workload) -> None:
 
 def walk_chatdb(db: ChatDb, page: int, chat: bytes) -> tuple[int, int]:
     """One chat newest to oldest, ``page`` messages a page, by next_cursor: (pages, messages)."""
+    return _walk(db.range, page, chat)
+
+
+def _walk(pages_of: Callable[..., Any], page: int, chat: bytes) -> tuple[int, int]:
     pages = items = 0
     cursor: str | None = None
     while True:
-        result = db.range(chat, cursor, limit=page, direction=Direction.BACKWARD)
+        result = pages_of(chat, cursor, limit=page, direction=Direction.BACKWARD)
         pages += 1
         items += len(result.items)
         if (cursor := result.next_cursor) is None:

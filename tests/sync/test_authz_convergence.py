@@ -18,22 +18,18 @@ pairs never talk (a partition). Whatever happened, once every pair has synced:
 from __future__ import annotations
 
 import os
-import tempfile
 from functools import cache
 from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from three_replicas import three_replicas
 
-from store import ChatDb, ChatDbConfig, Hlc, MsgV1
+from store import ChatDb, Hlc, MsgV1
 from store.authz import DmProof
 from store.ops import MembershipAction, MembershipOp, Op
 from store.records import dm_chat_id
 from sync.frames import Domain
-from sync.loopback import run_session
-from sync.protocol import SyncConfig
-from sync.replica import DbReplica
 
 from sync_support import CHATS, KEYS, MEMBER_OPS, USERS, message, roots
 
@@ -87,69 +83,9 @@ def shown_by_the_rule(ops: list[Op]) -> dict[bytes, set[bytes]]:
     return shown
 
 
-class ThreeReplicas(RuleBasedStateMachine):
-    @initialize()
-    def open(self) -> None:
-        self.dirs = [tempfile.TemporaryDirectory(prefix="authz-", dir=TMP) for _ in range(3)]
-        config = ChatDbConfig(block_cache_mb=8, memtable_mb=8)
-        self.dbs = [ChatDb(config, path=d.name) for d in self.dirs]
-        self.replicas = [DbReplica(db) for db in self.dbs]
-        self.delivered: list[Op] = []
-        self.cut: set[frozenset[int]] = set()  # pairs that do not talk until the heal
-
-    @rule(op=OPS, to=st.integers(0, 2))
-    def deliver_one(self, op: Op, to: int) -> None:
-        self.replicas[to].apply_ops([op])
-        self.delivered.append(op)
-
-    @rule(ops=st.lists(OPS, min_size=2, max_size=8), to=st.integers(0, 2))
-    def deliver_a_batch(self, ops: list[Op], to: int) -> None:
-        self.replicas[to].apply_ops(ops)
-        self.delivered += ops
-
-    @rule(a=st.integers(0, 2), b=st.integers(0, 2))
-    def partition(self, a: int, b: int) -> None:
-        if a != b:
-            self.cut.add(frozenset((a, b)))
-
-    @precondition(lambda self: bool(self.cut))
-    @rule()
-    def heal(self) -> None:
-        self.cut.clear()
-
-    @rule(
-        a=st.integers(0, 2),
-        b=st.integers(0, 2),
-        cut_after=st.none() | st.integers(1, 6),
-        skew=st.integers(-5_000, 5_000),
-    )
-    def sync(self, a: int, b: int, cut_after: int | None, skew: int) -> None:
-        if a == b or frozenset((a, b)) in self.cut:
-            return
-        now = 100_000
-        run_session(
-            self.replicas[a], self.replicas[b], now_ms=now, responder_now_ms=now + skew,
-            config=SyncConfig(authenticate=True, max_offset_ms=60_000),
-            cut_after=cut_after, raise_errors=False,
-        )  # fmt: skip
-
-    def teardown(self) -> None:
-        if not hasattr(self, "dbs"):
-            return
-        try:
-            self.check_convergence()
-        finally:
-            for db in self.dbs:
-                db.close()
-            for d in self.dirs:
-                d.cleanup()
-
+class ThreeReplicas(three_replicas(OPS)):
     def check_convergence(self) -> None:
-        for _ in range(3):  # every pair, until nothing moves
-            for a, b in ((0, 1), (1, 2), (0, 2)):
-                run_session(
-                    self.replicas[a], self.replicas[b], config=SyncConfig(authenticate=True)
-                )
+        self.settle()
         assert roots(self.replicas[0]) == roots(self.replicas[1]) == roots(self.replicas[2])
         expected = shown_by_the_rule(self.delivered)
         for chat in ALL_CHATS:

@@ -16,13 +16,13 @@ while the retention GC runs on all of them. Once every pair has synced:
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import rule
 from test_authz_convergence import shown_by_the_rule
+from three_replicas import three_replicas
 
 from store import ChatDb, ChatDbConfig, MessageKind, MsgV1
 from store.kinds import IsAdmin, Tombstone, delete_is_valid, erases, fold_chat
@@ -96,53 +96,9 @@ def admins_by_the_rule(members: list[MembershipOp], chat: bytes) -> IsAdmin:
     )
 
 
-class ThreeReplicas(RuleBasedStateMachine):
-    @initialize()
-    def open(self) -> None:
-        self.dirs = [tempfile.TemporaryDirectory(prefix="kinds-", dir=TMP) for _ in range(3)]
-        config = ChatDbConfig(block_cache_mb=8, memtable_mb=8)
-        self.dbs = [ChatDb(config, path=d.name) for d in self.dirs]
-        self.replicas = [DbReplica(db) for db in self.dbs]
-        for replica in self.replicas:
-            replica.apply_ops(JOINED)
-        self.delivered: list[Op] = list(JOINED)
-        self.cut: set[frozenset[int]] = set()
-        self.cutoff: int | None = None
-
-    @rule(op=OPS, to=st.integers(0, 2))
-    def deliver_one(self, op: Op, to: int) -> None:
-        self.replicas[to].apply_ops([op])
-        self.delivered.append(op)
-
-    @rule(ops=st.lists(OPS, min_size=2, max_size=8), to=st.integers(0, 2))
-    def deliver_a_batch(self, ops: list[Op], to: int) -> None:
-        self.replicas[to].apply_ops(ops)
-        self.delivered += ops
-
-    @rule(a=st.integers(0, 2), b=st.integers(0, 2))
-    def partition(self, a: int, b: int) -> None:
-        if a != b:
-            self.cut.add(frozenset((a, b)))
-
-    @precondition(lambda self: bool(self.cut))
-    @rule()
-    def heal(self) -> None:
-        self.cut.clear()
-
-    @rule(
-        a=st.integers(0, 2),
-        b=st.integers(0, 2),
-        cut_after=st.none() | st.integers(1, 6),
-        skew=st.integers(-5_000, 5_000),
-    )
-    def sync(self, a: int, b: int, cut_after: int | None, skew: int) -> None:
-        if a == b or frozenset((a, b)) in self.cut:
-            return
-        now = 100_000
-        run_session(
-            self.replicas[a], self.replicas[b], now_ms=now, responder_now_ms=now + skew,
-            config=self.config(), cut_after=cut_after, raise_errors=False,
-        )  # fmt: skip
+class ThreeReplicas(three_replicas(OPS)):
+    initial_ops = tuple(JOINED)
+    cutoff: int | None = None
 
     @rule(cutoff=st.sampled_from(CUTOFFS[1:]))
     def collect(self, cutoff: int) -> None:
@@ -154,21 +110,8 @@ class ThreeReplicas(RuleBasedStateMachine):
     def config(self) -> SyncConfig:
         return SyncConfig(authenticate=True, max_offset_ms=60_000, cutoff_ms=self.cutoff)
 
-    def teardown(self) -> None:
-        if not hasattr(self, "dbs"):
-            return
-        try:
-            self.check_convergence()
-        finally:
-            for db in self.dbs:
-                db.close()
-            for d in self.dirs:
-                d.cleanup()
-
     def check_convergence(self) -> None:
-        for _ in range(3):  # every pair, until nothing moves
-            for a, b in ((0, 1), (1, 2), (0, 2)):
-                run_session(self.replicas[a], self.replicas[b], config=self.config())
+        self.settle()
         assert roots(self.replicas[0]) == roots(self.replicas[1]) == roots(self.replicas[2])
         expected = expected_views(self.delivered, self.cutoff)
         for chat in CHATS:
