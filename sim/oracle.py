@@ -61,6 +61,8 @@ class Oracle:
             return [m[0] for m in self.messages]
         if domain is Domain.MEMBERS:
             return [m[0] for m in self.member_ops]
+        if domain is Domain.DELETES:
+            return []  # the generator writes no deletes (yet)
         return [i[1] for i in self.identities]
 
     def roots(self) -> dict[Domain, tuple[int, int]]:

@@ -87,6 +87,11 @@ class RangePage:
     next_cursor: str | None  # None: no more messages in this direction
 
 
+def check_page_limit(limit: int) -> None:
+    if not 1 <= limit <= MAX_PAGE_LIMIT:
+        raise InvalidInput(f"limit must be 1..{MAX_PAGE_LIMIT}, got {limit}", reason="bad_limit")
+
+
 def take_until(records: Iterable[bytes | None], max_bytes: int) -> tuple[list[bytes], bool]:
     """The records (None skipped) that fit in ``max_bytes``, and whether any were left over.
 
@@ -283,10 +288,7 @@ class MessageStore(HiddenIndex):
         twice however many messages are inserted between pages.
         """
         check_len(chat_id, CHAT_ID_LEN, "chat_id")
-        if not 1 <= limit <= MAX_PAGE_LIMIT:
-            raise InvalidInput(
-                f"limit must be 1..{MAX_PAGE_LIMIT}, got {limit}", reason="bad_limit"
-            )
+        check_page_limit(limit)
         start, end = chat_id, prefix_end(chat_id)
         if cursor is not None:
             after = decode_cursor(cursor, MESSAGES_KEY_LEN, chat_id)

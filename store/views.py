@@ -24,7 +24,13 @@ from store.kinds import (
     latest_edit,
     reactions_of,
 )
-from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, Direction, StoredMessage
+from store.messages import (
+    DEFAULT_PAGE_LIMIT,
+    MAX_PAGE_LIMIT,
+    Direction,
+    StoredMessage,
+    check_page_limit,
+)
 from store.records import MessageKind, MsgV1, decode_msg
 
 
@@ -49,6 +55,7 @@ class ViewStore(AdmissionStore):
         limit: int = DEFAULT_PAGE_LIMIT,
         direction: Direction = Direction.BACKWARD,
     ) -> FoldedPage:
+        check_page_limit(limit)
         items, next_cursor = self._content_page(chat_id, cursor, limit, direction)
         hidden = self.hidden_seqs(chat_id)
         is_admin = self.admins(chat_id)
