@@ -59,8 +59,7 @@ class AdmissionStore(DeleteStore, InboxStore):
             admitted = [m for m in admitted if m.msg_id not in gone]
         stored = self._store_admitted(admitted, hidden, now_ms)
         if erased:
-            for chat in {m.chat_id for m in deletes}:
-                self._refresh_preview(chat)
+            self.refresh_previews({m.chat_id for m in deletes})
         if len(stored) == len(msgs):
             return Admitted(stored, waiting, erased)
         waits = {m.msg_id for m in waiting}
@@ -176,6 +175,11 @@ class AdmissionStore(DeleteStore, InboxStore):
         self.write(batch)
         self._note_hidden_chats(added)
         return True
+
+    def refresh_previews(self, chat_ids: set[bytes]) -> None:
+        """After erasures: each chat's preview at its newest shown message again."""
+        for chat in chat_ids:
+            self._refresh_preview(chat)
 
     def _refresh_preview(self, chat_id: bytes) -> None:
         """ChatMeta's newest message := the chat's newest shown one; the members' entries too."""

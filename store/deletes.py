@@ -151,10 +151,9 @@ class DeleteStore(MessageStore, MemberStore):
         return out
 
     def _erased_by_held(self, msg: MsgV1, ref: bytes) -> bool:
-        is_admin = None
+        is_admin = self.admins(msg.chat_id)  # cached per chat
         for _, value in self.iter_prefix("deletes", msg.chat_id + ref):
             d = decode_msg(value, trusted=True)
-            is_admin = is_admin or self.admins(msg.chat_id)
             if delete_is_valid(d, is_admin) and erases(d, msg):
                 return True
         return False

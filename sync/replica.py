@@ -539,6 +539,7 @@ class DbReplica:
             self.db.forget_admins(applied.chats)
             if promoted := admin_adds(member_ops, applied.new):
                 erased += self.db.erase_for_senders(promoted)
+                self.db.refresh_previews({chat for chat, _ in promoted})
         for msg_id in erased:
             trees[Domain.MESSAGES].remove(msg_id)
         if applied is not None and applied.touched:
