@@ -20,7 +20,9 @@ from store.deletes import DeleteStore
 from store.hlc import LOGICAL_BITS, Hlc
 from store.inbox import InboxStore
 from store.keys import MESSAGES_KEY_LEN, key_hidden, key_messages, prefix_end
+from store.members import MemberOpsApplied
 from store.messages import PutResult
+from store.ops import MembershipOp
 from store.records import ChatKind, InboxEntry, MessageKind, MsgV1, decode_msg, make_chat_meta
 
 ZERO_ID = bytes(32)
@@ -38,6 +40,19 @@ class Admitted:
 
 
 class AdmissionStore(DeleteStore, InboxStore):
+    def apply_member_ops(self, ops: list[MembershipOp]) -> MemberOpsApplied:
+        """``MemberStore.apply_member_ops``, and the chat lists follow: a user who stops being
+        an active member loses the chat's entry, one who becomes one gets it (MESSAGES.md)."""
+        applied = super().apply_member_ops(ops)
+        for chat, user, active in applied.toggled:
+            if not active:
+                self.delete_user_inbox_entry(user, chat)
+                continue
+            entry = self._preview_entry(chat)
+            if entry is not None:
+                self.upsert_inbox_for_members(chat, [user], entry)
+        return applied
+
     def access_of(self, chat_id: bytes, user_id: bytes) -> Access:
         return Access(self.member_history(chat_id, user_id), self.load_meta(chat_id).identity)
 
@@ -200,15 +215,19 @@ class AdmissionStore(DeleteStore, InboxStore):
         self.put_metas(batch, {chat_id: fresh})
         self.write(batch)
         self.remember_meta({chat_id: fresh})
-        if newest is not None:
-            entry = InboxEntry(
-                chat_id=chat_id,
-                kind=ChatKind.DM if meta.identity is not None else ChatKind.GROUP,
-                last_ts=fresh.last_ts,
-                last_msg_id=msg_id,
-                last_sender=newest.sender,
-                last_seq=fresh.last_seq,
-            )
+        entry = self._preview_entry(chat_id)
+        if entry is not None:
             self.upsert_inbox_for_members(
                 chat_id, meta.members, entry, previous_last_ts=meta.last_ts
             )
+
+    def _preview_entry(self, chat_id: bytes) -> InboxEntry | None:
+        """The chat's chat-list entry as its meta stands (None: no message to show yet)."""
+        meta = self.load_meta(chat_id)
+        newest = self.get_message(meta.last_msg_id) if meta.last_msg_id != ZERO_ID else None
+        if newest is None:
+            return None
+        kind = ChatKind.DM if meta.identity is not None else ChatKind.GROUP
+        return InboxEntry(
+            chat_id, kind, meta.last_ts, meta.last_msg_id, newest.sender, meta.last_seq
+        )

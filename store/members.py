@@ -15,7 +15,7 @@ cached: it decides which of the user's messages are admitted and shown.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from rocksdict import WriteBatch
 
@@ -72,6 +72,8 @@ class MemberOpsApplied:
     op_ids: list[bytes]
     touched: dict[tuple[bytes, bytes], Hlc]
     chats: set[bytes]  # the chats of the new ops
+    # (chat, user, active now) for each user who became, or stopped being, an active member
+    toggled: list[tuple[bytes, bytes, bool]] = field(default_factory=list)
 
 
 class MemberStore(RocksBase):
@@ -94,6 +96,7 @@ class MemberStore(RocksBase):
             if is_new:
                 fresh[op_id] = (op, data)
         touched: dict[tuple[bytes, bytes], Hlc] = {}
+        toggled: list[tuple[bytes, bytes, bool]] = []
         if fresh:
             batch = self.new_batch()
             ops_cf, seen_cf = self._handle["member_ops"], self._handle["seen_member"]
@@ -109,7 +112,7 @@ class MemberStore(RocksBase):
             touched = {pair: t for pair, t in touched.items() if histories[pair].adds}
             metas = self._dm_parties([op for op, _ in fresh.values()])
             states = [(op.chat_id, op.user_id, op.state()) for op, _ in fresh.values()]
-            self._fold_rows(states, batch, metas)
+            self._fold_rows(states, batch, metas, toggled)
             # written: the cached histories grow by the new ops (the next message reads them)
             for op, _ in fresh.values():
                 pair = (op.chat_id, op.user_id)
@@ -117,7 +120,7 @@ class MemberStore(RocksBase):
             for (chat, user), history in histories.items():
                 self._cache_history(chat + user, history)
         chats = {op.chat_id for op, _ in fresh.values()}
-        return MemberOpsApplied(new, ids, touched, chats)
+        return MemberOpsApplied(new, ids, touched, chats, toggled)
 
     def _dm_parties(self, ops: list[MembershipOp]) -> dict[bytes, ChatMeta]:
         """ChatMeta.identity := the two parties, for DM chats not known to be DMs yet."""
@@ -191,9 +194,11 @@ class MemberStore(RocksBase):
         updates: list[tuple[bytes, bytes, MemberInfo]],
         batch: WriteBatch,
         metas: dict[bytes, ChatMeta],
+        toggled: list[tuple[bytes, bytes, bool]] | None = None,
     ) -> list[MemberChange]:
         """Join ``updates`` into the rows, add the writes to ``batch`` (with ``metas``, which
-        it updates), and write it."""
+        it updates), and write it; ``toggled`` gets (chat, user, active) for each user who
+        became or stopped being active."""
         keys = [key_members(chat, user) for chat, user, _ in updates]
         current: dict[bytes, MemberInfo | None] = {}
         for key, raw in zip(keys, self.multi_get("members", keys), strict=True):
@@ -218,6 +223,8 @@ class MemberStore(RocksBase):
             if was_active != after.active:
                 meta = metas.get(chat) or self.load_meta(chat)
                 metas[chat] = meta_after_membership(meta, user, after.active)
+                if toggled is not None:
+                    toggled.append((chat, user, after.active))
         if batch.len() == 0:
             return changes
         self.put_metas(batch, metas)
