@@ -1,8 +1,9 @@
 """Spark plumbing: a session for any master, and a socket the shard tasks report progress to.
 
 Executors must import this project: it is installed (editable) in the venv
-whose Python runs the driver, and ``PYSPARK_PYTHON`` points every executor at
-that same interpreter. The trace travels to executors with ``SparkContext.addFile``,
+whose Python runs the driver, ``PYSPARK_PYTHON`` points every executor at
+that same interpreter, and ``PYTHONPATH`` at the checkout the driver imported
+(on a local master; a cluster's workers need the same path or the install). The trace travels to executors with ``SparkContext.addFile``,
 so a task can read it on any cluster; the oracle reads it with ``spark.read.parquet``,
 so on a multi-machine cluster TRACE must be on storage every executor sees.
 """
@@ -35,6 +36,12 @@ def spark_session(master: str = "local[*]", *, app: str = "chatsync-sim") -> Spa
     warnings.filterwarnings("ignore", message=".*Cannot infer the eval type.*")
     os.environ["PYSPARK_PYTHON"] = python
     os.environ["PYSPARK_DRIVER_PYTHON"] = python
+    # Executors import the checkout this driver runs, not the one the venv was installed
+    # from (a worktree beside it): PYTHONPATH goes before the editable install's .pth.
+    root = str(Path(__file__).resolve().parent.parent)
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *filter(None, paths)])
     builder = (
         SparkSession.builder.master(master)
         .appName(app)

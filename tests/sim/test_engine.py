@@ -44,7 +44,7 @@ def _bad(results: list[dict[str, object]]) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return small_trace(2, tmp_path_factory.mktemp("engine") / "t.parquet")
+    return small_trace(3, tmp_path_factory.mktemp("engine") / "t.parquet")
 
 
 def test_a_faulty_trace_converges_to_the_expected_state(faulty: Path) -> None:
@@ -68,7 +68,7 @@ def test_a_faulty_trace_converges_to_the_expected_state(faulty: Path) -> None:
     for r in results:
         for row in r["nodes"]:  # type: ignore[attr-defined]
             if row["honest"]:
-                acc = roots.setdefault(row["node"], [[0, 0], [0, 0], [0, 0]])
+                acc = roots.setdefault(row["node"], [[0, 0] for _ in range(4)])
                 for d, (x, c) in enumerate(row["roots"]):
                     acc[d][0] ^= x
                     acc[d][1] += c
@@ -85,7 +85,7 @@ def test_same_trace_same_shard_result(faulty: Path) -> None:
     assert one == two
 
 
-# Seed 2 catches every planted bug: it has same-stamp identity twins that reach nodes in
+# Seed 3 catches every planted bug: it has same-stamp identity twins that reach nodes in
 # different orders (LWW-by-arrival), and messages some node stores before the member op that
 # decides them (authorize-at-arrival) in the part of the trace the final GC keeps.
 @pytest.mark.slow
@@ -102,9 +102,22 @@ def test_the_authorization_counters_see_the_message_rule(faulty: Path) -> None:
     whole = brute_force_expected(faulty)
     assert whole.visible < whole.messages  # some stored messages are hidden
     ignoring = _bad(_run(faulty, Bug.AUTHZ_NO_REMOVALS))
-    assert ignoring.keys() == {"unauthorized_visible"}
+    # the views fold what is shown, so they differ too
+    assert ignoring.keys() == {"unauthorized_visible", "wrong_view"}
     arrival = _bad(_run(faulty, Bug.AUTHZ_ARRIVAL))
-    assert arrival.keys() == {"unauthorized_visible", "authorized_hidden"}
+    assert arrival.keys() == {"unauthorized_visible", "authorized_hidden", "wrong_view"}
+
+
+def test_the_message_kind_counters_see_the_planted_kind_bugs(faulty: Path) -> None:
+    """The trace has deletes that erase, deletes that may not, and racing edits in the part
+    the final GC keeps; letting anyone delete erases messages the oracle keeps, or tombstones
+    appear; the last edit by arrival shows another payload than the (hlc, id) winner."""
+    whole = brute_force_expected(faulty)
+    assert whole.deletes and whole.erased and whole.views
+    anyone = _bad(_run(faulty, Bug.ANYONE_MAY_DELETE))
+    assert anyone.keys() >= {"wrong_view"} and anyone.keys() <= {"wrong_view", "lost"}
+    by_arrival = _bad(_run(faulty, Bug.EDIT_ARRIVAL_ORDER))
+    assert by_arrival.keys() == {"wrong_view"}  # stored sets and roots still converge
 
 
 def test_network_partitions_and_fates() -> None:
