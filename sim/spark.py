@@ -2,8 +2,9 @@
 
 Executors must import this project: it is installed (editable) in the venv
 whose Python runs the driver, ``PYSPARK_PYTHON`` points every executor at
-that same interpreter, and ``PYTHONPATH`` at the checkout the driver imported
-(on a local master; a cluster's workers need the same path or the install). The trace travels to executors with ``SparkContext.addFile``,
+that same interpreter, and ``PYTHONPATH`` (the driver's environment and the
+executors') at the checkout the driver imported — on a multi-machine cluster that
+path must exist on every worker. The trace travels to executors with ``SparkContext.addFile``,
 so a task can read it on any cluster; the oracle reads it with ``spark.read.parquet``,
 so on a multi-machine cluster TRACE must be on storage every executor sees.
 """
@@ -49,6 +50,7 @@ def spark_session(master: str = "local[*]", *, app: str = "chatsync-sim") -> Spa
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.executorEnv.PYSPARK_PYTHON", python)
+        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
         .config("spark.python.worker.reuse", "true")
         .config("spark.task.maxFailures", "1")
         .config("spark.driver.memory", "2g")
