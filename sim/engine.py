@@ -50,7 +50,7 @@ from sim.shards import Expected, content_item, shard_of, tombstone_item, view_di
 from store import trace as tr
 from store.errors import ClockDriftError, InvalidInput
 from store.hlc import HlcClock
-from store.kinds import ChatView, MessageView
+from store.kinds import ChatView, MessageView, delete_is_valid, erases
 from store.ops import MembershipOp, decode_op, validate_op
 from store.records import IdentityRecord, MessageKind, MsgV1
 from sync.loopback import run_session
@@ -168,6 +168,7 @@ class ShardSim:
             "in_flight_at_end": 0,
             "waiting_at_end": 0,
             "waiting_lost_in_crashes": 0,
+            "erased_waiting_at_end": 0,
         }
         self.abort_reasons: dict[str, int] = {}
         self.round_bytes = dict.fromkeys(("gossip", *KINDS), 0)
@@ -231,6 +232,11 @@ class ShardSim:
         # messages no op admits (yet): what a node holds in memory beside its store
         self.stats["waiting_at_end"] = sum(len(r.waiting) for r in self.reps)
         self.stats["waiting_lost_in_crashes"] = sum(r.counters.waiting_lost for r in self.reps)
+        self.stats["erased_waiting_at_end"] = sum(
+            _erased_waiting(rep)
+            for n, rep in enumerate(self.reps)
+            if self.alive[n] and self.honest[n]
+        )
         self._final_gc()
         result = self._result()
         result["wall_s"] = time.perf_counter() - started
@@ -489,6 +495,20 @@ def _compare_rows(
             (have_id, have_active), (want_id, want_active) = have[key], want[key]
             counts["stale"] += have_id != want_id
             counts["wrong_active"] += have_active != want_active
+
+
+def _erased_waiting(rep: SimReplica) -> int:
+    """Messages waiting for an admitting op that a delete the replica holds erases (their
+    payload is in the room: MESSAGES.md says no replica keeps it)."""
+    count = 0
+    for msg in rep.waiting.waiting():
+        for ref in (msg.msg_id, msg.ref):
+            deletes = rep.deletes_by_ref.get(ref or b"", ())
+            admins = rep.admins(msg.chat_id)
+            if any(delete_is_valid(d, admins) and erases(d, msg) for d in deletes):
+                count += 1
+                break
+    return count
 
 
 def view_digest_of(view: ChatView) -> bytes:

@@ -11,6 +11,7 @@
   of the same message on the other;
 * ``old_delete``: a delete of a message near the retention cutoff (the GC and the erasure
   meet), with a reaction after it;
+* ``delete_stranger``: the creator deletes a stranger's post (never admitted: it waits);
 * ``promote``: the creator makes a member an admin, and the new admin deletes someone
   else's message moments later from another node — the delete may arrive before the
   admin add and must erase once it does;
@@ -41,6 +42,7 @@ WEIGHTS = {
     "promote": 0.004,
     "react": 0.05,
     "receipt": 0.03,
+    "delete_stranger": 0.003,
 }
 REACTION_KEYS = (b"+1", "\u2764".encode(), b"\x00opaque-hmac-of-key\xff")
 RACE_MS = 400  # a racing edit or toggle follows within this: less than gossip's delay + jitter
@@ -54,6 +56,7 @@ class KindPlan(Protocol):
     roster: list[set[int]]
     admins: list[set[int]]
     posts: list[list[Target]]
+    strangers: list[int]  # users no chat ever adds
 
     def later(self, t_ms: int, step: Callable[[int], object]) -> None: ...
 
@@ -103,6 +106,7 @@ class KindPlays:
             "promote": self.promote,
             "react": self.react,
             "receipt": self.receipt,
+            "delete_stranger": self.delete_stranger,
         }[kind](t_ms)
 
     # --- choices ---
@@ -244,6 +248,15 @@ class KindPlays:
                 t, reactor, chat, MessageKind.REACTION, target, reaction_payload(key)
             ),
         )
+
+    def delete_stranger(self, t_ms: int) -> None:
+        """An admin deletes a stranger's post: valid, and its target never admitted — it
+        waits in the waiting rooms of the nodes that received it."""
+        plan = self.plan
+        chat = plan.rng.randrange(self.chats)
+        theirs = [p for p in plan.posts[chat] if p.author in plan.strangers and p.t_ms < t_ms]
+        if theirs:
+            self._delete(t_ms, chat, plan.rng.choice(theirs), deleter=plan.members[chat][0])
 
     def promote(self, t_ms: int) -> None:
         """An admin add, and the new admin's delete of another's post from elsewhere."""

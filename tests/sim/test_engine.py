@@ -7,10 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from sim.bugs import Bug
-from sim.engine import CHECK_COUNTERS, ShardTask, _Progress, run_shard
+from sim.bugs import Bug, rules_for
+from sim.engine import CHECK_COUNTERS, ShardTask, _erased_waiting, _Progress, run_shard
 from sim.network import NetParams, Network
+from sim.replica import ShardContext, SimReplica
 from sim.spark import ProgressServer
+from store.authz import NONCE_LEN, new_group
+from store.hlc import Hlc, HlcClock
+from store.kinds import Claims
+from store.ops import MembershipAction, MembershipOp
+from store.records import MessageKind, MsgV1, Role
+from store.signing import key_from_seed, public_key, user_id_from_key
 
 from sim_support import brute_force_expected, small_trace
 
@@ -156,3 +163,26 @@ def test_shard_progress_reaches_the_driver() -> None:
     finally:
         server.close()
     assert _Progress(("127.0.0.1", 1), 0).sock is None  # nobody listening: silently off
+
+
+def test_an_erased_message_in_a_waiting_room_is_counted() -> None:
+    """A stranger's post waits for an add that never comes; the creator's delete of it is
+    valid, yet the replica keeps the post in its waiting room (stat erased_waiting_at_end,
+    SIM.md findings)."""
+    keys = [key_from_seed(bytes([0x31 + i]) * 32) for i in range(2)]
+    creator, stranger = keys
+    proof = new_group(creator, b"n" * NONCE_LEN)
+    chat = proof.chat_id()
+    add = MembershipOp.create(
+        creator, chat, user_id_from_key(public_key(creator)), MembershipAction.ADD, Hlc(900),
+        Role.ADMIN, proof=proof,
+    )  # fmt: skip
+    post = MsgV1.create(stranger, chat, Hlc(1_000), b"spam")
+    delete = MsgV1.create(
+        creator, chat, Hlc(1_100), Claims.of(post).encode(), kind=MessageKind.DELETE,
+        ref=post.msg_id,
+    )  # fmt: skip
+    replica = SimReplica(ShardContext(120_000), rules_for(None), HlcClock())
+    replica.apply_ops([add, post, delete])
+    assert post.msg_id in replica.waiting and delete.msg_id in replica.deletes
+    assert _erased_waiting(replica) == 1
