@@ -47,7 +47,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
-from sim.shards import Expected, ViewItem, content_item, shard_of, tombstone_item, view_digest
+from sim.shards import (
+    Expected,
+    ViewItem,
+    content_item,
+    shard_of,
+    tombstone_item,
+    view_digest,
+    views_digest,
+)
 from store import trace as tr
 from store.hlc import Hlc
 from store.ops import MembershipOp, OpKind, decode_op
@@ -499,4 +507,5 @@ def oracle_summary(oracle: Oracle) -> dict[str, Any]:
         "erased": len(oracle.erased),
         "edited_messages": oracle.edited,
         "tombstones": oracle.tombstones,
+        "views_digest": views_digest({chat: d for chat, d, _ in oracle.views}),
     }

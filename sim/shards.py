@@ -45,6 +45,11 @@ def view_digest(items: Iterable[ViewItem], positions: Iterable[tuple[bytes, int]
     return blake3.blake3(repr((ordered, sorted(positions))).encode()).digest(16)
 
 
+def views_digest(views: dict[bytes, bytes]) -> str:
+    """Every chat's view digest as one hex string (a report field a replay compares with)."""
+    return blake3.blake3(b"".join(c + d for c, d in sorted(views.items()))).hexdigest()
+
+
 def _stamp(item: ViewItem) -> int:
     """The order key: a content item carries its stamp last, a tombstone third."""
     value = item[-1] if item[0] == "m" else item[2]
