@@ -197,10 +197,10 @@ class KindPlays:
     def _claims(self, target: Target) -> bytes:
         """The target's claims, and in one delete of six a lie."""
         plan = self.plan
-        sender, stamp = plan.user_id(target.author), Hlc.unpack(target.hlc)
-        kind = MessageKind(target.msg_kind)
+        true = self._true_claims(target)
         if plan.rng.random() < 5 / 6:
-            return Claims(sender, stamp, kind).encode()
+            return true.encode()
+        sender, stamp, kind = true.sender, true.hlc, true.kind
         lie = plan.rng.randrange(4)
         if lie == 0:  # another sender
             sender = plan.user_id(target.author + 1)
@@ -278,14 +278,13 @@ class KindPlays:
         )
 
     def _delete_as(self, t_ms: int, chat: int, target: Target, user: int, node: int) -> None:
-        claims = Claims.encode(
-            Claims(
-                self.plan.user_id(target.author),
-                Hlc.unpack(target.hlc),
-                MessageKind(target.msg_kind),
-            )
-        )
+        claims = self._true_claims(target).encode()
         self._send(t_ms, user, chat, MessageKind.DELETE, target, claims, node)
+
+    def _true_claims(self, target: Target) -> Claims:
+        return Claims(
+            self.plan.user_id(target.author), Hlc.unpack(target.hlc), MessageKind(target.msg_kind)
+        )
 
     # --- reactions and receipts ---
 
