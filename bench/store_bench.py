@@ -45,9 +45,10 @@ from bench.console import bench_console, bench_progress, save_report, tracked
 from bench.machine import loadavg
 from bench.store_data import Rate, Rates, StoreBenchParams
 from bench.store_report import build_report, machine_info, print_report
-from bench.workload import RawRow, Workload, make_workload
-from store import ChatDb, ChatKind, Direction, InboxEntry
+from bench.workload import RawRow, Workload, about_messages, make_workload
+from store import ChatDb, ChatKind, Direction, InboxEntry, MessageKind, MsgV1
 from store.hlc import VIRTUAL_EPOCH_MS
+from store.kinds import Claims
 from sync.replica import DbReplica
 
 T = TypeVar("T")
@@ -308,7 +309,75 @@ def _measure_reads(
         }
         calls = [users[i % len(users)] for i in range(params.list_calls)]
         rates["list_user_chats"] = interleave(lists, calls, "calls", progress, "chat lists")
+        _measure_kinds(params, wl, db, chats, rates, progress)
         return _plans(conn, wl, page)
+
+
+KIND_EVERY = 10  # every 10th message gets an edit and a reaction
+DELETES = 1_000  # deletes measured in batches (at most a tenth of the messages), and a tenth
+# as many one at a time; each turn's erasures are compacted once (as the node does each second)
+DELETE_BATCH = 100
+
+
+def _measure_kinds(
+    params: StoreBenchParams,
+    wl: Workload,
+    db: ChatDb,
+    chats: list[bytes],
+    rates: Rates,
+    progress: Progress,
+) -> None:
+    """MESSAGES.md's costs on the batched ChatDb: the folded history page beside the raw one
+    (edits and reactions added first, not timed), then deletes/s with the erase."""
+    edits = about_messages(wl, MessageKind.EDIT, KIND_EVERY, lambda m: b"edited " + m.payload)
+    reactions = about_messages(wl, MessageKind.REACTION, KIND_EVERY, lambda m: b"\x01+1")
+    db.put_messages(edits + reactions)
+    walks: dict[str, Step[bytes]] = {
+        "raw": partial(walk_chatdb, db, params.page),
+        "folded": partial(walk_folded, db, params.page),
+    }
+    for chat in chats:  # warm both (see _measure_reads)
+        walk_folded(db, params.page, chat)
+    rates["folded_range"] = interleave(walks, chats, "pages", progress, "folded history walks")
+    claims = about_messages(wl, MessageKind.DELETE, 1, lambda m: Claims.of(m).encode())
+    # targets without edits or reactions of their own: every delete erases one message
+    deletes = min(DELETES, len(wl.msgs) // 10)
+    targets = [d for n, d in enumerate(claims) if n % KIND_EVERY][: deletes + deletes // 10]
+    batched, single = targets[:deletes], targets[deletes:]
+    step = DELETE_BATCH // 10  # single deletes per turn, so both end together
+    parts = [
+        (batched[i : i + DELETE_BATCH], single[n * step : (n + 1) * step])
+        for n, i in enumerate(range(0, len(batched), DELETE_BATCH))
+    ]
+    steps: dict[str, Step[tuple[list[MsgV1], list[MsgV1]]]] = {
+        "batched": lambda part: _erase_all(db, part[0], DELETE_BATCH),
+        "single": lambda part: _erase_all(db, part[1], 1),
+    }
+    rates["deletes"] = interleave(steps, parts, "deletes", progress, "deletes with the erase")
+    for rate in rates["deletes"].values():
+        _check_same(rate.items, rate.count, "messages erased per delete")
+
+
+def _erase_all(db: ChatDb, deletes: list[MsgV1], batch: int) -> tuple[int, int]:
+    """Store the deletes ``batch`` at a time, then compact what they erased once (as the
+    node's erasure task does, once a second): (deletes, messages they erased)."""
+    erased = 0
+    for i in range(0, len(deletes), batch):
+        erased += len(db.put_deletes(deletes[i : i + batch])[1])
+    db.compact_erased()
+    return len(deletes), erased
+
+
+def walk_folded(db: ChatDb, page: int, chat: bytes) -> tuple[int, int]:
+    """``walk_chatdb`` over the folded history (store/views.py): (pages, messages)."""
+    pages = items = 0
+    cursor: str | None = None
+    while True:
+        result = db.folded_range(chat, cursor, limit=page, direction=Direction.BACKWARD)
+        pages += 1
+        items += len(result.items)
+        if (cursor := result.next_cursor) is None:
+            return pages, items
 
 
 def setup_chat_lists(db: ChatDb, wl: Workload) -> None:

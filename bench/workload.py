@@ -17,12 +17,12 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from store import ChatMeta, Hlc, MsgV1
+from store import ChatMeta, Hlc, MessageKind, MsgV1
 from store.authz import new_group
 from store.hlc import VIRTUAL_EPOCH_MS
 from store.ops import MembershipAction, MembershipOp
 from store.records import blake3_id
-from store.signing import key_from_seed, public_key, user_id_from_key
+from store.signing import SigningKey, key_from_seed, public_key, user_id_from_key
 
 USERS = 16  # authors and chat members
 MEMBERS_PER_CHAT = 5
@@ -82,7 +82,7 @@ def make_workload(
 ) -> Workload:
     """``messages`` signed messages over ``chats`` chats, HLCs increasing; ``advance`` reports progress."""
     rng = random.Random(seed)
-    keys = [key_from_seed(blake3_id(b"bench-user", bytes([i]))) for i in range(USERS)]
+    keys = author_keys()
     users = [user_id_from_key(public_key(key)) for key in keys]
     # group chats created by the first user, so that their members' adds are authorized
     groups = [
@@ -126,6 +126,24 @@ def make_workload(
         meta_bytes=_meta_bytes(msgs, timestamps),
         timestamps=timestamps,
     )
+
+
+def author_keys() -> list[SigningKey]:
+    return [key_from_seed(blake3_id(b"bench-user", bytes([i]))) for i in range(USERS)]
+
+
+def about_messages(
+    wl: Workload, kind: MessageKind, every: int, payload: Callable[[MsgV1], bytes]
+) -> list[MsgV1]:
+    """For every ``every``-th workload message, a message of ``kind`` about it by its author,
+    stamped one logical tick after it."""
+    keys = {user_id_from_key(public_key(k)): k for k in author_keys()}
+    out = []
+    for m in wl.msgs[::every]:
+        hlc = Hlc(m.hlc.physical_ms, m.hlc.logical + 1)
+        key = keys[m.sender]
+        out.append(MsgV1.create(key, m.chat_id, hlc, payload(m), kind=kind, ref=m.msg_id))
+    return out
 
 
 def _meta_bytes(msgs: list[MsgV1], timestamps: dict[bytes, list[int]]) -> dict[bytes, bytes]:

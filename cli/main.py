@@ -19,6 +19,7 @@ import typer
 
 from bench.cli import bench_app, demo
 from client.commands import register as register_user_commands
+from client.edits import register as register_edit_commands
 from client.groups import group_app
 from cluster.cli import cluster
 from node.cli import node_app
@@ -48,6 +49,7 @@ def build_app(*, with_sim: bool = False) -> typer.Typer:
     app.add_typer(sim_app(load=with_sim), name="sim", help=SIM_HELP)
     app.add_typer(node_app, name="node")
     register_user_commands(app)
+    register_edit_commands(app)
     app.add_typer(group_app, name="group")
     app.command("demo")(demo)
     app.command("cluster")(cluster)

@@ -35,6 +35,7 @@ from client.http import ChatsyncClient, ChatsyncClientError, Message
 from store.authz import DmProof
 from store.errors import InvalidInput
 from store.keys import CHAT_ID_LEN, USER_ID_LEN
+from store.kinds import Tombstone
 from store.ops import Op
 from store.records import MessageKind, MsgV1, dm_chat_id
 
@@ -188,16 +189,35 @@ def history(
         table = Table(title=f"chat {chat_id.hex()}", title_justify="left")
         for column in ("seq", "time (UTC)", "sender", "kind", "text"):
             table.add_column(column, overflow="fold")
-        for item in page.messages:
+        rows = [(m.msg.hlc, m) for m in page.messages] + [(t.hlc, t) for t in page.tombstones]
+        rows.sort(key=lambda row: row[0], reverse=direction == "backward")
+        for _, item in rows:
+            if isinstance(item, Tombstone):
+                table.add_row(
+                    "", format_ms(item.hlc.physical_ms), who(item.sender, key), "deleted",
+                    Text(f"[deleted by {who(item.deleted_by, key)}]"),
+                )  # fmt: skip
+                continue
             m = item.msg
-            sender = "me" if key is not None and m.sender == key.user_id else m.sender.hex()[:12]
+            text = render(item) + (" (edited)" if item.edit is not None else "")
+            if item.reactions:
+                text += "  " + reactions_text(item.reactions)
             table.add_row(
-                str(item.seq), format_ms(m.hlc.physical_ms), sender,
-                MessageKind(m.kind).name.lower(), Text(render(item)),
+                str(item.seq), format_ms(m.hlc.physical_ms), who(m.sender, key),
+                MessageKind(m.kind).name.lower(), Text(text),
             )  # fmt: skip
     console.print(table)
     if page.next_cursor:
         console.print(Text(f"more: --cursor {page.next_cursor}"))
+
+
+def reactions_text(reactions: dict[bytes, tuple[bytes, ...]]) -> str:
+    """``+1 2  ok 1``: each key (as text where it is) and how many users reacted with it."""
+    return "  ".join(f"{k.decode(errors='replace')} {len(users)}" for k, users in reactions.items())
+
+
+def who(user: bytes, key: UserKey | None) -> str:
+    return "me" if key is not None and user == key.user_id else user.hex()[:12]
 
 
 def payload_renderer(client: ChatsyncClient, key: UserKey | None) -> Callable[[Message], str]:
@@ -213,7 +233,7 @@ def payload_renderer(client: ChatsyncClient, key: UserKey | None) -> Callable[[M
         return box_keys[sender]
 
     def render(item: Message) -> str:
-        payload = item.msg.payload
+        payload = item.payload  # the latest edit's
         try:
             decode_envelope(payload)
         except E2eError:

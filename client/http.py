@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -20,6 +20,7 @@ from nacl.signing import SigningKey
 from store.authz import AdminGrant, ChatProof, DmProof, GroupProof
 from store.errors import InvalidInput
 from store.hlc import Hlc, HlcClock
+from store.kinds import Tombstone, edit_applies
 from store.messages import DEFAULT_PAGE_LIMIT
 from store.ops import (
     IdentityDoc,
@@ -65,16 +66,25 @@ def hlc_of(value: dict[str, int]) -> Hlc:
 class Message:
     msg: MsgV1  # rebuilt from the JSON; its signature and id were checked
     seq: int
+    edit: MsgV1 | None = None  # the author's latest edit (checked: it applies to ``msg``)
+    reactions: dict[bytes, tuple[bytes, ...]] = field(default_factory=dict)  # key -> users
+    reply_state: str | None = None
 
     @property
     def id(self) -> bytes:
         return self.msg.msg_id
+
+    @property
+    def payload(self) -> bytes:
+        """What readers see: the latest edit's payload, or the message's own."""
+        return self.edit.payload if self.edit is not None else self.msg.payload
 
 
 @dataclass(frozen=True)
 class HistoryPage:
     messages: list[Message]
     next_cursor: str | None
+    tombstones: list[Tombstone] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -116,7 +126,27 @@ def message_from_json(item: dict[str, Any]) -> Message:
     msg.verify()
     if msg.msg_id.hex() != item["id"]:
         raise InvalidInput("the node sent a message whose id does not match its content")
-    return Message(msg, int(item["seq"]))
+    edit = None if item.get("edit") is None else message_from_json(item["edit"]).msg
+    if edit is not None and not (edit.ref == msg.msg_id and edit_applies(edit, msg)):
+        raise InvalidInput("the node sent an edit that does not apply to its message")
+    try:
+        reactions = {
+            b64decode(k): tuple(bytes.fromhex(u) for u in users)
+            for k, users in item.get("reactions", {}).items()
+        }
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise InvalidInput(f"the node sent malformed reactions: {exc}") from None
+    return Message(msg, int(item["seq"]), edit, reactions, item.get("reply_state"))
+
+
+def tombstone_from_json(item: dict[str, Any]) -> Tombstone:
+    try:
+        return Tombstone(
+            bytes.fromhex(item["id"]), hlc_of(item["hlc"]), bytes.fromhex(item["sender"]),
+            bytes.fromhex(item["deleted_by"]), hlc_of(item["deleted_at"]),
+        )  # fmt: skip
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidInput(f"the node sent a malformed tombstone: {exc}") from None
 
 
 class ChatsyncClient:
@@ -231,8 +261,24 @@ class ChatsyncClient:
             params["cursor"] = cursor
         result = self._request("GET", f"/chats/{chat_id.hex()}/messages", params=params)
         return HistoryPage(
-            [message_from_json(item) for item in result["messages"]], result["next_cursor"]
+            [message_from_json(item) for item in result["messages"]],
+            result["next_cursor"],
+            [tombstone_from_json(item) for item in result.get("tombstones", [])],
         )
+
+    def message(self, chat_id: bytes, msg_id: bytes) -> MsgV1 | None:
+        """One message of the chat as stored (checked), or None if the node does not hold it."""
+        path = f"/chats/{chat_id.hex()}/messages/{msg_id.hex()}"
+        try:
+            item = self._request("GET", path)
+        except ChatsyncClientError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        msg = message_from_json(item).msg
+        if msg.msg_id != msg_id or msg.chat_id != chat_id:
+            raise InvalidInput("the node sent another message than the one asked for")
+        return msg
 
     def chats(
         self, user_id: bytes, *, cursor: str | None = None, limit: int = DEFAULT_PAGE_LIMIT

@@ -25,8 +25,9 @@ from node.writer import DbWriter
 from store.access import admissible, visible
 from store.chatdb import ChatDb
 from store.errors import InvalidInput
+from store.kinds import Claims, claims_of, delete_is_valid
 from store.ops import MembershipAction, MembershipOp, Op, validate_op
-from store.records import MsgV1
+from store.records import MessageKind, MsgV1
 
 
 def ops_not_held(db: ChatDb, ops: list[Op]) -> list[Op]:
@@ -75,6 +76,45 @@ def refuse_removed_senders(db: ChatDb, ops: list[Op]) -> None:
                 f"at the message's stamp ({op.hlc.physical_ms} ms, logical {op.hlc.logical}): "
                 "removed or left before it"
             )
+
+
+class KindRefused(InvalidInput):
+    """An edit, delete or reaction the node can already tell it must refuse (MESSAGES.md)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def refuse_what_kinds_forbid(db: ChatDb, ops: list[Op]) -> None:
+    """KindRefused for what the held state already decides against: a re-post of an erased
+    message, an edit or reaction of one, an edit of someone else's message, a reference to
+    another chat, a delete that is not (yet) valid or whose claims contradict its held
+    target. What depends on a target not held here is left to the fold, as on every replica.
+    """
+    with_deletes = db.delete_chats()  # elsewhere nothing was erased
+    for op in ops:
+        if not isinstance(op, MsgV1):
+            continue
+        if op.chat_id in with_deletes and db.is_erased(op.msg_id):
+            raise KindRefused("deleted", f"message {op.msg_id.hex()} was deleted")
+        if op.ref is None:
+            continue
+        kind, ref = op.kind, op.ref
+        if kind in (MessageKind.EDIT, MessageKind.REACTION) and db.is_erased(ref):
+            raise KindRefused("deleted", f"message {ref.hex()} was deleted")
+        target = db.get_message(ref)
+        if target is not None and target.chat_id != op.chat_id:
+            raise KindRefused("ref_other_chat", f"message {ref.hex()} is in another chat")
+        if kind is MessageKind.EDIT and target is not None and target.sender != op.sender:
+            raise KindRefused("not_author", "only a message's author may edit it")
+        if kind is MessageKind.DELETE:
+            if target is not None and Claims.of(target) != claims_of(op):
+                raise KindRefused("bad_claims", "the delete's claims contradict its target")
+            if not delete_is_valid(op, db.admins(op.chat_id)):
+                raise KindRefused(
+                    "not_allowed", "only the author or an admin may delete, after the message"
+                )
 
 
 class OpIntake:
@@ -128,6 +168,7 @@ class OpIntake:
             for op in unheld:
                 validate_op(op, now_ms=now_ms, max_offset_ms=self.max_offset_ms)
             refuse_removed_senders(self.db, unheld)
+            refuse_what_kinds_forbid(self.db, unheld)
             self.author_rates.check(unheld, now_ms)
         except InvalidInput as exc:
             self.metrics.inc("ops_rejected", reason=exc.reason, help="ops refused at the API")

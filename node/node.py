@@ -24,6 +24,7 @@ import trio
 
 from node.clock import Clock
 from node.config import NodeConfig
+from node.erasure import compact_erasures
 from node.errors import dialling
 from node.framing import Libp2pFrames
 from node.intake import Submitted
@@ -167,6 +168,7 @@ class RunningNode:
             nursery.start_soon(self._lift_bans)
             if services.gc.enabled:
                 nursery.start_soon(services.gc.loop)
+            nursery.start_soon(compact_erasures, self.db, services.metrics)
             if cfg.http:
                 from node.api import serve_http  # loads FastAPI: only when serving
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from store.admission import AdmissionStore
 from store.identity import IdentityStore
+from store.views import ViewStore
 
 
-class ChatDb(AdmissionStore, IdentityStore):
-    """Twelve column families: seed 002's nine, the member ops, the hidden index and the
-    messages waiting for their member op.
+class ChatDb(ViewStore, IdentityStore):
+    """Seed 002's nine column families and eight more: the member ops, the hidden index, the
+    messages waiting for their member op, the deletes and their sync index, references and
+    the messages referred to, and the erased ids.
 
     Open with ``ChatDb(ChatDbConfig(path=...))`` or ``ChatDb(path=...)``; use as
     a context manager or call ``close()``. One writer at a time.

@@ -8,17 +8,20 @@ edits and reactions it erases. ``erased[msg id]`` remembers what was erased, so
 that a re-post, a gossip copy or a sync frame of it is refused at one lookup.
 
 Erasing a message removes its row, its seen_msg, refs and hidden entries, and
-puts its id in ``erased`` — one WriteBatch with the deletes that erase it. Then
-the erased keys' range of the messages CF is flushed and compacted: RocksDB keeps a
-deleted value in older SST files until compaction rewrites them, and the payload
-must be in no live file (MESSAGES.md, "Erased on disk").
+puts its id in ``erased`` — one WriteBatch with the deletes that erase it. RocksDB
+keeps a deleted value in older SST files until compaction rewrites them, and in
+the write-ahead log until the memtables are flushed: ``compact_erased`` does both
+for the erasures since its last call, so that no live file holds the payloads
+(MESSAGES.md, "Erased on disk").
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from typing import Any
 
-from rocksdict import WriteBatch
+from rocksdict import BottommostLevelCompaction, CompactOptions, WriteBatch
 
 from store.authz import GroupProof
 from store.hlc import Hlc
@@ -40,6 +43,13 @@ from store.records import MsgV1, Role, decode_msg
 class DeleteStore(MessageStore, MemberStore):
     _admin_cache: dict[bytes, tuple[bytes | None, dict[bytes, Hlc]]] | None = None
     _delete_chats: set[bytes] | None = None  # chats with a delete (loaded on first use)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # messages keys erased and not compacted yet: written by the applying thread, taken by
+        # whoever compacts (the node's erasure task)
+        self._uncompacted: list[bytes] = []
+        self._uncompacted_lock = threading.Lock()
 
     def delete_chats(self) -> set[bytes]:
         """The chats that hold a delete: a message elsewhere needs no erasure check."""
@@ -106,7 +116,7 @@ class DeleteStore(MessageStore, MemberStore):
         if batch.len():
             self.write(batch)
             self.delete_chats().update(d.chat_id for d in fresh.values())
-        self._compact_erased(erased)
+        self._note_erased(erased)
         return new, [msg_id for msg_id, _ in erased]
 
     def erase_for_senders(self, pairs: set[tuple[bytes, bytes]]) -> list[bytes]:
@@ -121,7 +131,7 @@ class DeleteStore(MessageStore, MemberStore):
         erased = self._erase(deletes, batch)
         if batch.len():
             self.write(batch)
-        self._compact_erased(erased)
+        self._note_erased(erased)
         return [msg_id for msg_id, _ in erased]
 
     def erased_on_arrival(self, msgs: list[MsgV1]) -> set[bytes]:
@@ -182,14 +192,30 @@ class DeleteStore(MessageStore, MemberStore):
         batch.delete(key_hidden(msg.chat_id, seq), handle["hidden"])
         batch.put(msg.msg_id, msg.chat_id, handle["erased"])
 
-    def _compact_erased(self, erased: list[tuple[bytes, bytes]]) -> None:
-        """Flush, then compact the erased keys' range: no live file keeps their payloads."""
-        if not erased:
-            return
-        keys = sorted(key for _, key in erased)
-        view = self._cf["messages"]
-        view.flush()
-        view.compact_range(keys[0], keys[-1] + b"\x00")
+    def _note_erased(self, erased: list[tuple[bytes, bytes]]) -> None:
+        with self._uncompacted_lock:
+            self._uncompacted += [key for _, key in erased]
+
+    def erasure_pending(self) -> bool:
+        """Whether erased payloads may still be in the files (``compact_erased`` removes them)."""
+        return bool(self._uncompacted)
+
+    def compact_erased(self) -> int:
+        """Flush every CF (so no write-ahead log still needed holds a payload), then compact
+        the erased keys' range down to the last level, rewriting it there too: no live file
+        keeps their payloads. (Without ``force`` RocksDB may move the file holding a payload
+        to the last level untouched, beside the deletion.) One flush and one compaction for
+        all the erasures since the last call — they cost ~0.1 s, so the node runs this in a
+        task of its own (``node/erasure.py``), never in the writer. Returns how many keys."""
+        with self._uncompacted_lock:
+            keys, self._uncompacted = sorted(self._uncompacted), []
+        if not keys:
+            return 0
+        self.flush()
+        options = CompactOptions()
+        options.set_bottommost_level_compaction(BottommostLevelCompaction.force())
+        self._cf["messages"].compact_range(keys[0], keys[-1] + b"\x00", options)
+        return len(keys)
 
     def _deletes_of(self, chat_id: bytes) -> Iterator[MsgV1]:
         for _, value in self.iter_prefix("deletes", chat_id):

@@ -17,14 +17,13 @@ NEW, REPLY and EDIT payloads are the client's content, never read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from store.errors import DecodeError
 from store.hlc import Hlc
 from store.keys import USER_ID_LEN
-from store.ops import MembershipAction, MembershipOp
-from store.records import MessageKind, MsgV1, Role
+from store.records import MessageKind, MsgV1
 
 CONTENT = frozenset({MessageKind.NEW, MessageKind.REPLY})
 CLAIMS_LEN = USER_ID_LEN + 8 + 1
@@ -88,6 +87,17 @@ def decode_receipt(msg: MsgV1) -> Hlc:
     return position
 
 
+def check_public_payload(msg: MsgV1) -> None:
+    """DecodeError unless a DELETE, REACTION or READ_RECEIPT payload is well formed — checked
+    at every ingress alike (API, gossip, sync), so every replica refuses the same messages."""
+    if msg.kind is MessageKind.DELETE:
+        decode_claims(msg.payload)
+    elif msg.kind is MessageKind.REACTION:
+        decode_reaction(msg.payload)
+    elif msg.kind is MessageKind.READ_RECEIPT:
+        decode_receipt(msg)
+
+
 # --- deletes ---
 
 
@@ -129,15 +139,6 @@ def erased_by(msg: MsgV1, deletes: Iterable[MsgV1], is_admin: IsAdmin) -> MsgV1 
     return min(found, key=_order) if found else None
 
 
-def admin_adds(ops: Sequence[MembershipOp], new: Sequence[bool]) -> set[tuple[bytes, bytes]]:
-    """The (chat, user) that new ops made admins: their deletes may erase more now."""
-    return {
-        (op.chat_id, op.user_id)
-        for op, is_new in zip(ops, new, strict=True)
-        if is_new and op.action is MembershipAction.ADD and op.role is Role.ADMIN
-    }
-
-
 # --- the view ---
 
 
@@ -161,10 +162,17 @@ class MessageView:
     """A content message as readers see it."""
 
     msg: MsgV1
-    payload: bytes  # the latest applying edit's, or the message's own
-    edited_at: Hlc | None = None
+    edit: MsgV1 | None = None  # the latest applying edit (signed: a client can check it)
     reply_state: str | None = None  # REPLY: "present", "deleted" or "unknown"
     reactions: dict[bytes, tuple[bytes, ...]] = field(default_factory=dict)  # key -> users
+
+    @property
+    def payload(self) -> bytes:
+        return self.edit.payload if self.edit is not None else self.msg.payload
+
+    @property
+    def edited_at(self) -> Hlc | None:
+        return self.edit.hlc if self.edit is not None else None
 
     @property
     def order(self) -> tuple[Hlc, bytes]:
@@ -218,15 +226,18 @@ def fold_chat(
 def _view(
     msg: MsgV1, refs: list[MsgV1], kept: dict[bytes, MsgV1], valid: list[MsgV1]
 ) -> MessageView:
-    edits = [e for e in refs if e.kind is MessageKind.EDIT and edit_applies(e, msg)]
-    latest = max(edits, key=_order) if edits else None
     return MessageView(
         msg,
-        latest.payload if latest else msg.payload,
-        latest.hlc if latest else None,
+        latest_edit(msg, refs),
         _reply_state(msg, kept, valid),
         reactions_of(r for r in refs if r.kind is MessageKind.REACTION),
     )
+
+
+def latest_edit(msg: MsgV1, refs: Iterable[MsgV1]) -> MsgV1 | None:
+    """Of the shown messages referring to ``msg``, the applying edit with the greatest (hlc, id)."""
+    edits = [e for e in refs if e.kind is MessageKind.EDIT and edit_applies(e, msg)]
+    return max(edits, key=_order) if edits else None
 
 
 def edit_applies(edit: MsgV1, target: MsgV1) -> bool:

@@ -145,6 +145,7 @@ class MessageStore(HiddenIndex):
         batch.put(msg_id, key, handle["seen_msg"])
         if msg.ref is not None:
             batch.put(chat + msg.ref + msg_id, key, handle["refs"])
+            batch.put(msg.ref, b"", handle["ref_targets"])
         batch.put(chat, meta.encode(), handle["chats_meta"])
         self.write(batch)
         self.remember_one_meta(chat, meta)
@@ -175,7 +176,7 @@ class MessageStore(HiddenIndex):
         batch = self.new_batch()
         put = batch.put
         messages_cf, seen_cf = self._handle["messages"], self._handle["seen_msg"]
-        refs_cf = self._handle["refs"]
+        refs_cf, targets_cf = self._handle["refs"], self._handle["ref_targets"]
         # Per chat: its stored meta, and [last seq given out here, newest (hlc, id) here,
         # key prefix]. Folded into one ChatMeta per chat at the end (meta_after_messages).
         bases: dict[bytes, ChatMeta] = {}
@@ -219,6 +220,7 @@ class MessageStore(HiddenIndex):
             put(msg_id, key, seen_cf)
             if msg.ref is not None:  # an edit, reply, reaction or receipt: found by its target
                 put(chat + msg.ref + msg_id, key, refs_cf)
+                put(msg.ref, b"", targets_cf)
             result = _new(PutResult)  # _put_result(msg_id, seq, False), inlined
             set_msg_id(result, msg_id)
             set_seq(result, seq)

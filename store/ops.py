@@ -29,6 +29,7 @@ from store.authz import AdminGrant, ChatProof, Unauthorized, authorize, decode_g
 from store.errors import BadSignature, ClockDriftError, DecodeError, shown
 from store.hlc import HLC_ZERO, Hlc
 from store.keys import CHAT_ID_LEN, USER_ID_LEN, check_len
+from store.kinds import check_public_payload
 from store.merge import add_op_state, remove_op_state
 from store.records import (
     DEFAULT_MAX_PAYLOAD,
@@ -325,4 +326,5 @@ def validate_op(op: Op, *, now_ms: int, max_offset_ms: int) -> None:
         op.verify()
         op.authorize()
     else:
+        check_public_payload(op)  # cheaper than the signature: first
         op.verify()

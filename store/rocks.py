@@ -53,6 +53,7 @@ COLUMN_FAMILIES: dict[str, int | None] = {
     "deletes": CHAT_ID_LEN,
     "seen_delete": BUCKET_PREFIX_LEN,
     "refs": CHAT_ID_LEN,
+    "ref_targets": None,  # message id -> b"": some held message refers to it (a page's check)
     "erased": None,
 }
 SYNC_INDEXES = {"seen_msg", "seen_member", "seen_identity", "seen_delete"}

@@ -50,6 +50,7 @@ import blake3
 
 from store.errors import DecodeError, InvalidInput
 from store.keys import RECORD_ID_LEN, bucket_of
+from store.kinds import check_public_payload
 from store.ops import decode_membership_op, member_op_id, verify_identity
 from store.records import (
     DEFAULT_MAX_PAYLOAD,
@@ -662,6 +663,7 @@ class SyncSession:
                 msg = decode_msg(blob, max_payload=self.config.max_payload)
                 if (msg.kind is MessageKind.DELETE) != (domain is Domain.DELETES):
                     raise DecodeError(f"a {msg.kind.name} message in the {domain.name} domain")
+                check_public_payload(msg)
                 return msg, msg.msg_id, msg.hlc.physical_ms
             if domain is Domain.MEMBERS:
                 op = decode_membership_op(blob)

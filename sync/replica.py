@@ -25,10 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from store.access import NO_HISTORY, Access, MemberHistory, admissible, visible
+from store.access import NO_HISTORY, Access, MemberHistory, admin_adds, admissible, visible
 from store.authz import DmProof
 from store.hlc import Hlc
-from store.kinds import ChatView, IsAdmin, admin_adds, delete_is_valid, erases, fold_chat
+from store.kinds import ChatView, IsAdmin, delete_is_valid, erases, fold_chat
 from store.merge import identity_wins, merge_member_states
 from store.ops import MembershipAction, MembershipOp, Op, member_op_id
 from store.records import (

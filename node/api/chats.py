@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 from fastapi import APIRouter, Query
 
-from node.api.decode import chat_param
+from node.api.decode import chat_param, msg_id_param
 from node.api.errors import ERRORS, NotFound
 from node.api.interface import NodeDep
 from node.api.models import (
@@ -13,9 +13,12 @@ from node.api.models import (
     GroupProofOut,
     HistoryOut,
     MembersOut,
+    MessageOut,
+    folded_out,
     member_out,
     message_out,
     proof_out,
+    tombstone_out,
 )
 from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, Direction
 
@@ -29,15 +32,37 @@ async def history(
     cursor: str | None = Query(None, max_length=128, description="next_cursor of a page"),
     limit: int = Query(DEFAULT_PAGE_LIMIT, description=f"1..{MAX_PAGE_LIMIT}"),
     direction: Direction = Query(Direction.BACKWARD, description="backward: newest first"),
+    raw: bool = Query(False, description="the op log: edits, reactions, receipts as rows"),
 ) -> HistoryOut:
-    """One page of a chat's history in (HLC, local seq) order."""
+    """One page of a chat's history in (HLC, local seq) order: as readers see it (MESSAGES.md:
+    messages with their latest edit, reactions and reply state; tombstones), or ``raw``."""
     chat = chat_param(chat_id)
-    page = await trio.to_thread.run_sync(lambda: node.db.range(chat, cursor, limit, direction))
+    db = node.db
+    if raw:
+        page = await trio.to_thread.run_sync(lambda: db.range(chat, cursor, limit, direction))
+        return HistoryOut(
+            chat_id=chat.hex(),
+            messages=[message_out(item.msg, item.seq) for item in page.items],
+            next_cursor=page.next_cursor,
+        )
+    folded = await trio.to_thread.run_sync(lambda: db.folded_range(chat, cursor, limit, direction))
     return HistoryOut(
         chat_id=chat.hex(),
-        messages=[message_out(item) for item in page.items],
-        next_cursor=page.next_cursor,
+        messages=[folded_out(item) for item in folded.items],
+        tombstones=[tombstone_out(t) for t in folded.tombstones],
+        next_cursor=folded.next_cursor,
     )
+
+
+@router.get("/chats/{chat_id}/messages/{msg_id}", responses=ERRORS)
+async def one_message(chat_id: str, msg_id: str, node: NodeDep) -> MessageOut:
+    """One message of the chat as stored (signed: a client checks it), e.g. to quote its
+    sender, stamp and kind in a delete. 404 ``not_found``: not held here (or erased)."""
+    chat, wanted = chat_param(chat_id), msg_id_param(msg_id)
+    msg = await trio.to_thread.run_sync(node.db.get_message, wanted)
+    if msg is None or msg.chat_id != chat:
+        raise NotFound("not_found", f"this node holds no message {msg_id} in chat {chat_id}")
+    return message_out(msg, 0)
 
 
 @router.get("/chats/{chat_id}/members", responses=ERRORS)

@@ -12,7 +12,7 @@ import binascii
 
 from node.api.models import IdentityIn, OpsIn
 from store.errors import InvalidInput
-from store.keys import CHAT_ID_LEN, USER_ID_LEN
+from store.keys import CHAT_ID_LEN, MSG_ID_LEN, USER_ID_LEN
 from store.ops import Op, decode_op
 from store.records import IdentityRecord, decode_identity_record
 
@@ -48,6 +48,10 @@ def chat_param(chat_id: str) -> bytes:
 
 def user_param(user_id: str) -> bytes:
     return parse_id(user_id, USER_ID_LEN, "user id")
+
+
+def msg_id_param(msg_id: str) -> bytes:
+    return parse_id(msg_id, MSG_ID_LEN, "message id")
 
 
 def decode_ops_in(body: OpsIn, *, max_payload: int) -> list[Op]:

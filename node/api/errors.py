@@ -8,7 +8,10 @@ API's own (``bad_id``, ``bad_base64``, ``user_mismatch``, ``invalid_request``,
 ``disk_full``).
 Sizes are 413 (dm3: -32011 Too big), well-formed but unacceptable ops (signature, clock
 drift, user mismatch, unauthorized membership) 422, a message from a sender removed from
-its chat at its stamp 403 (``not_a_member``), an author over its rate 429, other
+its chat at its stamp 403 (``not_a_member``), an edit or delete the sender may not make 403
+(``not_author``, ``not_allowed``; MESSAGES.md), a reference to another chat or a delete
+whose claims contradict its target 422 (``ref_other_chat``, ``bad_claims``), an edit,
+reaction or re-post of a deleted message 410 (``deleted``), an author over its rate 429, other
 bad input 400, a full write queue 503 (dm3: -32005 Limit exceeded), a full disk 507. A
 500 means a bug: it is logged with its traceback. Each refusal is counted
 (``api_errors{code}``; bugs ``api_bugs``).
@@ -33,10 +36,13 @@ from store.errors import InvalidInput
 log = logging.getLogger(__name__)
 
 SIZE_REASONS = {"too_large", "oversize", "body_too_large"}
-UNPROCESSABLE_REASONS = {"bad_signature", "clock_drift", "user_mismatch", "unauthorized"}
+UNPROCESSABLE_REASONS = {
+    "bad_signature", "clock_drift", "user_mismatch", "unauthorized", "ref_other_chat", "bad_claims",
+}  # fmt: skip
+FORBIDDEN_REASONS = {"not_a_member", "not_author", "not_allowed"}
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (400, 403, 404, 413, 422, 429, 503, 507)
+    status: {"model": ErrorOut} for status in (400, 403, 404, 410, 413, 422, 429, 503, 507)
 }
 
 
@@ -57,8 +63,10 @@ def status_for(reason: str) -> int:
         return 413
     if reason == "rate_limited":
         return 429
-    if reason == "not_a_member":
+    if reason in FORBIDDEN_REASONS:
         return 403
+    if reason == "deleted":
+        return 410
     return 422 if reason in UNPROCESSABLE_REASONS else 400
 
 

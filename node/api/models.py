@@ -13,8 +13,9 @@ from pydantic import BaseModel, Field
 from store.authz import ChatProof, GroupProof
 from store.hlc import Hlc
 from store.inbox import ChatListItem
-from store.messages import StoredMessage
-from store.records import ChatKind, MemberInfo, Role
+from store.kinds import Tombstone
+from store.records import ChatKind, MemberInfo, MsgV1, Role
+from store.views import FoldedMessage
 
 MAX_OPS_PER_REQUEST = 1024
 
@@ -62,11 +63,34 @@ class MessageOut(BaseModel):
     seq: int = Field(description="this node's local sequence number in the chat")
     author_key: str = Field(description="ed25519 public key of the sender, hex")
     sig: str = Field(description="ed25519 signature, URL-safe base64")
+    # the folded view (MESSAGES.md); absent from the raw op log
+    edit: MessageOut | None = Field(
+        default=None, description="the author's latest edit (signed, checkable): show its payload"
+    )
+    reactions: dict[str, list[str]] = Field(
+        default_factory=dict, description="reaction key (URL-safe base64) -> user ids (hex)"
+    )
+    reply_state: str | None = Field(
+        default=None, description="a reply's target: present, deleted, unknown"
+    )
+
+
+class TombstoneOut(BaseModel):
+    """Where a deleted message was; its payload is gone from every replica."""
+
+    id: str
+    hlc: HlcOut
+    sender: str = Field(description="who wrote it, as the delete states")
+    deleted_by: str
+    deleted_at: HlcOut
 
 
 class HistoryOut(BaseModel):
     chat_id: str
     messages: list[MessageOut]
+    tombstones: list[TombstoneOut] = Field(
+        default_factory=list, description="folded view: deleted messages within this page"
+    )
     next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null: done")
 
 
@@ -147,12 +171,27 @@ def b64encode(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode("ascii")
 
 
-def message_out(item: StoredMessage) -> MessageOut:
-    m = item.msg
+def message_out(m: MsgV1, seq: int) -> MessageOut:
     return MessageOut(
         id=m.msg_id.hex(), chat_id=m.chat_id.hex(), sender=m.sender.hex(), hlc=HlcOut.of(m.hlc),
         kind=int(m.kind), payload=b64encode(m.payload), ref=None if m.ref is None else m.ref.hex(),
-        seq=item.seq, author_key=m.author_key.hex(), sig=b64encode(m.sig),
+        seq=seq, author_key=m.author_key.hex(), sig=b64encode(m.sig),
+    )  # fmt: skip
+
+
+def folded_out(item: FoldedMessage) -> MessageOut:
+    view = item.view
+    out = message_out(view.msg, item.seq)
+    out.edit = None if view.edit is None else message_out(view.edit, 0)
+    out.reactions = {b64encode(k): [u.hex() for u in users] for k, users in view.reactions.items()}
+    out.reply_state = view.reply_state
+    return out
+
+
+def tombstone_out(t: Tombstone) -> TombstoneOut:
+    return TombstoneOut(
+        id=t.msg_id.hex(), hlc=HlcOut.of(t.hlc), sender=t.sender.hex(),
+        deleted_by=t.deleted_by.hex(), deleted_at=HlcOut.of(t.deleted_at),
     )  # fmt: skip
 
 

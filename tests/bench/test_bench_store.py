@@ -17,6 +17,9 @@ STORES = {
     # the node's write path (DbReplica.apply_ops) with the authorization check and without
     "node_batched": {"node_checked", "node_open"},
     "node_single": {"node_checked", "node_open"},
+    # MESSAGES.md: the folded history beside the raw op log; deletes with the erase
+    "folded_range": {"folded", "raw"},
+    "deletes": {"batched", "single"},
 }
 
 
@@ -60,6 +63,11 @@ def test_bench_store_tiny(tmp_path: Path) -> None:
     assert {rate["items"] for rate in rng.values()} == {2_000}
     assert rng["chatdb"]["count"] == rng["sqlite"]["count"] == rng["sqlite_by_timestamp"]["count"]
     assert rng["chatdb_unfiltered"]["count"] == rng["chatdb"]["count"]  # nothing hidden
+    # the folded walk pages the messages; the raw one their edits and reactions too
+    folded = results["folded_range"]
+    assert folded["folded"]["items"] == 2_000 < folded["raw"]["items"]
+    # every delete erased its target: 200 in batches, 20 one at a time
+    assert [(r["count"], r["items"]) for r in results["deletes"].values()] == [(200, 200), (20, 20)]
 
     assert set(saved["ratios"]) == {
         "write_batched_vs_raw",
@@ -73,6 +81,7 @@ def test_bench_store_tiny(tmp_path: Path) -> None:
         "node_batched_checked_vs_open",
         "node_single_checked_vs_open",
         "range_visible_vs_unfiltered",
+        "folded_vs_raw_range",
     }
     assert all(ratio > 0 for ratio in saved["ratios"].values())
     assert all(isinstance(goal["met"], bool) for goal in saved["goals"].values())

@@ -16,10 +16,11 @@ import httpx
 import trio
 
 from client.e2e import UserKey
-from store.authz import DmProof, new_group
+from store.authz import DmProof, GroupProof, new_group
 from store.hlc import Hlc
+from store.kinds import Claims
 from store.ops import MembershipAction, MembershipOp, Op, verify_identity
-from store.records import DEFAULT_MAX_PAYLOAD, IdentityRecord, MsgV1, canonical_cbor
+from store.records import DEFAULT_MAX_PAYLOAD, IdentityRecord, MessageKind, MsgV1, canonical_cbor
 
 from node_support import b64, counts, now_ms, ops_body, running_node
 
@@ -28,6 +29,8 @@ BOB = UserKey.from_seed(b"\x02" * 32)
 CAROL = UserKey.from_seed(b"\x03" * 32)
 GROUP_PROOF = new_group(ALICE.signing_key, b"api-tests-group!")  # Alice created it
 GROUP = GROUP_PROOF.chat_id()
+OTHER_PROOF = new_group(ALICE.signing_key, b"api-tests-other!")
+OTHER = OTHER_PROOF.chat_id()
 
 
 async def chunks(count: int, size: int) -> AsyncIterator[bytes]:
@@ -40,9 +43,9 @@ def message(key: UserKey, text: bytes, ms: int, chat: bytes = GROUP) -> MsgV1:
     return MsgV1.create(key.signing_key, chat, Hlc(ms), text)
 
 
-def add(actor: UserKey, user: UserKey, ms: int) -> MembershipOp:
+def add(actor: UserKey, user: UserKey, ms: int, chat: GroupProof = GROUP_PROOF) -> MembershipOp:
     return MembershipOp.create(
-        actor.signing_key, GROUP, user.user_id, MembershipAction.ADD, Hlc(ms), proof=GROUP_PROOF
+        actor.signing_key, chat.chat_id(), user.user_id, MembershipAction.ADD, Hlc(ms), proof=chat
     )
 
 
@@ -198,6 +201,64 @@ async def test_a_message_waits_for_its_senders_add_and_a_removed_sender_is_refus
         shown = (await http.get(history)).json()["messages"]
         assert [m["id"] for m in shown] == [before.msg_id.hex(), early.msg_id.hex()]  # newest first
         assert (await counts(http))["messages"] == 3  # ``later`` is stored, not shown
+
+
+def about(key: UserKey, kind: MessageKind, target: MsgV1, payload: bytes, ms: int) -> MsgV1:
+    return MsgV1.create(
+        key.signing_key, target.chat_id, Hlc(ms), payload, kind=kind, ref=target.msg_id
+    )
+
+
+async def test_a_delete_through_the_api_erases_and_the_api_refuses_what_it_can_tell(
+    tmp_path: Path,
+) -> None:
+    """MESSAGES.md through POST /ops: who may edit and delete, claims that must match, a
+    deleted message that stays deleted — each refusal a JSON code, nothing written."""
+    async with running_node(tmp_path) as (node, http):
+        base = now_ms() - 60_000
+        post = message(ALICE, b"to be deleted", base + 10)
+        other = message(ALICE, b"stays", base + 11, chat=OTHER)
+        await post_ok(http, add(ALICE, ALICE, base), add(ALICE, BOB, base), post)
+        await post_ok(http, add(ALICE, ALICE, base, chat=OTHER_PROOF), other)
+        history = f"/chats/{GROUP.hex()}/messages"
+
+        async def refused(op: MsgV1) -> tuple[int, str]:
+            before = await counts(http)
+            r = await http.post("/ops", json=ops_body(op))
+            assert await counts(http) == before  # nothing written
+            return r.status_code, r.json()["code"]
+
+        claims = Claims.of(post).encode()
+        assert await refused(about(BOB, MessageKind.EDIT, post, b"bob's", base + 12)) == (
+            403, "not_author",
+        )  # fmt: skip
+        assert await refused(about(BOB, MessageKind.DELETE, post, claims, base + 12)) == (
+            403, "not_allowed",
+        )  # fmt: skip
+        lie = Claims(BOB.user_id, post.hlc, post.kind).encode()
+        assert await refused(about(BOB, MessageKind.DELETE, post, lie, base + 12)) == (
+            422, "bad_claims",
+        )  # fmt: skip
+        cross = MsgV1.create(
+            ALICE.signing_key, GROUP, Hlc(base + 12), b"re", kind=MessageKind.REPLY,
+            ref=other.msg_id,
+        )  # fmt: skip
+        assert await refused(cross) == (422, "ref_other_chat")
+        bad = about(ALICE, MessageKind.DELETE, post, b"not claims", base + 12)
+        assert (await refused(bad))[0] == 400  # a malformed public payload
+        edit = about(ALICE, MessageKind.EDIT, post, b"edited", base + 12)
+        assert await post_ok(http, edit) == [True]
+        assert await post_ok(http, about(ALICE, MessageKind.DELETE, post, claims, base + 20)) == [
+            True
+        ]
+        assert (await http.get(history)).json()["messages"] == []  # the post and its edit
+        with trio.fail_after(5):  # the erasure task compacts them out of the files
+            while node.db.erasure_pending():
+                await trio.sleep(0.05)
+        assert await refused(post) == (410, "deleted")  # the same bytes again
+        assert await refused(about(BOB, MessageKind.REACTION, post, b"\x01+1", base + 21)) == (
+            410, "deleted",
+        )  # fmt: skip
 
 
 # --- hostile input ------------------------------------------------------------------------

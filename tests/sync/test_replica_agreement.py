@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 from store import ChatDb, ChatDbConfig
 from store.keys import NUM_BUCKETS
+from store.kinds import MessageView, Tombstone
+from store.messages import Direction
 from sync.frames import Domain
 from sync.replica import DbReplica, MemoryReplica, Record, Replica
 
@@ -88,6 +90,19 @@ def test_memory_and_db_replicas_agree_on_what_edits_deletes_and_reactions_do(
     check_agreement(tmp_path_factory, JOINED + records, rnd, group)
 
 
+def folded_walk(
+    db: ChatDb, chat: bytes, limit: int, direction: Direction
+) -> list[MessageView | Tombstone]:
+    """Every page of the chat's folded history, its items and tombstones in (hlc, id) order."""
+    out: list[MessageView | Tombstone] = []
+    cursor = None
+    while True:
+        page = db.folded_range(chat, cursor, limit, direction)
+        out += [item.view for item in page.items] + page.tombstones
+        if (cursor := page.next_cursor) is None:
+            return sorted(out, key=lambda item: item.order)
+
+
 def check_agreement(
     tmp_path_factory: pytest.TempPathFactory, records: list[Record], rnd: object, group: int
 ) -> None:
@@ -110,7 +125,10 @@ def check_agreement(
         assert {m.msg_id for m in reopened.waiting.waiting()} == waiting  # kept in the store
         for chat in CHATS:
             assert replica.visible_ids(chat) == memory.visible_ids(chat)
-            assert replica.view(chat) == memory.view(chat)  # edits, deletes, reactions, reads
+            view = memory.view(chat)
+            assert replica.view(chat) == view  # edits, deletes, reactions, reads
+            for limit, direction in ((2, Direction.BACKWARD), (3, Direction.FORWARD)):
+                assert folded_walk(db, chat, limit, direction) == view.items
         assert db.hidden_chats() >= {
             c
             for c in CHATS

@@ -1,0 +1,58 @@
+"""``chatsync edit``, ``react`` and ``delete`` against a real node (as test_groups.py): the
+folded history shows the edit, the reactions and, after the delete, a tombstone — and the
+node's refusals are one line each."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import trio
+
+from client.e2e import write_key_file
+from client.http import ChatsyncClient
+from tests.client.test_groups import ALICE, BOB, ok, refused
+from tests.node.node_support import running_node
+
+
+async def test_edit_react_retract_and_delete_from_the_command_line(tmp_path: Path) -> None:
+    keys = {}
+    for name, key in (("alice", ALICE), ("bob", BOB)):
+        keys[name] = str(tmp_path / f"{name}.key")
+        write_key_file(Path(keys[name]), key)
+    async with running_node(tmp_path) as (_, http):
+        url = str(http.base_url).rstrip("/")
+
+        def as_(who: str, *args: str) -> tuple[str, ...]:
+            return (*args, "--key", keys[who], "--node", url)
+
+        def session() -> None:
+            out = ok(*as_("alice", "group", "create", "--name", "edits"))
+            [chat] = re.findall(r"created group ([0-9a-f]{64})", out)
+            ok(*as_("alice", "group", "add", chat, BOB.user_id.hex()))
+            out = ok(*as_("alice", "send", "first words", "--chat", chat))
+            [msg] = re.findall(r"sent message ([0-9a-f]{64})", out)
+
+            ok(*as_("alice", "edit", msg, "better words", "--chat", chat))
+            ok(*as_("bob", "react", msg, "+1", "--chat", chat))
+            ok(*as_("alice", "react", msg, "+1", "--chat", chat))
+            ok(*as_("alice", "react", msg, "+1", "--retract", "--chat", chat))
+            history = ok("history", "--chat", chat, "--node", url)
+            assert "better words (edited)" in history and "+1 1" in history
+            assert "first words" not in history
+            with ChatsyncClient(url) as client:  # the client checked the edit's signature
+                [item] = [m for m in client.history(bytes.fromhex(chat)).messages
+                          if m.id.hex() == msg]  # fmt: skip
+                assert item.payload == b"better words" and item.edit is not None
+                assert item.reactions == {b"+1": (BOB.user_id,)}
+
+            assert "not_author" in refused(*as_("bob", "edit", msg, "mine now", "--chat", chat))
+            assert "not_allowed" in refused(*as_("bob", "delete", msg, "--chat", chat))
+            ok(*as_("alice", "delete", msg, "--chat", chat))
+            history = ok("history", "--chat", chat, "--node", url)
+            assert "better words" not in history and "deleted by me" not in history
+            assert "[deleted by" in history
+            assert "deleted" in refused(*as_("bob", "react", msg, "+1", "--chat", chat))
+            assert "holds no message" in refused(*as_("alice", "delete", msg, "--chat", chat))
+
+        await trio.to_thread.run_sync(session)

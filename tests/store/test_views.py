@@ -1,0 +1,66 @@
+"""The folded history page by page (store/views.py): tombstones on exactly one page, in
+both directions, at the place of the deleted message; edits and reactions folded in."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from store import ChatDb, ChatDbConfig, Hlc, MessageKind, MsgV1
+from store.kinds import Claims, MessageView, Tombstone, reaction_payload
+from store.messages import Direction
+from sync.replica import DbReplica
+
+from store_support import AUTHOR_IDS, GROUP_CHAT, KEYS, group_op
+
+
+def post(n: int) -> MsgV1:
+    return MsgV1.create(KEYS[1], GROUP_CHAT, Hlc(100 + 10 * n), b"post %d" % n)
+
+
+def about(kind: MessageKind, target: MsgV1, payload: bytes, later: int, key: int = 1) -> MsgV1:
+    hlc = Hlc(target.hlc.physical_ms + later)
+    return MsgV1.create(KEYS[key], GROUP_CHAT, hlc, payload, kind=kind, ref=target.msg_id)
+
+
+@pytest.mark.parametrize("direction", list(Direction))
+@pytest.mark.parametrize("limit", [1, 2, 3, 10])
+def test_every_page_in_order_and_each_tombstone_once(
+    tmp_path: Path, direction: Direction, limit: int
+) -> None:
+    posts = [post(n) for n in range(6)]
+    deletes = [
+        about(MessageKind.DELETE, posts[n], Claims.of(posts[n]).encode(), 5) for n in (0, 2, 5)
+    ]
+    edit = about(MessageKind.EDIT, posts[3], b"post 3, edited", 2)
+    reaction = about(MessageKind.REACTION, posts[3], reaction_payload(b"+1"), 3, key=2)
+    with ChatDb(ChatDbConfig(block_cache_mb=8, memtable_mb=8), path=tmp_path) as db:
+        DbReplica(db).apply_ops([group_op(1, 1), group_op(2, 1), *posts, edit, reaction, *deletes])
+        pages: list[list[MessageView | Tombstone]] = []
+        cursor = None
+        while True:
+            page = db.folded_range(GROUP_CHAT, cursor, limit, direction)
+            pages.append([item.view for item in page.items] + page.tombstones)
+            if (cursor := page.next_cursor) is None:
+                break
+    flat = sorted((item for page in pages for item in page), key=lambda item: item.order)
+    kept = [1, 3, 4]
+    assert [item.msg.msg_id for item in flat if isinstance(item, MessageView)] == [
+        posts[n].msg_id for n in kept
+    ]
+    assert [t.msg_id for t in flat if isinstance(t, Tombstone)] == [
+        posts[n].msg_id for n in (0, 2, 5)
+    ]
+    edited = next(i for i in flat if isinstance(i, MessageView) and i.msg == posts[3])
+    assert (edited.payload, edited.edited_at) == (b"post 3, edited", edit.hlc)
+    assert edited.reactions == {b"+1": (AUTHOR_IDS[2],)}
+    # the pages follow each other: each one wholly after (or before) the one it continues
+    for earlier, later in pairwise(pages):
+        if earlier and later:
+            a, b = [item.order for item in earlier], [item.order for item in later]
+            if direction is Direction.FORWARD:
+                assert max(a) < min(b)
+            else:
+                assert min(a) > max(b)
