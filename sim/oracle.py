@@ -45,7 +45,7 @@ from typing import Any
 import blake3
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
+from pyspark.sql.types import BinaryType, BooleanType, IntegerType, StructField, StructType
 
 from sim.shards import (
     Expected,
@@ -216,9 +216,14 @@ def compute_oracle(spark: SparkSession, trace_uri: str, header: tr.TraceHeader) 
         for r in member_ops.select(record_id("op").alias("id"), "shard_key").distinct().collect()
     ]
     # Every valid message, aged or not: a delete erases whatever it names, at any age.
-    msgs = valid.where(F.col("kind") == tr.MSG).withColumn(
+    decoded = valid.where(F.col("kind") == tr.MSG).withColumn(
         "msg", F.udf(_msg_fields, MSG_FIELDS)("op")
     )
+    # a malformed public payload is refused at every ingress (the origin's included)
+    malformed = decoded.where(~F.col("msg.well_formed")).count()
+    oracle.valid_ops -= malformed
+    oracle.invalid_ops += malformed
+    msgs = decoded.where(F.col("msg.well_formed"))
     messages = _messages(msgs, member_ops, record_id)
     oracle.inadmissible = messages.where(
         ~F.col("admissible") & (F.col("physical") > F.lit(cutoff)) & (F.col("mkind") != DELETE)
@@ -331,14 +336,28 @@ MSG_FIELDS = StructType(
         StructField("mkind", IntegerType()),
         StructField("ref", BinaryType()),
         StructField("payload", BinaryType()),
+        StructField("well_formed", BooleanType()),
     ]
 )
 
 
-def _msg_fields(op: bytes) -> tuple[int, bytes | None, bytes]:
+def _msg_fields(op: bytes) -> tuple[int, bytes | None, bytes, bool]:
     msg = decode_op(OpKind.PUT_MESSAGE, op)
     assert isinstance(msg, MsgV1)
-    return int(msg.kind), msg.ref, msg.payload
+    kind, payload = int(msg.kind), msg.payload
+    return kind, msg.ref, payload, _well_formed(kind, payload, msg.hlc.pack())
+
+
+def _well_formed(kind: int, payload: bytes, hlc: int) -> bool:
+    """The public payloads (MESSAGES.md): a delete's 29 bytes of claims naming a known kind,
+    a reaction's flag (0 or 1) and 1..64-byte key, a receipt's position not after its stamp."""
+    if kind == DELETE:
+        return len(payload) == CLAIMS_BYTES and payload[-1] <= DELETE
+    if kind == REACTION:
+        return 2 <= len(payload) <= 65 and payload[0] in (0, 1)
+    if kind == READ_RECEIPT:
+        return len(payload) == 8 and int.from_bytes(payload, "big") <= hlc
+    return True
 
 
 def _creator(op: bytes) -> bytes | None:

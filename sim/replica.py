@@ -233,8 +233,7 @@ class SimReplica(MemoryReplica):
         ]
         if not edits:
             return item
-        last = max(edits, key=lambda e: self._arrival.get(e.msg_id, -1))
-        return replace(item, payload=last.payload, edited_at=last.hlc)
+        return replace(item, edit=max(edits, key=lambda e: self._arrival.get(e.msg_id, -1)))
 
     def _merge_member_states(
         self, local: MemberInfo | None, remote: MemberInfo

@@ -17,6 +17,8 @@ from sim.engine import view_digest_of
 from sim.hunt import SMALL, small_trace
 from sim.shards import Expected, shard_of
 from store import trace as tr
+from store.errors import DecodeError
+from store.kinds import check_public_payload
 from store.ops import decode_op
 from store.records import MsgV1, compute_identity_record_id, member_record_id
 from sync.replica import MemoryReplica
@@ -28,6 +30,14 @@ SPARK_WARNINGS = [
     pytest.mark.filterwarnings("ignore:Arrow optimization:RuntimeWarning"),
     pytest.mark.filterwarnings("ignore:Cannot infer the eval type:UserWarning"),
 ]
+
+
+def _well_formed(msg: MsgV1) -> bool:
+    try:
+        check_public_payload(msg)
+    except DecodeError:
+        return False
+    return True
 
 
 def brute_force_expected(path: Path, shard: int = 0, shards: int = 1) -> Expected:
@@ -46,6 +56,8 @@ def brute_force_expected(path: Path, shard: int = 0, shards: int = 1) -> Expecte
             chats_of[op.msg_id] = row["shard_key"]
         if op.hlc.physical_ms - row["t_ms"] > h.max_offset_ms:
             continue  # invalid: made by a clock past max offset
+        if isinstance(op, MsgV1) and not _well_formed(op):
+            continue  # a malformed public payload: refused at every ingress
         replica.apply_ops([op])
     raw = h.end_ms - h.retention_ms
     cutoff = raw - raw % h.gc_grain_ms
