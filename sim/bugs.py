@@ -6,7 +6,9 @@ from a ``Rules`` object; ``rules_for(None)`` is the project's real code
 cutoff, ``sync.merkle.MerkleTree``).
 Each planted bug swaps one piece for a broken wrapper here, in ``sim/``, so
 ``store/`` and ``sync/`` never carry a bug switch (``SimReplica`` takes the merge
-functions and the message rule from ``Rules`` through ``MemoryReplica``'s hooks). ``chatsync sim bugs``,
+functions and the message rule from ``Rules`` through ``MemoryReplica``'s hooks, and the
+two message-kind bugs are switches ``SimReplica`` reads: who ``admins()`` says may delete, and
+how ``view()`` picks an edit). ``chatsync sim bugs``,
 ``tests/sim/test_engine.py`` and ``tests/sim/test_spark_run.py`` show that each one is caught.
 """
 
@@ -34,6 +36,8 @@ class Bug(StrEnum):
     # a message is shown iff its sender's row was active when it arrived; never re-decided
     AUTHZ_ARRIVAL = "authz-arrival"
     AUTHZ_NO_REMOVALS = "authz-no-removals"  # removals ignored: every admissible message shown
+    ANYONE_MAY_DELETE = "anyone-may-delete"  # delete validity ignores author and admin
+    EDIT_ARRIVAL_ORDER = "edit-arrival-order"  # the edit that arrived last wins, not (hlc, id)
 
 
 IdentityWins = Callable[[tuple[Hlc, bytes], tuple[Hlc, bytes] | None], bool]
@@ -59,6 +63,10 @@ class Rules:
     visible: MessageRule = visible  # shown, decided when read
     # BUG switch: shown iff the sender's member row was active when the message was stored
     decide_on_arrival: bool = False
+    # BUG switch: everyone is an admin to delete validity (claims are still checked)
+    anyone_may_delete: bool = False
+    # BUG switch: a view shows the edit that arrived last (SimReplica.view)
+    edit_by_arrival: bool = False
 
 
 # --- the broken pieces ---------------------------------------------------------------------
@@ -126,4 +134,8 @@ def rules_for(bug: Bug | str | None) -> Rules:
         return Rules(decide_on_arrival=True)
     if bug is Bug.AUTHZ_NO_REMOVALS:
         return Rules(visible=_visible_ignoring_removals)
+    if bug is Bug.ANYONE_MAY_DELETE:
+        return Rules(anyone_may_delete=True)
+    if bug is Bug.EDIT_ARRIVAL_ORDER:
+        return Rules(edit_by_arrival=True)
     return Rules(message_tree=OffByOneTree)

@@ -35,7 +35,7 @@ import blake3
 from sim import retention_model
 from sim.bugs import Rules, rules_for
 from sim.rand import derive
-from sim.replica import IDENTITY, MEMBERS, MESSAGES, ShardContext, SimReplica
+from sim.replica import DELETES, IDENTITY, MEMBERS, MESSAGES, ShardContext, SimReplica
 from sim.schedule import (
     REPLAY_COLUMNS,
     Delivery,
@@ -46,12 +46,13 @@ from sim.schedule import (
     TraceEvent,
     op_key,
 )
-from sim.shards import Expected, shard_of
+from sim.shards import Expected, content_item, shard_of, tombstone_item, view_digest
 from store import trace as tr
 from store.errors import ClockDriftError, InvalidInput
 from store.hlc import HlcClock
+from store.kinds import ChatView, MessageView, delete_is_valid, erases
 from store.ops import MembershipOp, decode_op, validate_op
-from store.records import IdentityRecord, MsgV1
+from store.records import IdentityRecord, MessageKind, MsgV1
 from sync.loopback import run_session
 from sync.protocol import KINDS, SyncConfig
 from sync.replica import Record
@@ -65,6 +66,9 @@ CHECK_COUNTERS = (
     "wrong_active",
     "unauthorized_visible",  # shown by a node, not visible by the oracle
     "authorized_hidden",  # visible by the oracle, held by a node that does not show it
+    "resurrected_deleted",  # a message stored again by a node that had erased it
+    "payload_after_delete",  # a node holds an erased message: a target, an edit, a reaction
+    "wrong_view",  # chats whose view (MESSAGES.md) differs from the oracle's
 )
 UNCHECKED_OFFSET_MS = 1 << 47  # "no drift check": larger than any physical time
 ROUND_FIELDS = (
@@ -164,6 +168,7 @@ class ShardSim:
             "in_flight_at_end": 0,
             "waiting_at_end": 0,
             "waiting_lost_in_crashes": 0,
+            "erased_waiting_at_end": 0,
         }
         self.abort_reasons: dict[str, int] = {}
         self.round_bytes = dict.fromkeys(("gossip", *KINDS), 0)
@@ -227,6 +232,11 @@ class ShardSim:
         # messages no op admits (yet): what a node holds in memory beside its store
         self.stats["waiting_at_end"] = sum(len(r.waiting) for r in self.reps)
         self.stats["waiting_lost_in_crashes"] = sum(r.counters.waiting_lost for r in self.reps)
+        self.stats["erased_waiting_at_end"] = sum(
+            _erased_waiting(rep)
+            for n, rep in enumerate(self.reps)
+            if self.alive[n] and self.honest[n]
+        )
         self._final_gc()
         result = self._result()
         result["wall_s"] = time.perf_counter() - started
@@ -294,6 +304,7 @@ class ShardSim:
         rep = self.reps[node]
         if (
             isinstance(record, MsgV1)
+            and record.kind is not MessageKind.DELETE  # deletes never expire
             and self.rules.retention_filter
             and retention_model.too_old(record.hlc.physical_ms, self.cutoff(node, t))
         ):
@@ -436,21 +447,27 @@ class ShardSim:
         }
 
 
-DOMAINS = (MESSAGES, MEMBERS, IDENTITY)
+DOMAINS = (MESSAGES, MEMBERS, IDENTITY, DELETES)  # Domain's order: the runner zips by it
 
 
 def _compare(rep: SimReplica, exp: Expected) -> dict[str, int]:
     """How one replica differs from the oracle's state of the shard."""
     held = set(rep.messages)
     ops = set(rep.member_ops)
+    deletes = set(rep.deletes)
     shown = {i for i, m in rep.messages.items() if rep.is_visible(m)}
     counts = {
-        "lost": len(exp.messages - held) + len(exp.member_ops - ops),
-        "extra": len(held - exp.messages) + len(ops - exp.member_ops),
+        "lost": len(exp.messages - held) + len(exp.member_ops - ops) + len(exp.deletes - deletes),
+        "extra": len(held - exp.messages) + len(ops - exp.member_ops) + len(deletes - exp.deletes),
         "stale": 0,
         "wrong_active": 0,
         "unauthorized_visible": len(shown - exp.visible),
         "authorized_hidden": len((exp.visible & held) - shown),
+        "resurrected_deleted": rep.counters.resurrected_deleted + len(held & rep.erased),
+        "payload_after_delete": len(held & exp.erased),
+        "wrong_view": sum(
+            view_digest_of(rep.view(chat)) != digest for chat, digest in exp.views.items()
+        ),
     }
     members = {key: (rep.member_row_version(key), rep.member_active(key)) for key in rep.members}
     _compare_rows(members, exp.members, counts, count_presence=False)
@@ -478,6 +495,50 @@ def _compare_rows(
             (have_id, have_active), (want_id, want_active) = have[key], want[key]
             counts["stale"] += have_id != want_id
             counts["wrong_active"] += have_active != want_active
+
+
+def _erased_waiting(rep: SimReplica) -> int:
+    """Messages waiting for an admitting op that a delete the replica holds erases (their
+    payload is in the room: MESSAGES.md says no replica keeps it)."""
+    count = 0
+    for msg in rep.waiting.waiting():
+        for ref in (msg.msg_id, msg.ref):
+            deletes = rep.deletes_by_ref.get(ref or b"", ())
+            admins = rep.admins(msg.chat_id)
+            if any(delete_is_valid(d, admins) and erases(d, msg) for d in deletes):
+                count += 1
+                break
+    return count
+
+
+def view_digest_of(view: ChatView) -> bytes:
+    """A replica's view of a chat in the oracle's canonical form (``sim.shards``)."""
+    items = []
+    for item in view.items:
+        if isinstance(item, MessageView):
+            edited = None if item.edited_at is None else item.edited_at.pack()
+            m = item.msg
+            items.append(
+                content_item(
+                    m.msg_id,
+                    m.hlc.pack(),
+                    item.payload,
+                    edited,
+                    item.reply_state,
+                    item.reactions.items(),
+                )
+            )
+        else:
+            items.append(
+                tombstone_item(
+                    item.msg_id,
+                    item.hlc.pack(),
+                    item.sender,
+                    item.deleted_by,
+                    item.deleted_at.pack(),
+                )
+            )
+    return view_digest(items, ((u, p.pack()) for u, p in view.read_positions.items()))
 
 
 def run_shard(task: ShardTask) -> dict[str, Any]:

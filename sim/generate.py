@@ -6,8 +6,8 @@ op (kind, author, chat, origin node), runs each node's ``HlcClock`` on its own
 *signing* phase builds the real records — ``MsgV1.create``, ``MembershipOp.create``,
 ``make_identity``, each with the author's ed25519 key from ``key_from_seed`` over
 (seed, user) — in parallel worker processes, one chunk of origin nodes each
-(a reply refers to an earlier message of the same node, so a node stays in one
-chunk). Same parameters and seed, same file, byte for byte.
+(the plan signs the messages others refer to once itself, to know their ids: an
+Ed25519 signature is deterministic). Same parameters and seed, same file, byte for byte.
 
 Deliberate corner cases (``tie_rate``): an identity put and a member add/remove
 pair whose twin carries the *same* HLC stamp from another device, so that the
@@ -30,11 +30,13 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from sim import scenarios
+from sim import kind_plays, scenarios
+from sim.opspec import OpSpec
 from sim.rand import derive
 from store import trace as tr
 from store.authz import NONCE_LEN, GroupProof, grant_admin, new_group
 from store.hlc import DEFAULT_MAX_OFFSET_MS, VIRTUAL_EPOCH_MS, Hlc, HlcClock
+from store.kinds import CONTENT
 from store.ops import MembershipAction, MembershipOp, make_identity
 from store.records import MessageKind, MsgV1, Role
 from store.signing import key_from_seed, public_key, user_id_from_key
@@ -42,7 +44,7 @@ from store.signing import key_from_seed, public_key, user_id_from_key
 DAY_MS = 86_400_000
 FAULTS = ("partition", "oneway", "drop", "dup", "delay", "crash", "skew", "far-future", "gc")
 OP_WEIGHTS = {
-    tr.MSG: 0.86,
+    tr.MSG: 0.70,  # plain posts; edits, deletes, reactions and receipts: kind_plays.WEIGHTS
     tr.MEMBER_ADD: 0.04,
     tr.MEMBER_REMOVE: 0.03,
     tr.MEMBER_LEAVE: 0.02,
@@ -127,25 +129,6 @@ class Fault:
     args: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class OpSpec:
-    """One op to sign: everything but the signature, including its HLC stamp."""
-
-    index: int
-    t_ms: int
-    node: int
-    kind: str
-    author: int  # user index whose key signs (the actor, for membership ops)
-    chat: int = -1
-    target: int = -1  # the member a membership op is about
-    role: int = 0
-    hlc: int = 0  # packed
-    reply: bool = False
-    box: int = 0  # identity: which box key version
-    creator: int = -1  # the chat's creator (its id commits to the creator's key)
-    granted: bool = False  # the actor acts as an admin the creator granted
-
-
 class _Planner:
     def __init__(self, p: GenParams) -> None:
         self.p = p
@@ -167,6 +150,11 @@ class _Planner:
         self.steps: list[tuple[int, int, Callable[[int], object]]] = []  # (t, seq, step)
         self._step_seq = 0
         self.roster: list[set[int]] = [set() for _ in range(p.chats)]  # members, as planned
+        self.admins: list[set[int]] = [set() for _ in range(p.chats)]  # admin adds, as planned
+        self.creators = [members[0] for members in self.members]
+        self.posts: list[list[OpSpec]] = [[] for _ in range(p.chats)]  # NEW and REPLY, in order
+        self.last_post: dict[tuple[int, int], OpSpec] = {}  # (node, chat) -> newest post there
+        self._ids: dict[int, bytes] = {}  # spec index -> message id, for referenced messages
         self.clocks: list[HlcClock] = []
 
     def _initial_members(self) -> list[list[int]]:
@@ -340,13 +328,20 @@ class _Planner:
                 role = int(Role.ADMIN) if i < 2 else int(Role.PARTICIPANT)
                 self._member(t0, node, tr.MEMBER_ADD, creator, chat, member, role)
         plays = scenarios.Scenarios(self, p.chats)
-        for t_partition in self._partition_starts():  # a removal races a post across each
+        kinds_plays = kind_plays.KindPlays(self, p.chats)
+        kinds += list(kind_plays.WEIGHTS)
+        weights += list(kind_plays.WEIGHTS.values())
+        for t_partition in self._partition_starts():
+            # a removal races a post across each, and a delete races an edit
             self.later(t_partition + rng.randint(500, 4_000), plays.race)
+            self.later(t_partition + rng.randint(500, 4_000), kinds_plays.delete_across)
         for t in times[len(self.specs) :]:
             self._run_steps(until=t)
             kind = rng.choices(kinds, weights)[0]
             if kind in scenarios.WEIGHTS:
                 plays.start(kind, t)
+            elif kind in kind_plays.WEIGHTS:
+                kinds_plays.start(kind, t)
             else:
                 self._random_op(kind, t)
         self._run_steps(until=self.heal - 1)
@@ -433,13 +428,48 @@ class _Planner:
         self.specs.append(spec)
 
     def post(self, t_ms: int, author: int, chat: int, node: int | None = None) -> int | None:
+        """A NEW message, or now and then a REPLY to the node's newest post in the chat."""
         if node is None or not self.usable(node, t_ms):
             node = self.origin(author, t_ms)
-        reply = self.rng.random() < 0.2
-        self.add(
-            OpSpec(0, t_ms, node, tr.MSG, author, chat, hlc=self.stamp(node, t_ms), reply=reply)
-        )
+        last = self.last_post.get((node, chat))
+        if self.rng.random() < 0.2 and last is not None:
+            self.message(t_ms, node, author, chat, MessageKind.REPLY, last)
+        else:
+            self.message(t_ms, node, author, chat, MessageKind.NEW)
         return node
+
+    def message(
+        self,
+        t_ms: int,
+        node: int,
+        author: int,
+        chat: int,
+        kind: MessageKind,
+        target: OpSpec | None = None,
+        payload: bytes | None = None,
+    ) -> OpSpec:
+        """A message of any kind; ``target``: the message its ``ref`` names."""
+        ref = None if target is None else self.msg_id(target)
+        spec = OpSpec(0, t_ms, node, tr.MSG, author, chat, hlc=self.stamp(node, t_ms))
+        spec.msg_kind, spec.ref, spec.payload = int(kind), ref, payload
+        self.add(spec)
+        if kind in CONTENT:
+            self.posts[chat].append(spec)
+            self.last_post[(node, chat)] = spec
+        return spec
+
+    def msg_id(self, spec: OpSpec) -> bytes:
+        """The id a planned message will have (signing is deterministic): signed here once,
+        for the messages others refer to."""
+        found = self._ids.get(spec.index)
+        if found is None:
+            p = self.p
+            msg = build_msg(p.seed, (p.payload_min, p.payload_max), self.creators, spec)
+            found = self._ids[spec.index] = msg.msg_id
+        return found
+
+    def user_id(self, user: int) -> bytes:
+        return _user_id(self.p.seed, user)
 
     def member_op(self, t_ms: int, kind: str, chat: int, target: int) -> int:
         actor = target if kind == tr.MEMBER_LEAVE else self.members[chat][0]
@@ -468,6 +498,8 @@ class _Planner:
         self.add(spec)
         if kind == tr.MEMBER_ADD:
             self.roster[chat].add(target)
+            if role == int(Role.ADMIN):
+                self.admins[chat].add(target)
         else:
             self.roster[chat].discard(target)
         return hlc
@@ -494,14 +526,17 @@ class _Planner:
             up = other_side or up
         return self.rng.choice(up) if up else node
 
+    def steady(self, node: int, t_ms: int, steady_ms: int) -> bool:
+        """Can ``node`` make ops from ``t_ms`` on, without a crash for ``steady_ms``?"""
+        return (
+            self.usable(node, t_ms)
+            and self.usable(node, t_ms + steady_ms)
+            and not any(t_ms <= a <= t_ms + steady_ms for a, _ in self.down[node])
+        )
+
     def steady_node(self, t_ms: int, ahead_of: int, steady_ms: int) -> int | None:
         steady = [
-            n
-            for n in range(self.p.nodes)
-            if n != ahead_of
-            and self.usable(n, t_ms)
-            and self.usable(n, t_ms + steady_ms)
-            and not any(t_ms <= a <= t_ms + steady_ms for a, _ in self.down[n])
+            n for n in range(self.p.nodes) if n != ahead_of and self.steady(n, t_ms, steady_ms)
         ]
         floor = self.offset(ahead_of, t_ms)
         ahead = [n for n in steady if self.offset(n, t_ms) >= floor]
@@ -549,25 +584,32 @@ def _proof(seed: int, chat: int, creator: int) -> GroupProof:
     return proof
 
 
+def build_msg(seed: int, payload_range: tuple[int, int], creators: list[int], s: OpSpec) -> MsgV1:
+    """The signed message of a spec; content (NEW, REPLY, EDIT) stands in for ciphertext."""
+    payload = s.payload
+    if payload is None:
+        lo, hi = payload_range
+        draw = derive(seed, "payload", s.index)
+        size = lo + int.from_bytes(draw[:4], "big") % (hi - lo + 1)
+        payload = (draw * (size // 32 + 1))[:size]
+    chat = _proof(seed, s.chat, creators[s.chat]).chat_id()
+    kind = MessageKind(s.msg_kind)
+    return MsgV1.create(
+        _key(seed, s.author), chat, Hlc.unpack(s.hlc), payload, kind=kind, ref=s.ref
+    )
+
+
 def sign_chunk(
     seed: int, payload_range: tuple[int, int], creators: list[int], specs: list[OpSpec]
 ) -> list[dict[str, Any]]:
     """Build and sign the ops of one chunk of origin nodes, in time order."""
     out = []
-    last_msg: dict[tuple[int, int], bytes] = {}  # (node, chat) -> newest message id there
-    lo, hi = payload_range
     for s in specs:
         hlc = Hlc.unpack(s.hlc)
         key = _key(seed, s.author)
+        op: Any
         if s.kind == tr.MSG:
-            draw = derive(seed, "payload", s.index)
-            size = lo + int.from_bytes(draw[:4], "big") % (hi - lo + 1)
-            payload = (draw * (size // 32 + 1))[:size]  # stands in for ciphertext
-            ref = last_msg.get((s.node, s.chat)) if s.reply else None
-            kind = MessageKind.REPLY if ref is not None else MessageKind.NEW
-            chat = _proof(seed, s.chat, creators[s.chat]).chat_id()
-            op: Any = MsgV1.create(key, chat, hlc, payload, kind=kind, ref=ref)
-            last_msg[(s.node, s.chat)] = op.msg_id
+            op = build_msg(seed, payload_range, creators, s)
         elif s.kind == tr.IDENTITY:
             box = derive(seed, "box-key", s.author, s.box)
             op = make_identity(key, box, hlc)

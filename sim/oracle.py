@@ -21,7 +21,17 @@ state them, not by calling them:
   remove proof from the greatest (hlc, op bytes) among valid removes and leaves;
   active iff never removed or removed before the add; the row's version is
   ``compute_member_record_id`` over those fields;
-* **identity**, per user: the valid put with the greatest (hlc, blob).
+* **identity**, per user: the valid put with the greatest (hlc, blob);
+* **message kinds** (MESSAGES.md), folded per chat by this module's own code
+  (``fold_kinds``, not ``store/kinds.py``): the DELETES domain is every admissible
+  DELETE (never collected); a delete is *valid* if its 29-byte claims name content
+  stamped before it and it is by the claimed sender, the group's creator or a user
+  with an admin add stamped at or before it; a valid delete *erases* the message with
+  its ref id whose header matches the claims, the EDITs with that ref by the claimed
+  sender and the REACTIONs with that ref. The MESSAGES domain is the admissible
+  messages newer than the cutoff minus the erased ones (deletes apart); the expected
+  **view** of each chat is folded from those (current payload, edited, reply state,
+  reactions, tombstones, read positions).
 
 Record ids come from ``store.records``' id functions (they define what an id is);
 the oracle's roots are ``MerkleTree.from_ids`` over its ids.
@@ -35,12 +45,21 @@ from typing import Any
 import blake3
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType
+from pyspark.sql.types import BinaryType, BooleanType, IntegerType, StructField, StructType
 
-from sim.shards import Expected, shard_of
+from sim.shards import (
+    Expected,
+    ViewItem,
+    content_item,
+    shard_of,
+    tombstone_item,
+    view_digest,
+    views_digest,
+)
 from store import trace as tr
 from store.hlc import Hlc
-from store.records import compute_identity_record_id, compute_member_record_id
+from store.ops import MembershipOp, OpKind, decode_op
+from store.records import MsgV1, compute_identity_record_id, compute_member_record_id
 from sync.frames import Domain
 from sync.merkle import MerkleTree
 
@@ -52,6 +71,11 @@ class Oracle:
     # (chat, user, row version, active, shard_key)
     members: list[tuple[bytes, bytes, bytes, bool, int]] = field(default_factory=list)
     identities: list[tuple[bytes, bytes, int]] = field(default_factory=list)  # (user, id, key)
+    deletes: list[tuple[bytes, int]] = field(default_factory=list)  # (delete id, shard_key)
+    erased: list[tuple[bytes, int]] = field(default_factory=list)  # (message id, shard_key)
+    views: list[tuple[bytes, bytes, int]] = field(default_factory=list)  # (chat, digest, key)
+    edited: int = 0  # content messages kept whose view shows an edit
+    tombstones: int = 0
     valid_ops: int = 0
     invalid_ops: int = 0
     inadmissible: int = 0  # valid messages after the cutoff that no op admits
@@ -62,7 +86,7 @@ class Oracle:
         if domain is Domain.MEMBERS:
             return [m[0] for m in self.member_ops]
         if domain is Domain.DELETES:
-            return []  # the generator writes no deletes (yet)
+            return [d[0] for d in self.deletes]
         return [i[1] for i in self.identities]
 
     def roots(self) -> dict[Domain, tuple[int, int]]:
@@ -95,6 +119,9 @@ class Oracle:
         exp.identities = {
             user: rid for user, rid, key in self.identities if shard_of(key, shards) == shard
         }
+        exp.deletes = {i for i, key in self.deletes if shard_of(key, shards) == shard}
+        exp.erased = {i for i, key in self.erased if shard_of(key, shards) == shard}
+        exp.views = {chat: d for chat, d, key in self.views if shard_of(key, shards) == shard}
         return exp
 
 
@@ -131,11 +158,21 @@ def valid_ops(spark: SparkSession, trace_uri: str, header: tr.TraceHeader) -> Da
 
 
 def _messages(msgs: DataFrame, member_ops: DataFrame, record_id: Any) -> DataFrame:
-    """Per message (id, shard_key): admissible and visible, from the ops of its (chat, sender)
-    stamped at or before it. A: the greatest add stamp; R: the greatest remove or leave
-    stamp. Admissible iff A exists; visible iff also R is absent or older than A."""
+    """Per message (id, shard_key, and its fields): admissible and visible, from the ops of
+    its (chat, sender) stamped at or before it. A: the greatest add stamp; R: the greatest
+    remove or leave stamp. Admissible iff A exists; visible iff also R is absent or older
+    than A."""
+    fields = ("chat", "user", "t", "physical", "mkind", "ref", "payload")
     m = msgs.select(
-        record_id("op").alias("id"), "chat", "user", F.col("hlc").alias("t"), "shard_key"
+        record_id("op").alias("id"),
+        "chat",
+        "user",
+        F.col("hlc").alias("t"),
+        "shard_key",
+        "physical",
+        "msg.mkind",
+        "msg.ref",
+        "msg.payload",
     ).distinct()
     o = member_ops.select(
         F.col("chat").alias("o_chat"),
@@ -146,7 +183,7 @@ def _messages(msgs: DataFrame, member_ops: DataFrame, record_id: Any) -> DataFra
     before = (m.chat == o.o_chat) & (m.user == o.o_user) & (o.o_hlc <= m.t)
     decided = (
         m.join(o, before, "left")
-        .groupBy("id", "shard_key")
+        .groupBy("id", "shard_key", *fields)
         .agg(
             F.max(F.when(F.col("is_add"), F.col("o_hlc"))).alias("A"),
             F.max(F.when(~F.col("is_add"), F.col("o_hlc"))).alias("R"),
@@ -156,6 +193,7 @@ def _messages(msgs: DataFrame, member_ops: DataFrame, record_id: Any) -> DataFra
     return decided.select(
         "id",
         "shard_key",
+        *fields,
         admissible.alias("admissible"),
         (admissible & (F.col("R").isNull() | (F.col("R") < F.col("A")))).alias("visible"),
     )
@@ -177,16 +215,63 @@ def compute_oracle(spark: SparkSession, trace_uri: str, header: tr.TraceHeader) 
         (r["id"], r["shard_key"])
         for r in member_ops.select(record_id("op").alias("id"), "shard_key").distinct().collect()
     ]
-    messages = _messages(
-        valid.where((F.col("kind") == tr.MSG) & (F.col("physical") > F.lit(cutoff))),
-        member_ops,
-        record_id,
+    # Every valid message, aged or not: a delete erases whatever it names, at any age.
+    decoded = valid.where(F.col("kind") == tr.MSG).withColumn(
+        "msg", F.udf(_msg_fields, MSG_FIELDS)("op")
     )
-    decided = messages.collect()
-    oracle.messages = [
-        (r["id"], bool(r["visible"]), r["shard_key"]) for r in decided if r["admissible"]
+    # a malformed public payload is refused at every ingress (the origin's included)
+    malformed = decoded.where(~F.col("msg.well_formed")).count()
+    oracle.valid_ops -= malformed
+    oracle.invalid_ops += malformed
+    msgs = decoded.where(F.col("msg.well_formed"))
+    messages = _messages(msgs, member_ops, record_id)
+    oracle.inadmissible = messages.where(
+        ~F.col("admissible") & (F.col("physical") > F.lit(cutoff)) & (F.col("mkind") != DELETE)
+    ).count()
+    creator = F.udf(_creator, BinaryType())
+    creators = {
+        r["chat"]: r["creator"]
+        for r in member_ops.groupBy("chat").agg(F.first(creator("op")).alias("creator")).collect()
+    }
+    admin_adds = (
+        member_ops.where((F.col("kind") == tr.MEMBER_ADD) & (F.col("role") == ADMIN_ROLE))
+        .groupBy("chat", "user")
+        .agg(F.min("hlc").alias("since"))
+    )
+    admins: dict[bytes, dict[bytes, int]] = {}
+    for r in admin_adds.collect():
+        admins.setdefault(r["chat"], {})[r["user"]] = r["since"]
+    chat_keys = {
+        r["chat"]: r["shard_key"]
+        for r in member_ops.select("chat", "shard_key").distinct().collect()
+    }
+    admitted = messages.where(F.col("admissible")).select(
+        "chat", "id", "user", "t", "mkind", "ref", "payload", "visible", "physical"
+    )
+    folded = (
+        admitted.rdd.map(lambda r: (r["chat"], tuple(r)[1:]))
+        .groupByKey()
+        .map(
+            lambda kv: (
+                kv[0],
+                fold_kinds(list(kv[1]), creators.get(kv[0]), admins.get(kv[0], {}), cutoff),
+            )
+        )
+        .collect()
+    )
+    empty = view_digest([], [])
+    digests = dict.fromkeys(chat_keys, empty)
+    for chat, out in folded:
+        key = chat_keys.get(chat, tr.chat_shard_key(chat))
+        oracle.messages += [(i, shown, key) for i, shown in out.kept]
+        oracle.deletes += [(i, key) for i in out.deletes]
+        oracle.erased += [(i, key) for i in out.erased]
+        oracle.edited += out.edited
+        oracle.tombstones += out.tombstones
+        digests[chat] = out.digest
+    oracle.views = [
+        (chat, d, chat_keys.get(chat, tr.chat_shard_key(chat))) for chat, d in digests.items()
     ]
-    oracle.inadmissible = len(decided) - len(oracle.messages)
 
     key = ["chat", "user"]
     adds = (
@@ -240,6 +325,191 @@ def compute_oracle(spark: SparkSession, trace_uri: str, header: tr.TraceHeader) 
     return oracle
 
 
+# --- message kinds, per chat (MESSAGES.md; this module's own fold) ---------------------------
+
+NEW, EDIT, REPLY, REACTION, READ_RECEIPT, DELETE = range(6)  # MsgV1's kind byte
+CONTENT_KINDS = (NEW, REPLY)
+ADMIN_ROLE = 1  # a member op's role byte for an admin
+CLAIMS_BYTES = 20 + 8 + 1  # sender, packed HLC, kind
+MSG_FIELDS = StructType(
+    [
+        StructField("mkind", IntegerType()),
+        StructField("ref", BinaryType()),
+        StructField("payload", BinaryType()),
+        StructField("well_formed", BooleanType()),
+    ]
+)
+
+
+def _msg_fields(op: bytes) -> tuple[int, bytes | None, bytes, bool]:
+    msg = decode_op(OpKind.PUT_MESSAGE, op)
+    assert isinstance(msg, MsgV1)
+    kind, payload = int(msg.kind), msg.payload
+    return kind, msg.ref, payload, _well_formed(kind, payload, msg.hlc.pack())
+
+
+def _well_formed(kind: int, payload: bytes, hlc: int) -> bool:
+    """The public payloads (MESSAGES.md): a delete's 29 bytes of claims naming a known kind,
+    a reaction's flag (0 or 1) and 1..64-byte key, a receipt's position not after its stamp."""
+    if kind == DELETE:
+        return len(payload) == CLAIMS_BYTES and payload[-1] <= DELETE
+    if kind == REACTION:
+        return 2 <= len(payload) <= 65 and payload[0] in (0, 1)
+    if kind == READ_RECEIPT:
+        return len(payload) == 8 and int.from_bytes(payload, "big") <= hlc
+    return True
+
+
+def _creator(op: bytes) -> bytes | None:
+    member_op = decode_op(OpKind.MEMBERSHIP, op)
+    assert isinstance(member_op, MembershipOp)
+    proof = member_op.proof
+    return getattr(proof, "creator", None)
+
+
+@dataclass
+class Row:
+    """One admissible message of a chat, as the fold reads it (stamps packed)."""
+
+    id: bytes
+    user: bytes
+    hlc: int
+    kind: int
+    ref: bytes | None
+    payload: bytes
+    visible: bool
+    physical: int
+
+    @property
+    def order(self) -> tuple[int, bytes]:
+        return self.hlc, self.id
+
+
+@dataclass
+class Folded:
+    kept: list[tuple[bytes, bool]]  # the MESSAGES domain: (id, visible)
+    deletes: list[bytes]
+    erased: list[bytes]
+    digest: bytes
+    edited: int
+    tombstones: int
+
+
+def _claims(delete: Row) -> tuple[bytes, int, int] | None:
+    """(sender, packed stamp, kind) from a delete's payload, or None if malformed."""
+    p = delete.payload
+    if len(p) != CLAIMS_BYTES or p[-1] > DELETE:
+        return None
+    return p[:20], int.from_bytes(p[20:28], "big"), p[-1]
+
+
+def fold_kinds(
+    rows: list[tuple[Any, ...]], creator: bytes | None, admins: dict[bytes, int], cutoff: int
+) -> Folded:
+    """One chat: which messages it keeps, which deletes it holds and erases, and its view."""
+    msgs = [Row(*r) for r in rows]
+    deletes = [m for m in msgs if m.kind == DELETE]
+
+    def valid(d: Row) -> bool:
+        claims = _claims(d)
+        if claims is None or claims[2] not in CONTENT_KINDS or not claims[1] < d.hlc:
+            return False
+        since = admins.get(d.user)
+        return d.user in (claims[0], creator) or (since is not None and since <= d.hlc)
+
+    valid_deletes = sorted((d for d in deletes if valid(d)), key=lambda d: d.order)
+    by_ref: dict[bytes, list[tuple[bytes, int, int]]] = {}
+    for d in valid_deletes:
+        assert d.ref is not None
+        claims = _claims(d)
+        assert claims is not None
+        by_ref.setdefault(d.ref, []).append(claims)
+
+    def erased(m: Row) -> bool:
+        if any(c == (m.user, m.hlc, m.kind) for c in by_ref.get(m.id, ())):
+            return True
+        if m.ref is None or m.ref not in by_ref:
+            return False
+        if m.kind == REACTION:
+            return True
+        return m.kind == EDIT and any(c[0] == m.user for c in by_ref[m.ref])
+
+    others = [m for m in msgs if m.kind != DELETE]
+    gone = {m.id for m in others if erased(m)}
+    kept = {m.id: m for m in others if m.id not in gone and m.physical > cutoff}
+    shown = [m for m in kept.values() if m.visible]
+    refs: dict[bytes, list[Row]] = {}
+    for m in shown:
+        if m.ref is not None:
+            refs.setdefault(m.ref, []).append(m)
+    items: list[ViewItem] = []
+    edited = 0
+    for m in shown:
+        if m.kind not in CONTENT_KINDS:
+            continue
+        near = refs.get(m.id, [])
+        edits = [e for e in near if e.kind == EDIT and e.user == m.user and m.hlc < e.hlc]
+        latest = max(edits, key=lambda e: e.order) if edits else None
+        edited += latest is not None
+        items.append(
+            content_item(
+                m.id,
+                m.hlc,
+                latest.payload if latest else m.payload,
+                latest.hlc if latest else None,
+                _reply_state(m, kept, by_ref),
+                _reactions([r for r in near if r.kind == REACTION]).items(),
+            )
+        )
+    tombstones = 0
+    for ref in {d.ref for d in valid_deletes if d.ref not in kept}:
+        first = next(d for d in valid_deletes if d.ref == ref)  # sorted: the earliest
+        claims = _claims(first)
+        assert ref is not None and claims is not None
+        items.append(tombstone_item(ref, claims[1], claims[0], first.user, first.hlc))
+        tombstones += 1
+    positions: dict[bytes, int] = {}
+    for m in shown:
+        if m.kind == READ_RECEIPT and len(m.payload) == 8:
+            position = int.from_bytes(m.payload, "big")
+            if position <= m.hlc:
+                positions[m.user] = max(positions.get(m.user, position), position)
+    return Folded(
+        [(i, m.visible) for i, m in kept.items()],
+        [d.id for d in deletes],
+        sorted(gone),
+        view_digest(items, positions.items()),
+        edited,
+        tombstones,
+    )
+
+
+def _reply_state(
+    m: Row, kept: dict[bytes, Row], by_ref: dict[bytes, list[tuple[bytes, int, int]]]
+) -> str | None:
+    if m.kind != REPLY:
+        return None
+    if m.ref in kept:
+        return "present"
+    return "deleted" if m.ref in by_ref else "unknown"
+
+
+def _reactions(reactions: list[Row]) -> dict[bytes, list[bytes]]:
+    """key -> users whose latest (hlc, id) reaction with that key is on."""
+    latest: dict[tuple[bytes, bytes], Row] = {}
+    for r in reactions:
+        if not 2 <= len(r.payload) <= 65 or r.payload[0] > 1:
+            continue
+        slot = (r.user, r.payload[1:])
+        if slot not in latest or r.order > latest[slot].order:
+            latest[slot] = r
+    users: dict[bytes, list[bytes]] = {}
+    for (user, key), r in latest.items():
+        if r.payload[0] == 1:
+            users.setdefault(key, []).append(user)
+    return users
+
+
 def oracle_summary(oracle: Oracle) -> dict[str, Any]:
     return {
         "valid_ops": oracle.valid_ops,
@@ -252,4 +522,9 @@ def oracle_summary(oracle: Oracle) -> dict[str, Any]:
         "member_rows": len(oracle.members),
         "active_members": oracle.active_members(),
         "identities": len(oracle.identities),
+        "deletes": len(oracle.deletes),
+        "erased": len(oracle.erased),
+        "edited_messages": oracle.edited,
+        "tombstones": oracle.tombstones,
+        "views_digest": views_digest({chat: d for chat, d, _ in oracle.views}),
     }

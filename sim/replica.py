@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sim.bugs import Rules
@@ -43,10 +43,13 @@ from store.access import NO_HISTORY, MemberHistory
 from store.authz import DmProof
 from store.errors import ClockDriftError
 from store.hlc import Hlc, HlcClock
+from store.kinds import ChatView, IsAdmin, MessageView, edit_applies
 from store.ops import MembershipAction, MembershipOp
 from store.records import (
     MemberInfo,
+    MessageKind,
     MsgV1,
+    Role,
     blake3_id,
     compute_identity_record_id,
     member_record_id,
@@ -67,6 +70,7 @@ from sync.replica import (
 __all__ = ["IDENTITY", "MEMBERS", "MESSAGES", "Counters", "ShardContext", "SimReplica"]
 
 Key = tuple[bytes, bytes]  # (chat, user)
+ERASED = "erased"  # undo-log entries: a message refused on arrival as erased
 
 
 @dataclass
@@ -105,6 +109,7 @@ class Counters:
     rolled_back: int = 0
     collected: int = 0
     waiting_lost: int = 0  # messages in the waiting room when the node crashed
+    resurrected_deleted: int = 0  # a message stored again after this replica erased it
 
 
 class _Waiting(WaitingRoom):
@@ -122,7 +127,12 @@ class _Waiting(WaitingRoom):
         replica = self.replica
         if not replica.rules.retention_filter:
             return released
-        return [m for m in released if m.hlc.physical_ms > replica.horizon]
+        # deletes never expire (MESSAGES.md): only what the GC collects is dropped
+        return [
+            m
+            for m in released
+            if m.kind is MessageKind.DELETE or m.hlc.physical_ms > replica.horizon
+        ]
 
 
 class SimReplica(MemoryReplica):
@@ -143,9 +153,10 @@ class SimReplica(MemoryReplica):
         self.horizon = 0  # retention: highest cutoff collected at
         self.counting = True  # contributes to ShardContext.holders (honest and live)
         self.counters = Counters()
-        self._undo: list[tuple[int, Domain, Any, Any]] = []  # (t, domain, key, before)
+        self._undo: list[tuple[int, Domain | str, Any, Any]] = []  # (t, domain, key, before)
         self._by_time: list[tuple[int, bytes]] = []  # (physical_ms, msg_id) heap for the GC
         self._shown_on_arrival: dict[bytes, bool] = {}  # the authz-arrival bug's frozen verdicts
+        self._arrival: dict[bytes, int] = {}  # message id -> arrival number (edit-arrival bug)
         self.t_ms = 0  # true time of the current event (undo log)
 
     def apply(self, domain: Domain, records: Sequence[Record]) -> int:
@@ -166,8 +177,12 @@ class SimReplica(MemoryReplica):
 
     def _put_message(self, msg: MsgV1) -> bool:
         msg = self.ctx.interned.setdefault(msg.msg_id, msg)
+        if msg.msg_id in self.erased:  # the rule refuses it before: only a planted bug gets here
+            self.counters.resurrected_deleted += 1
         if not super()._put_message(msg):
             return False
+        if self.rules.edit_by_arrival:
+            self._arrival[msg.msg_id] = len(self._arrival)
         physical = msg.hlc.physical_ms
         if physical <= self.horizon:
             self.counters.resurrected += 1
@@ -185,6 +200,40 @@ class SimReplica(MemoryReplica):
             return False
         self._undo.append((self.t_ms, MEMBERS, op_id, None))
         return True
+
+    def _erased_on_arrival(self, msg: MsgV1) -> bool:
+        known = msg.msg_id in self.erased
+        erased = super()._erased_on_arrival(msg)
+        if erased and not known:  # a crash takes it back out with the delete that erased it
+            self._undo.append((self.t_ms, ERASED, msg.msg_id, None))
+        return erased
+
+    def admins(self, chat_id: bytes) -> IsAdmin:
+        if self.rules.anyone_may_delete:
+            return lambda user, hlc: True
+        return super().admins(chat_id)
+
+    def view(self, chat_id: bytes) -> ChatView:
+        view = super().view(chat_id)
+        if not self.rules.edit_by_arrival:
+            return view
+        return ChatView([self._edited_by_arrival(i) for i in view.items], view.read_positions)
+
+    def _edited_by_arrival(self, item: Any) -> Any:
+        """BUG: the applying edit that arrived last decides, not the greatest (hlc, id)."""
+        if not isinstance(item, MessageView):
+            return item
+        target = item.msg
+        edits = [
+            self.messages[i]
+            for i in self.refs.get(target.msg_id, ())
+            if self.messages[i].kind is MessageKind.EDIT
+            and edit_applies(self.messages[i], target)
+            and self._visible(self.messages[i])
+        ]
+        if not edits:
+            return item
+        return replace(item, edit=max(edits, key=lambda e: self._arrival.get(e.msg_id, -1)))
 
     def _merge_member_states(
         self, local: MemberInfo | None, remote: MemberInfo
@@ -229,9 +278,16 @@ class SimReplica(MemoryReplica):
         refold: set[Key] = set()
         while self._undo and self._undo[-1][0] > flushed_at:
             _, domain, key, before = self._undo.pop()
-            if domain is MESSAGES:
+            if domain is ERASED:  # refused on arrival: it may arrive again
+                self.erased.discard(key)
+            elif domain is MESSAGES and before is not None:  # erased: it is back
+                self.erased.discard(key)
+                self._restore_message(before)
+            elif domain is MESSAGES:
                 self._drop_message(key)
                 self._shown_on_arrival.pop(key, None)
+            elif domain is DELETES:
+                self._drop_delete(key)
             elif domain is MEMBERS:
                 op = self.member_ops.pop(key)
                 self._index(MEMBERS, key, None, key)
@@ -245,6 +301,19 @@ class SimReplica(MemoryReplica):
         self.waiting = _Waiting(self)
         self.counters.rolled_back += undone
         return undone
+
+    def _restore_message(self, msg: MsgV1) -> None:
+        self.messages[msg.msg_id] = msg
+        if msg.ref is not None:
+            self.refs.setdefault(msg.ref, set()).add(msg.msg_id)
+        self._index(MESSAGES, None, msg.msg_id, msg.msg_id)
+        heapq.heappush(self._by_time, (msg.hlc.physical_ms, msg.msg_id))
+
+    def _drop_delete(self, delete_id: bytes) -> None:
+        delete = self.deletes.pop(delete_id)
+        assert delete.ref is not None
+        self.deletes_by_ref[delete.ref].remove(delete)
+        self._index(DELETES, delete_id, None, delete_id)
 
     def _refold(self, keys: set[Key]) -> None:
         """Rows, histories and DM parties of ``keys`` again from the ops still held."""
@@ -278,6 +347,23 @@ class SimReplica(MemoryReplica):
                 self.dm_parties[chat] = parties[chat]
             else:
                 self.dm_parties.pop(chat, None)
+        self._refold_admins(keys, chats)
+
+    def _refold_admins(self, keys: set[Key], chats: set[bytes]) -> None:
+        """Who may delete others' messages, from the ops still held (a crash took some)."""
+        for key in keys:
+            self.admin_since.pop(key, None)
+        for chat in chats:
+            self.creators.pop(chat, None)
+        for op in self.member_ops.values():
+            key = (op.chat_id, op.user_id)
+            proof = op.proof
+            if op.chat_id in chats and proof is not None and not isinstance(proof, DmProof):
+                self.creators.setdefault(op.chat_id, proof.creator)
+            if key in keys and op.action is MembershipAction.ADD and op.role is Role.ADMIN:
+                first = self.admin_since.get(key)
+                if first is None or op.hlc < first:
+                    self.admin_since[key] = op.hlc
 
     # --- retention ---
 

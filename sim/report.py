@@ -96,6 +96,10 @@ def summary(outcome: RunOutcome) -> str:
         f"{o['messages'] - o['messages_visible']:,} hidden), {o['messages_inadmissible']:,} "
         f"never admitted; {stats['posts_waiting_at_origin']:,} posts waited at their origin, "
         f"{stats['waiting_at_end']:,} (node, message) pairs waiting at the end",
+        f"message kinds: {o['deletes']:,} deletes held, {o['erased']:,} messages erased, "
+        f"{o['tombstones']:,} tombstones, {o['edited_messages']:,} messages shown edited; "
+        f"{stats.get('erased_waiting_at_end', 0):,} (node, message) pairs erased by a held "
+        "delete but still in a waiting room",
         f"gossip: {stats['gossip_sent']:,} sent, {stats['gossip_dropped']:,} dropped, "
         f"{stats['gossip_duplicated']:,} duplicated, {stats['gossip_rejected_drift']:,} refused (drift), "
         f"{stats['gossip_rejected_old']:,} refused (retention)",

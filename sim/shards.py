@@ -10,7 +10,14 @@ are uniform, so roots still combine across shards by XOR and sum.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+import blake3
+
+# A chat's view in canonical form (the oracle and the check both build these tuples, with
+# content_item and tombstone_item); stamps packed. Positions: (user, packed position).
+ViewItem = tuple[object, ...]
 
 
 def shard_of(key: int, shards: int) -> int:
@@ -27,3 +34,51 @@ class Expected:
     # (chat, user) -> (the row's version: member_record_id of the folded row, active)
     members: dict[tuple[bytes, bytes], tuple[bytes, bool]] = field(default_factory=dict)
     identities: dict[bytes, bytes] = field(default_factory=dict)  # user -> record id
+    deletes: set[bytes] = field(default_factory=set)  # the DELETES domain: admissible deletes
+    erased: set[bytes] = field(default_factory=set)  # messages a valid delete erases
+    views: dict[bytes, bytes] = field(default_factory=dict)  # chat -> view_digest
+
+
+def view_digest(items: Iterable[ViewItem], positions: Iterable[tuple[bytes, int]]) -> bytes:
+    """One chat's view as 16 bytes: items in (stamp, id) order, positions by user."""
+    ordered = sorted(items, key=lambda item: (_stamp(item), item[1]))
+    return blake3.blake3(repr((ordered, sorted(positions))).encode()).digest(16)
+
+
+def views_digest(views: dict[bytes, bytes]) -> str:
+    """Every chat's view digest as one hex string (a report field a replay compares with)."""
+    return blake3.blake3(b"".join(c + d for c, d in sorted(views.items()))).hexdigest()
+
+
+def _stamp(item: ViewItem) -> int:
+    """The order key: a content item carries its stamp last, a tombstone third."""
+    value = item[-1] if item[0] == "m" else item[2]
+    assert isinstance(value, int)
+    return value
+
+
+def content_item(
+    msg_id: bytes,
+    hlc: int,
+    payload: bytes,
+    edited_at: int | None,
+    reply_state: str | None,
+    reactions: Iterable[tuple[bytes, Iterable[bytes]]],
+) -> ViewItem:
+    """A content message's canonical item; its stamp last (the order key)."""
+    summary = tuple(sorted((key, tuple(sorted(users))) for key, users in reactions if users))
+    return (
+        "m",
+        msg_id,
+        payload,
+        -1 if edited_at is None else edited_at,
+        reply_state or "",
+        summary,
+        hlc,
+    )
+
+
+def tombstone_item(
+    msg_id: bytes, hlc: int, sender: bytes, deleted_by: bytes, deleted_at: int
+) -> ViewItem:
+    return ("t", msg_id, hlc, sender, deleted_by, deleted_at)

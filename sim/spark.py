@@ -1,8 +1,10 @@
 """Spark plumbing: a session for any master, and a socket the shard tasks report progress to.
 
 Executors must import this project: it is installed (editable) in the venv
-whose Python runs the driver, and ``PYSPARK_PYTHON`` points every executor at
-that same interpreter. The trace travels to executors with ``SparkContext.addFile``,
+whose Python runs the driver, ``PYSPARK_PYTHON`` points every executor at
+that same interpreter, and ``PYTHONPATH`` (the driver's environment and the
+executors') at the checkout the driver imported — on a multi-machine cluster that
+path must exist on every worker. The trace travels to executors with ``SparkContext.addFile``,
 so a task can read it on any cluster; the oracle reads it with ``spark.read.parquet``,
 so on a multi-machine cluster TRACE must be on storage every executor sees.
 """
@@ -35,6 +37,12 @@ def spark_session(master: str = "local[*]", *, app: str = "chatsync-sim") -> Spa
     warnings.filterwarnings("ignore", message=".*Cannot infer the eval type.*")
     os.environ["PYSPARK_PYTHON"] = python
     os.environ["PYSPARK_DRIVER_PYTHON"] = python
+    # Executors import the checkout this driver runs, not the one the venv was installed
+    # from (a worktree beside it): PYTHONPATH goes before the editable install's .pth.
+    root = str(Path(__file__).resolve().parent.parent)
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *filter(None, paths)])
     builder = (
         SparkSession.builder.master(master)
         .appName(app)
@@ -42,6 +50,7 @@ def spark_session(master: str = "local[*]", *, app: str = "chatsync-sim") -> Spa
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.executorEnv.PYSPARK_PYTHON", python)
+        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
         .config("spark.python.worker.reuse", "true")
         .config("spark.task.maxFailures", "1")
         .config("spark.driver.memory", "2g")

@@ -52,6 +52,7 @@ import trio.testing
 
 from node.config import NodeConfig
 from node.framing import FrameStream, StreamClosed, TrioFrames
+from sim.engine import view_digest_of
 from sim.schedule import (
     REPLAY_COLUMNS,
     Delivery,
@@ -62,9 +63,10 @@ from sim.schedule import (
     TraceEvent,
     op_key,
 )
+from sim.shards import views_digest
 from store import trace as tr
 from store.errors import InvalidInput
-from store.ops import Op, decode_op, encode_ops, validate_op
+from store.ops import MembershipOp, Op, decode_op, encode_ops, validate_op
 from store.records import MsgV1
 from store.retention import DAY_MS
 from sync.frames import Domain
@@ -81,6 +83,7 @@ class NodeResult:
     roots: dict[str, str]  # domain -> "xor:count", as the Spark report writes roots
     clock_ahead_ms: int
     visible: str = ""  # the messages its readers are shown, as one "xor:count"
+    views: str = ""  # every chat's view (MESSAGES.md) as one digest (sim.shards.views_digest)
 
 
 @dataclass
@@ -155,6 +158,10 @@ class InProcessReplay:
         self.schedule = Schedule(trace)
         self.ops = _decode_ops(trace)
         self.chats = {t.op.chat_id for t in self.ops.values() if isinstance(t.op, MsgV1)}
+        # the oracle has a view of every chat with member ops (empty when nothing is shown)
+        self.group_chats = {
+            t.op.chat_id for t in self.ops.values() if isinstance(t.op, MembershipOp)
+        }
         self.n = h.nodes
         config = NodeConfig(max_offset_ms=h.max_offset_ms, retention_days=h.retention_ms / DAY_MS)
         self.max_frame = config.sync_max_frame
@@ -333,11 +340,12 @@ class InProcessReplay:
     def _result(self) -> InProcessResult:
         rows = []
         for node in self.nodes:
-            roots, visible = {}, ""
+            roots, visible, views = {}, "", ""
             if node.alive:
                 roots = {d.name.lower(): root_text(*r) for d, r in node.roots().items()}
                 xor, count = MerkleTree.from_ids(node.visible_ids(self.chats)).root()
                 visible = root_text(int.from_bytes(xor, "big"), count)
+                views = views_digest({c: view_digest_of(node.view(c)) for c in self.group_chats})
             rows.append(
                 NodeResult(
                     node=node.index,
@@ -346,6 +354,7 @@ class InProcessReplay:
                     roots=roots,
                     clock_ahead_ms=node.clock.last.physical_ms - self.header.end_ms,
                     visible=visible,
+                    views=views,
                 )
             )
         stats = dict(self.stats)

@@ -35,6 +35,7 @@ from node.syncer import SyncService
 from node.verify import ParallelVerifier
 from store.chatdb import ChatDb
 from store.hlc import HlcClock
+from store.kinds import ChatView
 from store.ops import Op
 from store.retention import RetentionPolicy
 from store.rocks import ChatDbConfig
@@ -307,6 +308,10 @@ class InProcessNode:
         return cycle.messages_expired
 
     # --- state ---
+
+    def view(self, chat: bytes) -> ChatView:
+        """The chat as the node's readers see it (DbReplica.view: the store's fold)."""
+        return self._up().replica.view(chat)
 
     def visible_ids(self, chats: set[bytes]) -> set[bytes]:
         """The messages of these chats that the node's readers are shown."""

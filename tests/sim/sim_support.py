@@ -2,8 +2,9 @@
 
 ``brute_force_expected`` applies every valid op of a trace to one
 ``sync.replica.MemoryReplica`` through the store's own merge rules and message
-rule (``store.access``) — a second, independent way to the final state (stored,
-visible) that the Spark oracle must agree with.
+rule (``store.access``) and its message kinds (``store.kinds``: deletes, erasure, the
+view) — a second, independent way to the final state (stored, visible, deletes, erased,
+views) that the Spark oracle must agree with.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from sim.engine import view_digest_of
 from sim.hunt import SMALL, small_trace
 from sim.shards import Expected, shard_of
 from store import trace as tr
+from store.errors import DecodeError
+from store.kinds import check_public_payload
 from store.ops import decode_op
-from store.records import compute_identity_record_id, member_record_id
+from store.records import MsgV1, compute_identity_record_id, member_record_id
 from sync.replica import MemoryReplica
 
 __all__ = ["SMALL", "SPARK_WARNINGS", "brute_force_expected", "small_trace"]
@@ -28,22 +32,36 @@ SPARK_WARNINGS = [
 ]
 
 
+def _well_formed(msg: MsgV1) -> bool:
+    try:
+        check_public_payload(msg)
+    except DecodeError:
+        return False
+    return True
+
+
 def brute_force_expected(path: Path, shard: int = 0, shards: int = 1) -> Expected:
     """The final state of shard ``shard`` of ``shards``: every valid op, in trace order."""
     trace = tr.read_trace(path)
     h = trace.header
     replica = MemoryReplica()
-    rows = trace.table.select(["t_ms", "kind", "op"]).to_pylist()
+    rows = trace.table.select(["t_ms", "kind", "op", "shard_key"]).to_pylist()
+    chats_of: dict[bytes, int] = {}  # message id -> shard key
     for row in rows:
         kind = row["kind"]
         if kind not in tr.OP_CODES:
             continue
         op = decode_op(tr.OP_CODES[kind], row["op"])
+        if isinstance(op, MsgV1):
+            chats_of[op.msg_id] = row["shard_key"]
         if op.hlc.physical_ms - row["t_ms"] > h.max_offset_ms:
             continue  # invalid: made by a clock past max offset
+        if isinstance(op, MsgV1) and not _well_formed(op):
+            continue  # a malformed public payload: refused at every ingress
         replica.apply_ops([op])
     raw = h.end_ms - h.retention_ms
     cutoff = raw - raw % h.gc_grain_ms
+    replica.expire_messages(cutoff)  # the final GC (deletes are never collected)
 
     def mine(key: int) -> bool:
         return shard_of(key, shards) == shard
@@ -68,5 +86,12 @@ def brute_force_expected(path: Path, shard: int = 0, shards: int = 1) -> Expecte
         user: compute_identity_record_id(user, *stored)
         for user, stored in replica.identities.items()
         if mine(tr.row_shard_key(user))
+    }
+    exp.deletes = {i for i, d in replica.deletes.items() if mine(tr.chat_shard_key(d.chat_id))}
+    exp.erased = {i for i in replica.erased if i in chats_of and mine(chats_of[i])}
+    exp.views = {
+        chat: view_digest_of(replica.view(chat))
+        for chat in {op.chat_id for op in replica.member_ops.values()}
+        if mine(tr.chat_shard_key(chat))
     }
     return exp

@@ -32,7 +32,7 @@ from inprocess import InProcessResult, root_text, run_inprocess
 from sim_support import SPARK_WARNINGS, small_trace
 
 pytestmark = [pytest.mark.slow, *SPARK_WARNINGS]
-DOMAINS = ("messages", "members", "identity")
+DOMAINS = ("messages", "members", "identity", "deletes")
 # Every fault kind (partitions both ways, drop, dup, delay, crash, skew, far future, GC).
 TRACES: dict[str, dict[str, Any]] = {
     "5 nodes, seed 2": {"seed": 2},
@@ -106,6 +106,7 @@ def test_the_node_in_process_ends_with_the_spark_replays_roots(
         for domain in DOMAINS:
             assert n.roots[domain] == r["domains"][domain]["oracle_root"], (n.node, domain)
         assert n.visible == r["oracle"]["visible_root"], n.node  # what its readers are shown
+        assert n.views == r["oracle"]["views_digest"], n.node  # edits, deletes, reactions...
         assert n.clock_ahead_ms <= outcome.header.max_offset_ms
     _assert_non_trivial(node, r)
 

@@ -7,10 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from sim.bugs import Bug
-from sim.engine import CHECK_COUNTERS, ShardTask, _Progress, run_shard
+from sim.bugs import Bug, rules_for
+from sim.engine import CHECK_COUNTERS, ShardTask, _erased_waiting, _Progress, run_shard
 from sim.network import NetParams, Network
+from sim.replica import ShardContext, SimReplica
 from sim.spark import ProgressServer
+from store.authz import NONCE_LEN, new_group
+from store.hlc import Hlc, HlcClock
+from store.kinds import Claims
+from store.ops import MembershipAction, MembershipOp
+from store.records import MessageKind, MsgV1, Role
+from store.signing import key_from_seed, public_key, user_id_from_key
 
 from sim_support import brute_force_expected, small_trace
 
@@ -44,7 +51,7 @@ def _bad(results: list[dict[str, object]]) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return small_trace(2, tmp_path_factory.mktemp("engine") / "t.parquet")
+    return small_trace(3, tmp_path_factory.mktemp("engine") / "t.parquet")
 
 
 def test_a_faulty_trace_converges_to_the_expected_state(faulty: Path) -> None:
@@ -68,7 +75,7 @@ def test_a_faulty_trace_converges_to_the_expected_state(faulty: Path) -> None:
     for r in results:
         for row in r["nodes"]:  # type: ignore[attr-defined]
             if row["honest"]:
-                acc = roots.setdefault(row["node"], [[0, 0], [0, 0], [0, 0]])
+                acc = roots.setdefault(row["node"], [[0, 0] for _ in range(4)])
                 for d, (x, c) in enumerate(row["roots"]):
                     acc[d][0] ^= x
                     acc[d][1] += c
@@ -85,7 +92,7 @@ def test_same_trace_same_shard_result(faulty: Path) -> None:
     assert one == two
 
 
-# Seed 2 catches every planted bug: it has same-stamp identity twins that reach nodes in
+# Seed 3 catches every planted bug: it has same-stamp identity twins that reach nodes in
 # different orders (LWW-by-arrival), and messages some node stores before the member op that
 # decides them (authorize-at-arrival) in the part of the trace the final GC keeps.
 @pytest.mark.slow
@@ -102,9 +109,22 @@ def test_the_authorization_counters_see_the_message_rule(faulty: Path) -> None:
     whole = brute_force_expected(faulty)
     assert whole.visible < whole.messages  # some stored messages are hidden
     ignoring = _bad(_run(faulty, Bug.AUTHZ_NO_REMOVALS))
-    assert ignoring.keys() == {"unauthorized_visible"}
+    # the views fold what is shown, so they differ too
+    assert ignoring.keys() == {"unauthorized_visible", "wrong_view"}
     arrival = _bad(_run(faulty, Bug.AUTHZ_ARRIVAL))
-    assert arrival.keys() == {"unauthorized_visible", "authorized_hidden"}
+    assert arrival.keys() == {"unauthorized_visible", "authorized_hidden", "wrong_view"}
+
+
+def test_the_message_kind_counters_see_the_planted_kind_bugs(faulty: Path) -> None:
+    """The trace has deletes that erase, deletes that may not, and racing edits in the part
+    the final GC keeps; letting anyone delete erases messages the oracle keeps, or tombstones
+    appear; the last edit by arrival shows another payload than the (hlc, id) winner."""
+    whole = brute_force_expected(faulty)
+    assert whole.deletes and whole.erased and whole.views
+    anyone = _bad(_run(faulty, Bug.ANYONE_MAY_DELETE))
+    assert anyone.keys() >= {"wrong_view"} and anyone.keys() <= {"wrong_view", "lost"}
+    by_arrival = _bad(_run(faulty, Bug.EDIT_ARRIVAL_ORDER))
+    assert by_arrival.keys() == {"wrong_view"}  # stored sets and roots still converge
 
 
 def test_network_partitions_and_fates() -> None:
@@ -143,3 +163,26 @@ def test_shard_progress_reaches_the_driver() -> None:
     finally:
         server.close()
     assert _Progress(("127.0.0.1", 1), 0).sock is None  # nobody listening: silently off
+
+
+def test_an_erased_message_in_a_waiting_room_is_counted() -> None:
+    """A stranger's post waits for an add that never comes; the creator's delete of it is
+    valid, yet the replica keeps the post in its waiting room (stat erased_waiting_at_end,
+    SIM.md findings)."""
+    keys = [key_from_seed(bytes([0x31 + i]) * 32) for i in range(2)]
+    creator, stranger = keys
+    proof = new_group(creator, b"n" * NONCE_LEN)
+    chat = proof.chat_id()
+    add = MembershipOp.create(
+        creator, chat, user_id_from_key(public_key(creator)), MembershipAction.ADD, Hlc(900),
+        Role.ADMIN, proof=proof,
+    )  # fmt: skip
+    post = MsgV1.create(stranger, chat, Hlc(1_000), b"spam")
+    delete = MsgV1.create(
+        creator, chat, Hlc(1_100), Claims.of(post).encode(), kind=MessageKind.DELETE,
+        ref=post.msg_id,
+    )  # fmt: skip
+    replica = SimReplica(ShardContext(120_000), rules_for(None), HlcClock())
+    replica.apply_ops([add, post, delete])
+    assert post.msg_id in replica.waiting and delete.msg_id in replica.deletes
+    assert _erased_waiting(replica) == 1

@@ -9,7 +9,9 @@ import pyarrow.parquet as pq
 
 from sim.generate import FAULTS, GenParams, generate, parse_faults
 from store import trace as tr
+from store.kinds import Claims, decode_reaction
 from store.ops import MembershipOp, decode_op, validate_op
+from store.records import MessageKind, MsgV1
 
 from sim_support import SMALL, small_trace
 
@@ -144,3 +146,47 @@ def test_a_removal_races_a_post_across_every_partition(tmp_path: Path) -> None:
             and (p.node in group) != (rm.node in group)
         ]
         assert races, cut
+
+
+def test_the_message_kind_scenarios_are_in_a_trace(tmp_path: Path) -> None:
+    """Edits (some by others, some racing from two nodes), deletes (by the author, by others,
+    with lying claims), reactions and retractions, receipts, and admin adds after the start."""
+    trace = tr.read_trace(small_trace(3, tmp_path / "t.parquet", ops=1_200))
+    rows = trace.table.to_pylist()
+    msgs: dict[bytes, tuple[MsgV1, int]] = {}
+    for row in rows:
+        if row["kind"] == tr.MSG:
+            msg = decode_op(tr.OP_CODES[tr.MSG], row["op"])
+            assert isinstance(msg, MsgV1)
+            msgs[msg.msg_id] = (msg, row["node"])
+    by_kind: dict[MessageKind, list[MsgV1]] = {}
+    for msg, _ in msgs.values():
+        by_kind.setdefault(msg.kind, []).append(msg)
+    assert set(by_kind) == set(MessageKind)
+
+    def target(m: MsgV1) -> MsgV1 | None:
+        found = msgs.get(m.ref or b"")
+        return None if found is None else found[0]
+
+    edits = by_kind[MessageKind.EDIT]
+    assert any((t := target(e)) is not None and t.sender != e.sender for e in edits)
+    racing = {
+        (a.ref, a.sender)
+        for a in edits
+        for b in edits
+        if a.ref == b.ref and a.sender == b.sender and msgs[a.msg_id][1] != msgs[b.msg_id][1]
+    }
+    assert racing  # the same author's edits of one message from two nodes
+    deletes = by_kind[MessageKind.DELETE]
+    named = [(d, t) for d in deletes if (t := target(d)) is not None]
+    honest = [(d, t) for d, t in named if Claims.of(t).encode() == d.payload]
+    assert len(honest) < len(deletes)  # some lie about their target
+    assert {d.sender == t.sender for d, t in honest} == {True, False}  # the author, others
+    flags = {decode_reaction(r.payload)[0] for r in by_kind[MessageKind.REACTION]}
+    assert flags == {True, False}  # reactions and retractions
+    assert all(len(r.payload) == 8 for r in by_kind[MessageKind.READ_RECEIPT])
+    start = trace.header.start_ms
+    promotions = [
+        r for r in rows if r["kind"] == tr.MEMBER_ADD and r["role"] == 1 and r["t_ms"] > start
+    ]
+    assert promotions

@@ -9,11 +9,12 @@ import pytest
 
 from sim import retention_model
 from sim.bugs import Bug, OffByOneTree, rules_for
-from sim.replica import IDENTITY, MEMBERS, MESSAGES, ShardContext, SimReplica
+from sim.replica import DELETES, IDENTITY, MEMBERS, MESSAGES, ShardContext, SimReplica
 from sim.trees import SimTree, SparseMerkleTree
 from store.hlc import Hlc, HlcClock
+from store.kinds import Claims, MessageView, Tombstone, reaction_payload
 from store.ops import MembershipAction, MembershipOp
-from store.records import IdentityRecord, MsgV1, Role
+from store.records import IdentityRecord, MessageKind, MsgV1, Role
 from store.signing import key_from_seed, public_key, user_id_from_key
 from sync.frames import Domain
 from sync.merkle import MerkleTree
@@ -28,22 +29,59 @@ MESSAGES_POOL = [
 ]
 
 
-def _op(chat: int, user: int, action: MembershipAction, stamp: int) -> MembershipOp:
+def _op(
+    chat: int, user: int, action: MembershipAction, stamp: int, role: Role = Role.PARTICIPANT
+) -> MembershipOp:
     """A member op (unchecked: MemoryReplica trusts what it is given; sessions verify)."""
     actor = KEYS[user] if action is LEAVE else KEYS[0]
-    return MembershipOp.create(actor, CHATS[chat], USERS[user], action, Hlc(stamp), Role(0))
+    return MembershipOp.create(actor, CHATS[chat], USERS[user], action, Hlc(stamp), role)
+
+
+def _about(user: int, stamp: int, kind: MessageKind, target: MsgV1, payload: bytes) -> MsgV1:
+    """A message of ``kind`` by ``user`` that refers to ``target``, in its chat."""
+    return MsgV1.create(
+        KEYS[user], target.chat_id, Hlc(stamp), payload, kind=kind, ref=target.msg_id
+    )
+
+
+def _kinds_about(i: int, target: MsgV1) -> list[MsgV1]:
+    """Around post ``i``: its author's two edits and another's, a delete by its author
+    and one by another user (valid only if that user is an admin by then; user 0 never
+    is here), a lying delete, a reaction and its retraction, a receipt."""
+    author, other, t = i % 3, (i + 1) % 3, 1_000 + i
+    claims = Claims.of(target).encode()
+    lie = Claims(USERS[other], target.hlc, target.kind).encode()
+    edit = MessageKind.EDIT
+    return [
+        _about(author, t + 50, edit, target, b"first edit"),
+        _about(author, t + 60, edit, target, b"second edit"),
+        _about(other, t + 70, edit, target, b"not the author's"),
+        _about(author, t + 80, MessageKind.DELETE, target, claims),
+        _about(other, t + 90, MessageKind.DELETE, target, claims),
+        _about(other, t + 95, MessageKind.DELETE, target, lie),
+        _about(other, t + 40, MessageKind.REACTION, target, reaction_payload(b"+1")),
+        _about(other, t + 45, MessageKind.REACTION, target, reaction_payload(b"+1", retract=True)),
+        _about(other, t + 30, MessageKind.READ_RECEIPT, target, target.hlc.to_bytes()),
+    ]
+
+
+KINDS_POOL = [m for i, post in enumerate(MESSAGES_POOL[:12]) for m in _kinds_about(i, post)]
 
 
 def _records(rng: random.Random, n: int) -> list[Record]:
     out: list[Record] = []
     for _ in range(n):
         roll = rng.random()
-        if roll < 0.5:
+        if roll < 0.35:
             out.append(rng.choice(MESSAGES_POOL))
+        elif roll < 0.55:
+            out.append(rng.choice(KINDS_POOL))
         elif roll < 0.8:
             action = rng.choice([ADD, ADD, REMOVE, LEAVE])
             stamp = rng.choice([900, 1_005, 1_010, 1_020, 1_030])
-            out.append(_op(rng.randrange(2), rng.randrange(3), action, stamp))
+            role = Role.ADMIN if action is ADD and rng.random() < 0.2 else Role.PARTICIPANT
+            user = rng.randrange(3)
+            out.append(_op(rng.randrange(2), user, action, stamp, role if user else Role(0)))
         else:
             blob = b"blob-%d" % rng.randrange(3)
             out.append(IdentityRecord(rng.choice(USERS), Hlc(rng.choice([3, 4])), blob))
@@ -52,7 +90,7 @@ def _records(rng: random.Random, n: int) -> list[Record]:
 
 def _domain(record: Record) -> Domain:
     if isinstance(record, MsgV1):
-        return MESSAGES
+        return DELETES if record.kind is MessageKind.DELETE else MESSAGES
     return MEMBERS if isinstance(record, MembershipOp) else IDENTITY
 
 
@@ -73,6 +111,10 @@ def _state(replica: MemoryReplica) -> tuple[object, ...]:
         replica.histories,
         replica.dm_parties,
         replica.identities,
+        replica.deletes,
+        replica.erased,
+        replica.admin_since,
+        [replica.view(chat) for chat in CHATS],
         replica.visible_ids(),
     )
 
@@ -248,3 +290,92 @@ def test_planted_authorization_rules() -> None:
     assert real.visible_ids() == want
     assert ignoring.visible_ids() == want | {gap.msg_id}  # the gap post shows
     assert arrival.visible_ids() == {shown.msg_id, gap.msg_id}  # decided once, on arrival
+
+
+def _with_members() -> SimReplica:
+    replica = _replica()
+    replica.apply(MEMBERS, [_op(c, u, ADD, 900) for c in range(2) for u in range(3)])
+    replica.flush()
+    return replica
+
+
+def _trees_match(replica: SimReplica) -> bool:
+    return all(
+        replica.tree(d).root() == MerkleTree.from_ids(replica.record_ids(d)).root() for d in Domain
+    )
+
+
+def test_a_crash_takes_back_a_delete_and_puts_its_erased_messages_back() -> None:
+    post = MESSAGES_POOL[0]  # user 0 in chat 0, at 1000
+    edit, _, _, delete, *_ = _kinds_about(0, post)
+    replica = _with_members()
+    replica.t_ms = 100
+    replica.apply(MESSAGES, [post, edit])
+    replica.flush()
+    replica.t_ms = 200
+    replica.apply(DELETES, [delete])
+    assert not replica.messages.keys() & {post.msg_id, edit.msg_id}
+    assert replica.erased == {post.msg_id, edit.msg_id}
+    assert isinstance(replica.view(CHATS[0]).items[0], Tombstone)
+    assert replica.crash(flushed_at=150) == 3  # the delete and two erasures
+    assert replica.messages.keys() >= {post.msg_id, edit.msg_id}
+    assert not replica.deletes and not replica.erased and _trees_match(replica)
+    assert replica.view(CHATS[0]).items[0] == MessageView(post, edit)
+    replica.apply(DELETES, [delete])  # it comes back by sync: erased again
+    assert post.msg_id not in replica.messages and delete.msg_id in replica.deletes
+
+
+def test_a_crash_forgets_what_an_unflushed_delete_refused() -> None:
+    """A message refused on arrival (erased) under a delete the crash takes back may arrive
+    again, and is stored; the delete, back by sync, erases it once more."""
+    post = MESSAGES_POOL[0]
+    delete = _kinds_about(0, post)[3]
+    replica = _with_members()
+    replica.t_ms = 200
+    replica.apply(DELETES, [delete])
+    assert replica.apply(MESSAGES, [post]) == 0 and post.msg_id in replica.erased
+    replica.crash(flushed_at=150)
+    assert not replica.erased and not replica.deletes
+    assert replica.apply(MESSAGES, [post]) == 1
+    replica.apply(DELETES, [delete])
+    assert replica.erased == {post.msg_id} and replica.counters.resurrected_deleted == 0
+
+
+def test_deletes_are_never_collected() -> None:
+    post = MESSAGES_POOL[3]  # user 0 in chat 1, at 1003
+    delete = _kinds_about(3, post)[3]  # at 1083
+    replica = _with_members()
+    replica.apply(MESSAGES, [post])
+    replica.apply(DELETES, [delete])
+    root = replica.tree(DELETES).root()
+    retention_model.run_gc(replica, now_ms=5_000, retention_ms=0, grain_ms=10)
+    assert replica.deletes.keys() == {delete.msg_id} and replica.tree(DELETES).root() == root
+    late = _replica()  # a delete that waited for its add, released below the horizon: kept
+    late.apply(DELETES, [delete])
+    retention_model.run_gc(late, now_ms=5_000, retention_ms=0, grain_ms=10)
+    late.apply(MEMBERS, [_op(1, 0, ADD, 900)])
+    assert late.deletes.keys() == {delete.msg_id}
+
+
+def test_planted_message_kind_rules() -> None:
+    post = MESSAGES_POOL[0]  # user 0's; user 1 is no admin
+    first, second, _, _, by_other, *_ = _kinds_about(0, post)
+    real, anyone = _with_members(), _replica(Bug.ANYONE_MAY_DELETE)
+    anyone.apply(MEMBERS, [_op(c, u, ADD, 900) for c in range(2) for u in range(3)])
+    for replica in (real, anyone):
+        replica.apply(MESSAGES, [post])
+        replica.apply(DELETES, [by_other])
+    assert post.msg_id in real.messages and post.msg_id not in anyone.messages
+    # ... and once user 1 is an admin from before the delete, the real rule erases too
+    real.apply(MEMBERS, [_op(0, 1, ADD, 950, Role.ADMIN)])
+    assert post.msg_id not in real.messages
+
+    real, by_arrival = _with_members(), _replica(Bug.EDIT_ARRIVAL_ORDER)
+    by_arrival.apply(MEMBERS, [_op(c, u, ADD, 900) for c in range(2) for u in range(3)])
+    for replica in (real, by_arrival):
+        replica.apply(MESSAGES, [post, second, first])  # the later edit arrives first
+    shown = [r.view(CHATS[0]).items[0] for r in (real, by_arrival)]
+    assert [item.payload for item in shown if isinstance(item, MessageView)] == [
+        b"second edit",
+        b"first edit",
+    ]

@@ -74,6 +74,10 @@ def test_the_oracle_agrees_with_a_brute_force_fold(
     assert got.member_ops == want.member_ops and got.member_ops
     assert got.members == want.members and any(not a for _, a in got.members.values())
     assert got.identities == want.identities and got.identities
+    # message kinds: the deletes, what they erase, every chat's view
+    assert got.deletes == want.deletes and got.deletes
+    assert got.erased == want.erased and got.erased
+    assert got.views == want.views and len(set(got.views.values())) == len(got.views)
 
 
 def test_one_and_two_executors_give_the_same_result(
