@@ -165,10 +165,10 @@ def test_shard_progress_reaches_the_driver() -> None:
     assert _Progress(("127.0.0.1", 1), 0).sock is None  # nobody listening: silently off
 
 
-def test_an_erased_message_in_a_waiting_room_is_counted() -> None:
+def test_an_erased_message_leaves_the_waiting_room() -> None:
     """A stranger's post waits for an add that never comes; the creator's delete of it is
-    valid, yet the replica keeps the post in its waiting room (stat erased_waiting_at_end,
-    SIM.md findings)."""
+    valid, and the replica drops the post from its waiting room (stat erased_waiting_at_end
+    counts what stays there: nothing)."""
     keys = [key_from_seed(bytes([0x31 + i]) * 32) for i in range(2)]
     creator, stranger = keys
     proof = new_group(creator, b"n" * NONCE_LEN)
@@ -183,6 +183,8 @@ def test_an_erased_message_in_a_waiting_room_is_counted() -> None:
         ref=post.msg_id,
     )  # fmt: skip
     replica = SimReplica(ShardContext(120_000), rules_for(None), HlcClock())
-    replica.apply_ops([add, post, delete])
-    assert post.msg_id in replica.waiting and delete.msg_id in replica.deletes
-    assert _erased_waiting(replica) == 1
+    replica.apply_ops([add, post])
+    assert post.msg_id in replica.waiting and _erased_waiting(replica) == 0
+    replica.apply_ops([delete])
+    assert post.msg_id not in replica.waiting and delete.msg_id in replica.deletes
+    assert _erased_waiting(replica) == 0
