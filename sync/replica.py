@@ -199,7 +199,7 @@ class MemoryReplica:
         }
         if chats:  # a waiting message a delete erases could never be stored: it goes
             self.waiting.discard(
-                {m.msg_id for m in self.waiting.of_chats(chats) if self._erased_on_arrival(m)}
+                {m.msg_id for m in self.waiting.of_chats(chats) if self.erased_by_a_delete(m)}
             )
         return Applied(new, changed)
 
@@ -243,14 +243,21 @@ class MemoryReplica:
                 self._drop_message(msg_id)
 
     def _erased_on_arrival(self, msg: MsgV1) -> bool:
+        """A message a held delete erases is not stored (and remembered as erased)."""
         if msg.msg_id in self.erased:
             return True
-        for ref in (msg.msg_id, msg.ref):
-            for delete in self.deletes_by_ref.get(ref or b"", ()):
-                if delete_is_valid(delete, self.admins(msg.chat_id)) and erases(delete, msg):
-                    self.erased.add(msg.msg_id)
-                    return True
+        if self.erased_by_a_delete(msg):
+            self.erased.add(msg.msg_id)
+            return True
         return False
+
+    def erased_by_a_delete(self, msg: MsgV1) -> bool:
+        is_admin = self.admins(msg.chat_id)
+        return any(
+            delete_is_valid(delete, is_admin) and erases(delete, msg)
+            for ref in (msg.msg_id, msg.ref)
+            for delete in self.deletes_by_ref.get(ref or b"", ())
+        )
 
     def admins(self, chat_id: bytes) -> IsAdmin:
         """Who may delete others' messages in the chat, from when (store.kinds.IsAdmin): the
