@@ -211,7 +211,8 @@ class MemoryReplica:
         if msg.msg_id in self.messages or msg.msg_id in self.deletes:
             return False
         if not self._admissible(msg):
-            self.waiting.park(msg)
+            if not self.erased_by_a_delete(msg):  # nothing waits that could never be stored
+                self.waiting.park(msg)
             return False
         if msg.kind is MessageKind.DELETE:
             return self._put_delete(msg)
@@ -526,6 +527,8 @@ class DbReplica:
             released = self.waiting.release_chats(applied.chats)
         admitted = self.db.put_authorized(msgs + released, admit_all=self.admit_all)
         results, waiting = admitted.results, admitted.waiting
+        if waiting and (never := self.db.erased_on_arrival(waiting)):
+            waiting = [m for m in waiting if m.msg_id not in never]  # could never be stored
         evicted = [msg_id for msg in waiting for msg_id in self.waiting.park(msg)]
         erased_waiting = self._discard_erased_waiting(msgs)
         if released or waiting or erased_waiting:

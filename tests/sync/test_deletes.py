@@ -97,3 +97,13 @@ def test_a_waiting_message_a_delete_erases_leaves_the_waiting_room(replica: Repl
         assert replica.db.load_waiting() == []
     replica.apply_ops([member(1, AUTHOR, member_stamp(0))])  # the add comes: nothing to store
     assert not held(replica, TARGET.msg_id)
+
+
+def test_a_message_that_comes_after_the_delete_that_erases_it_never_waits(
+    replica: Replica,
+) -> None:
+    replica.apply_ops([member(1, 0, member_stamp(0)), delete_of(1, 0, 5)])
+    replica.apply_ops([TARGET])  # its sender has no add: it would wait, but it is erased
+    assert TARGET.msg_id not in replica.waiting
+    if isinstance(replica, DbReplica):
+        assert replica.db.load_waiting() == []
