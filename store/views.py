@@ -3,8 +3,9 @@ payload, edit mark, reactions and reply state, and the tombstones of deleted one
 
 ``folded_range`` pages like ``range`` but over content messages (NEW, REPLY) only.
 The messages a page's items are referred to by are found through ``refs``; most
-messages have none, and one multi-get in ``ref_targets`` tells which do, so a page
-without edits or reactions costs one lookup more than the raw page. Tombstones are
+messages have none, and one multi-get in ``ref_targets`` tells which do (for that,
+each item's id is computed); a referred message costs a prefix scan of ``refs``, a
+multi-get and the decoding of what refers to it (MESSAGES.md has the figures). Tombstones are
 given with the page whose HLC interval holds the deleted message's claimed stamp.
 """
 
