@@ -46,7 +46,7 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import CodeType, FrameType, ModuleType, SimpleNamespace
@@ -74,6 +74,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     ],
     "store/merge.py": ["test_merge.py", "test_chatdb.py", "test_chatdb_stateful.py"],
     "store/authz.py": [
+        "test_authz.py",
         "test_chat_proof.py",
         "test_records.py",
         "test_ops.py",
@@ -391,6 +392,10 @@ def _code_by_qualname(code: CodeType) -> dict[str, CodeType]:
 
 def _live_functions(module: ModuleType) -> Iterator[Any]:
     """Every function object defined by ``module``: top level, in classes, unwrapped."""
+    return _functions_in(vars(module), module.__name__)
+
+
+def _functions_in(namespace: dict[str, Any], module_name: str) -> Iterator[Any]:
     seen: set[int] = set()
 
     def unwrap(obj: Any) -> Iterator[Any]:
@@ -411,14 +416,15 @@ def _live_functions(module: ModuleType) -> Iterator[Any]:
             if id(value) in seen:
                 continue
             seen.add(id(value))
-            if isinstance(value, type) and value.__module__ == module.__name__:
+            if isinstance(value, type) and value.__module__ == module_name:
                 yield from walk(dict(vars(value)))
                 continue
             for fn in unwrap(value):
-                if getattr(fn, "__code__", None) is not None:
+                code = getattr(fn, "__code__", None)
+                if code is not None and getattr(fn, "__module__", None) == module_name:
                     yield fn
 
-    yield from walk(vars(module))
+    yield from walk(namespace)
 
 
 def swap_in(module: ModuleType, path: Path, mutant: Mutant) -> bool:
@@ -436,6 +442,94 @@ def swap_in(module: ModuleType, path: Path, mutant: Mutant) -> bool:
                 return False
             return True
     return False
+
+
+_PLAIN = (int, float, str, bytes, bool, type(None))
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, tuple | frozenset):
+        return all(_plain(v) for v in value)
+    return type(value) in _PLAIN
+
+
+@dataclass
+class ModuleLevelChange:
+    """What a module-level mutant changes that can be patched into the live module: plain
+    constants (and every module that imported them by name) and functions' defaults."""
+
+    constants: dict[str, Any]
+    defaults: dict[str, tuple[Any, Any]]  # qualname -> (__defaults__, __kwdefaults__)
+
+
+def module_level_change(module: ModuleType, path: Path, mutant: Mutant) -> ModuleLevelChange | None:
+    """Run the mutated module body aside and diff it with the live module. None: nothing
+    patchable changed (a class body, an object): the mutant needs a fresh import. Raises
+    what the mutated body raises (the mutant does not import: killed)."""
+    namespace: dict[str, Any] = {"__name__": module.__name__, "__file__": str(path)}
+    namespace["__package__"] = module.__package__
+    exec(mutated_code(path, mutant.index), namespace)
+    live = vars(module)
+    constants = {
+        name: new
+        for name, new in namespace.items()
+        if name in live
+        and _plain(new)
+        and _plain(live[name])
+        and (type(new) is not type(live[name]) or new != live[name])
+    }
+    mutated = {fn.__code__.co_qualname: fn for fn in _functions_in(namespace, module.__name__)}
+    defaults = {}
+    for fn in _live_functions(module):
+        other = mutated.get(fn.__code__.co_qualname)
+        if other is None:
+            continue
+        pair = (other.__defaults__, other.__kwdefaults__)
+        if pair != (fn.__defaults__, fn.__kwdefaults__) and all(
+            _plain(v) for v in [*(pair[0] or ()), *(pair[1] or {}).values()]
+        ):
+            defaults[fn.__code__.co_qualname] = pair
+    if not constants and not defaults:
+        return None
+    return ModuleLevelChange(constants, defaults)
+
+
+def imported_elsewhere(module: ModuleType, names: Iterable[str]) -> bool:
+    """Does another loaded module hold one of these constants under the same name?"""
+    live = vars(module)
+    for other in list(sys.modules.values()):
+        namespace = getattr(other, "__dict__", None)
+        if other is module or namespace is None:
+            continue
+        if any(name in namespace and namespace[name] is live[name] for name in names):
+            return True
+    return False
+
+
+def patch_in(module: ModuleType, change: ModuleLevelChange) -> None:
+    live = vars(module)
+    for other in list(sys.modules.values()):
+        namespace = getattr(other, "__dict__", None)
+        if namespace is None or other is module:
+            continue
+        for name, new in change.constants.items():
+            if name in namespace and namespace[name] is live[name]:
+                namespace[name] = new
+    live.update(change.constants)
+    for fn in _live_functions(module):
+        pair = change.defaults.get(fn.__code__.co_qualname)
+        if pair is not None:
+            fn.__defaults__, fn.__kwdefaults__ = pair
+
+
+def lines_naming(path: Path, names: Iterable[str]) -> set[int]:
+    """Lines of the module that read one of these globals."""
+    wanted = set(names)
+    return {
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Name) and node.id in wanted
+    }
 
 
 # ---------------------------------------------------------------------------- processes
@@ -521,7 +615,7 @@ class Baseline:
 
 
 class _SessionPlugin:
-    """Inside one pytest session: baseline once, then one forked run per function mutant."""
+    """Inside one pytest session: baseline once, then one forked run per mutant."""
 
     def __init__(self, module: str, mutants: list[Mutant], out: Path, timeout_factor: float):
         self.module, self.mutants, self.out = module, mutants, out
@@ -535,9 +629,8 @@ class _SessionPlugin:
         if not baseline.failed:
             by_id = {item.nodeid: item for item in items}
             for mutant in self.mutants:
-                if mutant.function is not None:
-                    status, note = self._run(mutant, baseline, by_id)
-                    results["results"][str(mutant.index)] = [status, note]
+                status, note = self._run(mutant, baseline, by_id)
+                results["results"][str(mutant.index)] = [status, note]
         self.out.write_text(json.dumps(results))
         return True
 
@@ -588,7 +681,20 @@ class _SessionPlugin:
     def _run(self, mutant: Mutant, baseline: Baseline, by_id: dict[str, Any]) -> tuple[str, str]:
         from _pytest.runner import runtestprotocol
 
-        reach = set(range(mutant.line, mutant.end_line + 1))
+        module = sys.modules[_module_name(self.module)]
+        change: ModuleLevelChange | None = None
+        if mutant.function is None:
+            try:
+                change = module_level_change(module, self.path, mutant)
+            except Exception:
+                return "killed", "the mutated module does not import"
+            if change is None:
+                return "module level", ""  # the driver imports it fresh instead
+            reach = lines_naming(self.path, change.constants)
+            if change.defaults or imported_elsewhere(module, change.constants):
+                reach = set().union(*baseline.lines_by_test.values())  # any test of the module
+        else:
+            reach = set(range(mutant.line, mutant.end_line + 1))
         chosen = [
             nodeid
             for nodeid, lines in baseline.lines_by_test.items()
@@ -598,11 +704,12 @@ class _SessionPlugin:
             return "survived", "no test reaches it"
         chosen.sort(key=lambda nodeid: baseline.seconds_by_test[nodeid])
         items = [by_id[nodeid] for nodeid in chosen]
-        module = sys.modules[_module_name(self.module)]
 
         def run() -> int:
             _prepare_child()
-            if not swap_in(module, self.path, mutant):
+            if change is not None:
+                patch_in(module, change)
+            elif not swap_in(module, self.path, mutant):
                 return 4
             for i, item in enumerate(items):
                 nextitem = items[i + 1] if i + 1 < len(items) else None
