@@ -15,8 +15,12 @@ Speed comes from three things, so that the whole core runs in minutes on one nic
   new code object into the live function (``func.__code__``), so every ``from m import f``
   elsewhere sees it, and runs only the tests that reached the mutated lines, fastest first,
   stopping at the first failure. A mutant on lines no test reaches survives without a run.
-- A mutant in module-level code (constants, class bodies, default arguments) is imported
-  fresh instead: a child of this driver process (which never imports the project) runs the
+- A mutant in module-level code that changes plain constants (numbers, strings, bytes) or a
+  function's defaults runs the mutated module body aside, and the forked child patches the
+  changed values into the live module and into every module that imported them by name; it
+  runs the tests that reach lines naming them (every test of the module if another module
+  imported them). Any other module-level mutant (a class body, a table of objects) is
+  imported fresh: a child of this driver process (which never imports the project) runs the
   module's test files with an import hook serving the mutated source.
 
 Children that run past their timeout (three times the baseline of the tests they run, plus a
@@ -729,7 +733,7 @@ def _status(code: int | None, tests: int) -> tuple[str, str]:
         return "survived", f"{tests} tests ran"
     if code == 4:
         return "module level", ""  # the driver imports it fresh instead
-    return "killed", ""
+    return "killed", "" if code == 1 else f"the run ended with {code}"
 
 
 def _session(
