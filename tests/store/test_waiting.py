@@ -101,3 +101,15 @@ def test_the_default_bounds() -> None:
     room = WaitingRoom()
     assert (room.max_messages, room.max_bytes) == (DEFAULT_MAX_MESSAGES, DEFAULT_MAX_BYTES)
     assert (DEFAULT_MAX_MESSAGES, DEFAULT_MAX_BYTES) == (4_096, 8 * 1024 * 1024)
+
+
+def test_a_room_exactly_full_keeps_everything_and_forgets_drained_chats() -> None:
+    first, second = message(1), message(2)  # chats 1 and 2
+    room = WaitingRoom(max_messages=2, max_bytes=len(first.encoded) + len(second.encoded))
+    assert room.park(first) and room.park(second)  # at both bounds exactly: nothing evicted
+    assert room.waiting() == [first, second] and room.stats.evicted == 0
+    room.release_chats({CHATS[1]})
+    room.park(message(3))  # chat 0; evicts chat 2's only message
+    room.release_chats({CHATS[0]})
+    # nothing waits, so nothing of any chat is remembered (the room's memory is what it holds)
+    assert len(room) == 0 and room.bytes == 0 and room._by_chat == {}
