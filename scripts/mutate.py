@@ -113,7 +113,12 @@ MODULE_TESTS: dict[str, list[str]] = {
         "test_retention_property.py",
         "test_authz_convergence.py",
     ],
-    "sync/frames.py": ["test_frames.py", "test_frame_bignums.py", "test_protocol.py"],
+    "sync/frames.py": [
+        "test_frames.py",
+        "test_frame_limits.py",
+        "test_frame_bignums.py",
+        "test_protocol.py",
+    ],
 }
 
 
