@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import blake3
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -220,6 +221,7 @@ def test_equal_trees_need_equal_check_hashes_too() -> None:
     assert left.root() == right.root()
     assert left != right
     assert MerkleTree() == MerkleTree() and MerkleTree() != "a tree"
+    assert (MerkleTree() == "a tree") is False  # not equal, rather than unknown
     with pytest.raises(TypeError):
         hash(MerkleTree())
 
@@ -260,3 +262,11 @@ def test_the_root_digest_and_node_hash_cover_the_xor_and_the_count() -> None:
     assert check_hash(bytes(32)) < 1 << 32 and check_hash(bytes(32)) != check_hash(
         bytes(31) + b"\1"
     )
+
+
+def test_node_hash_is_the_wire_format_of_sync_md() -> None:
+    # SYNC.md: BLAKE3(salt ‖ xor ‖ count)[:w], the XOR as 32 big-endian bytes and the count
+    # as 8: peers of different versions must hash the same node to the same bytes
+    salt, xor, count = bytes(range(16)), (1 << 200) + 5, 7
+    wire = salt + xor.to_bytes(32, "big") + count.to_bytes(8, "big")
+    assert node_hash(salt, xor, count, 6) == blake3.blake3(wire).digest(6)
