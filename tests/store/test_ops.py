@@ -310,3 +310,42 @@ def test_validate_op_applies_the_membership_rule() -> None:
     forged.verify()
     with pytest.raises(Unauthorized):
         validate_op(forged, now_ms=10, max_offset_ms=0)
+
+
+def test_a_member_row_is_refused_unless_each_stamp_has_its_own_valid_proof() -> None:
+    from store.hlc import HLC_ZERO
+    from store.records import MemberInfo, MemberRecord
+
+    add = _op(0, 1, MembershipAction.ADD)
+    remove = _op(0, 1, MembershipAction.REMOVE)
+    row = MemberInfo(Role.PARTICIPANT, add.hlc, None, add.encode())
+    verify_member_record(MemberRecord(CHAT, USERS[1], row))
+    refused = {
+        "tombstone with an add proof": MemberInfo(
+            Role.PARTICIPANT, HLC_ZERO, remove.hlc, add.encode(), remove.encode()
+        ),
+        "an add as the remove proof": MemberInfo(
+            Role.PARTICIPANT, add.hlc, Hlc(20), add.encode(), add.encode()
+        ),
+        "a remove proof of another stamp": MemberInfo(
+            Role.PARTICIPANT, add.hlc, Hlc(20), add.encode(), remove.encode()
+        ),
+        "never removed, with a remove proof": MemberInfo(
+            Role.PARTICIPANT, add.hlc, None, add.encode(), remove.encode()
+        ),
+        "a proof whose signature fails": MemberInfo(
+            Role.PARTICIPANT, add.hlc, None, add.encode()[:-1] + bytes([add.encode()[-1] ^ 1])
+        ),
+    }
+    for what, info in refused.items():
+        with pytest.raises(BadSignature):
+            verify_member_record(MemberRecord(CHAT, USERS[1], info))
+            pytest.fail(what)
+    # correctly signed by USERS[2], who may not add anyone: a proof must be authorized too
+    forged = _op(2, 1, MembershipAction.ADD)
+    with pytest.raises(Unauthorized):
+        verify_member_record(
+            MemberRecord(
+                CHAT, USERS[1], MemberInfo(Role.PARTICIPANT, forged.hlc, None, forged.encode())
+            )
+        )
