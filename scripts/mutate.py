@@ -889,6 +889,26 @@ def summarize(
 _STATUSES = ("killed", "timed out", "survived", "equivalent")
 
 
+def markdown_table(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """Module, mutants, killed, timed out, survived, equivalent, score: before -> after."""
+    rows = [
+        "| module | mutants | killed | timed out | survived | equivalent | score | date |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for module in MODULE_TESTS:
+        old, new = before["modules"].get(module), after["modules"].get(module)
+        if new is None:
+            continue
+
+        def pair(name: str, old: Any = old, new: Any = new) -> str:
+            return f"{old[name]} → {new[name]}" if old else str(new[name])
+
+        score = f"{old['score']:.1%} → {new['score']:.1%}" if old else f"{new['score']:.1%}"
+        cells = [pair(n) for n in ("mutants", "killed", "timed_out", "survived", "equivalent")]
+        rows.append(f"| `{module}` | {' | '.join(cells)} | {score} | {new['date']} |")
+    return "\n".join(rows)
+
+
 def _prepare_driver() -> None:
     # Heavy third-party imports once, before any fork; the project itself is never imported
     # here, so a fresh import in a child really is fresh.
@@ -917,7 +937,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lines", help="only mutants on lines FROM-TO")
     parser.add_argument("--tests", nargs="+", help="test files instead of the module's own")
     parser.add_argument("--timeout-factor", type=float, default=3.0)
+    parser.add_argument(
+        "--table", type=Path, metavar="BEFORE", help="print the markdown table of --out vs BEFORE"
+    )
     args = parser.parse_args(argv)
+    if args.table is not None:
+        print(markdown_table(json.loads(args.table.read_text()), json.loads(args.out.read_text())))
+        return 0
     modules = args.modules or list(MODULE_TESTS)
     unknown = [m for m in modules if m not in MODULE_TESTS]
     if unknown:
