@@ -108,6 +108,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "sync/merkle.py": ["test_merkle.py", "test_replica_agreement.py", "test_loopback.py"],
     "sync/protocol.py": [
         "test_protocol.py",
+        "test_session_edges.py",
         "test_loopback.py",
         "test_frame_bignums.py",
         "test_retention_property.py",
