@@ -807,6 +807,7 @@ def run_module(
     lines: tuple[int, int] | None = None,
     timeout_factor: float = 3.0,
     tests: list[str] | None = None,
+    equivalents_file: Path = EQUIVALENTS_FILE,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     path = ROOT / module
@@ -833,7 +834,7 @@ def run_module(
         seconds_by_file[name] = seconds_by_file.get(name, 0.0) + seconds
     order = sorted(seconds_by_file, key=seconds_by_file.__getitem__)
     fresh_timeout = timeout_factor * sum(seconds_by_file.values()) + 30
-    equivalents = load_equivalents()
+    equivalents = load_equivalents(equivalents_file)
     results = []
     for mutant in mutants:
         status, note = outcome.get(mutant.index, ("module level", ""))
@@ -939,6 +940,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tests", nargs="+", help="test files instead of the module's own")
     parser.add_argument("--timeout-factor", type=float, default=3.0)
     parser.add_argument(
+        "--equivalents", type=Path, default=EQUIVALENTS_FILE, help="(/dev/null: count none)"
+    )
+    parser.add_argument(
         "--table", type=Path, metavar="BEFORE", help="print the markdown table of --out vs BEFORE"
     )
     args = parser.parse_args(argv)
@@ -963,6 +967,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             lines=lines,  # type: ignore[arg-type]
             timeout_factor=args.timeout_factor,
             tests=args.tests,
+            equivalents_file=args.equivalents,
         )
         summary["modules"][module] = entry
         print(
