@@ -466,42 +466,111 @@ def _plain(value: Any) -> bool:
 @dataclass
 class ModuleLevelChange:
     """What a module-level mutant changes that can be patched into the live module: plain
-    constants (and every module that imported them by name) and functions' defaults."""
+    constants (and every module that imported them by name), plain class attributes, and
+    functions' defaults (a dataclass field's default is its ``__init__``'s)."""
 
     constants: dict[str, Any]
+    class_attributes: dict[str, dict[str, Any]]  # class qualname -> {attribute: value}
     defaults: dict[str, tuple[Any, Any]]  # qualname -> (__defaults__, __kwdefaults__)
+
+
+def _by_qualname(objects: Iterable[Any]) -> dict[str, Any]:
+    """Objects by ``__qualname__``, leaving out any name two of them share (ambiguous)."""
+    found: dict[str, Any] = {}
+    shared: set[str] = set()
+    for obj in objects:
+        name = obj.__qualname__
+        if name in found and found[name] is not obj:
+            shared.add(name)
+        found[name] = obj
+    return {name: obj for name, obj in found.items() if name not in shared}
+
+
+def _classes_in(namespace: dict[str, Any], module_name: str) -> Iterator[type]:
+    for value in list(namespace.values()):
+        if isinstance(value, type) and value.__module__ == module_name:
+            yield value
+            yield from _classes_in(dict(vars(value)), module_name)
+
+
+def _patched_values(old: tuple[Any, ...], new: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """``old`` with the plain values that differ in ``new`` replaced; None if something else
+    differs (an object that is not equal, a different count)."""
+    if len(old) != len(new):
+        return None
+    out = []
+    for was, now in zip(old, new, strict=True):
+        if _differs(was, now):
+            out.append(now)
+        elif was is now or (type(was) is type(now) and was == now) or repr(was) == repr(now):
+            # the live object: equal (an instance of the aside copy of a class is only equal
+            # by its repr), and the one the rest of the code holds
+            out.append(was)
+        else:
+            return None
+    return tuple(out)
+
+
+def _differs(old: Any, new: Any) -> bool:
+    return _plain(old) and _plain(new) and (type(old) is not type(new) or old != new)
 
 
 def module_level_change(module: ModuleType, path: Path, mutant: Mutant) -> ModuleLevelChange | None:
     """Run the mutated module body aside and diff it with the live module. None: nothing
-    patchable changed (a class body, an object): the mutant needs a fresh import. Raises
+    patchable changed (an object, an enum, a table): the mutant needs a fresh import. Raises
     what the mutated body raises (the mutant does not import: killed)."""
     namespace: dict[str, Any] = {"__name__": module.__name__, "__file__": str(path)}
     namespace["__package__"] = module.__package__
     exec(mutated_code(path, mutant.index), namespace)
     live = vars(module)
     constants = {
-        name: new
-        for name, new in namespace.items()
-        if name in live
-        and _plain(new)
-        and _plain(live[name])
-        and (type(new) is not type(live[name]) or new != live[name])
+        name: new for name, new in namespace.items() if name in live and _differs(live[name], new)
     }
-    mutated = {fn.__code__.co_qualname: fn for fn in _functions_in(namespace, module.__name__)}
-    defaults = {}
-    for fn in _live_functions(module):
-        other = mutated.get(fn.__code__.co_qualname)
+    class_attributes = {}
+    mutated_classes = _by_qualname(_classes_in(namespace, module.__name__))
+    for name, cls in _by_qualname(_classes_in(live, module.__name__)).items():
+        other = mutated_classes.get(name)
         if other is None:
             continue
-        pair = (other.__defaults__, other.__kwdefaults__)
-        if pair != (fn.__defaults__, fn.__kwdefaults__) and all(
-            _plain(v) for v in [*(pair[0] or ()), *(pair[1] or {}).values()]
+        old_attrs, new_attrs = vars(cls), vars(other)
+        changed = {
+            k: v
+            for k, v in new_attrs.items()
+            if k in old_attrs and not k.startswith("__") and _differs(old_attrs[k], v)
+        }
+        if changed:
+            class_attributes[name] = changed
+    mutated = _by_qualname(_functions_in(namespace, module.__name__))
+    defaults = {}
+    for name, fn in _by_qualname(_live_functions(module)).items():
+        other = mutated.get(name)
+        if other is None:
+            continue
+        positional = _patched_values(fn.__defaults__ or (), other.__defaults__ or ())
+        keywords = fn.__kwdefaults__ or {}
+        new_keywords = other.__kwdefaults__ or {}
+        patched_keywords = _patched_values(
+            tuple(keywords.get(k) for k in new_keywords), tuple(new_keywords.values())
+        )
+        if positional is None or patched_keywords is None or set(keywords) != set(new_keywords):
+            return None  # a default changed that is not a plain value
+        if positional != (fn.__defaults__ or ()) or patched_keywords != tuple(keywords.values()):
+            defaults[name] = (
+                positional or None,
+                dict(zip(new_keywords, patched_keywords, strict=True)) or None,
+            )
+    for name, cls in mutated_classes.items():
+        # a dataclass's field defaults live in its __init__: a class attribute alone is not it
+        init = f"{name}.__init__"
+        if (
+            name in class_attributes
+            and hasattr(cls, "__dataclass_fields__")
+            and init not in defaults
         ):
-            defaults[fn.__code__.co_qualname] = pair
-    if not constants and not defaults:
+            return None
+    if not constants and not class_attributes and not defaults:
         return None
-    return ModuleLevelChange(constants, defaults)
+    return ModuleLevelChange(constants, class_attributes, defaults)
 
 
 def imported_elsewhere(module: ModuleType, names: Iterable[str]) -> bool:
@@ -526,8 +595,12 @@ def patch_in(module: ModuleType, change: ModuleLevelChange) -> None:
             if name in namespace and namespace[name] is live[name]:
                 namespace[name] = new
     live.update(change.constants)
-    for fn in _live_functions(module):
-        pair = change.defaults.get(fn.__code__.co_qualname)
+    classes = _by_qualname(_classes_in(live, module.__name__))
+    for name, attributes in change.class_attributes.items():
+        for attribute, value in attributes.items():
+            setattr(classes[name], attribute, value)
+    for name, fn in _by_qualname(_live_functions(module)).items():
+        pair = change.defaults.get(name)
         if pair is not None:
             fn.__defaults__, fn.__kwdefaults__ = pair
 
@@ -701,7 +774,11 @@ class _SessionPlugin:
             if change is None:
                 return "module level", ""  # the driver imports it fresh instead
             reach = lines_naming(self.path, change.constants)
-            if change.defaults or imported_elsewhere(module, change.constants):
+            if (
+                change.defaults
+                or change.class_attributes
+                or imported_elsewhere(module, change.constants)
+            ):
                 reach = set().union(*baseline.lines_by_test.values())  # any test of the module
         else:
             reach = set(range(mutant.line, mutant.end_line + 1))
