@@ -774,18 +774,20 @@ class _SessionPlugin:
             if change is None:
                 return "module level", ""  # the driver imports it fresh instead
             reach = lines_naming(self.path, change.constants)
-            if (
+            # Used elsewhere (a test may read it without running a line of this module):
+            # every test of the session.
+            everywhere = (
                 change.defaults
                 or change.class_attributes
                 or imported_elsewhere(module, change.constants)
-            ):
-                reach = set().union(*baseline.lines_by_test.values())  # any test of the module
+            )
         else:
             reach = set(range(mutant.line, mutant.end_line + 1))
+            everywhere = False
         chosen = [
             nodeid
             for nodeid, lines in baseline.lines_by_test.items()
-            if reach.intersection(lines) and nodeid in by_id
+            if (everywhere or reach.intersection(lines)) and nodeid in by_id
         ]
         if not chosen:
             return "survived", "no test reaches it"
