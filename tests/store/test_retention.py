@@ -194,6 +194,7 @@ def test_a_zero_byte_budget_means_unlimited(tmp_path: Path) -> None:
         db.put_messages([dated(0, 0), dated(0, 1)])
         assert size_cutoff(db, max_bytes=0, used_bytes=1_000) is None
         assert size_cutoff(db, max_bytes=1, used_bytes=1_000) == EPOCH + 1
+        assert size_cutoff(db, max_bytes=999, used_bytes=1_000) == EPOCH  # one message covers it
         assert size_cutoff(db, max_bytes=1_000, used_bytes=1_000) is None
 
 
