@@ -201,17 +201,19 @@ def test_a_zero_byte_budget_means_unlimited(tmp_path: Path) -> None:
 def test_the_policy_cutoff_is_the_later_of_age_and_size(tmp_path: Path) -> None:
     with open_db(tmp_path / "db") as db:
         rnd = random.Random(2)  # incompressible: the files really hold the bytes
+        # many small messages: a budget 1 KiB off moves the cutoff by a message or more
         db.put_messages(
             [
-                MsgV1.create(KEY, CHATS[i % 3], Hlc(EPOCH + i), rnd.randbytes(6_000))
-                for i in range(400)
+                MsgV1.create(KEY, CHATS[i % 3], Hlc(EPOCH + i), rnd.randbytes(600))
+                for i in range(4_000)
             ]
         )
         db.flush()
         used = storage_bytes(db)
         assert used > 2 * 1024 * 1024  # over the 1 MB cap below
         by_size = size_cutoff(db, max_bytes=1024 * 1024, used_bytes=used)
-        assert by_size is not None and EPOCH < by_size < EPOCH + 399
+        assert by_size is not None and EPOCH < by_size < EPOCH + 3_999
+        assert size_cutoff(db, max_bytes=1025 * 1024, used_bytes=used) != by_size
         size_only = RetentionPolicy(max_storage_mb=1)
         assert size_only.cutoff(db, EPOCH) == by_size
         assert RetentionPolicy().cutoff(db, EPOCH + 10 * DAY) is None  # 0 and 0: keep all
