@@ -884,6 +884,7 @@ def run_module(
     max_mutants: int | None = None,
     match: str | None = None,
     lines: tuple[int, int] | None = None,
+    module_level: bool = False,
     timeout_factor: float = 3.0,
     tests: list[str] | None = None,
     equivalents_file: Path = EQUIVALENTS_FILE,
@@ -897,6 +898,8 @@ def run_module(
         mutants = [m for m in mutants if lines[0] <= m.line <= lines[1]]
     if match is not None:
         mutants = [m for m in mutants if match in m.mutation or match == m.function]
+    if module_level:
+        mutants = [m for m in mutants if m.function is None]
     if max_mutants is not None and len(mutants) > max_mutants:
         step = len(mutants) / max_mutants  # an even sample over the file
         mutants = [mutants[int(i * step)] for i in range(max_mutants)]
@@ -1016,6 +1019,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-mutants", type=int, help="an even sample of at most N mutants")
     parser.add_argument("--match", help="only mutants whose mutation text or function is this")
     parser.add_argument("--lines", help="only mutants on lines FROM-TO")
+    parser.add_argument("--module-level", action="store_true", help="only module-level mutants")
     parser.add_argument("--tests", nargs="+", help="test files instead of the module's own")
     parser.add_argument("--timeout-factor", type=float, default=3.0)
     parser.add_argument(
@@ -1044,6 +1048,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_mutants=args.max_mutants,
             match=args.match,
             lines=lines,  # type: ignore[arg-type]
+            module_level=args.module_level,
             timeout_factor=args.timeout_factor,
             tests=args.tests,
             equivalents_file=args.equivalents,
