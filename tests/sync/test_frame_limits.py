@@ -196,3 +196,21 @@ def test_every_frame_round_trips() -> None:
     ]
     for frame in frames:
         assert decode_frame(encode_frame(frame), max_frame=1 << 16, max_ids=10) == frame
+
+
+def test_an_id_list_or_prefix_want_with_an_extra_item_is_too_long() -> None:
+    assert reason(transfer(id_lists=[[7, True, b"", b""]])) == "too_many_items"
+    assert reason(transfer(prefix_wants=[[7, b"", b""]])) == "too_many_items"
+
+
+def test_errors_name_the_bound_that_was_crossed() -> None:
+    with pytest.raises(RemoteProtocolError, match=r"0\.\.65535"):
+        decode(transfer(id_lists=[[65_536, True, b""]]))
+    with pytest.raises(RemoteProtocolError, match=r"^5 wanted ids, over 4$"):
+        decode(transfer(wants=ID * 5), max_ids=4)
+
+
+def test_a_hello_or_nodes_without_a_cutoff_means_none_and_not_final() -> None:
+    # the protocol reads 0 as "no cutoff": a default of anything else would expire messages
+    assert Hello(1, bytes(16), 4, ROOTS) == Hello(1, bytes(16), 4, ROOTS, 0, False)
+    assert Nodes({}).cutoff_ms == 0
