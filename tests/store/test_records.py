@@ -789,3 +789,24 @@ def test_load_array_takes_exactly_max_bytes() -> None:
     with pytest.raises(DecodeError) as info:
         load_array(b"", what="t", version=1, fields=2, max_bytes=10)
     assert info.value.reason == "truncated"
+
+
+def test_the_wire_numbers_of_message_and_chat_kinds() -> None:
+    # signed message bytes and stored inbox entries carry these numbers
+    assert [(k.name, int(k)) for k in MessageKind] == [
+        ("NEW", 0),
+        ("EDIT", 1),
+        ("REPLY", 2),
+        ("REACTION", 3),
+        ("READ_RECEIPT", 4),
+        ("DELETE", 5),
+    ]
+    assert [(k.name, int(k)) for k in ChatKind] == [("DM", 0), ("GROUP", 1), ("CHANNEL", 2)]
+    assert [(r.name, int(r)) for r in Role] == [("PARTICIPANT", 0), ("ADMIN", 1)]
+
+
+def test_an_identity_blob_holds_at_most_1024_bytes() -> None:
+    # written out, not MAX_IDENTITY_BLOB: a test that reads the limit cannot catch it moving
+    assert IdentityRecord(USER, Hlc(1), bytes(1024)).blob == bytes(1024)
+    with pytest.raises(TooLarge):
+        IdentityRecord(USER, Hlc(1), bytes(1025))
