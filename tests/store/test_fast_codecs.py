@@ -563,3 +563,8 @@ def test_a_trusted_inbox_entry_of_the_wrong_arity_is_a_decode_error(size: int) -
         "error",
         "wrong_type",
     )
+
+
+def test_a_trusted_inbox_entry_with_the_longest_preview() -> None:
+    entry = InboxEntry(CHATS[1], ChatKind.DM, 5, bytes(32), USERS[0], 3, "é" * 80)
+    assert decode_inbox_entry(entry.encode() + b"\x00", trusted=True) == entry

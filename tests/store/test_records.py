@@ -810,3 +810,15 @@ def test_an_identity_blob_holds_at_most_1024_bytes() -> None:
     assert IdentityRecord(USER, Hlc(1), bytes(1024)).blob == bytes(1024)
     with pytest.raises(TooLarge):
         IdentityRecord(USER, Hlc(1), bytes(1025))
+
+
+def test_a_proof_holds_at_most_512_bytes() -> None:
+    fields = [1, 0, 5, None, bytes(512), None]
+    assert decode_member_info(canonical_cbor(fields)).add_proof == bytes(512)
+    fields[4] = bytes(513)
+    with pytest.raises(OversizeRecord):
+        decode_member_info(canonical_cbor(fields))
+
+
+def test_a_new_chat_meta_is_all_zero() -> None:
+    assert ChatMeta() == ChatMeta(0, 0, bytes(32), (), 0, 0, None, bytes(32))
