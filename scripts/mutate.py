@@ -885,6 +885,7 @@ def run_module(
     match: str | None = None,
     lines: tuple[int, int] | None = None,
     module_level: bool = False,
+    only: set[tuple[str, str]] | None = None,
     timeout_factor: float = 3.0,
     tests: list[str] | None = None,
     equivalents_file: Path = EQUIVALENTS_FILE,
@@ -900,6 +901,8 @@ def run_module(
         mutants = [m for m in mutants if match in m.mutation or match == m.function]
     if module_level:
         mutants = [m for m in mutants if m.function is None]
+    if only is not None:  # (file:line, mutation) pairs
+        mutants = [m for m in mutants if (f"{module}:{m.line}", m.mutation) in only]
     if max_mutants is not None and len(mutants) > max_mutants:
         step = len(mutants) / max_mutants  # an even sample over the file
         mutants = [mutants[int(i * step)] for i in range(max_mutants)]
@@ -973,6 +976,21 @@ def summarize(
 _STATUSES = ("killed", "timed out", "survived", "equivalent")
 
 
+def _update(previous: dict[str, Any], rerun: dict[str, Any]) -> dict[str, Any]:
+    """``previous`` with its survivors replaced by what a rerun of just them found."""
+    entry = dict(previous)
+    for name in ("killed", "timed_out", "equivalent"):
+        entry[name] = previous[name] + rerun[name]
+    entry["survived"] = rerun["survived"]
+    kept = [s for s in previous["survivors"] if s["status"] != "survived"]
+    entry["survivors"] = kept + rerun["survivors"]
+    judged = entry["mutants"] - entry["equivalent"]
+    entry["score"] = round((entry["killed"] + entry["timed_out"]) / judged, 4) if judged else 1.0
+    entry["date"] = rerun["date"]
+    entry["seconds"] = round(previous["seconds"] + rerun["seconds"], 1)
+    return entry
+
+
 def markdown_table(before: dict[str, Any], after: dict[str, Any]) -> str:
     """Module, mutants, killed, timed out, survived, equivalent, score: before -> after."""
     rows = [
@@ -1020,6 +1038,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--match", help="only mutants whose mutation text or function is this")
     parser.add_argument("--lines", help="only mutants on lines FROM-TO")
     parser.add_argument("--module-level", action="store_true", help="only module-level mutants")
+    parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="rerun only the survivors of each module's entry in --out, and update it",
+    )
     parser.add_argument("--tests", nargs="+", help="test files instead of the module's own")
     parser.add_argument("--timeout-factor", type=float, default=3.0)
     parser.add_argument(
@@ -1043,16 +1066,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out.exists():
         summary = json.loads(args.out.read_text())
     for module in modules:
+        previous = summary["modules"].get(module) if args.survivors else None
+        only = None
+        if previous is not None:
+            only = {
+                (s["where"], s["mutation"])
+                for s in previous["survivors"]
+                if s["status"] == "survived"
+            }
         entry = run_module(
             module,
             max_mutants=args.max_mutants,
             match=args.match,
             lines=lines,  # type: ignore[arg-type]
             module_level=args.module_level,
+            only=only,
             timeout_factor=args.timeout_factor,
             tests=args.tests,
             equivalents_file=args.equivalents,
         )
+        if previous is not None:
+            entry = _update(previous, entry)
         summary["modules"][module] = entry
         print(
             f"{module}: {entry['mutants']} mutants, {entry['killed']} killed, "
