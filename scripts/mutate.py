@@ -784,6 +784,10 @@ class _SessionPlugin:
         else:
             reach = set(range(mutant.line, mutant.end_line + 1))
             everywhere = False
+        if mutant.function is None and not any(
+            reach.intersection(lines) for lines in baseline.lines_by_test.values()
+        ):
+            everywhere = True  # read only as an attribute (module.NAME): any test may
         chosen = [
             nodeid
             for nodeid, lines in baseline.lines_by_test.items()
@@ -979,9 +983,13 @@ _STATUSES = ("killed", "timed out", "survived", "equivalent")
 def _update(previous: dict[str, Any], rerun: dict[str, Any]) -> dict[str, Any]:
     """``previous`` with its survivors replaced by what a rerun of just them found."""
     entry = dict(previous)
-    for name in ("killed", "timed_out", "equivalent"):
+    # a rerun may take in killed mutants with the same line and text: count from the rest
+    for name in ("timed_out", "equivalent"):
         entry[name] = previous[name] + rerun[name]
     entry["survived"] = rerun["survived"]
+    entry["killed"] = (
+        entry["mutants"] - entry["survived"] - entry["equivalent"] - entry["timed_out"]
+    )
     kept = [s for s in previous["survivors"] if s["status"] != "survived"]
     entry["survivors"] = kept + rerun["survivors"]
     judged = entry["mutants"] - entry["equivalent"]
