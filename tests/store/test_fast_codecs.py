@@ -376,8 +376,9 @@ def test_trusted_decode_inbox_entry_on_mutated_bytes(data: st.DataObject) -> Non
 
 
 WRONG_INBOX_FIELDS: list[tuple[int, Any]] = [
-    (0, 2), (0, True), (1, bytes(31)), (1, "c"), (2, 3), (2, -1), (2, True), (2, 256),
-    (3, -1), (3, 1 << 64), (3, False), (4, bytes(33)), (5, bytes(19)), (5, None),
+    (0, 2), (0, True), (1, bytes(31)), (1, "c"), (1, "c" * 32), (2, 3), (2, -1), (2, True),
+    (2, 256), (3, -1), (3, 1 << 64), (3, False), (4, bytes(33)), (4, "m" * 32),
+    (5, bytes(19)), (5, None), (5, "s" * 20),
     (6, b"bytes"), (6, "x" * 81), (6, None), (7, 1 << 32), (7, -1), (7, True),
 ]  # fmt: skip
 
@@ -466,3 +467,104 @@ def test_chat_list_items_equal_plain_construction() -> None:
         for item in page.items:
             assert item == ChatListItem(item.entry, item.unread)
             assert item.entry == decode_inbox_entry(item.entry.encode())
+
+
+# --- the fast paths' guards, one field at a time ---------------------------------------------
+# A random meta rarely has exactly one odd field; here every other field is valid, so the
+# fast path's guard alone decides whether cbor2 must encode it.
+
+BASE_META = ChatMeta(5, 3, bytes(32), (USERS[0],), 7, 9, None, bytes(32))
+ODD_FIELDS: list[tuple[str, Any]] = [
+    *[(name, value) for name in ("last_ts", "last_seq", "last_msg_ts", "last_announced_ms")
+      for value in (True, False, -1, 1 << 64, 1 << 70)],
+    ("last_msg_id", bytearray(32)), ("last_msg_id", bytes(33)), ("last_msg_id", "i" * 32),
+    ("membership_hash", bytearray(32)), ("membership_hash", bytes(33)),
+    ("membership_hash", "h" * 32),
+    ("identity", bytearray(3)), ("identity", "text"), ("identity", b""),
+    ("members", [USERS[0]]), ("members", (bytearray(20),)), ("members", ("m" * 20,)),
+    ("members", (bytes(21),)), ("members", (USERS[0], "m" * 20)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "value"), ODD_FIELDS)
+def test_chat_meta_gives_each_odd_field_to_cbor2(name: str, value: Any) -> None:
+    meta = dataclasses.replace(BASE_META, **{name: value})
+    fields = [1, meta.last_ts, meta.last_seq, meta.last_msg_id, list(meta.members)]
+    fields += [meta.last_msg_ts, meta.last_announced_ms, meta.identity, meta.membership_hash]
+    assert meta.encode() == canonical_cbor(fields)
+
+
+@pytest.mark.parametrize("n", [23, 24, 255, 256, 65535, 65536])
+def test_chat_meta_byte_strings_and_arrays_at_every_head_boundary(n: int) -> None:
+    metas = [dataclasses.replace(BASE_META, identity=bytes(n))]
+    if n < 1000:  # members: 21 bytes each
+        metas.append(dataclasses.replace(BASE_META, members=tuple([USERS[1]] * n)))
+    for meta in metas:
+        assert meta.encode() == meta.encode_reference()
+
+
+@pytest.mark.parametrize("payload", ["text", bytearray(b"p" * 300), memoryview(b"p" * 24)])
+def test_a_message_with_any_payload_encodes_as_cbor2_does(payload: Any) -> None:
+    msg = dataclasses.replace(make_msg(CHATS[0], Hlc(3)), payload=payload)
+    assert msg.encoded == msg.encode_reference()
+
+
+# --- trusted decodes accept trailing bytes (docstring of decode_msg), and nothing oversize ----
+
+
+@settings(max_examples=60)
+@given(messages(chats=(*CHATS, bytes(range(32)))), st.binary(min_size=1, max_size=40))
+def test_a_trusted_message_may_carry_trailing_bytes(msg: MsgV1, tail: bytes) -> None:
+    # tight max_payload: the bound below is the one the guard checks. (The fields only: the
+    # trusted decode keeps the bytes it was given as ``encoded``; our RocksDB holds no tails.)
+    data = msg.encoded + tail
+    assert decode_msg(data, max_payload=len(msg.payload), trusted=True) == msg
+    with pytest.raises(DecodeError, match="not canonically encoded"):
+        decode_msg(data, max_payload=len(msg.payload))
+
+
+@pytest.mark.parametrize("hlc", [Hlc(0, 0), Hlc((1 << 48) - 1, (1 << 16) - 1)])
+def test_a_trusted_message_at_the_edges_of_its_fields_and_size(hlc: Hlc) -> None:
+    msg = make_msg(CHATS[0], hlc, b"\x07" * 100)
+    limit = 612  # the bytes a record of a 100-byte payload may take: 512 around the payload
+    padded = msg.encoded + bytes(limit - len(msg.encoded))
+    assert decode_msg(padded, max_payload=100, trusted=True) == msg
+    with pytest.raises(DecodeError) as info:
+        decode_msg(padded + b"\x00", max_payload=100, trusted=True)
+    assert info.value.reason == "oversize"
+    # the full decode (a bytearray skips the fast path) takes the same bound
+    same_msg(decode_msg(bytearray(msg.encoded), max_payload=100), msg)  # type: ignore[arg-type]
+
+
+@given(valid_inbox_entries, st.binary(min_size=1, max_size=40))
+def test_a_trusted_inbox_entry_may_carry_trailing_bytes(entry: InboxEntry, tail: bytes) -> None:
+    data = entry.encode() + tail
+    assert decode_inbox_entry(data, trusted=True) == entry
+    with pytest.raises(DecodeError, match="not canonically encoded"):
+        decode_inbox_entry(data)
+
+
+def test_a_trusted_inbox_entry_is_never_oversize() -> None:
+    entry = InboxEntry(CHATS[1], ChatKind.GROUP, 5, bytes(32), USERS[0], 3, "hi")
+    data = entry.encode()
+    padded = data + bytes(1024 - len(data))  # exactly the limit: taken
+    assert decode_inbox_entry(padded, trusted=True) == entry
+    for longer in (padded + b"\x00", padded * 2):
+        with pytest.raises(DecodeError) as info:
+            decode_inbox_entry(longer, trusted=True)
+        assert info.value.reason == "oversize"
+
+
+@pytest.mark.parametrize("size", [7, 9])
+def test_a_trusted_inbox_entry_of_the_wrong_arity_is_a_decode_error(size: int) -> None:
+    fields: list[Any] = [1, CHATS[1], 1, 5, bytes(32), USERS[0], "hi", 3, 0][:size]
+    data = canonical_cbor(fields)
+    assert _outcome(lambda d: decode_inbox_entry(d, trusted=True), data) == (
+        "error",
+        "wrong_type",
+    )
+
+
+def test_a_trusted_inbox_entry_with_the_longest_preview() -> None:
+    entry = InboxEntry(CHATS[1], ChatKind.DM, 5, bytes(32), USERS[0], 3, "é" * 80)
+    assert decode_inbox_entry(entry.encode() + b"\x00", trusted=True) == entry

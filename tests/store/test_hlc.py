@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -13,6 +15,7 @@ from store.hlc import (
     MAX_LOGICAL,
     MAX_PACKED,
     MAX_PHYSICAL,
+    VIRTUAL_EPOCH_MS,
 )
 
 from store_support import hlcs
@@ -295,3 +298,8 @@ def test_now_beyond_the_physical_range_stays_increasing(times: list[int]) -> Non
         stamp = clock.now(physical)
         assert stamp > previous
         previous = stamp
+
+
+def test_the_virtual_epoch_is_2026_01_01_utc() -> None:
+    # simulated traces and benchmarks start here; recorded traces depend on it staying put
+    assert datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000 == VIRTUAL_EPOCH_MS

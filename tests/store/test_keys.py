@@ -62,6 +62,7 @@ def test_length_constants() -> None:
     assert k.USER_INBOX_KEY_LEN == 60
     assert k.MEMBERS_KEY_LEN == 52
     assert k.READ_PROGRESS_KEY_LEN == 52
+    assert k.MEMBER_OPS_KEY_LEN == 92 == len(k.key_member_ops(CHAT, USER, 1, ID32))
     assert k.NUM_BUCKETS == 65_536
 
 
@@ -187,6 +188,55 @@ def test_out_of_range_integers_raise_value_error(call: Callable[[], Any]) -> Non
         call()
 
 
+# The widths are the layout's (seed 002), written out rather than taken from k.U32_MAX and
+# k.U64_MAX: a test that derives its bounds from the constants cannot catch a wrong constant.
+@pytest.mark.parametrize(
+    ("build", "bits", "length"),
+    [
+        (lambda n: k.key_messages(CHAT, 0, n), 32, 44),
+        (lambda n: k.key_messages(CHAT, n, 0), 64, 44),
+        (lambda n: k.key_hidden(CHAT, n), 32, 36),
+        (lambda n: k.key_user_inbox(USER, n, CHAT), 64, 60),
+        (lambda n: k.key_member_ops(CHAT, USER, n, ID32), 64, 92),
+    ],
+    ids=["messages.seq", "messages.hlc", "hidden.seq", "user_inbox.rev_ts", "member_ops.hlc"],
+)
+def test_integer_fields_hold_their_whole_width_and_no_more(
+    build: Callable[[int], bytes], bits: int, length: int
+) -> None:
+    width = bits // 8
+    top, zero = build((1 << bits) - 1), build(0)
+    assert len(top) == len(zero) == length  # the layout's widths (seed 002)
+    assert top.count(b"\xff" * width) == 1
+    start = top.index(b"\xff" * width)
+    assert zero[start : start + width] == bytes(width)
+    assert top[:start] + top[start + width :] == zero[:start] + zero[start + width :]
+    for outside in (-1, 1 << bits):
+        with pytest.raises(ValueError, match="range"):
+            build(outside)
+
+
+def test_parsers_read_every_byte_of_each_field() -> None:
+    # No zero byte in the integers: a field read from one byte too far differs.
+    hlc = int.from_bytes(bytes(range(1, 9)), "big")
+    seq = int.from_bytes(bytes(range(9, 13)), "big")
+    assert k.parse_key_messages(CHAT + hlc.to_bytes(8, "big") + seq.to_bytes(4, "big")) == (
+        CHAT,
+        hlc,
+        seq,
+    )
+    assert k.parse_key_user_inbox(USER + hlc.to_bytes(8, "big") + CHAT) == (USER, hlc, CHAT)
+
+
+@given(hlcs, u32s)
+def test_a_seen_value_gives_the_physical_ms_of_its_stamp(hlc: Hlc, seq: int) -> None:
+    # seen_msg values are the message's messages-CF key (RETENTION.md): GC reads the age there
+    value = k.key_messages(CHAT, hlc.pack(), seq)
+    assert k.extract_hlc_physical_from_seen_value(value) == hlc.physical_ms
+    assert k.extract_hlc_physical_from_seen_value(b"") == 0  # legacy: the first GC clears it
+    assert k.extract_hlc_physical_from_seen_value(value[:-1]) is None
+
+
 # --- order --------------------------------------------------------------------------------
 
 
@@ -245,7 +295,7 @@ def test_bucket_prefix_round_trip(bucket: int) -> None:
 
 @pytest.mark.parametrize("bucket", [-1, k.NUM_BUCKETS, 1 << 20])
 def test_bucket_prefix_out_of_range(bucket: int) -> None:
-    with pytest.raises(ValueError, match="bucket"):
+    with pytest.raises(ValueError, match=r"bucket out of range 0\.\.65535"):
         k.bucket_prefix(bucket)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import cbor2
 import pytest
 from hypothesis import given
@@ -12,9 +14,13 @@ from store.authz import DmProof, Unauthorized, grant_admin, new_group
 from store.ops import (
     MembershipAction,
     MembershipOp,
+    OpKind,
+    decode_identity_doc,
+    decode_membership_op,
     decode_ops,
     encode_ops,
     make_identity,
+    op_author,
     validate_op,
     verify_identity,
     verify_member_record,
@@ -233,3 +239,113 @@ def test_replicas_fed_the_same_ops_in_any_order_end_equal(ops: list, rnd) -> Non
     rnd.shuffle(shuffled)
     duplicated = shuffled + shuffled[: len(shuffled) // 2]
     assert replay(ops) == replay(shuffled) == replay(duplicated)
+
+
+# --- what only an exact value or a single wrong field reaches --------------------------------
+
+
+def test_the_wire_numbers_of_kinds_and_actions() -> None:
+    # signed bytes and stored ops carry these numbers: renumbering breaks every signature
+    assert [(k.name, int(k)) for k in OpKind] == [
+        ("PUT_MESSAGE", 1),
+        ("MEMBERSHIP", 2),
+        ("PUT_IDENTITY", 3),
+    ]
+    assert [(a.name, int(a)) for a in MembershipAction] == [("ADD", 0), ("REMOVE", 1), ("LEAVE", 2)]
+    add = MembershipOp.create(KEYS[0], CHAT, USERS[1], MembershipAction.ADD, Hlc(5), proof=PROOF)
+    assert cbor2.loads(encode_ops([add]))[1][0][0] == 2
+    assert cbor2.loads(add.encode())[3] == 0
+
+
+@pytest.mark.parametrize("field", ["chat_id", "user_id", "actor_key", "sig"])
+def test_a_membership_op_refuses_a_field_of_the_wrong_length(field: str) -> None:
+    op = MembershipOp.create(KEYS[0], CHAT, USERS[1], MembershipAction.ADD, Hlc(5), proof=PROOF)
+    with pytest.raises(ValueError, match=field):
+        dataclasses.replace(op, **{field: getattr(op, field)[:-1]})
+
+
+def _indefinite(encoded: bytes) -> bytes:
+    """The same array as an indefinite-length CBOR array: valid CBOR, not canonical."""
+    items = cbor2.loads(encoded)
+    return b"\x9f" + b"".join(cbor2.dumps(i, canonical=True) for i in items) + b"\xff"
+
+
+def test_non_canonical_ops_and_identity_docs_are_refused() -> None:
+    op = MembershipOp.create(KEYS[0], CHAT, USERS[1], MembershipAction.ADD, Hlc(5), proof=PROOF)
+    assert decode_membership_op(op.encode()) == op
+    with pytest.raises(DecodeError) as info:
+        decode_membership_op(_indefinite(op.encode()))
+    assert info.value.reason == "non_canonical"
+    blob = make_identity(KEYS[1], bytes(32), Hlc(5)).blob
+    assert decode_identity_doc(blob).box_key == bytes(32)
+    with pytest.raises(DecodeError) as info:
+        decode_identity_doc(_indefinite(blob))
+    assert info.value.reason == "non_canonical"
+
+
+def test_an_identity_box_key_is_32_bytes() -> None:
+    with pytest.raises(ValueError, match="box_key"):
+        make_identity(KEYS[1], bytes(31), Hlc(5))
+
+
+def test_op_author_is_who_signed() -> None:
+    msg = MsgV1.create(KEYS[2], CHAT, Hlc(3), b"hi")
+    remove = MembershipOp.create(
+        KEYS[0], CHAT, USERS[1], MembershipAction.REMOVE, Hlc(5), proof=PROOF
+    )
+    identity = make_identity(KEYS[1], bytes(32), Hlc(5))
+    assert [op_author(o) for o in (msg, remove, identity)] == [USERS[2], USERS[0], USERS[1]]
+
+
+def test_an_envelope_of_exactly_max_ops_is_taken() -> None:
+    batch = [MsgV1.create(KEYS[0], CHAT, Hlc(n + 1), b"") for n in range(3)]
+    assert decode_ops(encode_ops(batch), max_bytes=1 << 20, max_ops=3) == batch
+    with pytest.raises(DecodeError):
+        decode_ops(encode_ops(batch), max_bytes=1 << 20, max_ops=2)
+
+
+def test_validate_op_applies_the_membership_rule() -> None:
+    # correctly signed by USERS[1], who holds no say in the group
+    forged = MembershipOp.create(KEYS[1], CHAT, USERS[2], MembershipAction.ADD, Hlc(5), proof=PROOF)
+    forged.verify()
+    with pytest.raises(Unauthorized):
+        validate_op(forged, now_ms=10, max_offset_ms=0)
+
+
+def test_a_member_row_is_refused_unless_each_stamp_has_its_own_valid_proof() -> None:
+    from store.hlc import HLC_ZERO
+    from store.records import MemberInfo, MemberRecord
+
+    add = _op(0, 1, MembershipAction.ADD)
+    remove = _op(0, 1, MembershipAction.REMOVE)
+    row = MemberInfo(Role.PARTICIPANT, add.hlc, None, add.encode())
+    verify_member_record(MemberRecord(CHAT, USERS[1], row))
+    refused = {
+        "tombstone with an add proof": MemberInfo(
+            Role.PARTICIPANT, HLC_ZERO, remove.hlc, add.encode(), remove.encode()
+        ),
+        "an add as the remove proof": MemberInfo(
+            Role.PARTICIPANT, add.hlc, Hlc(20), add.encode(), add.encode()
+        ),
+        "a remove proof of another stamp": MemberInfo(
+            Role.PARTICIPANT, add.hlc, Hlc(20), add.encode(), remove.encode()
+        ),
+        "never removed, with a remove proof": MemberInfo(
+            Role.PARTICIPANT, add.hlc, None, add.encode(), remove.encode()
+        ),
+        "a proof whose signature fails": MemberInfo(
+            Role.PARTICIPANT, add.hlc, None, add.encode()[:-1] + bytes([add.encode()[-1] ^ 1])
+        ),
+    }
+    for what, info in refused.items():
+        with pytest.raises(BadSignature):
+            verify_member_record(MemberRecord(CHAT, USERS[1], info))
+            pytest.fail(what)
+    # correctly signed by USERS[2], who may not add anyone: a proof must be authorized too
+    forged = _op(2, 1, MembershipAction.ADD)
+    with pytest.raises(Unauthorized):
+        verify_member_record(
+            MemberRecord(
+                CHAT, USERS[1], MemberInfo(Role.PARTICIPANT, forged.hlc, None, forged.encode())
+            )
+        )

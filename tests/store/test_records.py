@@ -45,7 +45,10 @@ from store.records import (
     decode_member_info,
     decode_member_record,
     decode_msg,
+    dm_chat_id,
     encode_identity_value,
+    is_dm_chat,
+    load_array,
 )
 from store.signing import public_key, user_id_from_key
 
@@ -687,3 +690,135 @@ def test_decoders_accept_bytearray_and_memoryview() -> None:
     assert decode_msg(memoryview(BASE.encoded)).msg_id == BASE.msg_id
     info = EXAMPLES["MemberInfo"]
     assert decode_member_info(bytearray(info.encode())) == info
+
+
+# --- bounds and checks that only an exact value reaches -------------------------------------
+
+
+def test_is_dm_chat_needs_exactly_the_two_users_of_the_dm() -> None:
+    a, b = AUTHOR_IDS[0], AUTHOR_IDS[1]
+    dm = dm_chat_id(a, b)
+    assert is_dm_chat(dm, [a, b]) is True and is_dm_chat(dm, (b, a)) is True
+    assert is_dm_chat(dm, [a, AUTHOR_IDS[2]]) is False
+    assert is_dm_chat(dm, [a, b, AUTHOR_IDS[2]]) is False and is_dm_chat(dm, [a]) is False
+    assert is_dm_chat(CHAT, [a, b]) is False
+
+
+@given(roles, hlcs, st.none() | hlcs.filter(lambda h: h != HLC_ZERO))
+def test_a_member_is_active_unless_removed_at_or_after_its_add(
+    role: Role, added: Hlc, removed: Hlc | None
+) -> None:
+    info = MemberInfo(role, added, removed)
+    assert info.active is (removed is None or removed < added)  # a tie goes to the remove
+    assert MemberInfo(role, Hlc(5), Hlc(5)).active is False
+    assert MemberInfo(role, Hlc(5, 1), Hlc(5)).active is True
+
+
+proofs = st.none() | st.binary(min_size=1, max_size=MAX_PROOF)
+
+
+@settings(max_examples=50)
+@given(roles, hlcs, st.none() | hlcs.filter(lambda h: h != HLC_ZERO), proofs, proofs)
+def test_member_info_and_rows_round_trip_with_either_proof(
+    role: Role,
+    added: Hlc,
+    removed: Hlc | None,
+    add_proof: bytes | None,
+    remove_proof: bytes | None,
+) -> None:
+    info = MemberInfo(role, added, removed, add_proof, remove_proof)
+    assert decode_member_info(info.encode()) == info
+    record = MemberRecord(CHAT, USER, info)
+    assert decode_member_record(record.encode()) == record
+
+
+def test_the_largest_proofs_fit_the_size_limits() -> None:
+    big = bytes(MAX_PROOF)
+    info = MemberInfo(Role.ADMIN, Hlc((1 << 48) - 1, 5), Hlc((1 << 48) - 1, 7), big, big)
+    assert decode_member_info(info.encode()) == info
+    record = MemberRecord(CHAT, USER, info)
+    assert decode_member_record(record.encode()) == record
+
+
+def test_a_row_id_covers_each_proof_on_its_own() -> None:
+    base = (CHAT, USER, Role.PARTICIPANT, Hlc(4), Hlc(6))
+    ids = {
+        compute_member_record_id(*base),
+        compute_member_record_id(*base, add_proof=b"add"),
+        compute_member_record_id(*base, remove_proof=b"add"),
+        compute_member_record_id(*base, add_proof=b"other"),
+        compute_member_record_id(*base, add_proof=b"add", remove_proof=b"rm"),
+    }
+    assert len(ids) == 5
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: MemberRecord(CHAT[:-1], USER, MemberInfo(Role.PARTICIPANT, Hlc(1))),
+        lambda: MemberRecord(CHAT, USER + b"\x00", MemberInfo(Role.PARTICIPANT, Hlc(1))),
+        lambda: IdentityRecord(USER[:-1], Hlc(1), b"blob"),
+        lambda: InboxEntry(CHAT[:-1], ChatKind.DM, 1, bytes(32), USER, 1),
+        lambda: InboxEntry(CHAT, ChatKind.DM, 1, bytes(33), USER, 1),
+        lambda: InboxEntry(CHAT, ChatKind.DM, 1, bytes(32), USER[:-1], 1),
+    ],
+)
+def test_records_refuse_ids_of_the_wrong_length(build: Callable[[], object]) -> None:
+    with pytest.raises(ValueError, match="bytes"):
+        build()
+
+
+def test_the_largest_identity_blob_round_trips() -> None:
+    record = IdentityRecord(USER, Hlc((1 << 48) - 1, (1 << 16) - 1), bytes(MAX_IDENTITY_BLOB))
+    assert decode_identity_record(record.encode()) == record
+
+
+def test_a_chat_meta_last_seq_is_a_u32() -> None:
+    fields = [1, 5, (1 << 32) - 1, bytes(32), [], 7, 0, None, bytes(32)]
+    assert decode_chat_meta(canonical_cbor(fields)).last_seq == (1 << 32) - 1
+    fields[2] = 1 << 32
+    with pytest.raises(DecodeError, match="last_seq"):
+        decode_chat_meta(canonical_cbor(fields))
+
+
+def test_load_array_takes_exactly_max_bytes() -> None:
+    data = canonical_cbor([1, b"x" * 40])
+    assert load_array(data, what="t", version=1, fields=2, max_bytes=len(data)) == [1, b"x" * 40]
+    with pytest.raises(OversizeRecord):
+        load_array(data, what="t", version=1, fields=2, max_bytes=len(data) - 1)
+    with pytest.raises(DecodeError) as info:
+        load_array(b"", what="t", version=1, fields=2, max_bytes=10)
+    assert info.value.reason == "truncated"
+
+
+def test_the_wire_numbers_of_message_and_chat_kinds() -> None:
+    # signed message bytes and stored inbox entries carry these numbers
+    assert [(k.name, int(k)) for k in MessageKind] == [
+        ("NEW", 0),
+        ("EDIT", 1),
+        ("REPLY", 2),
+        ("REACTION", 3),
+        ("READ_RECEIPT", 4),
+        ("DELETE", 5),
+    ]
+    assert [(k.name, int(k)) for k in ChatKind] == [("DM", 0), ("GROUP", 1), ("CHANNEL", 2)]
+    assert [(r.name, int(r)) for r in Role] == [("PARTICIPANT", 0), ("ADMIN", 1)]
+
+
+def test_an_identity_blob_holds_at_most_1024_bytes() -> None:
+    # written out, not MAX_IDENTITY_BLOB: a test that reads the limit cannot catch it moving
+    assert IdentityRecord(USER, Hlc(1), bytes(1024)).blob == bytes(1024)
+    with pytest.raises(TooLarge):
+        IdentityRecord(USER, Hlc(1), bytes(1025))
+
+
+def test_a_proof_holds_at_most_512_bytes() -> None:
+    fields = [1, 0, 5, None, bytes(512), None]
+    assert decode_member_info(canonical_cbor(fields)).add_proof == bytes(512)
+    fields[4] = bytes(513)
+    with pytest.raises(OversizeRecord):
+        decode_member_info(canonical_cbor(fields))
+
+
+def test_a_new_chat_meta_is_all_zero() -> None:
+    assert ChatMeta() == ChatMeta(0, 0, bytes(32), (), 0, 0, None, bytes(32))

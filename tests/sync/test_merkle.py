@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import blake3
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -148,3 +149,124 @@ def test_db_replica_reports_the_messages_sync_stored_that_were_new(tmp_path: Pat
         assert replica.apply(Domain.MESSAGES, list(second)) == 1  # message 2 is held already
         assert replica.apply(Domain.MESSAGES, list(second)) == 0  # nothing new: not told
     assert told == [[m.msg_id for m in first], [second[1].msg_id]]
+
+
+def nodes_by_definition(ids: list[bytes], depth: int) -> dict[int, tuple[int, int]]:
+    """Node i at depth k: the XOR and count of the ids whose top 4k bits of bucket are i."""
+    nodes: dict[int, tuple[int, int]] = {}
+    for record_id in ids:
+        index = int.from_bytes(record_id[:2], "big") >> (4 * (DEPTH - depth))
+        xor, count = nodes.get(index, (0, 0))
+        nodes[index] = (xor ^ int.from_bytes(record_id, "big"), count + 1)
+    return nodes
+
+
+def assert_tree_is(tree: MerkleTree, ids: list[bytes]) -> None:
+    for depth in range(DEPTH + 1):
+        expected = nodes_by_definition(ids, depth)
+        for index in range(FANOUT**depth):
+            assert tree.node(depth, index) == expected.get(index, (0, 0)), (depth, index)
+    buckets = {int.from_bytes(i[:2], "big") for i in ids}
+    for bucket in buckets | {0, 0xFFFF}:
+        in_bucket = [i for i in ids if int.from_bytes(i[:2], "big") == bucket]
+        check = 0
+        for record_id in in_bucket:
+            check ^= check_hash(record_id)
+        xor, count = expected_leaf = nodes_by_definition(in_bucket, DEPTH).get(bucket, (0, 0))
+        assert tree.cell(bucket) == (count, xor, check), expected_leaf
+    assert tree.count == len(ids)
+
+
+# Ids spread over few buckets, so that buckets and their ancestors hold several.
+clustered_ids = st.lists(
+    st.tuples(st.sampled_from([0x0000, 0x0001, 0x0010, 0x0100, 0x1000, 0xFFFF]), ids32).map(
+        lambda t: t[0].to_bytes(2, "big") + t[1][2:]
+    ),
+    unique=True,
+    max_size=40,
+)
+
+
+@given(clustered_ids, st.data())
+def test_every_node_is_the_xor_and_count_of_the_ids_below_it(
+    ids: list[bytes], data: st.DataObject
+) -> None:
+    assert_tree_is(MerkleTree.from_ids(ids), ids)
+    removed = data.draw(st.lists(st.sampled_from(ids), unique=True) if ids else st.just([]))
+    tree = MerkleTree()
+    for record_id in ids:
+        tree.insert(record_id)
+    for record_id in removed:
+        tree.remove(record_id)
+    assert_tree_is(tree, [i for i in ids if i not in removed])
+
+
+def test_a_copy_is_equal_and_independent() -> None:
+    ids = [bytes([i]) * 32 for i in range(1, 6)]
+    tree = MerkleTree.from_ids(ids)
+    copy = tree.copy()
+    assert copy == tree and copy.root() == tree.root() and copy.cell(0x0101) == tree.cell(0x0101)
+    copy.remove(ids[0])
+    assert copy != tree and tree.count == 5 and copy.count == 4
+    assert_tree_is(tree, ids)
+
+
+def test_equal_trees_need_equal_check_hashes_too() -> None:
+    # {a, b} and {c, a^b^c} in one bucket: equal XORs and counts, different ids
+    a, b, c = (bytes(2) + bytes([n]) * 30 for n in (1, 2, 4))
+    d = (int.from_bytes(a, "big") ^ int.from_bytes(b, "big") ^ int.from_bytes(c, "big")).to_bytes(
+        32, "big"
+    )
+    left, right = MerkleTree.from_ids([a, b]), MerkleTree.from_ids([c, d])
+    assert left.root() == right.root()
+    assert left != right
+    assert MerkleTree() == MerkleTree() and MerkleTree() != "a tree"
+    assert (MerkleTree() == "a tree") is False  # not equal, rather than unknown
+    with pytest.raises(TypeError):
+        hash(MerkleTree())
+
+
+def test_replace_swaps_one_id_for_another() -> None:
+    a, b = bytes([1]) * 32, bytes([2]) * 32
+    tree = MerkleTree.from_ids([a])
+    tree.replace(a, a)  # unchanged
+    assert tree == MerkleTree.from_ids([a])
+    tree.replace(a, b)
+    assert tree == MerkleTree.from_ids([b])
+    tree.replace(None, a)
+    tree.replace(b, None)
+    assert tree == MerkleTree.from_ids([a])
+    tree.replace(None, None)
+    assert tree == MerkleTree.from_ids([a])
+
+
+def test_wrong_length_ids_are_refused_everywhere() -> None:
+    for bad in (bytes(31), bytes(33)):
+        with pytest.raises(ValueError, match="32 bytes"):
+            MerkleTree.from_ids([bad])
+        with pytest.raises(ValueError, match="32 bytes"):
+            MerkleTree().insert(bad)
+
+
+def test_the_root_digest_and_node_hash_cover_the_xor_and_the_count() -> None:
+    one, two = MerkleTree.from_ids([bytes([1]) * 32]), MerkleTree.from_ids([bytes([3]) * 32])
+    assert len(one.root_digest()) == 32
+    assert one.root_digest() != two.root_digest() != MerkleTree().root_digest()
+    xor, count = one.root()
+    assert one.root_digest() == MerkleTree.from_ids([bytes([1]) * 32]).root_digest()
+    assert (xor, count) == (bytes([1]) * 32, 1)
+    # the hash is salted, covers every byte of the 32-byte XOR and of the 8-byte count
+    base = node_hash(b"salt", 1 << 255, 1 << 63, 8)
+    assert len(base) == 8 and node_hash(b"salt", 1 << 255, 1 << 63, 4) == base[:4]
+    assert base != node_hash(b"salt", 0, 1 << 63, 8) != node_hash(b"salt", 1 << 255, 0, 8)
+    assert check_hash(bytes(32)) < 1 << 32 and check_hash(bytes(32)) != check_hash(
+        bytes(31) + b"\1"
+    )
+
+
+def test_node_hash_is_the_wire_format_of_sync_md() -> None:
+    # SYNC.md: BLAKE3(salt ‖ xor ‖ count)[:w], the XOR as 32 big-endian bytes and the count
+    # as 8: peers of different versions must hash the same node to the same bytes
+    salt, xor, count = bytes(range(16)), (1 << 200) + 5, 7
+    wire = salt + xor.to_bytes(32, "big") + count.to_bytes(8, "big")
+    assert node_hash(salt, xor, count, 6) == blake3.blake3(wire).digest(6)
