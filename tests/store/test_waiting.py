@@ -48,14 +48,14 @@ def test_the_room_behaves_like_a_bounded_list_evicting_the_oldest(
     for action, arg in script:
         if action == "park":
             msg = message(arg)  # type: ignore[arg-type]
-            already = msg in model
-            if not already:
+            gone: list[bytes] = []  # what park must report evicted, oldest first
+            if msg not in model:
                 model.append(msg)
                 parked += 1
                 while len(model) > max_messages or sum(len(m.encoded) for m in model) > max_bytes:
-                    model.pop(0)
+                    gone.append(model.pop(0).msg_id)
                     evicted += 1
-            assert room.park(msg) == (not already and msg in model)
+            assert room.park(msg) == gone
         else:
             chats = {CHATS[i] for i in arg}  # type: ignore[attr-defined]
             out = room.release_chats(chats)
@@ -92,7 +92,8 @@ def test_a_message_larger_than_the_room_is_not_held() -> None:
     big = message(6)  # the largest payload
     room = WaitingRoom(max_bytes=len(big.encoded) - 1)
     room.park(message(0))
-    assert room.park(big) is False  # evicted at once, and everything older with it
+    # evicted at once, and everything older with it
+    assert room.park(big) == [message(0).msg_id, big.msg_id]
     assert len(room) == 0 and room.bytes == 0 and room.stats.evicted == 2
 
 
@@ -106,7 +107,7 @@ def test_the_default_bounds() -> None:
 def test_a_room_exactly_full_keeps_everything_and_forgets_drained_chats() -> None:
     first, second = message(1), message(2)  # chats 1 and 2
     room = WaitingRoom(max_messages=2, max_bytes=len(first.encoded) + len(second.encoded))
-    assert room.park(first) and room.park(second)  # at both bounds exactly: nothing evicted
+    assert room.park(first) == room.park(second) == []  # at both bounds exactly: none evicted
     assert room.waiting() == [first, second] and room.stats.evicted == 0
     room.release_chats({CHATS[1]})
     room.park(message(3))  # chat 0; evicts chat 2's only message

@@ -61,7 +61,12 @@ def test_the_wire_numbers() -> None:
         ("TRANSFER", 5),
         ("ABORT", 6),
     ]
-    assert [(d.name, int(d)) for d in Domain] == [("MESSAGES", 0), ("MEMBERS", 1), ("IDENTITY", 2)]
+    assert [(d.name, int(d)) for d in Domain] == [
+        ("MESSAGES", 0),
+        ("MEMBERS", 1),
+        ("IDENTITY", 2),
+        ("DELETES", 3),
+    ]
 
 
 def test_a_frame_of_exactly_max_frame_bytes_is_read() -> None:
@@ -92,12 +97,12 @@ def test_pass_numbers_are_16_bit_and_the_version_is_1() -> None:
 
 def test_sections_name_each_known_domain_at_most_once() -> None:
     assert reason(hello(roots=[[0, bytes(32), 0], [0, bytes(32), 1]])) == "duplicate_domain"
-    assert reason(hello(roots=[[3, bytes(32), 0]])) == "unknown_domain"
+    assert reason(hello(roots=[[len(Domain), bytes(32), 0]])) == "unknown_domain"
     assert reason(hello(roots=[[255, bytes(32), 0]])) == "unknown_domain"
     assert reason(hello(roots=[[256, bytes(32), 0]])) == "malformed_frame"
     assert reason(hello(roots=[[]])) == "malformed_frame"
-    four = [[d, bytes(32), 0] for d in (0, 1, 2, 0)]  # one more section than there are domains
-    assert reason(hello(roots=four)) == "too_many_items"
+    more = [[d, bytes(32), 0] for d in (*Domain, 0)]  # one more section than there are domains
+    assert reason(hello(roots=more)) == "too_many_items"
     section = [0, [], b"", [], []]
     assert decode([FrameType.TRANSFER, True, [section]]).sections[Domain.MESSAGES].empty
     long_section = [0, *[b""] * 8]  # nine items: over the eight any section may have
