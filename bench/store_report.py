@@ -35,7 +35,7 @@ def _ratios(rates: Rates) -> dict[str, float]:
         "list_user_chats_vs_sqlite": ratio("list_user_chats", "sqlite"),
         "node_batched_checked_vs_open": _ratio(rates, "node_batched", "node_checked", "node_open"),
         "node_single_checked_vs_open": _ratio(rates, "node_single", "node_checked", "node_open"),
-        "range_visible_vs_unfiltered": ratio("range", "chatdb_unfiltered"),
+        "range_visible_vs_unfiltered": _ratio(rates, "range_check", "checked", "unchecked"),
         "folded_vs_raw_range": _ratio(rates, "folded_range", "folded", "raw"),
     }
 
@@ -171,7 +171,7 @@ def _authz_table(params: StoreBenchParams, r: dict[str, Any], ratios: dict[str, 
         )  # fmt: skip
     table.add_row(
         f"history pages ({params.page}/page), hidden left out, pages/s",
-        *_rates(r["range"]["chatdb"], r["range"]["chatdb_unfiltered"]),
+        *_rates(r["range_check"]["checked"], r["range_check"]["unchecked"]),
         _mark(ratios["range_visible_vs_unfiltered"], CHECK_GOAL, "%"),
     )
     return table
