@@ -69,9 +69,12 @@ class AdmissionStore(DeleteStore, InboxStore):
         new_deletes, erased = self.put_deletes(deletes) if deletes else ([], [])
         if deletes:
             admitted = [m for m in admitted if m.kind is not MessageKind.DELETE]
-        gone = self.erased_on_arrival(admitted)
+        # what a held delete erases is neither stored nor left to wait: it could never be stored
+        later = [m for m in waiting if m.kind is not MessageKind.DELETE]
+        gone = self.erased_on_arrival(admitted + later)
         if gone:
             admitted = [m for m in admitted if m.msg_id not in gone]
+            waiting = [m for m in waiting if m.msg_id not in gone]
         stored = self._store_admitted(admitted, hidden, now_ms)
         if erased:
             self.refresh_previews({m.chat_id for m in deletes})

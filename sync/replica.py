@@ -527,8 +527,6 @@ class DbReplica:
             released = self.waiting.release_chats(applied.chats)
         admitted = self.db.put_authorized(msgs + released, admit_all=self.admit_all)
         results, waiting = admitted.results, admitted.waiting
-        if waiting and (never := self.db.erased_on_arrival(waiting)):
-            waiting = [m for m in waiting if m.msg_id not in never]  # could never be stored
         evicted = [msg_id for msg in waiting for msg_id in self.waiting.park(msg)]
         erased_waiting = self._discard_erased_waiting(msgs)
         if released or waiting or erased_waiting:
