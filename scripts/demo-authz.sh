@@ -44,13 +44,7 @@ GROUP=$(grep -oE '[0-9a-f]{64}' <<<"$OUT" | head -1)
 [[ -n $GROUP ]] || { echo "no group id in the output of group create" >&2; exit 1; }
 cs group add "$GROUP" "$MEMBER" --key "$KEYS/admin.key" --node "${URLS[0]}"
 note "waiting until every node lists the member"
-for i in 0 1 2; do
-    t0=$SECONDS
-    until members_has "$i" "$MEMBER"; do
-        ((SECONDS - t0 > WAIT_S)) && { echo "N$i does not list the member" >&2; exit 1; }
-        sleep 0.5
-    done
-done
+wait_listed "$MEMBER"
 cs group members "$GROUP" --key "$KEYS/admin.key" --node "${URLS[2]}"
 MEMBER_EARLY="member says hello, before the removal"
 cs send "$MEMBER_EARLY" --key "$KEYS/member.key" --node "${URLS[1]}" --chat "$GROUP"

@@ -41,13 +41,7 @@ cs group create --name "kinds demo" --key "$KEYS/alice.key" --node "${URLS[0]}"
 GROUP=$(grep -oE '[0-9a-f]{64}' <<<"$OUT" | head -1)
 [[ -n $GROUP ]] || { echo "no group id in the output of group create" >&2; exit 1; }
 cs group add "$GROUP" "$BOB" --key "$KEYS/alice.key" --node "${URLS[0]}"
-for i in 0 1 2; do
-    t0=$SECONDS
-    until members_has "$i" "$BOB"; do
-        ((SECONDS - t0 > WAIT_S)) && { echo "N$i does not list bob" >&2; exit 1; }
-        sleep 0.5
-    done
-done
+wait_listed "$BOB"
 
 # --- claim 1 ----------------------------------------------------------------------------------
 

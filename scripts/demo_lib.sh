@@ -255,6 +255,17 @@ members_has() { # NODE_INDEX USER: is USER an active member by the node's `group
     ((RC == 0)) && grep -qF -- "$2" <<<"$OUT"
 }
 
+wait_listed() { # USER: until every node lists USER as an active member of the group
+    local i t0
+    for i in 0 1 2; do
+        t0=$SECONDS
+        until members_has "$i" "$1"; do
+            ((SECONDS - t0 > WAIT_S)) && { echo "N$i does not list $1" >&2; exit 1; }
+            sleep 0.5
+        done
+    done
+}
+
 on_all() { # CHECK TEXT: CHECK i TEXT for i = 0 1 2 (each node's answer is printed)
     local fn=$1 text=$2 i ok=0
     for i in 0 1 2; do
