@@ -26,6 +26,7 @@ from store.keys import USER_ID_LEN
 from store.records import MessageKind, MsgV1
 
 CONTENT = frozenset({MessageKind.NEW, MessageKind.REPLY})
+CHANGES_TARGET = frozenset({MessageKind.EDIT, MessageKind.REACTION})  # part of the target's view
 CLAIMS_LEN = USER_ID_LEN + 8 + 1
 MAX_REACTION_KEY = 64
 REACT, RETRACT = 1, 0
@@ -218,7 +219,7 @@ def fold_chat(
     items.sort(key=lambda item: item.order)
     positions: dict[bytes, Hlc] = {}
     for m in visible:
-        if m.kind is MessageKind.READ_RECEIPT and (position := _position(m)) is not None:
+        if m.kind is MessageKind.READ_RECEIPT and (position := position_of(m)) is not None:
             positions[m.sender] = max(positions.get(m.sender, position), position)
     return ChatView(items, positions)
 
@@ -293,7 +294,8 @@ def _tombstones(valid: list[MsgV1], kept: dict[bytes, MsgV1]) -> list[Tombstone]
     return out
 
 
-def _position(receipt: MsgV1) -> Hlc | None:
+def position_of(receipt: MsgV1) -> Hlc | None:
+    """A READ_RECEIPT's position, or None if its payload is not one (the fold ignores it)."""
     try:
         return decode_receipt(receipt)
     except DecodeError:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from rocksdict import WriteBatch
+
 from store.errors import ClockDriftError, InvalidInput
 from store.hidden import HiddenIndex
 from store.hlc import Hlc
@@ -27,11 +29,13 @@ from store.keys import (
     extract_hlc_physical_from_seen_value,
     key_hidden,
     key_messages,
+    key_receipt,
     parse_key_messages,
     prefix_end,
 )
+from store.kinds import CHANGES_TARGET, position_of
 from store.merge import meta_after_messages
-from store.records import ChatMeta, MsgV1, check_payload_size, decode_msg
+from store.records import ChatMeta, MessageKind, MsgV1, check_payload_size, decode_msg
 
 DEFAULT_PAGE_LIMIT = 50
 MAX_PAGE_LIMIT = 200
@@ -149,8 +153,7 @@ class MessageStore(HiddenIndex):
         batch.put(key, msg.encoded, handle["messages"])
         batch.put(msg_id, key, handle["seen_msg"])
         if msg.ref is not None:
-            batch.put(chat + msg.ref + msg_id, key, handle["refs"])
-            batch.put(msg.ref, b"", handle["ref_targets"])
+            self._index_ref(msg, msg_id, key, seq, batch)
         batch.put(chat, meta.encode(), handle["chats_meta"])
         self.write(batch)
         self.remember_one_meta(chat, meta)
@@ -181,7 +184,6 @@ class MessageStore(HiddenIndex):
         batch = self.new_batch()
         put = batch.put
         messages_cf, seen_cf = self._handle["messages"], self._handle["seen_msg"]
-        refs_cf, targets_cf = self._handle["refs"], self._handle["ref_targets"]
         # Per chat: its stored meta, and [last seq given out here, newest (hlc, id) here,
         # key prefix]. Folded into one ChatMeta per chat at the end (meta_after_messages).
         bases: dict[bytes, ChatMeta] = {}
@@ -223,9 +225,8 @@ class MessageStore(HiddenIndex):
                 state[1], state[2] = packed, msg_id  # the newest shown (hlc, id) so far
             put(key, msg.encoded, messages_cf)
             put(msg_id, key, seen_cf)
-            if msg.ref is not None:  # an edit, reply, reaction or receipt: found by its target
-                put(chat + msg.ref + msg_id, key, refs_cf)
-                put(msg.ref, b"", targets_cf)
+            if msg.ref is not None:
+                self._index_ref(msg, msg_id, key, seq, batch)
             result = _new(PutResult)  # _put_result(msg_id, seq, False), inlined
             set_msg_id(result, msg_id)
             set_seq(result, seq)
@@ -243,6 +244,21 @@ class MessageStore(HiddenIndex):
             if hidden_keys:
                 self._note_hidden_chats(hidden_keys)
         return results
+
+    def _index_ref(
+        self, msg: MsgV1, msg_id: bytes, key: bytes, seq: int, batch: WriteBatch
+    ) -> None:
+        """Index a message that refers to another: an edit or reaction by its target (part
+        of the target's view, ``store.views``), a receipt by its reader (``store.reads``)."""
+        assert msg.ref is not None
+        chat, handle = msg.chat_id, self._handle
+        if msg.kind in CHANGES_TARGET:
+            batch.put(chat + msg.ref + msg_id, key, handle["refs"])
+            batch.put(msg.ref, b"", handle["ref_targets"])
+        elif msg.kind is MessageKind.READ_RECEIPT and (position := position_of(msg)) is not None:
+            batch.put(
+                key_receipt(chat, msg.sender, position.to_bytes(), seq), b"", handle["receipts"]
+            )
 
     def _check_message(self, msg: MsgV1, now_ms: int | None) -> None:
         config = self.config

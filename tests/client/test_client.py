@@ -188,9 +188,8 @@ async def test_client_raises_the_servers_code(tmp_path: Path) -> None:
                     raise AssertionError("no error")
                 assert client.health() == {"status": "ok"}
                 assert "chatsync_records" in client.metrics()
-                assert client.read_progress(ALICE.user_id, GROUP)["seq"] == 0
-                state = client.set_read_progress(ALICE.user_id, GROUP, 3)
-                assert state["moved"] is False  # an empty chat caps progress at 0
+                state = client.read_state(ALICE.user_id, GROUP)
+                assert (state["position"], state["unread"]) == (None, 0)  # nothing read yet
 
         await trio.to_thread.run_sync(check)
 
