@@ -137,6 +137,15 @@ def key_by_ref(chat_id: bytes, ref: bytes, msg_id: bytes) -> bytes:
     )
 
 
+# referred: [target's messages key:44][referrer's messages key:44] — a held edit or reaction
+# of a held message (store.messages, read by store.views)
+def referred_end(target_key: bytes) -> bytes:
+    """A key past every referred row of ``target_key`` (and before the next target's)."""
+    return check_len(target_key, MESSAGES_KEY_LEN, "messages key") + b"\xff" * (
+        MESSAGES_KEY_LEN + 1
+    )
+
+
 # receipts: [chat_id:32][user:20][position:8][seq:4] — a stored READ_RECEIPT (store.reads)
 def key_receipt(chat_id: bytes, user_id: bytes, position: bytes, seq: int) -> bytes:
     return (

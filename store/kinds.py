@@ -180,6 +180,23 @@ class MessageView:
         return _order(self.msg)
 
 
+_new = object.__new__
+_SET_VIEW = tuple(MessageView.__dict__[name].__set__ for name in MessageView.__slots__)
+assert MessageView.__slots__ == ("msg", "edit", "reply_state", "reactions")
+
+
+def plain_view(msg: MsgV1) -> MessageView:
+    """``MessageView(msg)`` — nothing refers to it, not a reply — set through its slots: a
+    history page's common case, without the frozen dataclass's ``__init__``."""
+    view = _new(MessageView)
+    set_msg, set_edit, set_reply_state, set_reactions = _SET_VIEW
+    set_msg(view, msg)
+    set_edit(view, None)
+    set_reply_state(view, None)
+    set_reactions(view, {})
+    return view
+
+
 @dataclass(frozen=True, slots=True)
 class ChatView:
     items: list[MessageView | Tombstone]  # in (hlc, id) order
@@ -238,7 +255,9 @@ def _view(
 def latest_edit(msg: MsgV1, refs: Iterable[MsgV1]) -> MsgV1 | None:
     """Of the shown messages referring to ``msg``, the applying edit with the greatest (hlc, id)."""
     edits = [e for e in refs if e.kind is MessageKind.EDIT and edit_applies(e, msg)]
-    return max(edits, key=_order) if edits else None
+    if len(edits) < 2:  # the common case: no need to hash an id for the order
+        return edits[0] if edits else None
+    return max(edits, key=_order)
 
 
 def edit_applies(edit: MsgV1, target: MsgV1) -> bool:

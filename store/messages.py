@@ -33,9 +33,16 @@ from store.keys import (
     parse_key_messages,
     prefix_end,
 )
-from store.kinds import CHANGES_TARGET, position_of
+from store.kinds import CHANGES_TARGET, CONTENT, position_of
 from store.merge import meta_after_messages
-from store.records import ChatMeta, MessageKind, MsgV1, check_payload_size, decode_msg
+from store.records import (
+    ChatMeta,
+    MessageKind,
+    MsgV1,
+    check_payload_size,
+    decode_msg,
+    kind_of,
+)
 
 DEFAULT_PAGE_LIMIT = 50
 MAX_PAGE_LIMIT = 200
@@ -155,6 +162,7 @@ class MessageStore(HiddenIndex):
         if msg.ref is not None:
             self._index_ref(msg, msg_id, key, seq, batch)
         batch.put(chat, meta.encode(), handle["chats_meta"])
+        self._mark_referred(batch, [msg], {msg_id: key})
         self.write(batch)
         self.remember_one_meta(chat, meta)
         return _put_result(msg_id, seq, False)
@@ -190,13 +198,12 @@ class MessageStore(HiddenIndex):
         chats: dict[bytes, list[Any]] = {}
         results: list[PutResult] = []
         append = results.append
-        new_ids: set[bytes] = set()
-        add_id = new_ids.add
+        new_keys: dict[bytes, bytes] = {}  # id -> messages key, of the messages stored here
         hidden_keys: list[bytes] = []
         expire = self.expire_before_ms
         set_msg_id, set_seq, set_duplicate, set_expired = _SET_RESULT
         for msg, msg_id, seen in zip(msgs, ids, already, strict=True):
-            if seen is not None or msg_id in new_ids:
+            if seen is not None or msg_id in new_keys:
                 append(_put_result(msg_id, 0, True))
                 continue
             hlc = msg.hlc
@@ -204,7 +211,6 @@ class MessageStore(HiddenIndex):
                 # GC removed (or would remove) it: storing it again would resurrect it.
                 append(_put_result(msg_id, 0, True, True))
                 continue
-            add_id(msg_id)
             chat = msg.chat_id
             state = chats.get(chat)
             if state is None:
@@ -223,6 +229,7 @@ class MessageStore(HiddenIndex):
                 put(hidden_keys[-1], key, self._handle["hidden"])
             elif packed > state[1] or (packed == state[1] and msg_id > state[2]):
                 state[1], state[2] = packed, msg_id  # the newest shown (hlc, id) so far
+            new_keys[msg_id] = key
             put(key, msg.encoded, messages_cf)
             put(msg_id, key, seen_cf)
             if msg.ref is not None:
@@ -239,11 +246,37 @@ class MessageStore(HiddenIndex):
                 for chat, (seq, packed, msg_id, _) in chats.items()
             }
             self.put_metas(batch, metas)
+            self._mark_referred(batch, msgs, new_keys)
             self.write(batch)
             self.remember_meta(metas)
             if hidden_keys:
                 self._note_hidden_chats(hidden_keys)
         return results
+
+    def _mark_referred(
+        self, batch: WriteBatch, msgs: list[MsgV1], new_keys: dict[bytes, bytes]
+    ) -> None:
+        """``referred[target key | referrer key]`` for the edits and reactions among ``msgs``
+        stored now (``new_keys``: id -> key) whose target in their chat is held, and for the
+        held ones that refer to a content message stored now (``ref_targets`` says which
+        have any, ``refs`` gives their keys). Keyed like the messages, it is read in step
+        with a page of the folded history (``store.views``)."""
+        referred = self._handle["referred"]
+        referrers = [m for m in msgs if m.kind in CHANGES_TARGET and m.msg_id in new_keys]
+        refs = [m.ref for m in referrers if m.ref is not None]  # all of them: not NEW
+        missing = [ref for ref in refs if ref not in new_keys]
+        held = dict(zip(missing, self.multi_get("seen_msg", missing), strict=True))
+        for m, ref in zip(referrers, refs, strict=True):
+            target = new_keys.get(ref) or held.get(ref)
+            if target is not None and target[:CHAT_ID_LEN] == m.chat_id:
+                batch.put(target + new_keys[m.msg_id], b"", referred)
+        contents = [m for m in msgs if m.kind in CONTENT and m.msg_id in new_keys]
+        marks = self.multi_get("ref_targets", [m.msg_id for m in contents])
+        for m, mark in zip(contents, marks, strict=True):
+            if mark is not None:  # referred to before it arrived
+                key = new_keys[m.msg_id]
+                for _, referrer in self.iter_prefix("refs", m.chat_id + m.msg_id):
+                    batch.put(key + referrer, b"", referred)
 
     def _index_ref(
         self, msg: MsgV1, msg_id: bytes, key: bytes, seq: int, batch: WriteBatch
@@ -296,12 +329,15 @@ class MessageStore(HiddenIndex):
         cursor: str | None = None,
         limit: int = DEFAULT_PAGE_LIMIT,
         direction: Direction = Direction.BACKWARD,
+        *,
+        kinds: frozenset[int] | None = None,
     ) -> RangePage:
         """One page of a chat's history, ordered by (hlc, seq) in ``direction``.
 
         ``cursor`` is the ``next_cursor`` of the previous page (base64 of the last
         key returned); the page starts strictly after it, so no message is returned
-        twice however many messages are inserted between pages.
+        twice however many messages are inserted between pages. ``kinds``: only messages
+        of these kinds (the others are skipped before they are decoded).
         """
         check_len(chat_id, CHAT_ID_LEN, "chat_id")
         check_page_limit(limit)
@@ -326,6 +362,8 @@ class MessageStore(HiddenIndex):
             else:
                 seq = parse_key_messages(key)[2]  # raises: not a messages key
             if hidden and seq in hidden:
+                continue
+            if kinds is not None and kind_of(value) not in kinds:
                 continue
             # Our own rows, written by put_messages: decoded trusted (see decode_msg).
             msg = decode_msg(value, max_payload=max_payload, trusted=True)
@@ -398,6 +436,7 @@ class MessageStore(HiddenIndex):
         end = key_messages(chat_id, Hlc(cutoff_ts + 1, 0).pack(), 0)
         batch = self.new_batch()
         batch.delete_range(begin, end, self._handle["messages"])
+        batch.delete_range(begin, end, self._handle["referred"])  # keyed like the messages
         self.write(batch)
 
     def scan_seen_msg_aged(self, cutoff_ts: int, limit: int) -> list[bytes]:

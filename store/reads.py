@@ -22,7 +22,6 @@ from store.records import sender_and_kind
 
 UNREAD_CAP = 1000  # counted up to here: a client shows "999+" (the same on every replica)
 _POSITION_AT = CHAT_ID_LEN + USER_ID_LEN
-_CONTENT_KINDS = frozenset(int(kind) for kind in CONTENT)
 
 
 class ReadStore(HiddenIndex):
@@ -51,7 +50,7 @@ class ReadStore(HiddenIndex):
         count = 0
         for key, value in self.iter_range("messages", start, prefix_end(chat_id)):
             sender, kind = sender_and_kind(value)
-            if kind not in _CONTENT_KINDS or sender == user_id:
+            if kind not in CONTENT or sender == user_id:
                 continue
             if hidden and int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big") in hidden:
                 continue

@@ -345,8 +345,12 @@ _UINT_LENGTH = {24: 2, 25: 3, 26: 5, 27: 9}  # a uint's head byte -> bytes of he
 def sender_and_kind(encoded: bytes) -> tuple[bytes, int]:
     """The sender and kind byte of a stored message's ``MsgV1.encoded``, read in place: for
     scans over this replica's own rows that need no more than these (no decode)."""
-    kind_at = _STAMP_AT + _UINT_LENGTH.get(encoded[_STAMP_AT], 1)
-    return encoded[_SENDER_AT:_STAMP_AT], encoded[kind_at]
+    return encoded[_SENDER_AT:_STAMP_AT], kind_of(encoded)
+
+
+def kind_of(encoded: bytes) -> int:
+    """The kind byte of a stored message's ``MsgV1.encoded``, read in place."""
+    return encoded[_STAMP_AT + _UINT_LENGTH.get(encoded[_STAMP_AT], 1)]
 
 
 def check_payload_size(payload: bytes, max_payload: int) -> None:
