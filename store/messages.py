@@ -154,7 +154,8 @@ class MessageStore(HiddenIndex):
             key = chat + (packed << 32 | seq).to_bytes(12, "big")  # = key_messages(...)
         else:
             key = key_messages(chat, packed, seq)  # converts, or raises the ValueError
-        meta = meta_after_messages(base, seq, packed, msg_id)
+        newest = packed if msg.kind in CONTENT else -1  # the preview: content only (MESSAGES.md)
+        meta = meta_after_messages(base, seq, newest, msg_id)
         handle = self._handle
         batch = self.new_batch()
         batch.put(key, msg.encoded, handle["messages"])
@@ -227,8 +228,10 @@ class MessageStore(HiddenIndex):
             if hidden and msg_id in hidden:
                 hidden_keys.append(key_hidden(chat, seq))
                 put(hidden_keys[-1], key, self._handle["hidden"])
-            elif packed > state[1] or (packed == state[1] and msg_id > state[2]):
-                state[1], state[2] = packed, msg_id  # the newest shown (hlc, id) so far
+            elif msg.kind in CONTENT and (
+                packed > state[1] or (packed == state[1] and msg_id > state[2])
+            ):
+                state[1], state[2] = packed, msg_id  # the newest shown content (hlc, id) so far
             new_keys[msg_id] = key
             put(key, msg.encoded, messages_cf)
             put(msg_id, key, seen_cf)

@@ -14,8 +14,18 @@ from store.hlc import MAX_LOGICAL, MAX_PHYSICAL
 from store.kinds import fold_chat, reaction_payload
 from store.reads import UNREAD_CAP
 from store.records import sender_and_kind
+from sync.replica import DbReplica
 
-from store_support import AUTHOR_IDS, CHATS, fresh_db, make_msg, receipt_of, small_config
+from store_support import (
+    AUTHOR_IDS,
+    CHATS,
+    GROUP_CHAT,
+    fresh_db,
+    group_op,
+    make_msg,
+    receipt_of,
+    small_config,
+)
 
 CHAT = CHATS[0]
 ALICE, BOB, CAROL = AUTHOR_IDS  # authors 0, 1, 2
@@ -165,3 +175,28 @@ def test_a_database_with_the_retired_read_progress_family_opens(tmp_path: Path) 
         with ChatDb(small_config(path)) as db:
             db.put_messages(posts(1))
     assert "user_read_progress" not in Rdict.list_cf(path)
+
+
+def test_the_chat_list_shows_the_newest_content_not_what_refers_to_it(tmp_path: Path) -> None:
+    """A reaction, an edit or a receipt stamped after the newest post moves neither the
+    preview nor the chat's place in the list (MESSAGES.md, "The chat list")."""
+    first, newest = (make_msg(GROUP_CHAT, Hlc(100 + i), b"post", author=1) for i in range(2))
+    later = [
+        make_msg(GROUP_CHAT, Hlc(200), reaction_payload(b"+1"), author=2,
+                 kind=MessageKind.REACTION, ref=first.msg_id),
+        make_msg(GROUP_CHAT, Hlc(201), b"better", author=1, kind=MessageKind.EDIT, ref=first.msg_id),
+        receipt_of(newest, Hlc(202), author=2),
+    ]  # fmt: skip
+    with ChatDb(small_config(str(tmp_path))) as db:
+        replica = DbReplica(db)
+        replica.apply_ops([group_op(1, 1), group_op(2, 1), first, newest])
+        for msg in later:  # one by one, and then the whole run again as one batch
+            replica.apply_ops([msg])
+        [entry] = [item.entry for item in db.list_user_chats(CAROL).items]
+        assert (entry.last_msg_id, entry.last_ts) == (newest.msg_id, 101)
+        assert entry.last_sender == BOB
+        assert db.list_user_chats(CAROL).items[0].unread == 0  # her receipt: read up to newest
+    with ChatDb(small_config(str(tmp_path / "batch"))) as db:
+        DbReplica(db).apply_ops([group_op(1, 1), group_op(2, 1), first, newest, *later])
+        [entry] = [item.entry for item in db.list_user_chats(CAROL).items]
+        assert (entry.last_msg_id, entry.last_ts) == (newest.msg_id, 101)
