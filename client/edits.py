@@ -1,6 +1,7 @@
 """``chatsync edit``, ``delete``, ``react`` and ``read``: signed messages about another
-message (MESSAGES.md), through ``POST /ops`` (a receipt: ``PUT .../read``). The node refuses what it can already tell (someone
-else's message, a deleted one) with a JSON code, printed as one line."""
+message (MESSAGES.md), through ``POST /ops`` (a receipt: ``PUT .../read``). The node refuses
+what it can already tell (someone else's message, a deleted one) with a JSON code, printed as
+one line."""
 
 from __future__ import annotations
 

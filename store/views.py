@@ -2,9 +2,9 @@
 payload, edit mark, reactions and reply state, and the tombstones of deleted ones.
 
 ``folded_range`` pages like ``range`` but over content messages (NEW, REPLY) only.
-Most messages have no edit or reaction; one scan of ``referred`` over the page's key
-interval tells which do (it is keyed like the messages). A referred message costs a
-prefix scan of ``refs``, a multi-get and the decoding of what refers to it. Tombstones are
+The edits and reactions of a page's messages come from one scan of ``referred`` (keyed
+target key | referrer key, so in the messages' order) over the page's key interval and one
+multi-get; most pages have few, and a message with none costs nothing more. Tombstones are
 given with the page whose HLC interval holds the deleted message's claimed stamp.
 """
 
