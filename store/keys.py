@@ -146,7 +146,7 @@ def referred_end(target_key: bytes) -> bytes:
     )
 
 
-# receipts: [chat_id:32][user:20][position:8][seq:4] — a stored READ_RECEIPT (store.reads)
+# receipts: [chat_id:32][user:20][position:8][seq:4] -> the receipt's messages key (store.reads)
 def key_receipt(chat_id: bytes, user_id: bytes, position: bytes, seq: int) -> bytes:
     return (
         check_len(chat_id, CHAT_ID_LEN, "chat_id")

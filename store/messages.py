@@ -292,9 +292,8 @@ class MessageStore(HiddenIndex):
             batch.put(chat + msg.ref + msg_id, key, handle["refs"])
             batch.put(msg.ref, b"", handle["ref_targets"])
         elif msg.kind is MessageKind.READ_RECEIPT and (position := position_of(msg)) is not None:
-            batch.put(
-                key_receipt(chat, msg.sender, position.to_bytes(), seq), b"", handle["receipts"]
-            )
+            row = key_receipt(chat, msg.sender, position.to_bytes(), seq)
+            batch.put(row, key, handle["receipts"])  # -> the receipt: the GC trims by its stamp
 
     def _check_message(self, msg: MsgV1, now_ms: int | None) -> None:
         config = self.config
@@ -440,6 +439,10 @@ class MessageStore(HiddenIndex):
         batch = self.new_batch()
         batch.delete_range(begin, end, self._handle["messages"])
         batch.delete_range(begin, end, self._handle["referred"])  # keyed like the messages
+        receipts = self._handle["receipts"]
+        for row, receipt_key in self.iter_prefix("receipts", chat_id):
+            if begin <= receipt_key < end:  # the receipt expired with the messages
+                batch.delete(row, receipts)
         self.write(batch)
 
     def scan_seen_msg_aged(self, cutoff_ts: int, limit: int) -> list[bytes]:

@@ -1,15 +1,14 @@
 """Read positions and unread counts, from the users' signed READ_RECEIPTs (MESSAGES.md).
 
-``receipts[chat | user | position | seq] = b""`` for every stored receipt (written with the
-message by ``store.messages``). A user's read position in a chat is the greatest position of
+``receipts[chat | user | position | seq] = the receipt's messages key`` for every stored
+receipt (written with the message by ``store.messages``, trimmed with it by the retention GC). A user's read position in a chat is the greatest position of
 their shown receipts: one reverse seek. Their unread count is the number of shown content
 messages by someone else stamped after it: a scan of the chat's messages from there that
 reads sender and kind in place and stops at ``UNREAD_CAP``, so a long chat never read costs
 a bounded scan. Erased messages are no longer stored, so they are not counted.
 
 Both are functions of the stored messages and the hidden index, so every replica holding the
-same messages counts the same. A receipt removed by the retention GC leaves its row: its
-position is still true, and every message it covered went with it, so the count is unchanged.
+same messages counts the same.
 """
 
 from __future__ import annotations

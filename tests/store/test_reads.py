@@ -14,6 +14,7 @@ from store.hlc import MAX_LOGICAL, MAX_PHYSICAL
 from store.kinds import fold_chat, reaction_payload
 from store.reads import UNREAD_CAP
 from store.records import sender_and_kind
+from store.retention import trim_chats
 from sync.replica import DbReplica
 
 from store_support import (
@@ -200,3 +201,17 @@ def test_the_chat_list_shows_the_newest_content_not_what_refers_to_it(tmp_path: 
         DbReplica(db).apply_ops([group_op(1, 1), group_op(2, 1), first, newest, *later])
         [entry] = [item.entry for item in db.list_user_chats(CAROL).items]
         assert (entry.last_msg_id, entry.last_ts) == (newest.msg_id, 101)
+
+
+def test_the_gc_trims_an_expired_receipt_with_the_messages() -> None:
+    msgs = posts(6)  # stamped 1..6
+    early, late = receipt_of(msgs[1], Hlc(3)), receipt_of(msgs[3], Hlc(20))
+    with fresh_db() as db:
+        db.put_messages([*msgs, early, late])
+        assert db.read_position(CHAT, ALICE) == msgs[3].hlc
+        trim_chats(db, 10)  # every post and the early receipt expire; the late one stays
+        assert db.read_position(CHAT, ALICE) == msgs[3].hlc
+        assert len(list(db.iter_prefix("receipts", CHAT))) == 1
+        trim_chats(db, 20)
+        assert db.read_position(CHAT, ALICE) is None
+        assert list(db.iter_prefix("receipts", CHAT)) == []
