@@ -13,6 +13,8 @@ same messages counts the same.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from store.hidden import HiddenIndex
 from store.hlc import Hlc
 from store.keys import CHAT_ID_LEN, MESSAGES_KEY_LEN, U64_MAX, USER_ID_LEN, check_len, prefix_end
@@ -45,15 +47,20 @@ class ReadStore(HiddenIndex):
             if after > U64_MAX:
                 return 0
             start = chat_id + after.to_bytes(8, "big")
-        hidden = self.hidden_seqs(chat_id)
+        end = prefix_end(chat_id)
+        values: Iterator[bytes]
+        if hidden := self.hidden_seqs(chat_id):  # rare: the keys say which are hidden
+            rows = self.iter_range("messages", start, end)
+            values = (
+                v for k, v in rows if int.from_bytes(k[MESSAGES_KEY_LEN - 4 :], "big") not in hidden
+            )
+        else:
+            values = self.iter_values("messages", start, end)
         count = 0
-        for key, value in self.iter_range("messages", start, prefix_end(chat_id)):
+        for value in values:
             sender, kind = sender_and_kind(value)
-            if kind not in CONTENT or sender == user_id:
-                continue
-            if hidden and int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big") in hidden:
-                continue
-            count += 1
-            if count == UNREAD_CAP:
-                break
+            if kind in CONTENT and sender != user_id:
+                count += 1
+                if count == UNREAD_CAP:
+                    break
         return count
