@@ -7,9 +7,10 @@ from store.views import ViewStore
 
 
 class ChatDb(ViewStore, IdentityStore):
-    """Seed 002's nine column families and eight more: the member ops, the hidden index, the
-    messages waiting for their member op, the deletes and their sync index, references and
-    the messages referred to, and the erased ids.
+    """Seed 002's column families (its read progress gave way to signed receipts) and ten
+    more: the member ops, the hidden index, the messages waiting for their member op, the
+    deletes and their sync index, references and the messages referred to, the erased ids,
+    the edits and reactions of each held message (``referred``), and the receipts.
 
     Open with ``ChatDb(ChatDbConfig(path=...))`` or ``ChatDb(path=...)``; use as
     a context manager or call ``close()``. One writer at a time.

@@ -54,7 +54,7 @@ COLUMN_FAMILIES: dict[str, int | None] = {
     "refs": CHAT_ID_LEN,
     "ref_targets": None,  # message id -> b"": some held message refers to it (a page's check)
     "erased": None,
-    "referred": CHAT_ID_LEN,  # messages key -> b"": an edit or reaction refers to it (views)
+    "referred": CHAT_ID_LEN,  # target key | referrer key: a held edit or reaction (views)
     "receipts": CHAT_ID_LEN + USER_ID_LEN,  # a chat's receipts by reader (store.reads)
 }
 # CFs of earlier versions: dropped when a database that has them is opened.
