@@ -17,7 +17,7 @@ from client.commands import (
     parse_hex,
 )
 from client.e2e import UserKey, seal_dm
-from client.http import ChatsyncClient
+from client.http import ChatsyncClient, hlc_of
 from store.authz import DmProof
 from store.keys import CHAT_ID_LEN, MSG_ID_LEN
 from store.kinds import Claims, reaction_payload
@@ -105,6 +105,11 @@ def read(
             if target is None:
                 raise fail(f"this node holds no message {msg_id} in chat {chat_id.hex()}")
         assert target is not None
+        state = client.read_state(key.user_id, chat_id)
+        known = state["position"]
+        if known is not None and hlc_of(known) >= target.hlc:  # a receipt would change nothing
+            console.print(f"already read past it; unread {state['unread']}", soft_wrap=True)
+            return
         state = client.mark_read(key.signing_key, target)
     console.print(f"read up to {target.msg_id.hex()}; unread {state['unread']}", soft_wrap=True)
 

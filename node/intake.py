@@ -90,7 +90,8 @@ def refuse_what_kinds_forbid(db: ChatDb, ops: list[Op]) -> None:
     """KindRefused for what the held state already decides against: a re-post of an erased
     message, an edit or reaction of one, an edit of someone else's message, a reference to
     another chat, a delete that is not (yet) valid or whose claims contradict its held
-    target, a receipt that moves back or misstates its message's stamp. What depends on a target not held here is left to the fold, as on every replica.
+    target, a receipt that does not move forward or misstates its message's stamp. What
+    depends on a target not held here is left to the fold, as on every replica.
     """
     with_deletes = db.delete_chats()  # elsewhere nothing was erased
     for op in ops:
@@ -120,16 +121,16 @@ def refuse_what_kinds_forbid(db: ChatDb, ops: list[Op]) -> None:
 
 
 def refuse_receipt(db: ChatDb, receipt: MsgV1, target: MsgV1 | None) -> None:
-    """KindRefused for a receipt whose position is not its held message's stamp, or is
-    behind the reader's known position (it would change nothing: positions only grow)."""
+    """KindRefused for a receipt whose position is not its held message's stamp, or is not
+    ahead of the reader's known position (it would change nothing: positions only grow)."""
     position = decode_receipt(receipt)  # well formed: validate_op checked the payload
     if target is not None and target.hlc != position:
         raise KindRefused("bad_position", "a receipt's position is the stamp of its message")
     known = db.read_position(receipt.chat_id, receipt.sender)
-    if known is not None and position < known:
+    if known is not None and position <= known:
         raise KindRefused(
             "receipt_backwards",
-            f"the receipt reads up to {position}, behind the known position {known}",
+            f"the receipt reads up to {position}, not past the known position {known}",
         )
 
 

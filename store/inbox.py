@@ -80,8 +80,9 @@ class InboxStore(ReadStore):
         """Point each participant's entry of every chat in ``fresh`` at the chat's newest message.
 
         ``fresh``: messages just stored (not duplicates); ``previous_last_ts``: each chat's
-        ChatMeta.last_ts before they were stored. Participants: the chat's active members
-        and the senders of ``fresh``. All chats in one WriteBatch.
+        ChatMeta.last_ts before they were stored. Participants: a group's active members; a
+        DM's members and the senders of ``fresh`` (its two parties). All chats in one
+        WriteBatch.
         """
         by_chat: dict[bytes, list[MsgV1]] = {}
         for msg in fresh:
@@ -91,10 +92,14 @@ class InboxStore(ReadStore):
             meta = self.load_meta(chat_id)  # just written by put_messages (and cached)
             newest = next((m for m in chat_msgs if m.msg_id == meta.last_msg_id), None)
             sender = newest.sender if newest is not None else self._sender_of(meta.last_msg_id)
-            users = sorted(set(meta.members) | {m.sender for m in chat_msgs})
+            parties = sorted(set(meta.members) | {m.sender for m in chat_msgs})
+            dm = is_dm_chat(chat_id, parties)
+            # a group's list is its active members': a message or receipt stamped before a
+            # removal, arriving after it, brings nobody back (MESSAGES.md, "The chat list")
+            users = parties if dm else sorted(meta.members)
             entry = InboxEntry(
                 chat_id=chat_id,
-                kind=ChatKind.DM if is_dm_chat(chat_id, users) else ChatKind.GROUP,
+                kind=ChatKind.DM if dm else ChatKind.GROUP,
                 last_ts=meta.last_ts,
                 last_msg_id=meta.last_msg_id,
                 last_sender=sender or chat_msgs[-1].sender,

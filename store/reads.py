@@ -1,12 +1,13 @@
 """Read positions and unread counts, from the users' signed READ_RECEIPTs (MESSAGES.md).
 
 ``receipts[chat | user | position | seq] = the receipt's messages key`` for every stored
-receipt (written with the message by ``store.messages``, trimmed with it by the retention GC). A user's read position in a chat is the greatest position of
-their shown receipts: one reverse seek. Their unread count is the number of shown content
-messages by someone else stamped after it: nothing to count when the position is at or past
-the chat's newest shown content message (its ChatMeta says which), else a scan of the chat's
-messages from there that reads sender and kind in place and stops at ``UNREAD_CAP``, so a
-long chat never read costs a bounded scan. Erased messages are no longer stored, so they are not counted.
+receipt (written with the message by ``store.messages``, trimmed with it by the retention
+GC). A user's read position in a chat is the greatest position of their shown receipts: one
+reverse seek. Their unread count is the number of shown content messages by someone else
+stamped after it: nothing to count when the position is at or past the chat's newest shown
+content message (its ChatMeta says which), else a scan of the chat's messages from there
+that reads sender and kind in place and stops at ``UNREAD_CAP``, so a long chat never read
+costs a bounded scan. Erased messages are no longer stored, so they are not counted.
 
 Both are functions of the stored messages and the hidden index, so every replica holding the
 same messages counts the same.
@@ -18,10 +19,19 @@ from collections.abc import Iterator
 
 from store.hidden import HiddenIndex
 from store.hlc import Hlc
-from store.keys import CHAT_ID_LEN, MESSAGES_KEY_LEN, U64_MAX, USER_ID_LEN, check_len, prefix_end
+from store.keys import (
+    CHAT_ID_LEN,
+    MESSAGES_KEY_LEN,
+    MSG_ID_LEN,
+    U64_MAX,
+    USER_ID_LEN,
+    check_len,
+    prefix_end,
+)
 from store.kinds import CONTENT
 from store.records import sender_and_kind
 
+NO_MESSAGE = bytes(MSG_ID_LEN)  # ChatMeta.last_msg_id of a chat with no shown content
 UNREAD_CAP = 1000  # counted up to here: a client shows "999+" (the same on every replica)
 _POSITION_AT = CHAT_ID_LEN + USER_ID_LEN
 
@@ -42,9 +52,11 @@ class ReadStore(HiddenIndex):
         """Shown content messages of the chat by others stamped after ``position``, up to
         ``UNREAD_CAP``."""
         check_len(chat_id, CHAT_ID_LEN, "chat_id")
-        newest = self.load_meta(chat_id).last_msg_ts  # the newest shown content's stamp, or 0
-        if newest == 0 or (position is not None and position.pack() >= newest):
-            return 0  # read up to the end (most chats in a list): no scan
+        meta = self.load_meta(chat_id)  # its newest shown content message, if it has one
+        if meta.last_msg_id == NO_MESSAGE or (
+            position is not None and position.pack() >= meta.last_msg_ts
+        ):
+            return 0  # nothing to read, or read up to the end (most chats in a list): no scan
         start = chat_id
         if position is not None:
             after = position.pack() + 1

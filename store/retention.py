@@ -5,8 +5,8 @@ One GC cycle with cutoff ``c`` (every decision takes ``now_ms``; see RETENTION.m
 1. ``db.expire_before_ms = c``: from now on ``put_messages`` refuses messages with
    ``hlc.physical_ms <= c`` — a replay by gossip or sync cannot resurrect them.
 2. ``trim_chats``: per chat whose oldest message is expired, one ``delete_range``
-   over the HLC prefix of the messages CF; a chat left empty gets its
-   ``chats_meta`` last-message fields and its members' inbox entries reset.
+   over the HLC prefix of the messages CF; a chat whose newest shown content message
+   expired gets its ``chats_meta`` last-message fields and its members' inbox entries reset.
 3. ``expire_seen``: the aged ``seen_msg`` entries, found in one scan and deleted in
    batches; the caller removes the same ids from its Merkle tree in the same step.
 4. ``compact``: range tombstones only free disk once compacted.

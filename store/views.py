@@ -87,7 +87,12 @@ class ViewStore(AdmissionStore):
         if not items:
             return {}
         low, high = sorted((items[0].key, items[-1].key))
-        rows = [row for row, _ in self.iter_range("referred", low, referred_end(high))]
+        on_page = {item.key for item in items}  # not a hidden message's, nor one the fold skips
+        rows = [
+            row
+            for row, _ in self.iter_range("referred", low, referred_end(high))
+            if row[:MESSAGES_KEY_LEN] in on_page
+        ]
         if not rows:
             return {}
         hidden = self.hidden_seqs(chat_id)

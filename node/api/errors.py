@@ -14,7 +14,7 @@ whose claims contradict its target 422 (``ref_other_chat``, ``bad_claims``), an 
 reaction or re-post of a deleted message 410 (``deleted``). A read receipt that is another
 user's is 403 (``not_your_receipt``); one that is not a receipt, is for another chat than
 the URL's, or misstates its message's stamp 422 (``not_a_receipt``, ``wrong_chat``,
-``bad_position``); one behind the reader's known position 409 (``receipt_backwards``). An
+``bad_position``); one not ahead of the reader's known position 409 (``receipt_backwards``). An
 author over its rate 429, other bad input 400, a full write queue 503 (dm3: -32005 Limit
 exceeded), a full disk 507. A 500 means a bug: it is logged with its traceback. Each
 refusal is counted (``api_errors{code}``; bugs ``api_bugs``).

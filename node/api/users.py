@@ -51,8 +51,8 @@ async def put_read(
     user_id: str, chat_id: str, body: ReadIn, node: NodeDep, response: Response
 ) -> ReadOut:
     """Move the read position: a READ_RECEIPT signed by the user, stored and synced like any
-    message. Refused: another user's receipt (403 ``not_your_receipt``), one behind the
-    known position (409 ``receipt_backwards``). 202 if the user is not known to be a member
+    message. Refused: another user's receipt (403 ``not_your_receipt``), one not ahead of
+    the known position (409 ``receipt_backwards``). 202 if the user is not known to be a member
     yet (the receipt waits for the member op, as a post does)."""
     user, chat = user_param(user_id), chat_param(chat_id)
     receipt = decode_receipt_in(user, chat, body, max_payload=node.max_payload)

@@ -249,10 +249,11 @@ async def test_read_receipts_move_the_position_and_the_api_refuses_what_it_can_t
                    base + 40), 400, "decode"),
             (forged, 422, "bad_signature"),
             (read_up_to(ALICE, posts[1], after_ms=500), 409, "receipt_backwards"),
+            (read_up_to(ALICE, posts[2], after_ms=300), 409, "receipt_backwards"),  # no further
         ]  # fmt: skip
         for receipt, status, code in cases:
             assert await refused(receipt) == (status, code), code
-        assert node.metrics.counter("ops_rejected", reason="receipt_backwards") == 1
+        assert node.metrics.counter("ops_rejected", reason="receipt_backwards") == 2
         r = await http.put(url, json={"receipt": b64(good.encoded)})  # the same again
         assert (r.status_code, r.json()["moved"]) == (200, False)
         r = await http.put(url, json={"receipt": b64(read_up_to(ALICE, posts[3]).encoded)})

@@ -617,9 +617,9 @@ def test_chat_list_pagination(updates: list[tuple[int, int]], limit: int) -> Non
 def test_refresh_inboxes_keeps_one_entry_per_user_and_chat(
     steps: list[tuple[int, int, bool, bool]],
 ) -> None:
-    """Senders who are not members (their entries go stale), with or without the last_ts hint,
-    with the key cache forgotten now and then (a restart, an overflow): every (user, chat)
-    that was ever written has exactly one entry, and this step's sender's points at the newest."""
+    """Members' entries moved by each new message, with or without the last_ts hint, with
+    the key cache forgotten now and then (a restart, an overflow): every (user, chat) that
+    was ever written has exactly one entry, and this step's sender's points at the newest."""
     from store.signing import key_from_seed, public_key, user_id_from_key
 
     keys = [key_from_seed(bytes([0x50 + i]) * 32) for i in range(4)]
@@ -627,6 +627,9 @@ def test_refresh_inboxes_keeps_one_entry_per_user_and_chat(
     chats = [bytes([0xD0, i]) + bytes(30) for i in range(3)]
     written: set[tuple[bytes, bytes]] = set()
     with fresh_db() as db:
+        for chat in chats:
+            for user in users:
+                db.add_member_synced(chat, user, Role.PARTICIPANT, Hlc(1))
         for n, (c, u, hint, forget) in enumerate(steps):
             chat = chats[c]
             previous = {chat: db.load_meta(chat).last_ts} if hint else {}
@@ -635,7 +638,7 @@ def test_refresh_inboxes_keeps_one_entry_per_user_and_chat(
             if forget:
                 db._inbox_keys.clear()
             db.refresh_inboxes([msg], previous)
-            written.add((users[u], chat))
+            written.update((user, chat) for user in users)
             assert db.list_user_chats(users[u]).items[0].entry.last_msg_id == msg.msg_id
         for user in users:
             listed = [item.entry.chat_id for item in all_chats(db, user)]

@@ -12,7 +12,7 @@ Local-only fields, which MAY differ between replicas and are therefore not compa
 * ``ChatMeta.last_seq``: the same local counter;
 * whether a chats_meta row exists at all (a replica that saw an add before a remove writes
   one; a replica that saw the remove first never had an active member to record);
-* the inbox and read progress: built from those local seqs, never synced.
+* the inbox: its ``last_seq`` is that local counter, and it is never synced.
 
 The replicated parts of ChatMeta (newest message, active members, membership hash) are
 functions of the synced state and are compared.

@@ -215,3 +215,12 @@ def test_the_gc_trims_an_expired_receipt_with_the_messages() -> None:
         trim_chats(db, 20)
         assert db.read_position(CHAT, ALICE) is None
         assert list(db.iter_prefix("receipts", CHAT)) == []
+
+
+def test_a_post_stamped_zero_is_unread_too() -> None:
+    """The chat's newest content may be stamped Hlc(0, 0): 'no content' is the zero id."""
+    first = make_msg(CHAT, Hlc(0), author=1)
+    with fresh_db() as db:
+        db.put_messages([first])
+        assert db.unread_count(CHAT, ALICE, None) == 1
+        assert fold_chat([first], [], lambda u, t: False).unread(ALICE) == 1
