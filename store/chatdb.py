@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from store.identity import IdentityStore
+from store.rocks import ChatDbConfig
 from store.views import ViewStore
 
 
@@ -15,6 +18,12 @@ class ChatDb(ViewStore, IdentityStore):
     Open with ``ChatDb(ChatDbConfig(path=...))`` or ``ChatDb(path=...)``; use as
     a context manager or call ``close()``. One writer at a time.
     """
+
+    def __init__(self, config: ChatDbConfig | None = None, *, path: str | Path | None = None):
+        super().__init__(config, path=path)
+        if {"referred", "receipts"} & self.created_families:  # written by an earlier version
+            self.rebuild_reference_indexes()
+            self.refresh_previews({chat for chat, _ in self.iter_all("chats_meta")})
 
     def __enter__(self) -> ChatDb:
         return self

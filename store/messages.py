@@ -288,6 +288,30 @@ class MessageStore(HiddenIndex):
                 for _, referrer in self.iter_prefix("refs", m.chat_id + m.msg_id):
                     batch.put(key + referrer, b"", referred)
 
+    def rebuild_reference_indexes(self, rows_per_batch: int = 10_000) -> None:
+        """Index every held message that refers to another (``refs``, ``ref_targets``,
+        ``receipts``) and every held edit or reaction of a held message (``referred``): for a
+        database written before these indexes existed. One scan of the messages."""
+        referrers: list[tuple[bytes, bytes, bytes]] = []  # (chat, target id, referrer key)
+        batch = self.new_batch()
+        for n, (key, value) in enumerate(self.iter_all("messages"), 1):
+            msg = decode_msg(value, trusted=True)
+            if msg.ref is not None:
+                seq = int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big")
+                self._index_ref(msg, msg.msg_id, key, seq, batch)
+                if msg.kind in CHANGES_TARGET:
+                    referrers.append((msg.chat_id, msg.ref, key))
+                else:  # earlier versions indexed replies and receipts by target too
+                    batch.delete(msg.chat_id + msg.ref + msg.msg_id, self._handle["refs"])
+            if n % rows_per_batch == 0:
+                self.write(batch)
+                batch = self.new_batch()
+        targets = self.multi_get("seen_msg", [ref for _, ref, _ in referrers])
+        for (chat, _, key), target in zip(referrers, targets, strict=True):
+            if target is not None and target[:CHAT_ID_LEN] == chat:
+                batch.put(target + key, b"", self._handle["referred"])
+        self.write(batch)
+
     def _index_ref(
         self, msg: MsgV1, msg_id: bytes, key: bytes, seq: int, batch: WriteBatch
     ) -> None:

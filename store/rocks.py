@@ -106,10 +106,11 @@ def _db_options(config: ChatDbConfig, cache: Cache) -> Options:
     return opts
 
 
-def _retired_column_families(path: str) -> list[str]:
+def _existing_column_families(path: str) -> list[str] | None:
+    """The CFs of the database at ``path`` (None: there is none yet)."""
     if not (Path(path) / "CURRENT").exists():
-        return []  # a new database
-    return [name for name in Rdict.list_cf(path) if name in RETIRED_COLUMN_FAMILIES]
+        return None
+    return list(Rdict.list_cf(path))
 
 
 class RocksBase:
@@ -126,7 +127,12 @@ class RocksBase:
         self.config = config
         Path(config.path).mkdir(parents=True, exist_ok=True)
         cache = Cache(config.block_cache_mb * 1024 * 1024)
-        retired = _retired_column_families(config.path)
+        existing = _existing_column_families(config.path)
+        retired = [name for name in existing or () if name in RETIRED_COLUMN_FAMILIES]
+        # CFs a database of an earlier version lacks: created empty now, filled by ChatDb
+        self.created_families = frozenset(() if existing is None else COLUMN_FAMILIES) - set(
+            existing or ()
+        )
         self._db = Rdict(
             config.path,
             _db_options(config, cache),

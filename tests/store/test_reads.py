@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -224,3 +225,36 @@ def test_a_post_stamped_zero_is_unread_too() -> None:
         db.put_messages([first])
         assert db.unread_count(CHAT, ALICE, None) == 1
         assert fold_chat([first], [], lambda u, t: False).unread(ALICE) == 1
+
+
+def test_a_database_of_an_earlier_version_gets_its_indexes_and_previews(tmp_path: Path) -> None:
+    """Before ``referred`` and ``receipts`` existed: opening the database builds them from the
+    held messages, and each chat's preview becomes its newest shown content message."""
+    path = str(tmp_path / "old")
+    first, second = (make_msg(GROUP_CHAT, Hlc(100 + i), b"post", author=1) for i in range(2))
+    edit = make_msg(GROUP_CHAT, Hlc(110), b"better", author=1, kind=MessageKind.EDIT,
+                    ref=first.msg_id)  # fmt: skip
+    reaction = make_msg(GROUP_CHAT, Hlc(111), reaction_payload(b"+1"), author=2,
+                        kind=MessageKind.REACTION, ref=first.msg_id)  # fmt: skip
+    receipt = receipt_of(second, Hlc(112), author=2)
+    held = [group_op(1, 1), group_op(2, 1), first, second, edit, reaction, receipt]
+    with ChatDb(small_config(path)) as db:
+        DbReplica(db).apply_ops(held)
+        expected = DbReplica(db).view(GROUP_CHAT)
+        meta = db.load_meta(GROUP_CHAT)
+    # as an earlier version left it: no such CFs, the preview at the newest message of any kind
+    everything = {name: Options(raw_mode=True) for name in Rdict.list_cf(path)}
+    old = Rdict(path, Options(raw_mode=True), column_families=everything)
+    for name in ("referred", "receipts"):
+        old.drop_column_family(name)
+    old.get_column_family("chats_meta")[GROUP_CHAT] = replace(
+        meta, last_msg_id=receipt.msg_id, last_msg_ts=receipt.hlc.pack()
+    ).encode()
+    old.close()
+    with ChatDb(small_config(path)) as db:
+        [item] = [i for i in db.folded_range(GROUP_CHAT).items if i.view.msg == first]
+        assert (item.view.payload, item.view.reactions) == (b"better", {b"+1": (CAROL,)})
+        assert db.read_position(GROUP_CHAT, CAROL) == expected.read_positions[CAROL] == second.hlc
+        assert db.load_meta(GROUP_CHAT).last_msg_id == second.msg_id
+    with ChatDb(small_config(path)) as db:  # and once built, opened as any other
+        assert db.created_families == frozenset()
