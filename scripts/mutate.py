@@ -109,6 +109,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "sync/protocol.py": [
         "test_protocol.py",
         "test_session_edges.py",
+        "test_session_paths.py",
         "test_loopback.py",
         "test_frame_bignums.py",
         "test_retention_property.py",

@@ -374,7 +374,6 @@ class SyncSession:
         self.stats.passes = self._pass_no
         seed = self.salt_seed + self._pass_no.to_bytes(2, "big")
         self._salt = blake3.blake3(seed).digest(SALT_LEN)
-        self._domains = {}
         self._moved = 0
         self.state = State.AWAIT_TOP
         roots = {d: self._tree(d).root() for d in Domain}
