@@ -253,10 +253,14 @@ def test_small_budgets_split_the_transfer_but_not_the_result() -> None:
     assert max(sizes) >= 2 and sum(sizes) == 60
 
 
-def test_more_differing_leaves_than_max_cells_take_more_passes() -> None:
+@pytest.mark.parametrize("initiator_holds", [False, True], ids=["fetches", "pushes"])
+def test_more_differing_leaves_than_max_cells_take_more_passes(initiator_holds: bool) -> None:
     a = fill(engine(), [message(n) for n in range(0, 40)])
     b = engine()
-    result = run_session(b, a, config=SyncConfig(max_cells=8, max_passes=20))
+    config = SyncConfig(max_cells=8, max_passes=20)
+    result = (
+        run_session(a, b, config=config) if initiator_holds else run_session(b, a, config=config)
+    )
     assert result.converged and set(b.messages) == set(a.messages)
     assert result.initiator.stats.passes >= 40 // 8
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from store import Hlc, MsgV1
+from store import Hlc, MessageKind, MsgV1
 from store.errors import BadSignature, InvalidInput
 from store.keys import bucket_of
 from store.ops import make_identity
@@ -49,6 +49,7 @@ from sync_support import (
     identity,
     member,
     message,
+    refers,
 )
 
 INIT, RESP = SessionRole.INITIATOR, SessionRole.RESPONDER
@@ -316,6 +317,23 @@ def test_the_verifiers_verdict_is_per_message_and_its_first_error_ends_the_sessi
     assert set(b.messages) == ids(1, 4)  # the frame's other records were applied
 
 
+@pytest.mark.parametrize(
+    "record",
+    [
+        delete_of(1, 0, 3),  # a DELETE belongs in the DELETES domain
+        refers(MessageKind.REACTION, 1, 0, 3, b"\x02+"),  # flag byte neither 0 nor 1
+    ],
+    ids=["delete-as-message", "malformed-reaction"],
+)
+def test_a_message_in_the_wrong_domain_or_with_a_malformed_public_payload_is_invalid(
+    record: MsgV1,
+) -> None:
+    session, _, honest = _in_transfer(INIT)
+    section = decoded(honest).sections[Domain.MESSAGES]  # type: ignore[union-attr]
+    frame = Transfer(True, {Domain.MESSAGES: replace(section, records=[record.encoded])})
+    assert _refused(session, frame) == "invalid_record"  # judged before its bucket is
+
+
 def test_a_verifier_answering_for_fewer_messages_than_it_was_given_is_a_bug() -> None:
     def drops_the_last(msgs):  # type: ignore[no-untyped-def]
         return [None] * (len(msgs) - 1)
@@ -364,6 +382,22 @@ def test_every_frame_stays_within_max_ids_and_a_pass_moves_everything() -> None:
         assert not (asks and transfer.idle)  # idle: nothing queued, nothing asked
     full = [t for t in wire.transfers() if id_count(t) == 3]
     assert len(full) >= 4  # the budget is used, not just respected
+
+
+def test_id_lists_and_prefix_wants_share_the_id_budget_with_the_next_domain() -> None:
+    ops = [member(0, 1, 5), member(0, 2, 5)]
+    a = fill(engine(), [message(PAIR[0]), *ops])
+    b = fill(engine(), [message(PAIR[1])])
+    wire = Wire()
+    result = run_session(a, b, config=SyncConfig(max_ids_per_frame=3), on_frame=wire)
+    assert result.converged and contents(a) == contents(b)
+    asked = wire.transfers("responder")[0].sections  # an id list, then both ops wanted
+    assert [len(x.prefixes) for x in asked[Domain.MESSAGES].id_lists] == [ID_PREFIX_LEN]
+    assert len(asked[Domain.MEMBERS].wants) == 2 * 32
+    answer = wire.transfers("initiator")[0].sections  # its record, a prefix want, one op
+    assert len(answer[Domain.MESSAGES].records) == 1
+    assert [len(x.prefixes) for x in answer[Domain.MESSAGES].prefix_wants] == [ID_PREFIX_LEN]
+    assert len(answer[Domain.MEMBERS].records) == 1
 
 
 def test_a_record_that_exactly_fills_the_byte_budget_goes_in_the_frame() -> None:
