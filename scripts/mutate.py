@@ -105,6 +105,13 @@ MODULE_TESTS: dict[str, list[str]] = {
         "test_chat_proof.py",
         "test_authz_convergence.py",
     ],
+    "store/kinds.py": [
+        "test_kinds.py",
+        "test_kinds_convergence.py",
+        "test_views.py",
+        "test_erasure.py",
+        "test_deletes.py",
+    ],
     "sync/merkle.py": ["test_merkle.py", "test_replica_agreement.py", "test_loopback.py"],
     "sync/protocol.py": [
         "test_protocol.py",
