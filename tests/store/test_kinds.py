@@ -10,7 +10,7 @@ from functools import cache
 from random import Random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from store import Hlc, MessageKind, MsgV1
@@ -299,6 +299,8 @@ def test_claims_decode_to_what_was_encoded(sender: bytes, hlc: Hlc, kind: Messag
 
 
 @given(st.binary(min_size=1, max_size=64), st.booleans())
+@example(bytes(64), False)  # the longest key: at the bound
+@example(b"+", True)  # the shortest
 def test_reactions_decode_to_what_was_encoded(key: bytes, retract: bool) -> None:
     assert decode_reaction(reaction_payload(key, retract=retract)) == (not retract, key)
 
