@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
-from store import ChatDb, ChatKind, Direction, Hlc, HlcClock, InboxEntry, MsgV1, Role
+from store import ChatDb, ChatKind, Direction, Hlc, HlcClock, InboxEntry, MessageKind, MsgV1, Role
 from store.hlc import VIRTUAL_EPOCH_MS
 from store.signing import key_from_seed, public_key, user_id_from_key
 
@@ -61,7 +61,16 @@ def store_demo(path: str, *, messages: int, chats: int, users: int = 8) -> None:
                 chat, ChatKind.GROUP, meta.last_ts, meta.last_msg_id, user_ids[0], meta.last_seq
             )
             db.upsert_inbox_for_members(chat, db.list_members(chat), entry)
-        db.set_user_read_progress(user_ids[0], chat_ids[0], 10)
+        read = db.range(chat_ids[0], limit=10, direction=Direction.FORWARD).items[-1].msg
+        receipt = MsgV1.create(
+            keys[0],
+            chat_ids[0],
+            clock.now(VIRTUAL_EPOCH_MS + messages * 10),
+            read.hlc.to_bytes(),
+            kind=MessageKind.READ_RECEIPT,
+            ref=read.msg_id,
+        )  # fmt: skip  (user 0 has read chat 0 up to its tenth message)
+        db.put_messages([receipt])
 
         t0 = time.perf_counter()
         pages = seen = 0

@@ -82,12 +82,14 @@ FIRST_TIMESTAMP = 1 << 62
 
 # A user's groups, newest message first, with the newest message and an unread count:
 # group_members by user, the newest message through idx_messages_group_timestamp, and
-# the messages newer than read_progress counted on the same index.
+# the messages by others newer than read_progress counted on the same index (own
+# messages are never unread, as in ChatDb).
 LIST_USER_CHATS = """
 SELECT gm.group_id, last.id, last.sender_id, last.server_timestamp,
        (SELECT COUNT(*) FROM messages m
          WHERE m.group_id = gm.group_id
-           AND m.server_timestamp > COALESCE(rp.last_read_ts, 0)) AS unread
+           AND m.server_timestamp > COALESCE(rp.last_read_ts, 0)
+           AND m.sender_id != gm.user_id) AS unread
 FROM group_members gm
 JOIN messages last ON last.rowid = (
     SELECT rowid FROM messages WHERE group_id = gm.group_id

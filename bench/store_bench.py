@@ -45,7 +45,7 @@ from bench.console import bench_console, bench_progress, save_report, tracked
 from bench.machine import loadavg
 from bench.store_data import Rate, Rates, StoreBenchParams
 from bench.store_report import build_report, machine_info, print_report
-from bench.workload import RawRow, Workload, about_messages, make_workload
+from bench.workload import RawRow, Workload, about, about_messages, keys_by_user, make_workload
 from store import ChatDb, ChatKind, Direction, InboxEntry, MessageKind, MsgV1
 from store.hlc import VIRTUAL_EPOCH_MS
 from store.kinds import Claims
@@ -285,10 +285,6 @@ def _measure_reads(
         ChatDb(path=base / "write_batched-chatdb") as db,
         closing(sql.connect(base / "write_batched-sqlite" / SQLITE_FILE)) as conn,
     ):
-        setup_chat_lists(db, wl)
-        setup_sqlite_lists(conn, wl)
-        for user in users:
-            _check_same(_chatdb_unread(db, user, page), _sqlite_unread(conn, user, page), "unread")
         walks: dict[str, Step[bytes]] = {
             "chatdb": partial(walk_chatdb, db, page),
             "sqlite": partial(walk_sqlite, conn, page, sql.PAGE_RFC),
@@ -309,6 +305,11 @@ def _measure_reads(
         rates["range_check"] = interleave(pair, chats, "pages", progress, "range walks, check")
         paged = {rate.items for op in ("range", "range_check") for rate in rates[op].values()}
         _check_same(len(paged), 1, f"messages paged per reader {sorted(paged)}")
+        # after the walks: the receipts are messages of the chats, which SQLite has not
+        setup_chat_lists(db, wl)
+        setup_sqlite_lists(conn, wl)
+        for user in users:
+            _check_same(_chatdb_unread(db, user, page), _sqlite_unread(conn, user, page), "unread")
         lists: dict[str, Step[bytes]] = {
             "chatdb": partial(list_chatdb, db, page),
             "sqlite": partial(list_sqlite, conn, page),
@@ -380,7 +381,13 @@ def walk_folded(db: ChatDb, page: int, chat: bytes) -> tuple[int, int]:
 
 
 def setup_chat_lists(db: ChatDb, wl: Workload) -> None:
-    """Every chat into its members' inboxes, and each member's read progress (wl.read_seq)."""
+    """Every chat into its members' inboxes, and each member's signed read receipt up to the
+    message at ``wl.read_seq`` (stamped a logical tick after it)."""
+    keys = keys_by_user()
+    by_chat: dict[bytes, list[MsgV1]] = {chat: [] for chat in wl.chat_ids}
+    for msg in wl.msgs:
+        by_chat[msg.chat_id].append(msg)
+    receipts = []
     for c, chat in enumerate(wl.chat_ids):
         meta = db.get_chat_meta(chat)
         if meta is None:
@@ -393,7 +400,10 @@ def setup_chat_lists(db: ChatDb, wl: Workload) -> None:
         db.upsert_inbox_for_members(chat, wl.members[chat], entry)
         for m, user in enumerate(wl.members[chat]):
             if (seq := wl.read_seq(c, m)) > 0:
-                db.set_user_read_progress(user, chat, seq)
+                read = by_chat[chat][seq - 1]
+                position = read.hlc.to_bytes()
+                receipts.append(about(keys[user], read, MessageKind.READ_RECEIPT, position))
+    db.put_messages(receipts)
 
 
 def setup_sqlite_lists(conn: sqlite3.Connection, wl: Workload) -> None:

@@ -137,13 +137,18 @@ def about_messages(
 ) -> list[MsgV1]:
     """For every ``every``-th workload message, a message of ``kind`` about it by its author,
     stamped one logical tick after it."""
-    keys = {user_id_from_key(public_key(k)): k for k in author_keys()}
-    out = []
-    for m in wl.msgs[::every]:
-        hlc = Hlc(m.hlc.physical_ms, m.hlc.logical + 1)
-        key = keys[m.sender]
-        out.append(MsgV1.create(key, m.chat_id, hlc, payload(m), kind=kind, ref=m.msg_id))
-    return out
+    keys = keys_by_user()
+    return [about(keys[m.sender], m, kind, payload(m)) for m in wl.msgs[::every]]
+
+
+def about(key: SigningKey, target: MsgV1, kind: MessageKind, payload: bytes) -> MsgV1:
+    """``key``'s message of ``kind`` about ``target``, stamped one logical tick after it."""
+    hlc = Hlc(target.hlc.physical_ms, target.hlc.logical + 1)
+    return MsgV1.create(key, target.chat_id, hlc, payload, kind=kind, ref=target.msg_id)
+
+
+def keys_by_user() -> dict[bytes, SigningKey]:
+    return {user_id_from_key(public_key(k)): k for k in author_keys()}
 
 
 def _meta_bytes(msgs: list[MsgV1], timestamps: dict[bytes, list[int]]) -> dict[bytes, bytes]:

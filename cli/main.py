@@ -2,7 +2,8 @@
 
 ``node`` (``node.cli``), ``bench`` and ``demo`` (``bench.cli``), ``cluster``
 (``cluster.cli``), the user commands ``keygen``, ``publish``, ``send``, ``history``,
-``status`` (``client.commands``) and ``group`` (``client.groups``), and ``sim``
+``chats``, ``status`` (``client.commands``), ``edit``, ``delete``, ``react``, ``read``
+(``client.edits``) and ``group`` (``client.groups``), and ``sim``
 (``sim.cli``). ``sim`` is imported only when a ``sim`` command runs: it loads PySpark,
 seconds of start-up no other command needs; otherwise an empty placeholder with the same
 help stands in its place in ``--help``.

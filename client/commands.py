@@ -1,4 +1,5 @@
-"""The user commands of ``chatsync``: keygen, publish, send, history, status (mounted by ``cli/main.py``).
+"""The user commands of ``chatsync``: keygen, publish, send, history, chats, status (mounted
+by ``cli/main.py``).
 
 They talk to a node over HTTP (``client.http``). Messages are signed with the
 user's ed25519 key from the key file; DMs (``send --to``) are end-to-end
@@ -37,6 +38,7 @@ from store.errors import InvalidInput
 from store.keys import CHAT_ID_LEN, USER_ID_LEN
 from store.kinds import Tombstone
 from store.ops import Op
+from store.reads import UNREAD_CAP
 from store.records import MessageKind, MsgV1, dm_chat_id
 
 DEFAULT_KEY_FILE = "chatsync-user.key"
@@ -211,6 +213,28 @@ def history(
         console.print(Text(f"more: --cursor {page.next_cursor}"))
 
 
+def chats(
+    key_file: str = typer.Option(DEFAULT_KEY_FILE, "--key", help="Your key file."),
+    node: str = typer.Option(DEFAULT_NODE, "--node", help="Node HTTP URL."),
+    limit: int = typer.Option(50, "--limit", min=1, max=200, help="Chats per page."),
+    cursor: str = typer.Option(None, "--cursor", help="next_cursor of a previous page."),
+) -> None:
+    """Your chats, newest first, with what is unread: counted from your signed read receipts
+    (``chatsync read``), so every node shows the same numbers."""
+    key = load_key(key_file)
+    with clear_errors(), ChatsyncClient(node) as client:
+        page = client.chats(key.user_id, cursor=cursor, limit=limit)
+    table = Table(title=f"chats of {key.user_id.hex()}", title_justify="left")
+    for column in ("chat", "kind", "unread", "last (UTC)"):
+        table.add_column(column, overflow="fold")
+    for c in page["chats"]:
+        unread = f"{UNREAD_CAP - 1}+" if c["unread"] >= UNREAD_CAP else str(c["unread"])
+        table.add_row(c["chat_id"], c["kind"], unread, format_ms(c["last_ts"]))
+    console.print(table)
+    if page["next_cursor"]:
+        console.print(Text(f"more: --cursor {page['next_cursor']}"))
+
+
 def reactions_text(reactions: dict[bytes, tuple[bytes, ...]]) -> str:
     """``+1 2  ok 1``: each key (as text where it is) and how many users reacted with it."""
     return "  ".join(f"{k.decode(errors='replace')} {len(users)}" for k, users in reactions.items())
@@ -302,4 +326,5 @@ def register(app: typer.Typer) -> None:
     app.command("publish")(publish)
     app.command("send")(send)
     app.command("history")(history)
+    app.command("chats")(chats)
     app.command("status")(status)

@@ -1,6 +1,7 @@
-"""``chatsync edit``, ``delete`` and ``react``: signed messages about another message
-(MESSAGES.md), through ``POST /ops``. The node refuses what it can already tell (someone
-else's message, a deleted one) with a JSON code, printed as one line."""
+"""``chatsync edit``, ``delete``, ``react`` and ``read``: signed messages about another
+message (MESSAGES.md), through ``POST /ops`` (a receipt: ``PUT .../read``). The node refuses
+what it can already tell (someone else's message, a deleted one) with a JSON code, printed as
+one line."""
 
 from __future__ import annotations
 
@@ -81,6 +82,33 @@ def react(
     console.print(f"{'retracted' if retract else 'reacted'} {reaction} on {target.hex()}")
 
 
+def read(
+    msg_id: str = typer.Argument(
+        None, help="The newest message you have read (hex id); default: the chat's newest."
+    ),
+    chat: str = CHAT,
+    key_file: str = KEY,
+    node: str = NODE,
+) -> None:
+    """Mark the chat read up to a message: a signed receipt, so every node counts your unread
+    messages the same."""
+    chat_id = parse_hex(chat, CHAT_ID_LEN, "--chat")
+    key = load_key(key_file)
+    with clear_errors(), ChatsyncClient(node) as client:
+        if msg_id is None:
+            newest = client.history(chat_id, limit=1).messages
+            if not newest:
+                raise fail(f"chat {chat_id.hex()} has no message to read")
+            target: MsgV1 | None = newest[0].msg
+        else:
+            target = client.message(chat_id, parse_hex(msg_id, MSG_ID_LEN, "id"))
+            if target is None:
+                raise fail(f"this node holds no message {msg_id} in chat {chat_id.hex()}")
+        assert target is not None
+        state = client.mark_read(key.signing_key, target)
+    console.print(f"read up to {target.msg_id.hex()}; unread {state['unread']}", soft_wrap=True)
+
+
 def about(
     client: ChatsyncClient,
     key: UserKey,
@@ -110,3 +138,4 @@ def register(app: typer.Typer) -> None:
     app.command("edit")(edit)
     app.command("delete")(delete)
     app.command("react")(react)
+    app.command("read")(read)

@@ -241,9 +241,18 @@ class ChatsyncClient:
         )
         return bool(result["new"])
 
-    def set_read_progress(self, user_id: bytes, chat_id: bytes, seq: int) -> dict[str, Any]:
-        path = f"/users/{user_id.hex()}/chats/{chat_id.hex()}/read"
-        result: dict[str, Any] = self._request("PUT", path, json={"seq": seq})
+    def mark_read(self, key: SigningKey, target: MsgV1) -> dict[str, Any]:
+        """Sign a read receipt up to ``target`` (a message of its chat) and PUT it: the
+        user's read position, which syncs to every node like a message."""
+        stamp = self.clock.update(target.hlc, int(time.time() * 1000))  # after the target
+        receipt = MsgV1.create(
+            key, target.chat_id, stamp, target.hlc.to_bytes(),
+            kind=MessageKind.READ_RECEIPT, ref=target.msg_id,
+        )  # fmt: skip
+        path = f"/users/{receipt.sender.hex()}/chats/{target.chat_id.hex()}/read"
+        result: dict[str, Any] = self._request(
+            "PUT", path, json={"receipt": b64encode(receipt.encoded)}
+        )
         return result
 
     # --- reads ---
@@ -291,7 +300,8 @@ class ChatsyncClient:
         )
         return result
 
-    def read_progress(self, user_id: bytes, chat_id: bytes) -> dict[str, Any]:
+    def read_state(self, user_id: bytes, chat_id: bytes) -> dict[str, Any]:
+        """The user's read position in the chat and their unread count."""
         result: dict[str, Any] = self._request(
             "GET", f"/users/{user_id.hex()}/chats/{chat_id.hex()}/read"
         )

@@ -25,7 +25,7 @@ from node.writer import DbWriter
 from store.access import admissible, visible
 from store.chatdb import ChatDb
 from store.errors import InvalidInput
-from store.kinds import Claims, claims_of, delete_is_valid
+from store.kinds import Claims, claims_of, decode_receipt, delete_is_valid
 from store.ops import MembershipAction, MembershipOp, Op, validate_op
 from store.records import MessageKind, MsgV1
 
@@ -90,7 +90,7 @@ def refuse_what_kinds_forbid(db: ChatDb, ops: list[Op]) -> None:
     """KindRefused for what the held state already decides against: a re-post of an erased
     message, an edit or reaction of one, an edit of someone else's message, a reference to
     another chat, a delete that is not (yet) valid or whose claims contradict its held
-    target. What depends on a target not held here is left to the fold, as on every replica.
+    target, a receipt that moves back or misstates its message's stamp. What depends on a target not held here is left to the fold, as on every replica.
     """
     with_deletes = db.delete_chats()  # elsewhere nothing was erased
     for op in ops:
@@ -108,6 +108,8 @@ def refuse_what_kinds_forbid(db: ChatDb, ops: list[Op]) -> None:
             raise KindRefused("ref_other_chat", f"message {ref.hex()} is in another chat")
         if kind is MessageKind.EDIT and target is not None and target.sender != op.sender:
             raise KindRefused("not_author", "only a message's author may edit it")
+        if kind is MessageKind.READ_RECEIPT:
+            refuse_receipt(db, op, target)
         if kind is MessageKind.DELETE:
             if target is not None and Claims.of(target) != claims_of(op):
                 raise KindRefused("bad_claims", "the delete's claims contradict its target")
@@ -115,6 +117,20 @@ def refuse_what_kinds_forbid(db: ChatDb, ops: list[Op]) -> None:
                 raise KindRefused(
                     "not_allowed", "only the author or an admin may delete, after the message"
                 )
+
+
+def refuse_receipt(db: ChatDb, receipt: MsgV1, target: MsgV1 | None) -> None:
+    """KindRefused for a receipt whose position is not its held message's stamp, or is
+    behind the reader's known position (it would change nothing: positions only grow)."""
+    position = decode_receipt(receipt)  # well formed: validate_op checked the payload
+    if target is not None and target.hlc != position:
+        raise KindRefused("bad_position", "a receipt's position is the stamp of its message")
+    known = db.read_position(receipt.chat_id, receipt.sender)
+    if known is not None and position < known:
+        raise KindRefused(
+            "receipt_backwards",
+            f"the receipt reads up to {position}, behind the known position {known}",
+        )
 
 
 class OpIntake:

@@ -40,7 +40,6 @@ from node.p2p import (
 from node.peers import PeerManager
 from node.services import Services, build_services
 from node.verify import ParallelVerifier
-from node.writer import ReadProgress
 from store.chatdb import ChatDb
 from store.ops import Op
 from store.retention import RetentionPolicy
@@ -226,9 +225,6 @@ class RunningNode:
 
     async def submit_ops(self, ops: list[Op], *, wait_for_room: bool = True) -> Submitted:
         return await self.services.intake.submit(ops, wait_for_room=wait_for_room)
-
-    async def move_read_progress(self, user: bytes, chat: bytes, seq: int) -> ReadProgress:
-        return await self.services.writer.move_read_progress(user, chat, seq)
 
     async def block_peer(self, peer_id: str) -> list[str]:
         await self.peers.block(peer_id)

@@ -8,16 +8,11 @@ acknowledges. A full channel makes ``submit`` wait (backpressure) and
 ``submit_nowait`` raise ``trio.WouldBlock``. With ``durable`` the DB syncs its WAL on
 every write, so an acknowledged op survives kill -9.
 
-Two kinds of request:
-
-* ``WriteRequest``: ops. The ops of all the requests in a batch go through
-  ``DbReplica.apply_ops`` together — one WriteBatch per domain, the Merkle trees updated
-  in the same step, then the chat lists (CF user_inbox) of the chats that got new
-  messages. The answer: per op, whether it changed the store, and whether it is a
-  message the chat's member ops do not admit yet (held in the replica's waiting room).
-* ``ReadProgressRequest``: how far a user has read in a chat (``PUT
-  /users/{user}/chats/{chat}/read``), a local convenience — not signed, not synced —
-  moved forward only and capped at the chat's last local seq.
+A request is a list of ops. The ops of all the requests in a batch go through
+``DbReplica.apply_ops`` together — one WriteBatch per domain, the Merkle trees updated in
+the same step, then the chat lists (CF user_inbox) of the chats that got new messages. The
+answer: per op, whether it changed the store, and whether it is a message the chat's member
+ops do not admit yet (held in the replica's waiting room).
 
 A request whose write fails gets the error (``StorageFull`` and ``InvalidInput`` as
 raised; anything else, from RocksDB or a bug, as ``WriteFailed``); the other requests of
@@ -31,9 +26,9 @@ the trees always match what is on disk.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -68,33 +63,6 @@ class WriteRequest:
         return len(self.ops)
 
 
-@dataclass(frozen=True)
-class ReadProgress:
-    seq: int  # how far the user has read (local seq)
-    last_seq: int  # the chat's newest local seq
-    moved: bool  # did this request move it
-
-    @property
-    def unread(self) -> int:
-        return max(0, self.last_seq - self.seq)
-
-
-@dataclass
-class ReadProgressRequest:
-    user: bytes
-    chat: bytes
-    seq: int
-    done: trio.Event = field(default_factory=trio.Event)
-    result: ReadProgress | None = None
-    error: ChatsyncError | None = None
-
-    size = 1
-
-
-Request = WriteRequest | ReadProgressRequest
-R = TypeVar("R", WriteRequest, ReadProgressRequest)
-
-
 @dataclass
 class WriterStatistics:
     queued: int
@@ -122,7 +90,7 @@ class DbWriter:
         self.batch_max = batch_max
         self.min_free_disk_mb = min_free_disk_mb
         self._capacity = queue_size
-        self._send, self._receive = trio.open_memory_channel[Request](queue_size)
+        self._send, self._receive = trio.open_memory_channel[WriteRequest](queue_size)
         self._batches = self._ops_applied = self._ops_new = 0
 
     # --- submitting ---
@@ -150,17 +118,6 @@ class DbWriter:
             raise request.error
         return request.new
 
-    async def move_read_progress(self, user: bytes, chat: bytes, seq: int) -> ReadProgress:
-        """Move the user's read progress in the chat up to ``seq`` (never back; capped at the
-        chat's last seq); raises trio.WouldBlock at once if the queue is full."""
-        request = ReadProgressRequest(user, chat, seq)
-        self._send.send_nowait(request)
-        await request.done.wait()
-        if request.error is not None:
-            raise request.error
-        assert request.result is not None
-        return request.result
-
     def statistics(self) -> WriterStatistics:
         stats = self._send.statistics()
         return WriterStatistics(
@@ -181,9 +138,9 @@ class DbWriter:
         task_status.started()
         async with self._receive:
             async for first in self._receive:
-                await self._write(self._batch_after(first))
+                await self._apply_each_or_all(self._batch_after(first))
 
-    def _batch_after(self, first: Request) -> list[Request]:
+    def _batch_after(self, first: WriteRequest) -> list[WriteRequest]:
         """``first`` and the requests waiting behind it, up to ``batch_max`` ops."""
         batch = [first]
         size = first.size
@@ -196,26 +153,16 @@ class DbWriter:
             size += request.size
         return batch
 
-    async def _write(self, batch: list[Request]) -> None:
-        writes = [r for r in batch if isinstance(r, WriteRequest)]
-        if writes:
-            await self._apply_each_or_all(writes, self._apply_writes)
-        reads = [r for r in batch if isinstance(r, ReadProgressRequest)]
-        if reads:
-            await self._apply_each_or_all(reads, self._apply_reads)
-
-    async def _apply_each_or_all(
-        self, requests: Sequence[R], apply: Callable[[Sequence[R]], None]
-    ) -> None:
-        """``apply(requests)`` in a worker thread under db_lock; if that fails, each request
+    async def _apply_each_or_all(self, requests: Sequence[WriteRequest]) -> None:
+        """Write ``requests`` in a worker thread under db_lock; if that fails, each request
         alone, so that one bad request does not fail the others."""
         try:
             async with self.db_lock:
-                await trio.to_thread.run_sync(apply, requests)
+                await trio.to_thread.run_sync(self._apply_writes, requests)
         except Exception as exc:  # the one writer outlives any failed request
             if len(requests) > 1:
                 for request in requests:
-                    await self._apply_each_or_all([request], apply)
+                    await self._apply_each_or_all([request])
                 return
             log.warning("write failed: %s: %s", type(exc).__name__, exc)
             self.metrics.inc("write_errors", help="write batches that failed")
@@ -234,15 +181,6 @@ class DbWriter:
         self._batches += 1
         self._ops_applied += len(new)
         self._ops_new += sum(new)
-
-    def _apply_reads(self, requests: Sequence[ReadProgressRequest]) -> None:
-        for request in requests:
-            meta = self.db.get_chat_meta(request.chat)
-            last_seq = meta.last_seq if meta is not None else 0
-            target = min(request.seq, last_seq)
-            moved = self.db.set_user_read_progress(request.user, request.chat, target)
-            seq = self.db.get_user_read_progress(request.user, request.chat)
-            request.result = ReadProgress(seq, last_seq, moved)
 
     def apply_ops(self, ops: list[Op]) -> list[bool]:
         """Apply validated ops (worker thread, under db_lock); per op, whether it changed anything."""

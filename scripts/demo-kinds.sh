@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Edits, reactions and deletes (issue 15, MESSAGES.md) on a local 3-node cluster, through the
-# user CLI (`chatsync group`, `send`, `edit`, `react`, `delete`, `history`):
+# user CLI (`chatsync group`, `send`, `edit`, `react`, `delete`, `read`, `history`, `chats`):
 #
 #   1. a post, its edit, reactions and a retraction: every node shows the same folded view;
 #   2. a delete while one node is partitioned — which meanwhile takes a reaction to the deleted
 #      post —, then the heal: every node shows the tombstone, none the text, the edit or the
-#      reaction, and the payload's bytes are in no file of any node's data directory.
+#      reaction, and the payload's bytes are in no file of any node's data directory;
+#   3. read receipts: Bob marks the chat read on one node (`chatsync read`), and every node's
+#      chat list (`chatsync chats`) counts the same unread messages for him, before and after
+#      a new post.
 #
 # The harness (scripts/demo_lib.sh) starts the nodes, prints each command as a reader would type
 # it, cuts a node off with the partition switch (POST /admin/block) and polls the histories.
@@ -22,6 +25,19 @@ source scripts/demo_lib.sh
 
 files_holding() { # NODE_INDEX TEXT: the node's data files holding TEXT's bytes
     grep -rlaF -- "$2" "$WORK/node$1" 2>/dev/null || true
+}
+
+unread_is() { # NODE_INDEX COUNT: does Bob's chat list on the node count COUNT unread in the group?
+    cs_quiet chats --key "$KEYS/bob.key" --node "${URLS[$1]}"
+    grep -F -- "${GROUP:0:16}" <<<"$OUT" | grep -qE "│ +$2 +│"
+}
+
+wait_unread() { # COUNT: until every node counts COUNT unread for Bob (or WAIT_S)
+    local t0=$SECONDS
+    until unread_is 0 "$1" && unread_is 1 "$1" && unread_is 2 "$1"; do
+        ((SECONDS - t0 > WAIT_S)) && return 1
+        sleep 0.5
+    done
 }
 
 no_file_holds() { # NODE_INDEX TEXT
@@ -90,6 +106,21 @@ check "no file of any node holds the first draft" on_all no_file_holds "$SECRET"
 check "no file of any node holds the edit" on_all no_file_holds "$EDITED"
 claim_result 2 "a delete made during a partition erases the post, its edit and its reactions on every node, down to the files"
 
+# --- claim 3 ----------------------------------------------------------------------------------
+
+header "Claim 3: Bob reads on N1; every node's chat list counts the same unread for him"
+cs chats --key "$KEYS/bob.key" --node "${URLS[2]}"
+note "unread for Bob: the group's name (the post was deleted; his own reactions never count)"
+check "every node counts 1 unread for Bob" on_all unread_is 1
+cs read --chat "$GROUP" --key "$KEYS/bob.key" --node "${URLS[1]}"
+wait_unread 0 || true
+cs chats --key "$KEYS/bob.key" --node "${URLS[2]}"
+check "after his receipt on N1, every node counts 0" on_all unread_is 0
+cs send "after the read" --key "$KEYS/alice.key" --node "${URLS[0]}" --chat "$GROUP"
+wait_unread 1 || true
+check "a new post by Alice: every node counts 1 again" on_all unread_is 1
+claim_result 3 "read positions are signed receipts: the unread counts agree on every node"
+
 # --- summary ----------------------------------------------------------------------------------
 
 header "Summary"
@@ -98,4 +129,4 @@ if ((${#FAILED_CLAIMS[@]})); then
     echo "FAIL: claim(s) ${FAILED_CLAIMS[*]}"
     exit 1
 fi
-echo "PASS: all 2 claims"
+echo "PASS: all 3 claims"

@@ -20,8 +20,9 @@ from store.deletes import DeleteStore
 from store.hlc import LOGICAL_BITS, Hlc
 from store.inbox import InboxStore
 from store.keys import MESSAGES_KEY_LEN, key_hidden, key_messages, prefix_end
+from store.kinds import CONTENT
 from store.members import MemberOpsApplied
-from store.messages import PutResult
+from store.messages import Direction, PutResult
 from store.ops import MembershipOp
 from store.records import ChatKind, InboxEntry, MessageKind, MsgV1, decode_msg, make_chat_meta
 
@@ -200,14 +201,11 @@ class AdmissionStore(DeleteStore, InboxStore):
             self._refresh_preview(chat)
 
     def _refresh_preview(self, chat_id: bytes) -> None:
-        """ChatMeta's newest message := the chat's newest shown one; the members' entries too."""
+        """ChatMeta's newest message := the chat's newest shown content message; the members'
+        entries too."""
         meta = self.load_meta(chat_id)
-        hidden = self.hidden_seqs(chat_id)
-        newest: MsgV1 | None = None
-        for key, value in self.iter_prefix("messages", chat_id, reverse=True):
-            if int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big") not in hidden:
-                newest = decode_msg(value, trusted=True)
-                break
+        page = self.range(chat_id, limit=1, direction=Direction.BACKWARD, kinds=CONTENT)
+        newest = page.items[0].msg if page.items else None
         packed, msg_id = (newest.hlc.pack(), newest.msg_id) if newest else (0, ZERO_ID)
         # meta_after_messages only moves forward; a preview may move back to an older message
         fresh = make_chat_meta(

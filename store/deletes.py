@@ -32,6 +32,7 @@ from store.keys import (
     bucket_prefix,
     key_by_ref,
     key_hidden,
+    referred_end,
 )
 from store.kinds import IsAdmin, delete_is_valid, erases
 from store.members import MemberStore
@@ -184,6 +185,7 @@ class DeleteStore(MessageStore, MemberStore):
     def _erase_one(self, msg: MsgV1, key: bytes, batch: WriteBatch) -> None:
         handle = self._handle
         batch.delete(key, handle["messages"])
+        batch.delete_range(key, referred_end(key), handle["referred"])  # what referred to it
         batch.delete(msg.msg_id, handle["seen_msg"])
         if msg.ref is not None:
             batch.delete(key_by_ref(msg.chat_id, msg.ref, msg.msg_id), handle["refs"])

@@ -11,7 +11,7 @@ nothing there.
 
 from __future__ import annotations
 
-from store.keys import CHAT_ID_LEN, U32_MAX, check_len, key_hidden, prefix_end
+from store.keys import CHAT_ID_LEN, check_len
 from store.rocks import RocksBase
 
 
@@ -31,15 +31,6 @@ class HiddenIndex(RocksBase):
             int.from_bytes(key[CHAT_ID_LEN:], "big")
             for key, _ in self.iter_prefix("hidden", check_len(chat_id, CHAT_ID_LEN, "chat_id"))
         }
-
-    def count_hidden_after(self, chat_id: bytes, seq: int) -> int:
-        """How many of the chat's hidden messages have a seq above ``seq``."""
-        if chat_id not in self.hidden_chats():
-            return 0
-        if seq >= U32_MAX:
-            return 0
-        start = key_hidden(chat_id, seq + 1)
-        return sum(1 for _ in self.iter_range("hidden", start, prefix_end(chat_id)))
 
     def _note_hidden_chats(self, keys: list[bytes]) -> None:
         """After a batch that added hidden keys was written."""

@@ -1,9 +1,8 @@
-"""A user's chat list (user_inbox, newest first) and read progress (user_read_progress).
+"""A user's chat list (user_inbox, newest first), with unread counts.
 
-Both are local views: they hold per-replica sequence numbers and are never
-shipped by sync. Unread count = the entry's ``last_seq`` minus the user's read
-progress in that chat, minus the hidden messages above it (``store.hidden``);
-all count messages in the order this replica stored them.
+The list is a local view, never shipped by sync: its entries are kept by the writer as
+messages and member ops arrive (``store.admission``). The unread counts come from the
+users' signed, synced read receipts (``store.reads``), so they agree on every replica.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from store.errors import InvalidInput
-from store.hidden import HiddenIndex
 from store.keys import (
     CHAT_ID_LEN,
     USER_ID_LEN,
@@ -21,11 +19,11 @@ from store.keys import (
     decode_cursor,
     encode_cursor,
     key_user_inbox,
-    key_user_read_progress,
     prefix_end,
     rev_ts,
 )
 from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
+from store.reads import ReadStore
 from store.records import ChatKind, InboxEntry, MsgV1, decode_inbox_entry, decode_msg, is_dm_chat
 
 INBOX_KEY_CACHE = 1 << 17  # (user, chat) pairs whose inbox key is remembered (~25 MB)
@@ -51,7 +49,7 @@ class ChatListPage:
     next_cursor: str | None
 
 
-class InboxStore(HiddenIndex):
+class InboxStore(ReadStore):
     """Chat lists. Every user_inbox write goes through here, so ``_inbox_keys`` (user | chat ->
     the entry's current key, filled after each successful write) stays true to the disk."""
 
@@ -205,42 +203,13 @@ class InboxStore(HiddenIndex):
     def _with_unread(
         self, user_id: bytes, rows: list[tuple[bytes, InboxEntry]]
     ) -> list[ChatListItem]:
-        # key_user_read_progress(user_id, chat_id) per row; a decoded entry's chat_id is
-        # always CHAT_ID_LEN bytes, so only the user id needs checking, once.
-        prefix = check_len(user_id, USER_ID_LEN, "user_id")
-        progress = self.multi_get("user_read_progress", [prefix + e.chat_id for _, e in rows])
         items: list[ChatListItem] = []
         append = items.append
         set_entry, set_unread = _SET_ITEM
-        hidden_chats = self.hidden_chats()
-        for (_, entry), read in zip(rows, progress, strict=True):
-            read_seq = _u32(read)
-            unread = entry.last_seq - read_seq
-            if entry.chat_id in hidden_chats:  # hidden messages are not unread
-                unread -= self.count_hidden_after(entry.chat_id, read_seq)
-            item = _new(ChatListItem)  # ChatListItem(entry, max(0, unread)), through its slots
+        for _, entry in rows:
+            chat = entry.chat_id
+            item = _new(ChatListItem)  # ChatListItem(entry, unread), through its slots
             set_entry(item, entry)
-            set_unread(item, unread if unread > 0 else 0)
+            set_unread(item, self.unread_count(chat, user_id, self.read_position(chat, user_id)))
             append(item)
         return items
-
-    # --- read progress (monotonic) ---
-
-    def set_user_read_progress(self, user_id: bytes, chat_id: bytes, seq: int) -> bool:
-        """Record that the user read up to ``seq``; only moves forward. True if written."""
-        if not 0 <= seq < 1 << 32:
-            raise InvalidInput(f"read progress seq out of u32 range: {seq}", reason="bad_seq")
-        key = key_user_read_progress(user_id, chat_id)
-        if seq <= _u32(self.get("user_read_progress", key)):
-            return False
-        batch = self.new_batch()
-        batch.put(key, seq.to_bytes(4, "big"), self._handle["user_read_progress"])
-        self.write(batch)
-        return True
-
-    def get_user_read_progress(self, user_id: bytes, chat_id: bytes) -> int:
-        return _u32(self.get("user_read_progress", key_user_read_progress(user_id, chat_id)))
-
-
-def _u32(raw: bytes | None) -> int:
-    return int.from_bytes(raw, "big") if raw and len(raw) == 4 else 0

@@ -27,7 +27,7 @@ U64_MAX = (1 << 64) - 1
 MESSAGES_KEY_LEN = CHAT_ID_LEN + 8 + 4  # 44
 USER_INBOX_KEY_LEN = USER_ID_LEN + 8 + CHAT_ID_LEN  # 60
 MEMBERS_KEY_LEN = CHAT_ID_LEN + USER_ID_LEN  # 52
-READ_PROGRESS_KEY_LEN = USER_ID_LEN + CHAT_ID_LEN  # 52
+RECEIPTS_KEY_LEN = CHAT_ID_LEN + USER_ID_LEN + 8 + 4  # 64
 MEMBER_OPS_KEY_LEN = CHAT_ID_LEN + USER_ID_LEN + 8 + RECORD_ID_LEN  # 92
 
 
@@ -137,14 +137,23 @@ def key_by_ref(chat_id: bytes, ref: bytes, msg_id: bytes) -> bytes:
     )
 
 
-# user_read_progress: [user:20][chat_id:32]
-def key_user_read_progress(user_id: bytes, chat_id: bytes) -> bytes:
-    return check_len(user_id, USER_ID_LEN, "user_id") + check_len(chat_id, CHAT_ID_LEN, "chat_id")
+# referred: [target's messages key:44][referrer's messages key:44] — a held edit or reaction
+# of a held message (store.messages, read by store.views)
+def referred_end(target_key: bytes) -> bytes:
+    """A key past every referred row of ``target_key`` (and before the next target's)."""
+    return check_len(target_key, MESSAGES_KEY_LEN, "messages key") + b"\xff" * (
+        MESSAGES_KEY_LEN + 1
+    )
 
 
-def parse_key_user_read_progress(key: bytes) -> tuple[bytes, bytes]:
-    check_len(key, READ_PROGRESS_KEY_LEN, "user_read_progress key")
-    return key[:20], key[20:52]
+# receipts: [chat_id:32][user:20][position:8][seq:4] -> the receipt's messages key (store.reads)
+def key_receipt(chat_id: bytes, user_id: bytes, position: bytes, seq: int) -> bytes:
+    return (
+        check_len(chat_id, CHAT_ID_LEN, "chat_id")
+        + check_len(user_id, USER_ID_LEN, "user_id")
+        + check_len(position, 8, "position")
+        + _u32(seq, "seq")
+    )
 
 
 # identity: [user_id:20]

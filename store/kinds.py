@@ -26,6 +26,7 @@ from store.keys import USER_ID_LEN
 from store.records import MessageKind, MsgV1
 
 CONTENT = frozenset({MessageKind.NEW, MessageKind.REPLY})
+CHANGES_TARGET = frozenset({MessageKind.EDIT, MessageKind.REACTION})  # part of the target's view
 CLAIMS_LEN = USER_ID_LEN + 8 + 1
 MAX_REACTION_KEY = 64
 REACT, RETRACT = 1, 0
@@ -179,6 +180,23 @@ class MessageView:
         return _order(self.msg)
 
 
+_new = object.__new__
+_SET_VIEW = tuple(MessageView.__dict__[name].__set__ for name in MessageView.__slots__)
+assert MessageView.__slots__ == ("msg", "edit", "reply_state", "reactions")
+
+
+def plain_view(msg: MsgV1) -> MessageView:
+    """``MessageView(msg)`` — nothing refers to it, not a reply — set through its slots: a
+    history page's common case, without the frozen dataclass's ``__init__``."""
+    view = _new(MessageView)
+    set_msg, set_edit, set_reply_state, set_reactions = _SET_VIEW
+    set_msg(view, msg)
+    set_edit(view, None)
+    set_reply_state(view, None)
+    set_reactions(view, {})
+    return view
+
+
 @dataclass(frozen=True, slots=True)
 class ChatView:
     items: list[MessageView | Tombstone]  # in (hlc, id) order
@@ -218,7 +236,7 @@ def fold_chat(
     items.sort(key=lambda item: item.order)
     positions: dict[bytes, Hlc] = {}
     for m in visible:
-        if m.kind is MessageKind.READ_RECEIPT and (position := _position(m)) is not None:
+        if m.kind is MessageKind.READ_RECEIPT and (position := position_of(m)) is not None:
             positions[m.sender] = max(positions.get(m.sender, position), position)
     return ChatView(items, positions)
 
@@ -237,7 +255,9 @@ def _view(
 def latest_edit(msg: MsgV1, refs: Iterable[MsgV1]) -> MsgV1 | None:
     """Of the shown messages referring to ``msg``, the applying edit with the greatest (hlc, id)."""
     edits = [e for e in refs if e.kind is MessageKind.EDIT and edit_applies(e, msg)]
-    return max(edits, key=_order) if edits else None
+    if len(edits) < 2:  # the common case: no need to hash an id for the order
+        return edits[0] if edits else None
+    return max(edits, key=_order)
 
 
 def edit_applies(edit: MsgV1, target: MsgV1) -> bool:
@@ -293,7 +313,8 @@ def _tombstones(valid: list[MsgV1], kept: dict[bytes, MsgV1]) -> list[Tombstone]
     return out
 
 
-def _position(receipt: MsgV1) -> Hlc | None:
+def position_of(receipt: MsgV1) -> Hlc | None:
+    """A READ_RECEIPT's position, or None if its payload is not one (the fold ignores it)."""
     try:
         return decode_receipt(receipt)
     except DecodeError:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from rocksdict import WriteBatch
+
 from store.errors import ClockDriftError, InvalidInput
 from store.hidden import HiddenIndex
 from store.hlc import Hlc
@@ -27,11 +29,20 @@ from store.keys import (
     extract_hlc_physical_from_seen_value,
     key_hidden,
     key_messages,
+    key_receipt,
     parse_key_messages,
     prefix_end,
 )
+from store.kinds import CHANGES_TARGET, CONTENT, position_of
 from store.merge import meta_after_messages
-from store.records import ChatMeta, MsgV1, check_payload_size, decode_msg
+from store.records import (
+    ChatMeta,
+    MessageKind,
+    MsgV1,
+    check_payload_size,
+    decode_msg,
+    kind_of,
+)
 
 DEFAULT_PAGE_LIMIT = 50
 MAX_PAGE_LIMIT = 200
@@ -143,15 +154,16 @@ class MessageStore(HiddenIndex):
             key = chat + (packed << 32 | seq).to_bytes(12, "big")  # = key_messages(...)
         else:
             key = key_messages(chat, packed, seq)  # converts, or raises the ValueError
-        meta = meta_after_messages(base, seq, packed, msg_id)
+        newest = packed if msg.kind in CONTENT else -1  # the preview: content only (MESSAGES.md)
+        meta = meta_after_messages(base, seq, newest, msg_id)
         handle = self._handle
         batch = self.new_batch()
         batch.put(key, msg.encoded, handle["messages"])
         batch.put(msg_id, key, handle["seen_msg"])
         if msg.ref is not None:
-            batch.put(chat + msg.ref + msg_id, key, handle["refs"])
-            batch.put(msg.ref, b"", handle["ref_targets"])
+            self._index_ref(msg, msg_id, key, seq, batch)
         batch.put(chat, meta.encode(), handle["chats_meta"])
+        self._mark_referred(batch, [msg], {msg_id: key})
         self.write(batch)
         self.remember_one_meta(chat, meta)
         return _put_result(msg_id, seq, False)
@@ -181,20 +193,18 @@ class MessageStore(HiddenIndex):
         batch = self.new_batch()
         put = batch.put
         messages_cf, seen_cf = self._handle["messages"], self._handle["seen_msg"]
-        refs_cf, targets_cf = self._handle["refs"], self._handle["ref_targets"]
         # Per chat: its stored meta, and [last seq given out here, newest (hlc, id) here,
         # key prefix]. Folded into one ChatMeta per chat at the end (meta_after_messages).
         bases: dict[bytes, ChatMeta] = {}
         chats: dict[bytes, list[Any]] = {}
         results: list[PutResult] = []
         append = results.append
-        new_ids: set[bytes] = set()
-        add_id = new_ids.add
+        new_keys: dict[bytes, bytes] = {}  # id -> messages key, of the messages stored here
         hidden_keys: list[bytes] = []
         expire = self.expire_before_ms
         set_msg_id, set_seq, set_duplicate, set_expired = _SET_RESULT
         for msg, msg_id, seen in zip(msgs, ids, already, strict=True):
-            if seen is not None or msg_id in new_ids:
+            if seen is not None or msg_id in new_keys:
                 append(_put_result(msg_id, 0, True))
                 continue
             hlc = msg.hlc
@@ -202,7 +212,6 @@ class MessageStore(HiddenIndex):
                 # GC removed (or would remove) it: storing it again would resurrect it.
                 append(_put_result(msg_id, 0, True, True))
                 continue
-            add_id(msg_id)
             chat = msg.chat_id
             state = chats.get(chat)
             if state is None:
@@ -219,13 +228,15 @@ class MessageStore(HiddenIndex):
             if hidden and msg_id in hidden:
                 hidden_keys.append(key_hidden(chat, seq))
                 put(hidden_keys[-1], key, self._handle["hidden"])
-            elif packed > state[1] or (packed == state[1] and msg_id > state[2]):
-                state[1], state[2] = packed, msg_id  # the newest shown (hlc, id) so far
+            elif msg.kind in CONTENT and (
+                packed > state[1] or (packed == state[1] and msg_id > state[2])
+            ):
+                state[1], state[2] = packed, msg_id  # the newest shown content (hlc, id) so far
+            new_keys[msg_id] = key
             put(key, msg.encoded, messages_cf)
             put(msg_id, key, seen_cf)
-            if msg.ref is not None:  # an edit, reply, reaction or receipt: found by its target
-                put(chat + msg.ref + msg_id, key, refs_cf)
-                put(msg.ref, b"", targets_cf)
+            if msg.ref is not None:
+                self._index_ref(msg, msg_id, key, seq, batch)
             result = _new(PutResult)  # _put_result(msg_id, seq, False), inlined
             set_msg_id(result, msg_id)
             set_seq(result, seq)
@@ -238,11 +249,51 @@ class MessageStore(HiddenIndex):
                 for chat, (seq, packed, msg_id, _) in chats.items()
             }
             self.put_metas(batch, metas)
+            self._mark_referred(batch, msgs, new_keys)
             self.write(batch)
             self.remember_meta(metas)
             if hidden_keys:
                 self._note_hidden_chats(hidden_keys)
         return results
+
+    def _mark_referred(
+        self, batch: WriteBatch, msgs: list[MsgV1], new_keys: dict[bytes, bytes]
+    ) -> None:
+        """``referred[target key | referrer key]`` for the edits and reactions among ``msgs``
+        stored now (``new_keys``: id -> key) whose target in their chat is held, and for the
+        held ones that refer to a content message stored now (``ref_targets`` says which
+        have any, ``refs`` gives their keys). Keyed like the messages, it is read in step
+        with a page of the folded history (``store.views``)."""
+        referred = self._handle["referred"]
+        referrers = [m for m in msgs if m.kind in CHANGES_TARGET and m.msg_id in new_keys]
+        refs = [m.ref for m in referrers if m.ref is not None]  # all of them: not NEW
+        missing = [ref for ref in refs if ref not in new_keys]
+        held = dict(zip(missing, self.multi_get("seen_msg", missing), strict=True))
+        for m, ref in zip(referrers, refs, strict=True):
+            target = new_keys.get(ref) or held.get(ref)
+            if target is not None and target[:CHAT_ID_LEN] == m.chat_id:
+                batch.put(target + new_keys[m.msg_id], b"", referred)
+        contents = [m for m in msgs if m.kind in CONTENT and m.msg_id in new_keys]
+        marks = self.multi_get("ref_targets", [m.msg_id for m in contents])
+        for m, mark in zip(contents, marks, strict=True):
+            if mark is not None:  # referred to before it arrived
+                key = new_keys[m.msg_id]
+                for _, referrer in self.iter_prefix("refs", m.chat_id + m.msg_id):
+                    batch.put(key + referrer, b"", referred)
+
+    def _index_ref(
+        self, msg: MsgV1, msg_id: bytes, key: bytes, seq: int, batch: WriteBatch
+    ) -> None:
+        """Index a message that refers to another: an edit or reaction by its target (part
+        of the target's view, ``store.views``), a receipt by its reader (``store.reads``)."""
+        assert msg.ref is not None
+        chat, handle = msg.chat_id, self._handle
+        if msg.kind in CHANGES_TARGET:
+            batch.put(chat + msg.ref + msg_id, key, handle["refs"])
+            batch.put(msg.ref, b"", handle["ref_targets"])
+        elif msg.kind is MessageKind.READ_RECEIPT and (position := position_of(msg)) is not None:
+            row = key_receipt(chat, msg.sender, position.to_bytes(), seq)
+            batch.put(row, key, handle["receipts"])  # -> the receipt: the GC trims by its stamp
 
     def _check_message(self, msg: MsgV1, now_ms: int | None) -> None:
         config = self.config
@@ -280,12 +331,15 @@ class MessageStore(HiddenIndex):
         cursor: str | None = None,
         limit: int = DEFAULT_PAGE_LIMIT,
         direction: Direction = Direction.BACKWARD,
+        *,
+        kinds: frozenset[int] | None = None,
     ) -> RangePage:
         """One page of a chat's history, ordered by (hlc, seq) in ``direction``.
 
         ``cursor`` is the ``next_cursor`` of the previous page (base64 of the last
         key returned); the page starts strictly after it, so no message is returned
-        twice however many messages are inserted between pages.
+        twice however many messages are inserted between pages. ``kinds``: only messages
+        of these kinds (the others are skipped before they are decoded).
         """
         check_len(chat_id, CHAT_ID_LEN, "chat_id")
         check_page_limit(limit)
@@ -310,6 +364,8 @@ class MessageStore(HiddenIndex):
             else:
                 seq = parse_key_messages(key)[2]  # raises: not a messages key
             if hidden and seq in hidden:
+                continue
+            if kinds is not None and kind_of(value) not in kinds:
                 continue
             # Our own rows, written by put_messages: decoded trusted (see decode_msg).
             msg = decode_msg(value, max_payload=max_payload, trusted=True)
@@ -382,6 +438,11 @@ class MessageStore(HiddenIndex):
         end = key_messages(chat_id, Hlc(cutoff_ts + 1, 0).pack(), 0)
         batch = self.new_batch()
         batch.delete_range(begin, end, self._handle["messages"])
+        batch.delete_range(begin, end, self._handle["referred"])  # keyed like the messages
+        receipts = self._handle["receipts"]
+        for row, receipt_key in self.iter_prefix("receipts", chat_id):
+            if begin <= receipt_key < end:  # the receipt expired with the messages
+                batch.delete(row, receipts)
         self.write(batch)
 
     def scan_seen_msg_aged(self, cutoff_ts: int, limit: int) -> list[bytes]:

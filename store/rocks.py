@@ -43,7 +43,6 @@ COLUMN_FAMILIES: dict[str, int | None] = {
     "chats_meta": None,
     "user_inbox": USER_ID_LEN,
     "members": CHAT_ID_LEN,
-    "user_read_progress": USER_ID_LEN,
     "identity": None,
     "seen_member": BUCKET_PREFIX_LEN,
     "seen_identity": BUCKET_PREFIX_LEN,
@@ -55,7 +54,11 @@ COLUMN_FAMILIES: dict[str, int | None] = {
     "refs": CHAT_ID_LEN,
     "ref_targets": None,  # message id -> b"": some held message refers to it (a page's check)
     "erased": None,
+    "referred": CHAT_ID_LEN,  # messages key -> b"": an edit or reaction refers to it (views)
+    "receipts": CHAT_ID_LEN + USER_ID_LEN,  # a chat's receipts by reader (store.reads)
 }
+# CFs of earlier versions: dropped when a database that has them is opened.
+RETIRED_COLUMN_FAMILIES = ("user_read_progress",)  # local read seqs, before receipts
 SYNC_INDEXES = {"seen_msg", "seen_member", "seen_identity", "seen_delete"}
 
 
@@ -103,6 +106,12 @@ def _db_options(config: ChatDbConfig, cache: Cache) -> Options:
     return opts
 
 
+def _retired_column_families(path: str) -> list[str]:
+    if not (Path(path) / "CURRENT").exists():
+        return []  # a new database
+    return [name for name in Rdict.list_cf(path) if name in RETIRED_COLUMN_FAMILIES]
+
+
 class RocksBase:
     """Owns the Rdict, its CF views and handles, and the chats_meta cache.
 
@@ -117,11 +126,16 @@ class RocksBase:
         self.config = config
         Path(config.path).mkdir(parents=True, exist_ok=True)
         cache = Cache(config.block_cache_mb * 1024 * 1024)
+        retired = _retired_column_families(config.path)
         self._db = Rdict(
             config.path,
             _db_options(config, cache),
-            column_families={name: _cf_options(config, cache, name) for name in COLUMN_FAMILIES},
+            column_families={
+                name: _cf_options(config, cache, name) for name in [*COLUMN_FAMILIES, *retired]
+            },
         )
+        for name in retired:  # RocksDB opens a database only with all its CFs: open, then drop
+            self._db.drop_column_family(name)
         self._cf = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}
         self._handle = {name: self._db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
         self._write_opts = WriteOptions()

@@ -2,10 +2,9 @@
 payload, edit mark, reactions and reply state, and the tombstones of deleted ones.
 
 ``folded_range`` pages like ``range`` but over content messages (NEW, REPLY) only.
-The messages a page's items are referred to by are found through ``refs``; most
-messages have none, and one multi-get in ``ref_targets`` tells which do (for that,
-each item's id is computed); a referred message costs a prefix scan of ``refs``, a
-multi-get and the decoding of what refers to it (MESSAGES.md has the figures). Tombstones are
+The edits and reactions of a page's messages come from one scan of ``referred`` (keyed
+target key | referrer key, so in the messages' order) over the page's key interval and one
+multi-get; most pages have few, and a message with none costs nothing more. Tombstones are
 given with the page whose HLC interval holds the deleted message's claimed stamp.
 """
 
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 
 from store.admission import AdmissionStore
 from store.hlc import Hlc
-from store.keys import CHAT_ID_LEN, MESSAGES_KEY_LEN, decode_cursor, encode_cursor
+from store.keys import CHAT_ID_LEN, MESSAGES_KEY_LEN, decode_cursor, referred_end
 from store.kinds import (
     CONTENT,
     MessageView,
@@ -23,14 +22,13 @@ from store.kinds import (
     claims_of,
     delete_is_valid,
     latest_edit,
+    plain_view,
     reactions_of,
 )
 from store.messages import (
     DEFAULT_PAGE_LIMIT,
-    MAX_PAGE_LIMIT,
     Direction,
     StoredMessage,
-    check_page_limit,
 )
 from store.records import MessageKind, MsgV1, decode_msg
 
@@ -39,6 +37,11 @@ from store.records import MessageKind, MsgV1, decode_msg
 class FoldedMessage:
     seq: int  # this node's local sequence number
     view: MessageView
+
+
+_new = object.__new__
+_set_seq, _set_view = (FoldedMessage.__dict__[name].__set__ for name in FoldedMessage.__slots__)
+assert FoldedMessage.__slots__ == ("seq", "view")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,61 +59,54 @@ class ViewStore(AdmissionStore):
         limit: int = DEFAULT_PAGE_LIMIT,
         direction: Direction = Direction.BACKWARD,
     ) -> FoldedPage:
-        check_page_limit(limit)
-        items, next_cursor = self._content_page(chat_id, cursor, limit, direction)
-        hidden = self.hidden_seqs(chat_id)
+        page = self.range(chat_id, cursor, limit, direction, kinds=CONTENT)
+        items, next_cursor = page.items, page.next_cursor
         is_admin = self.admins(chat_id)
         valid = [d for d in self.deletes_of(chat_id) if delete_is_valid(d, is_admin)]
-        marked = self.multi_get("ref_targets", [i.msg.msg_id for i in items])
-        folded = [
-            FoldedMessage(item.seq, self._view(item.msg, mark is not None, hidden, valid))
-            for item, mark in zip(items, marked, strict=True)
-        ]
+        referrers = self._referrers(chat_id, items)
+        folded: list[FoldedMessage] = []
+        append = folded.append
+        for item in items:
+            msg, refs = item.msg, referrers.get(item.key)
+            if refs is None and msg.kind is MessageKind.NEW:
+                view = plain_view(msg)  # most messages: nothing refers to them
+            else:
+                view = self._view(msg, refs or [], valid)
+            entry = _new(FoldedMessage)  # FoldedMessage(item.seq, view), through its slots
+            _set_seq(entry, item.seq)
+            _set_view(entry, view)
+            append(entry)
         start = None if cursor is None else _stamp(decode_cursor(cursor, MESSAGES_KEY_LEN, chat_id))
         end = _stamp(items[-1].key) if next_cursor is not None else None
         return FoldedPage(folded, self._tombstones(valid, start, end, direction), next_cursor)
 
-    def _content_page(
-        self, chat_id: bytes, cursor: str | None, limit: int, direction: Direction
-    ) -> tuple[list[StoredMessage], str | None]:
-        """Up to ``limit`` shown content messages from ``cursor`` on, and the next cursor."""
-        out: list[StoredMessage] = []
-        while True:
-            # a fifth more rows than still needed: most chats' other kinds are fewer than that
-            wanted = min(MAX_PAGE_LIMIT, (limit - len(out)) * 5 // 4 + 1)
-            page = self.range(chat_id, cursor, wanted, direction)
-            for n, item in enumerate(page.items):
-                if item.msg.kind in CONTENT:
-                    out.append(item)
-                    if len(out) == limit:
-                        more = n + 1 < len(page.items) or page.next_cursor is not None
-                        return out, encode_cursor(item.key) if more else None
-            if page.next_cursor is None:
-                return out, None
-            cursor = page.next_cursor
+    def _referrers(self, chat_id: bytes, items: list[StoredMessage]) -> dict[bytes, list[MsgV1]]:
+        """The page's messages' key -> the shown edits and reactions that refer to them.
+        ``referred`` is keyed by target key, then referrer key: one scan over the page's key
+        interval and one multi-get find them all (most pages have few)."""
+        if not items:
+            return {}
+        low, high = sorted((items[0].key, items[-1].key))
+        rows = [row for row, _ in self.iter_range("referred", low, referred_end(high))]
+        if not rows:
+            return {}
+        hidden = self.hidden_seqs(chat_id)
+        out: dict[bytes, list[MsgV1]] = {}
+        found = self.multi_get("messages", [row[MESSAGES_KEY_LEN:] for row in rows])
+        for row, raw in zip(rows, found, strict=True):
+            if raw is None or int.from_bytes(row[-4:], "big") in hidden:
+                continue  # erased, or its sender was not a member then
+            out.setdefault(row[:MESSAGES_KEY_LEN], []).append(decode_msg(raw, trusted=True))
+        return out
 
-    def _view(
-        self, msg: MsgV1, referred: bool, hidden: set[int], valid: list[MsgV1]
-    ) -> MessageView:
-        """``msg`` with the shown edits and reactions that refer to it (``referred``: some
-        held message does), and its reply state."""
-        if not referred and msg.kind is MessageKind.NEW:
-            return MessageView(msg)  # most messages: nothing refers to them
-        refs = self._shown_refs(msg, hidden) if referred else []
+    def _view(self, msg: MsgV1, refs: list[MsgV1], valid: list[MsgV1]) -> MessageView:
+        """``msg`` with the shown edits and reactions that refer to it, and its reply state."""
         return MessageView(
             msg,
             latest_edit(msg, refs),
             self._reply_state(msg, valid) if msg.kind is MessageKind.REPLY else None,
             reactions_of(r for r in refs if r.kind is MessageKind.REACTION),
         )
-
-    def _shown_refs(self, msg: MsgV1, hidden: set[int]) -> list[MsgV1]:
-        keys = [value for _, value in self.iter_prefix("refs", msg.chat_id + msg.msg_id)]
-        return [
-            decode_msg(raw, trusted=True)
-            for key, raw in zip(keys, self.multi_get("messages", keys), strict=True)
-            if raw is not None and int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big") not in hidden
-        ]
 
     def _reply_state(self, reply: MsgV1, valid: list[MsgV1]) -> str:
         ref = reply.ref

@@ -7,7 +7,7 @@ POST     /ops                                    submit signed ops -> 201 {"acce
 GET      /chats/{chat}/messages                  history page: ?cursor=&limit=1..200&direction=
 GET      /chats/{chat}/members                   active members with role and added_at
 GET      /users/{user}/chats                     the user's chat list, newest first, with unread
-GET/PUT  /users/{user}/chats/{chat}/read         read progress (local to this node, not signed)
+GET/PUT  /users/{user}/chats/{chat}/read         read position: PUT a signed READ_RECEIPT
 GET/PUT  /identity/{user}                        the user's identity record (PUT: the signed record)
 POST     /admin/block, /admin/unblock            partition switch {"peer_id"}
 GET      /status, /metrics, /health              node state, Prometheus text, liveness

@@ -10,11 +10,11 @@ from __future__ import annotations
 import base64
 import binascii
 
-from node.api.models import IdentityIn, OpsIn
+from node.api.models import IdentityIn, OpsIn, ReadIn
 from store.errors import InvalidInput
 from store.keys import CHAT_ID_LEN, MSG_ID_LEN, USER_ID_LEN
 from store.ops import Op, decode_op
-from store.records import IdentityRecord, decode_identity_record
+from store.records import IdentityRecord, MessageKind, MsgV1, decode_identity_record, decode_msg
 
 
 def b64decode(value: str) -> bytes:
@@ -68,3 +68,22 @@ def decode_identity_in(user: bytes, body: IdentityIn) -> IdentityRecord:
             reason="user_mismatch",
         )
     return record
+
+
+def decode_receipt_in(user: bytes, chat: bytes, body: ReadIn, *, max_payload: int) -> MsgV1:
+    """The receipt of a ``PUT /users/{user}/chats/{chat}/read`` body; InvalidInput unless it
+    decodes, is a READ_RECEIPT, is for ``chat`` and is ``user``'s (its signature and position
+    are the intake's to check, as for any message)."""
+    msg = decode_msg(b64decode(body.receipt), max_payload=max_payload)
+    if msg.kind is not MessageKind.READ_RECEIPT:
+        raise InvalidInput(
+            f"a {msg.kind.name} message is not a read receipt", reason="not_a_receipt"
+        )
+    if msg.chat_id != chat:
+        raise InvalidInput(f"the receipt is for chat {msg.chat_id.hex()}", reason="wrong_chat")
+    if msg.sender != user:
+        raise InvalidInput(
+            f"the receipt is user {msg.sender.hex()}'s, not {user.hex()}'s",
+            reason="not_your_receipt",
+        )
+    return msg

@@ -11,10 +11,13 @@ drift, user mismatch, unauthorized membership) 422, a message from a sender remo
 its chat at its stamp 403 (``not_a_member``), an edit or delete the sender may not make 403
 (``not_author``, ``not_allowed``; MESSAGES.md), a reference to another chat or a delete
 whose claims contradict its target 422 (``ref_other_chat``, ``bad_claims``), an edit,
-reaction or re-post of a deleted message 410 (``deleted``), an author over its rate 429, other
-bad input 400, a full write queue 503 (dm3: -32005 Limit exceeded), a full disk 507. A
-500 means a bug: it is logged with its traceback. Each refusal is counted
-(``api_errors{code}``; bugs ``api_bugs``).
+reaction or re-post of a deleted message 410 (``deleted``). A read receipt that is another
+user's is 403 (``not_your_receipt``); one that is not a receipt, is for another chat than
+the URL's, or misstates its message's stamp 422 (``not_a_receipt``, ``wrong_chat``,
+``bad_position``); one behind the reader's known position 409 (``receipt_backwards``). An
+author over its rate 429, other bad input 400, a full write queue 503 (dm3: -32005 Limit
+exceeded), a full disk 507. A 500 means a bug: it is logged with its traceback. Each
+refusal is counted (``api_errors{code}``; bugs ``api_bugs``).
 """
 
 from __future__ import annotations
@@ -38,11 +41,13 @@ log = logging.getLogger(__name__)
 SIZE_REASONS = {"too_large", "oversize", "body_too_large"}
 UNPROCESSABLE_REASONS = {
     "bad_signature", "clock_drift", "user_mismatch", "unauthorized", "ref_other_chat", "bad_claims",
+    "bad_position", "not_a_receipt", "wrong_chat",
 }  # fmt: skip
-FORBIDDEN_REASONS = {"not_a_member", "not_author", "not_allowed"}
+FORBIDDEN_REASONS = {"not_a_member", "not_author", "not_allowed", "not_your_receipt"}
+CONFLICT_REASONS = {"receipt_backwards"}
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (400, 403, 404, 410, 413, 422, 429, 503, 507)
+    status: {"model": ErrorOut} for status in (400, 403, 404, 409, 410, 413, 422, 429, 503, 507)
 }
 
 
@@ -67,6 +72,8 @@ def status_for(reason: str) -> int:
         return 403
     if reason == "deleted":
         return 410
+    if reason in CONFLICT_REASONS:
+        return 409
     return 422 if reason in UNPROCESSABLE_REASONS else 400
 
 

@@ -2,7 +2,7 @@
 
 Handlers reach it through FastAPI's dependency injection (``NodeDep``): the app keeps
 it in ``app.state.node``. Reads go straight to the ChatDb (in a worker thread);
-every write goes through the node's writer (``submit_ops``, ``move_read_progress``).
+every write goes through the node's writer (``submit_ops``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from fastapi import Depends, Request
 
 from node.intake import Submitted
 from node.metrics import Metrics
-from node.writer import ReadProgress
 from store.chatdb import ChatDb
 from store.ops import Op
 
@@ -34,8 +33,6 @@ class NodeApi(Protocol):
         """Validate, write and gossip; per op, whether it was new and whether it waits for
         a member op. ``wait_for_room=False``: trio.WouldBlock at once if the queue is full."""
         ...
-
-    async def move_read_progress(self, user: bytes, chat: bytes, seq: int) -> ReadProgress: ...
 
     def status(self) -> dict[str, Any]: ...
 

@@ -14,10 +14,15 @@ from store.authz import ChatProof, GroupProof
 from store.hlc import Hlc
 from store.inbox import ChatListItem
 from store.kinds import Tombstone
+from store.reads import UNREAD_CAP
 from store.records import ChatKind, MemberInfo, MsgV1, Role
 from store.views import FoldedMessage
 
 MAX_OPS_PER_REQUEST = 1024
+UNREAD_DESCRIPTION = (
+    "content messages by others after the user's read position, the same on every node; "
+    f"counted up to {UNREAD_CAP} (that many or more)"
+)
 
 
 class OpIn(BaseModel):
@@ -102,7 +107,7 @@ class ChatEntryOut(BaseModel):
     last_sender: str
     last_seq: int
     preview: str
-    unread: int = Field(description="last_seq minus this user's read progress (local counts)")
+    unread: int = Field(description=UNREAD_DESCRIPTION)
 
 
 class ChatsOut(BaseModel):
@@ -112,16 +117,21 @@ class ChatsOut(BaseModel):
 
 
 class ReadIn(BaseModel):
-    seq: int = Field(ge=0, lt=1 << 32, description="local seq the user has read up to")
+    receipt: str = Field(
+        description="the user's signed READ_RECEIPT (MsgV1) for the chat: canonical CBOR, "
+        "URL-safe base64"
+    )
 
 
 class ReadOut(BaseModel):
     user_id: str
     chat_id: str
-    seq: int = Field(description="read progress (only ever moves forward)")
-    last_seq: int = Field(description="the chat's newest local seq")
-    unread: int
-    moved: bool | None = Field(default=None, description="PUT only: did the progress move")
+    position: HlcOut | None = Field(
+        description="the stamp of the newest message the user has read (null: none yet), "
+        "from their signed receipts"
+    )
+    unread: int = Field(description=UNREAD_DESCRIPTION)
+    moved: bool | None = Field(default=None, description="PUT only: did the position move")
 
 
 class MemberOut(BaseModel):

@@ -1,21 +1,21 @@
-"""A user's chat list and read progress (local conveniences of this node).
+"""A user's chat list and read position.
 
-Read progress is not signed, not synced, not authenticated: a convenience for the
-clients of this node, counted in this node's local seqs. It is still written by the
-node's writer, like everything else.
+The read position and the unread counts come from the user's signed READ_RECEIPTs, which
+sync like any message: they are the same on every node (MESSAGES.md, "READ_RECEIPT").
 """
 
 from __future__ import annotations
 
 import trio
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
-from node.api.decode import chat_param, user_param
+from node.api.decode import chat_param, decode_receipt_in, user_param
 from node.api.errors import ERRORS
 from node.api.interface import NodeDep
-from node.api.models import ChatsOut, ReadIn, ReadOut, chat_entry_out
-from node.writer import ReadProgress
+from node.api.models import ChatsOut, HlcOut, ReadIn, ReadOut, chat_entry_out
 from store.chatdb import ChatDb
+from store.hlc import Hlc
+from store.kinds import decode_receipt
 from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 
 router = APIRouter()
@@ -28,7 +28,7 @@ async def chats(
     cursor: str | None = Query(None, max_length=128, description="next_cursor of a page"),
     limit: int = Query(DEFAULT_PAGE_LIMIT, description=f"1..{MAX_PAGE_LIMIT}"),
 ) -> ChatsOut:
-    """The user's chats, most recent first, with unread counts (local to this node)."""
+    """The user's chats, most recent first, with unread counts."""
     user = user_param(user_id)
     page = await trio.to_thread.run_sync(lambda: node.db.list_user_chats(user, cursor, limit))
     return ChatsOut(
@@ -40,32 +40,40 @@ async def chats(
 
 @router.get("/users/{user_id}/chats/{chat_id}/read", responses=ERRORS)
 async def get_read(user_id: str, chat_id: str, node: NodeDep) -> ReadOut:
-    """How far the user has read in the chat (local seq; a convenience of this node)."""
+    """How far the user has read in the chat, by their receipts, and what is unread."""
     user, chat = user_param(user_id), chat_param(chat_id)
-    progress = await trio.to_thread.run_sync(read_progress, node.db, user, chat)
-    return read_out(user, chat, progress, moved=None)
+    position, unread = await trio.to_thread.run_sync(read_state, node.db, user, chat)
+    return read_out(user, chat, position, unread, moved=None)
 
 
-@router.put("/users/{user_id}/chats/{chat_id}/read", responses=ERRORS)
-async def put_read(user_id: str, chat_id: str, body: ReadIn, node: NodeDep) -> ReadOut:
-    """Move the read progress forward (never back; capped at the chat's last seq).
-
-    Read progress is local to this node: not signed, not synced, not authenticated —
-    a convenience for the clients of this node, counted in this node's local seqs.
-    """
+@router.put("/users/{user_id}/chats/{chat_id}/read", responses={**ERRORS, 202: {"model": ReadOut}})
+async def put_read(
+    user_id: str, chat_id: str, body: ReadIn, node: NodeDep, response: Response
+) -> ReadOut:
+    """Move the read position: a READ_RECEIPT signed by the user, stored and synced like any
+    message. Refused: another user's receipt (403 ``not_your_receipt``), one behind the
+    known position (409 ``receipt_backwards``). 202 if the user is not known to be a member
+    yet (the receipt waits for the member op, as a post does)."""
     user, chat = user_param(user_id), chat_param(chat_id)
-    progress = await node.move_read_progress(user, chat, body.seq)
-    return read_out(user, chat, progress, moved=progress.moved)
+    receipt = decode_receipt_in(user, chat, body, max_payload=node.max_payload)
+    before = await trio.to_thread.run_sync(node.db.read_position, chat, user)
+    submitted = await node.submit_ops([receipt], wait_for_room=False)
+    if submitted.waiting[0]:
+        response.status_code = 202
+    position, unread = await trio.to_thread.run_sync(read_state, node.db, user, chat)
+    moved = submitted.new[0] and (before is None or decode_receipt(receipt) > before)
+    return read_out(user, chat, position, unread, moved=moved)
 
 
-def read_progress(db: ChatDb, user: bytes, chat: bytes) -> ReadProgress:
-    meta = db.get_chat_meta(chat)
-    last_seq = meta.last_seq if meta is not None else 0
-    return ReadProgress(db.get_user_read_progress(user, chat), last_seq, moved=False)
+def read_state(db: ChatDb, user: bytes, chat: bytes) -> tuple[Hlc | None, int]:
+    position = db.read_position(chat, user)
+    return position, db.unread_count(chat, user, position)
 
 
-def read_out(user: bytes, chat: bytes, progress: ReadProgress, *, moved: bool | None) -> ReadOut:
+def read_out(
+    user: bytes, chat: bytes, position: Hlc | None, unread: int, *, moved: bool | None
+) -> ReadOut:
     return ReadOut(
-        user_id=user.hex(), chat_id=chat.hex(), seq=progress.seq, last_seq=progress.last_seq,
-        unread=progress.unread, moved=moved,
+        user_id=user.hex(), chat_id=chat.hex(),
+        position=None if position is None else HlcOut.of(position), unread=unread, moved=moved,
     )  # fmt: skip

@@ -1,6 +1,7 @@
-"""``chatsync edit``, ``react`` and ``delete`` against a real node (as test_groups.py): the
-folded history shows the edit, the reactions and, after the delete, a tombstone — and the
-node's refusals are one line each."""
+"""``chatsync edit``, ``react``, ``read`` and ``delete`` against a real node (as
+test_groups.py): the folded history shows the edit, the reactions and, after the delete, a
+tombstone; ``chats`` counts what the reader's receipts leave unread — and the node's refusals
+are one line each."""
 
 from __future__ import annotations
 
@@ -45,6 +46,19 @@ async def test_edit_react_retract_and_delete_from_the_command_line(tmp_path: Pat
                           if m.id.hex() == msg]  # fmt: skip
                 assert item.payload == b"better words" and item.edit is not None
                 assert item.reactions == {b"+1": (BOB.user_id,)}
+
+            def unread(who: str) -> str:
+                [row] = [line for line in ok(*as_(who, "chats")).splitlines() if chat[:8] in line]
+                return row.split("│")[3].strip()
+
+            assert unread("bob") == "2" and unread("alice") == "0"  # the name, the post: hers
+            assert "unread 0" in ok(*as_("bob", "read", "--chat", chat))
+            out = ok(*as_("alice", "send", "second", "--chat", chat))
+            [second] = re.findall(r"sent message ([0-9a-f]{64})", out)
+            assert unread("bob") == "1"
+            assert "unread 0" in ok(*as_("bob", "read", second, "--chat", chat))
+            assert "receipt_backwards" in refused(*as_("bob", "read", msg, "--chat", chat))
+            assert "no message" in refused(*as_("bob", "read", "00" * 32, "--chat", chat))
 
             assert "not_author" in refused(*as_("bob", "edit", msg, "mine now", "--chat", chat))
             assert "not_allowed" in refused(*as_("bob", "delete", msg, "--chat", chat))

@@ -5,12 +5,13 @@ Not a mock of the app: the handlers' own pieces, in the order they run.
 * Bodies: the raw bytes go through ``json.loads`` (Starlette's ``Request.json``) and the
   endpoint's pydantic model (``OpsIn``, ``IdentityIn``, ``ReadIn``, ``PeerIn``) as FastAPI
   does, then the handler's decoding function (``node.api.decode.decode_ops_in`` /
-  ``decode_identity_in``: URL-safe base64, then the CBOR op decoders) and ``validate_op``
+  ``decode_identity_in`` / ``decode_receipt_in``: URL-safe base64, then the CBOR op
+  decoders) and ``validate_op``
   — what ``OpIntake.submit`` (node/intake.py) checks before it hands ops to the writer.
 * Paths and queries: ids through ``chat_param`` / ``user_param``, then the read the handler
   makes on a real ``ChatDb`` (RocksDB in a temporary directory, one per process, holding a
   few messages): history pages with the fuzzed cursor, limit and direction, chat lists,
-  members, a chat's proof, identity, read progress.
+  members, a chat's proof, identity, a read position.
 
 Input: ``[endpoint][field]\\n[field]\\n...[body]`` (the last field may hold newlines).
 
@@ -39,7 +40,13 @@ from pydantic import ValidationError
 from fuzz_support import NOW_MS, instrumented, main
 
 with instrumented(__name__ == "__main__"):
-    from node.api.decode import chat_param, decode_identity_in, decode_ops_in, user_param
+    from node.api.decode import (
+        chat_param,
+        decode_identity_in,
+        decode_ops_in,
+        decode_receipt_in,
+        user_param,
+    )
     from node.api.errors import status_for
     from node.api.models import IdentityIn, OpsIn, PeerIn, ReadIn
     from store.authz import new_group
@@ -56,7 +63,7 @@ with instrumented(__name__ == "__main__"):
         op_kind,
         validate_op,
     )
-    from store.records import DEFAULT_MAX_PAYLOAD, MsgV1
+    from store.records import DEFAULT_MAX_PAYLOAD, MessageKind, MsgV1
     from store.rocks import ChatDbConfig
     from store.signing import key_from_seed, public_key, user_id_from_key
 
@@ -118,12 +125,12 @@ def _put_identity(fields: list[bytes]) -> None:
     validate_op(record, now_ms=NOW_MS, max_offset_ms=DEFAULT_MAX_OFFSET_MS)
 
 
-def _read_progress(fields: list[bytes]) -> None:
+def _read_receipt(fields: list[bytes]) -> None:
     user, chat = user_param(_text(fields[0])), chat_param(_text(fields[1]))
     body = ReadIn.model_validate(_json(fields[-1]))
-    meta = _db().get_chat_meta(chat)
-    _db().get_user_read_progress(user, chat)
-    min(body.seq, meta.last_seq if meta is not None else 0)
+    receipt = decode_receipt_in(user, chat, body, max_payload=DEFAULT_MAX_PAYLOAD)
+    validate_op(receipt, now_ms=NOW_MS, max_offset_ms=DEFAULT_MAX_OFFSET_MS)
+    _db().read_position(chat, user)
 
 
 def _peer(fields: list[bytes]) -> None:
@@ -158,7 +165,7 @@ def _reads_by_id(fields: list[bytes]) -> None:
 ENDPOINTS = [
     (0, _post_ops),
     (1, _put_identity),
-    (2, _read_progress),
+    (2, _read_receipt),
     (0, _peer),
     (3, _history),
     (2, _chat_list),
@@ -192,6 +199,9 @@ def seeds() -> dict[str, bytes]:
     group = new_group(KEY, b"fuzz-http-group!")
     add = MembershipOp.create(KEY, group.chat_id(), USER, MembershipAction.ADD, hlc, proof=group)
     identity = make_identity(KEY, b"\x08" * 32, hlc)
+    receipt = MsgV1.create(
+        KEY, CHAT, Hlc(NOW_MS - 400), hlc.to_bytes(), kind=MessageKind.READ_RECEIPT, ref=msg.msg_id
+    )
 
     ops = {
         "ops": [
@@ -206,7 +216,12 @@ def seeds() -> dict[str, bytes]:
         + user
         + b"\n"
         + json.dumps({"data": _b64(identity.encode())}).encode(),
-        "put-read": b"\x02" + user + b"\n" + chat + b"\n" + b'{"seq": 3}',
+        "put-read": b"\x02"
+        + receipt.sender.hex().encode()
+        + b"\n"
+        + chat
+        + b"\n"
+        + json.dumps({"receipt": _b64(receipt.encoded)}).encode(),
         "block": b"\x03" + b'{"peer_id": "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"}',
         "history": b"\x04" + chat + b"\n" + cursor + b"\n\x00\x03\nforward",
         "history-first": b"\x04" + chat + b"\n\n\x32\n",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -106,26 +107,24 @@ async def test_every_endpoint_happy_path_with_pagination_and_unread(tmp_path: Pa
         assert {m["role"] for m in members} == {"participant"}
         proof = (await http.get(f"/chats/{chat}/proof")).json()
         assert proof["kind"] == "group" and proof["creator"] == ALICE.user_id.hex()
-        # the chat list (inbox kept by the writer) with unread counts, then read progress
+        # the chat list (inbox kept by the writer) with unread counts, then a read receipt
         alice = ALICE.user_id.hex()
         chats = (await http.get(f"/users/{alice}/chats")).json()
         assert chats["next_cursor"] is None
         [entry] = chats["chats"]
         assert entry["chat_id"] == chat and entry["kind"] == "group"
         assert entry["last_msg_id"] == msgs[-1].msg_id.hex() and entry["last_seq"] == 7
-        assert entry["unread"] == 7 and entry["last_ts"] == base + 106
+        assert entry["unread"] == 4 and entry["last_ts"] == base + 106  # Bob's: hers never are
         read_url = f"/users/{alice}/chats/{chat}/read"
-        assert (await http.get(read_url)).json()["seq"] == 0
-        r = await http.put(read_url, json={"seq": 5})
-        assert r.json()["moved"] is True
-        assert r.json()["seq"] == 5 and r.json()["unread"] == 2
-        r = await http.put(read_url, json={"seq": 3})  # never backwards
-        assert r.json()["moved"] is False and r.json()["seq"] == 5
-        r = await http.put(read_url, json={"seq": 1000})  # capped at the chat's last seq
-        assert r.json()["seq"] == 7 and r.json()["unread"] == 0
-        assert (await http.get(f"/users/{alice}/chats")).json()["chats"][0]["unread"] == 0
+        assert (await http.get(read_url)).json()["position"] is None
+        r = await http.put(read_url, json={"receipt": b64(read_up_to(ALICE, msgs[4]).encoded)})
+        assert r.status_code == 200 and r.json()["moved"] is True
+        assert r.json()["position"] == {"physical_ms": base + 104, "logical": 0}
+        assert r.json()["unread"] == 1  # Bob's msgs[6]
+        assert (await http.get(read_url)).json()["unread"] == 1
+        assert (await http.get(f"/users/{alice}/chats")).json()["chats"][0]["unread"] == 1
         bob_chats = (await http.get(f"/users/{BOB.user_id.hex()}/chats")).json()["chats"]
-        assert bob_chats[0]["unread"] == 7  # read progress is per user
+        assert bob_chats[0]["unread"] == 3  # Alice's three: a position is per user
         # a second chat: the chat list pages newest first
         other_proof = new_group(ALICE.signing_key, b"api-tests-other!")
         other = other_proof.chat_id()
@@ -146,16 +145,16 @@ async def test_every_endpoint_happy_path_with_pagination_and_unread(tmp_path: Pa
             )
         ).json()
         assert [c["chat_id"] for c in page2["chats"]] == [chat] and page2["next_cursor"] is None
-        # status, metrics, health, OpenAPI
+        # status, metrics, health, OpenAPI (messages: 8 posts and Alice's receipt)
         status = (await http.get("/status")).json()
         assert status["peer_id"] == node.peer_id and status["connected_peers"] == []
         assert {k: v["count"] for k, v in status["domains"].items()} == {
-            "messages": 8, "members": 3, "identity": 2, "deletes": 0,
+            "messages": 9, "members": 3, "identity": 2, "deletes": 0,
         }  # fmt: skip
         assert all(len(d["root"]) == 64 for d in status["domains"].values())
         assert status["last_sync"] == {}
         metrics = (await http.get("/metrics")).text
-        assert 'chatsync_records{domain="messages"} 8' in metrics
+        assert 'chatsync_records{domain="messages"} 9' in metrics
         assert "chatsync_ops_submitted_total" in metrics
         assert (await http.get("/health")).json() == {"status": "ok"}
         schema = (await http.get("/openapi.json")).json()
@@ -207,6 +206,57 @@ def about(key: UserKey, kind: MessageKind, target: MsgV1, payload: bytes, ms: in
     return MsgV1.create(
         key.signing_key, target.chat_id, Hlc(ms), payload, kind=kind, ref=target.msg_id
     )
+
+
+def read_up_to(key: UserKey, target: MsgV1, *, after_ms: int = 100) -> MsgV1:
+    """``key``'s user's receipt up to ``target``, stamped ``after_ms`` after it."""
+    stamp = Hlc(target.hlc.physical_ms + after_ms)
+    return about(key, MessageKind.READ_RECEIPT, target, target.hlc.to_bytes(), stamp.physical_ms)
+
+
+async def test_read_receipts_move_the_position_and_the_api_refuses_what_it_can_tell(
+    tmp_path: Path,
+) -> None:
+    """MESSAGES.md, READ_RECEIPT, through PUT .../read: someone else's receipt, one that is
+    not a receipt, of another chat, misstating its message's stamp, reading past its own
+    stamp, forged, or behind the known position — each a JSON code, nothing written, the
+    position unchanged; the same receipt again changes nothing; a later one moves it."""
+    async with running_node(tmp_path) as (node, http):
+        base = now_ms() - 60_000
+        posts = [message(BOB, b"p%d" % i, base + 10 + i) for i in range(4)]
+        await post_ok(http, add(ALICE, ALICE, base), add(ALICE, BOB, base), *posts)
+        url = f"/users/{ALICE.user_id.hex()}/chats/{GROUP.hex()}/read"
+        good = read_up_to(ALICE, posts[2])
+        r = await http.put(url, json={"receipt": b64(good.encoded)})
+        assert (r.status_code, r.json()["unread"], r.json()["moved"]) == (200, 1, True)
+
+        async def refused(receipt: MsgV1) -> tuple[int, str]:
+            before = await counts(http)
+            r = await http.put(url, json={"receipt": b64(receipt.encoded)})
+            assert await counts(http) == before  # nothing written
+            assert (await http.get(url)).json()["position"]["physical_ms"] == base + 12
+            return r.status_code, r.json()["code"]
+
+        position = posts[1].hlc.to_bytes()
+        forged = replace(read_up_to(ALICE, posts[3]), sig=bytes(64))
+        cases = [
+            (read_up_to(BOB, posts[3]), 403, "not_your_receipt"),
+            (message(ALICE, b"hi", base + 30), 422, "not_a_receipt"),
+            (read_up_to(ALICE, message(BOB, b"x", base + 11, chat=OTHER)), 422, "wrong_chat"),
+            (about(ALICE, MessageKind.READ_RECEIPT, posts[3], position, base + 40), 422,
+             "bad_position"),
+            (about(ALICE, MessageKind.READ_RECEIPT, posts[3], Hlc(base + 99).to_bytes(),
+                   base + 40), 400, "decode"),
+            (forged, 422, "bad_signature"),
+            (read_up_to(ALICE, posts[1], after_ms=500), 409, "receipt_backwards"),
+        ]  # fmt: skip
+        for receipt, status, code in cases:
+            assert await refused(receipt) == (status, code), code
+        assert node.metrics.counter("ops_rejected", reason="receipt_backwards") == 1
+        r = await http.put(url, json={"receipt": b64(good.encoded)})  # the same again
+        assert (r.status_code, r.json()["moved"]) == (200, False)
+        r = await http.put(url, json={"receipt": b64(read_up_to(ALICE, posts[3]).encoded)})
+        assert (r.json()["unread"], r.json()["moved"]) == (0, True)
 
 
 async def test_a_delete_through_the_api_erases_and_the_api_refuses_what_it_can_tell(
@@ -358,8 +408,9 @@ async def test_hostile_input_is_refused_with_json_and_writes_nothing(tmp_path: P
             ("GET", f"/users/{alice}/chats", {"params": {"limit": 201}}, 400, "bad_limit"),
             ("GET", f"/chats/{chat}/messages", {"params": {"limit": "many"}}, 422, "invalid_request"),
             ("GET", f"/chats/{chat}/messages", {"params": {"direction": "sideways"}}, 422, "invalid_request"),
-            ("PUT", f"/users/{alice}/chats/{chat}/read", {"json": {"seq": -1}}, 422, "invalid_request"),
-            ("PUT", f"/users/{alice}/chats/{chat}/read", {"json": {"seq": 1 << 32}}, 422, "invalid_request"),
+            ("PUT", f"/users/{alice}/chats/{chat}/read", {"json": {"seq": 5}}, 422, "invalid_request"),
+            ("PUT", f"/users/{alice}/chats/{chat}/read", {"json": {"receipt": "%%%"}}, 400, "bad_base64"),
+            ("PUT", f"/users/{alice}/chats/{chat}/read", {"json": {"receipt": b64(b"\x89junk")}}, 400, "truncated"),
             ("GET", "/no/such/route", {}, 404, "not_found"),
             ("DELETE", "/ops", {}, 405, "method_not_allowed"),
         ]  # fmt: skip
@@ -369,7 +420,7 @@ async def test_hostile_input_is_refused_with_json_and_writes_nothing(tmp_path: P
             assert r.json()["message"], r.text
         assert await counts(http) == before  # nothing was written
         r = await http.get(f"/users/{alice}/chats/{chat}/read")
-        assert r.json()["seq"] == 0
+        assert r.json()["position"] is None
         assert (await http.get("/health")).json() == {"status": "ok"}
         metrics = (await http.get("/metrics")).text
         assert 'chatsync_api_errors_total{code="bad_signature"} 4' in metrics

@@ -109,45 +109,6 @@ async def test_a_failing_request_fails_alone(parts) -> None:  # type: ignore[no-
         writer.close()
 
 
-async def test_read_progress_is_written_by_the_writer_forward_only_and_capped(parts) -> None:  # type: ignore[no-untyped-def]
-    """PUT /users/{user}/chats/{chat}/read goes through the writer like every write."""
-    db, _ = parts
-    writer = make_writer(parts)
-    msgs = messages(0, 5)
-    chat, user = msgs[0].chat_id, USERS[1]
-    async with trio.open_nursery() as nursery:
-        await nursery.start(writer.run)
-        await writer.submit(msgs)
-        moved = await writer.move_read_progress(user, chat, 3)
-        assert (moved.seq, moved.last_seq, moved.unread, moved.moved) == (3, 5, 2, True)
-        back = await writer.move_read_progress(user, chat, 1)  # never backwards
-        assert (back.seq, back.moved) == (3, False)
-        capped = await writer.move_read_progress(user, chat, 1_000)  # capped at the last seq
-        assert (capped.seq, capped.unread) == (5, 0)
-        writer.close()
-    assert db.get_user_read_progress(user, chat) == 5
-
-
-async def test_ops_and_read_progress_queued_together(parts) -> None:  # type: ignore[no-untyped-def]
-    """One batch may hold both kinds: the ops are written first, as they were queued."""
-    writer = make_writer(parts)
-    msgs = messages(0, 4)
-    chat, user = msgs[0].chat_id, USERS[2]
-    ops = writer.submit_nowait(msgs)
-    async with trio.open_nursery() as nursery:
-        results = []
-
-        async def read() -> None:
-            results.append(await writer.move_read_progress(user, chat, 4))
-
-        nursery.start_soon(read)
-        await trio.testing.wait_all_tasks_blocked()
-        await nursery.start(writer.run)
-        assert await writer.wait(ops) == [True] * 4
-        writer.close()
-    assert results[0].seq == 4 and results[0].moved
-
-
 async def test_a_write_that_fails_unexpectedly_is_a_write_failed(parts) -> None:  # type: ignore[no-untyped-def]
     """What RocksDB (or a bug) raises reaches the submitter as our WriteFailed, and the
     writer goes on with the next request."""

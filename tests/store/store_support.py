@@ -92,6 +92,13 @@ def make_msg(
     return MsgV1.create(KEYS[author], chat_id, hlc, payload, kind=kind, ref=ref, **extra)
 
 
+def receipt_of(read: MsgV1, stamp: Hlc, *, author: int = 0) -> MsgV1:
+    """A read receipt of ``KEYS[author]``'s user up to ``read``, stamped ``stamp``."""
+    position = read.hlc.to_bytes()
+    kind = MessageKind.READ_RECEIPT
+    return make_msg(read.chat_id, stamp, position, author=author, kind=kind, ref=read.msg_id)
+
+
 # --- strategies ---------------------------------------------------------------------------
 
 hlcs = st.builds(Hlc, st.integers(0, MAX_PHYSICAL), st.integers(0, MAX_LOGICAL))

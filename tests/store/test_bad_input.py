@@ -41,7 +41,7 @@ from store.records import (
 )
 from store.signing import public_key, user_id_from_key
 
-from store_support import CHATS, KEYS, USERS, dump_all, fresh_db, make_msg, msg_ids
+from store_support import CHATS, KEYS, USERS, dump_all, fresh_db, make_msg, msg_ids, receipt_of
 
 CHAT, CHAT2, _ = CHATS
 ALICE, BOB = USERS[:2]
@@ -61,7 +61,8 @@ def full_db(db: ChatDb) -> Iterator[ChatDb]:
     db.put_identity(ALICE, Hlc(NOW), b"alice-key")
     db.upsert_inbox_for_members(CHAT, [ALICE, BOB], entry(CHAT, NOW))
     db.upsert_inbox_for_members(CHAT2, [ALICE], entry(CHAT2, NOW - 5))
-    db.set_user_read_progress(ALICE, CHAT, 2)
+    read = make_msg(CHAT, Hlc(NOW - 1))
+    db.put_messages([receipt_of(read, Hlc(NOW))])
     yield db
 
 
@@ -112,8 +113,9 @@ WRONG_ID_CALLS: dict[str, Callable[[ChatDb], Any]] = {
     "list_members": lambda db: db.list_members(SHORT_CHAT),
     "put_identity": lambda db: db.put_identity(SHORT_USER, Hlc(NOW + 1), b"x"),
     "get_identity": lambda db: db.get_identity(SHORT_USER),
-    "set_read_progress.user": lambda db: db.set_user_read_progress(SHORT_USER, CHAT, 9),
-    "set_read_progress.chat": lambda db: db.set_user_read_progress(ALICE, LONG_CHAT, 9),
+    "read_position.user": lambda db: db.read_position(CHAT, SHORT_USER),
+    "read_position.chat": lambda db: db.read_position(LONG_CHAT, ALICE),
+    "unread_count.chat": lambda db: db.unread_count(LONG_CHAT, ALICE, None),
     "upsert_inbox.second_user": lambda db: db.upsert_inbox_for_members(
         CHAT, [BOB, SHORT_USER], entry(CHAT, NOW + 10)
     ),
@@ -320,13 +322,6 @@ def test_remove_at_hlc_zero_is_rejected(full_db: ChatDb) -> None:
 
 
 # --- other out-of-range input -------------------------------------------------------------
-
-
-@pytest.mark.parametrize("seq", [-1, 1 << 32])
-def test_read_progress_out_of_range(full_db: ChatDb, seq: int) -> None:
-    assert_rejected(
-        full_db, lambda: full_db.set_user_read_progress(ALICE, CHAT, seq), InvalidInput, "bad_seq"
-    )
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,7 @@ from store.records import (
 )
 
 from store_support import (
+    AUTHOR_IDS,
     BIG,
     CHATS,
     USERS,
@@ -50,6 +51,7 @@ from store_support import (
     member_rows,
     msg_ids,
     op_state,
+    receipt_of,
     small_config,
     small_hlcs,
 )
@@ -521,33 +523,7 @@ def test_identity_store_equals_lww_model(puts: list[tuple[bytes, Hlc, bytes]], c
         check_batches(sorted(ids), db.get_identity_records_batch)
 
 
-# --- read progress and inbox --------------------------------------------------------------
-
-
-def test_read_progress_is_monotonic(db: ChatDb) -> None:
-    user = USERS[0]
-    assert db.get_user_read_progress(user, CHAT) == 0
-    assert db.set_user_read_progress(user, CHAT, 5)
-    assert not db.set_user_read_progress(user, CHAT, 3)
-    assert not db.set_user_read_progress(user, CHAT, 5)
-    assert db.get_user_read_progress(user, CHAT) == 5
-    assert db.set_user_read_progress(user, CHAT, 7)
-    assert db.get_user_read_progress(user, CHAT) == 7
-    assert db.get_user_read_progress(user, CHAT2) == 0
-    assert db.get_user_read_progress(USERS[1], CHAT) == 0
-    assert not db.set_user_read_progress(user, CHAT2, 0)
-    assert db.set_user_read_progress(user, CHAT2, (1 << 32) - 1)
-
-
-@given(st.lists(st.integers(0, 20), max_size=15))
-@DB_EXAMPLES
-def test_read_progress_is_the_running_maximum(seqs: list[int]) -> None:
-    with fresh_db() as db:
-        best = 0
-        for seq in seqs:
-            assert db.set_user_read_progress(USERS[0], CHAT, seq) == (seq > best)
-            best = max(best, seq)
-            assert db.get_user_read_progress(USERS[0], CHAT) == best
+# --- inbox ------------------------------------------------------------------
 
 
 def entry_for(chat: bytes, last_ts: int, last_seq: int = 1) -> InboxEntry:
@@ -578,12 +554,6 @@ def test_inbox_keeps_one_entry_per_chat_newest_first(db: ChatDb) -> None:
     assert items[0].entry == entry_for(CHAT, 300, 9)
     assert [i.entry.chat_id for i in all_chats(db, bob)] == [CHAT]
     assert len(dict(db.iter_all("user_inbox"))) == 3
-    # unread = last_seq - read progress, never negative
-    assert [i.unread for i in items] == [9, 2]
-    db.set_user_read_progress(alice, CHAT, 4)
-    db.set_user_read_progress(alice, CHAT2, 50)
-    assert [i.unread for i in all_chats(db, alice)] == [5, 0]
-    assert [i.unread for i in all_chats(db, bob)] == [9]
     # an older last_ts moves the chat back down
     db.upsert_inbox_for_members(CHAT, [alice], entry_for(CHAT, 150, 9))
     assert [i.entry.chat_id for i in all_chats(db, alice)] == [CHAT2, CHAT]
@@ -617,27 +587,23 @@ def test_delete_user_inbox_entry(db: ChatDb) -> None:
 
 @DB_EXAMPLES
 @given(
-    st.lists(st.tuples(st.integers(0, 40), st.integers(0, 10), st.integers(0, 10)), max_size=25),
+    st.lists(st.tuples(st.integers(0, 40), st.integers(0, 10)), max_size=25),
     st.integers(1, 6),
 )
-def test_chat_list_pagination(updates: list[tuple[int, int, int]], limit: int) -> None:
+def test_chat_list_pagination(updates: list[tuple[int, int]], limit: int) -> None:
     """Random upserts over 8 chats: one entry per chat, newest first, every chat once."""
     chats = [bytes([0xC0, i]) + bytes(30) for i in range(8)]
     user = USERS[0]
     with fresh_db() as db:
         latest: dict[bytes, InboxEntry] = {}
-        for i, (last_ts, last_seq, read) in enumerate(updates):
+        for i, (last_ts, last_seq) in enumerate(updates):
             chat = chats[i % len(chats)]
             latest[chat] = entry_for(chat, last_ts, last_seq)
             db.upsert_inbox_for_members(chat, [user], latest[chat])
-            db.set_user_read_progress(user, chat, read)
         items = all_chats(db, user, limit)
         assert [i.entry for i in items] == sorted(
             latest.values(), key=lambda e: (-e.last_ts, e.chat_id)
         )
-        for item in items:
-            read = db.get_user_read_progress(user, item.entry.chat_id)
-            assert item.unread == max(0, item.entry.last_seq - read)
 
 
 @DB_EXAMPLES
@@ -842,14 +808,14 @@ def test_extract_hlc_physical_empty_is_zero(db: ChatDb) -> None:
 
 def test_data_persists_across_close_and_reopen(tmp_path: Path) -> None:
     config = small_config(str(tmp_path / "db"))
-    msgs = [make_msg(CHAT, Hlc(i)) for i in range(5)]
+    msgs = [make_msg(CHAT, Hlc(i), author=1) for i in range(5)]
+    receipt = receipt_of(msgs[1], Hlc(9))
     with ChatDb(config) as db:
-        db.put_messages(msgs)
+        db.put_messages([*msgs, receipt])
         db.add_member_synced(CHAT, USERS[0], Role.ADMIN, Hlc(3))
         db.remove_member_synced(CHAT, USERS[1], Hlc(4))
         db.put_identity(USERS[0], Hlc(9), b"id")
         db.upsert_inbox_for_members(CHAT, [USERS[0]], entry_for(CHAT, 4, 5))
-        db.set_user_read_progress(USERS[0], CHAT, 2)
         before = dump_all(db)
         meta = db.get_chat_meta(CHAT)
     db.close()  # closing twice is harmless
@@ -857,10 +823,11 @@ def test_data_persists_across_close_and_reopen(tmp_path: Path) -> None:
         assert dump_all(db) == before
         assert db.get_chat_meta(CHAT) == meta
         assert db.put_message(msgs[0]).duplicate
-        assert db.put_message(make_msg(CHAT, Hlc(50))).seq == 6  # the counter continues
+        assert db.put_message(make_msg(CHAT, Hlc(50))).seq == 7  # the counter continues
         assert db.is_member(CHAT, USERS[0])
         assert db.get_identity(USERS[0]) == (Hlc(9), b"id")
-        assert [i.unread for i in all_chats(db, USERS[0])] == [3]
+        assert db.read_position(CHAT, AUTHOR_IDS[0]) == Hlc(1)
+        assert db.unread_count(CHAT, AUTHOR_IDS[0], Hlc(1)) == 3  # author 1's at 2, 3, 4
         check_member_indexes(db)
 
 

@@ -30,7 +30,17 @@ from store.records import (
     make_chat_meta,
 )
 
-from store_support import CHATS, USERS, dump_all, fresh_db, make_msg, messages, small_hlcs
+from store_support import (
+    AUTHOR_IDS,
+    CHATS,
+    USERS,
+    dump_all,
+    fresh_db,
+    make_msg,
+    messages,
+    receipt_of,
+    small_hlcs,
+)
 
 bin20 = st.binary(min_size=20, max_size=20)
 bin32 = st.binary(min_size=32, max_size=32)
@@ -453,16 +463,18 @@ def test_range_items_equal_plain_construction(msgs: list[MsgV1], limit: int) -> 
 
 
 def test_chat_list_items_equal_plain_construction() -> None:
+    reader = AUTHOR_IDS[1]
     with fresh_db() as db:
         for i, chat in enumerate(CHATS):
             msgs = [make_msg(chat, Hlc(10 * i + j + 1)) for j in range(4)]
             db.put_messages(msgs)
             meta = db.load_meta(chat)
             entry = InboxEntry(chat, ChatKind.GROUP, meta.last_ts, meta.last_msg_id, USERS[0], 4)
-            db.upsert_inbox_for_members(chat, USERS[:2], entry)
-        db.set_user_read_progress(USERS[0], CHATS[0], 3)
-        db.set_user_read_progress(USERS[0], CHATS[1], 9)  # ahead of last_seq: unread 0
-        page = db.list_user_chats(USERS[0])
+            db.upsert_inbox_for_members(chat, [reader], entry)
+            if i < 2:  # chat 0 read up to its third message, chat 1 up to its last
+                read = msgs[2 + i]
+                db.put_messages([receipt_of(read, Hlc(10 * i + 9), author=1)])
+        page = db.list_user_chats(reader)
         assert [item.unread for item in page.items] == [4, 0, 1]
         for item in page.items:
             assert item == ChatListItem(item.entry, item.unread)

@@ -36,7 +36,7 @@ ID32 = bytes(range(200, 232))
         (k.key_chats_meta(CHAT), 32),
         (k.key_user_inbox(USER, 5, CHAT), 60),
         (k.key_members(CHAT, USER), 52),
-        (k.key_user_read_progress(USER, CHAT), 52),
+        (k.key_receipt(CHAT, USER, bytes(8), 7), 64),
         (k.key_identity(USER), 20),
         (k.key_seen_member(ID32), 32),
         (k.key_seen_identity(ID32), 32),
@@ -47,7 +47,7 @@ ID32 = bytes(range(200, 232))
         "chats_meta",
         "user_inbox",
         "members",
-        "user_read_progress",
+        "receipts",
         "identity",
         "seen_member",
         "seen_identity",
@@ -61,7 +61,7 @@ def test_length_constants() -> None:
     assert k.MESSAGES_KEY_LEN == 44
     assert k.USER_INBOX_KEY_LEN == 60
     assert k.MEMBERS_KEY_LEN == 52
-    assert k.READ_PROGRESS_KEY_LEN == 52
+    assert k.RECEIPTS_KEY_LEN == 64
     assert k.MEMBER_OPS_KEY_LEN == 92 == len(k.key_member_ops(CHAT, USER, 1, ID32))
     assert k.NUM_BUCKETS == 65_536
 
@@ -70,7 +70,9 @@ def test_key_layouts_are_big_endian_concatenations() -> None:
     assert k.key_messages(CHAT, 0x0102, 0x03) == CHAT + bytes(6) + b"\x01\x02" + bytes(3) + b"\x03"
     assert k.key_user_inbox(USER, 1, CHAT) == USER + bytes(7) + b"\x01" + CHAT
     assert k.key_members(CHAT, USER) == CHAT + USER
-    assert k.key_user_read_progress(USER, CHAT) == USER + CHAT
+    assert (
+        k.key_receipt(CHAT, USER, b"\x09" * 8, 7) == CHAT + USER + b"\x09" * 8 + bytes(3) + b"\x07"
+    )
     assert k.key_identity(USER) == USER
     assert k.key_seen_msg(ID32) == k.key_seen_member(ID32) == k.key_seen_identity(ID32) == ID32
 
@@ -91,11 +93,6 @@ def test_user_inbox_key_round_trip(user: bytes, rev: int, chat: bytes) -> None:
 @given(chat_ids, user_ids)
 def test_members_key_round_trip(chat: bytes, user: bytes) -> None:
     assert k.parse_key_members(k.key_members(chat, user)) == (chat, user)
-
-
-@given(user_ids, chat_ids)
-def test_read_progress_key_round_trip(user: bytes, chat: bytes) -> None:
-    assert k.parse_key_user_read_progress(k.key_user_read_progress(user, chat)) == (user, chat)
 
 
 @given(ids32, user_ids, chat_ids)
@@ -125,8 +122,9 @@ ID_SLOTS: list[tuple[str, Builder, int]] = [
     ("user_inbox.chat", lambda b: k.key_user_inbox(USER, 1, b), 32),
     ("members.chat", lambda b: k.key_members(b, USER), 32),
     ("members.user", lambda b: k.key_members(CHAT, b), 20),
-    ("read_progress.user", lambda b: k.key_user_read_progress(b, CHAT), 20),
-    ("read_progress.chat", lambda b: k.key_user_read_progress(USER, b), 32),
+    ("receipts.chat", lambda b: k.key_receipt(b, USER, bytes(8), 1), 32),
+    ("receipts.user", lambda b: k.key_receipt(CHAT, b, bytes(8), 1), 20),
+    ("receipts.position", lambda b: k.key_receipt(CHAT, USER, b, 1), 8),
     ("identity", k.key_identity, 20),
     ("seen_member", k.key_seen_member, 32),
     ("seen_identity", k.key_seen_identity, 32),
@@ -134,7 +132,6 @@ ID_SLOTS: list[tuple[str, Builder, int]] = [
     ("parse_messages", k.parse_key_messages, 44),
     ("parse_user_inbox", k.parse_key_user_inbox, 60),
     ("parse_members", k.parse_key_members, 52),
-    ("parse_read_progress", k.parse_key_user_read_progress, 52),
 ]
 
 

@@ -64,3 +64,28 @@ def test_every_page_in_order_and_each_tombstone_once(
                 assert max(a) < min(b)
             else:
                 assert min(a) > max(b)
+
+
+@pytest.mark.parametrize("target_first", [True, False])
+def test_only_edits_and_reactions_of_the_same_chat_fold_in(
+    tmp_path: Path, target_first: bool
+) -> None:
+    """A reaction or edit stored in another chat, naming this chat's message, changes nothing
+    here — whichever of them arrives first (the page finds referrers through ``referred``)."""
+    target = post(0)
+    other = bytes([0x77]) * 32
+    stamp = Hlc(target.hlc.physical_ms + 5)
+    react, wrong = reaction_payload(b"+1"), reaction_payload(b"-1")
+    elsewhere = [
+        MsgV1.create(KEYS[1], other, stamp, b"not here", kind=MessageKind.EDIT, ref=target.msg_id),
+        MsgV1.create(KEYS[2], other, stamp, wrong, kind=MessageKind.REACTION, ref=target.msg_id),
+    ]
+    here = about(MessageKind.REACTION, target, react, 6, key=2)
+    with ChatDb(ChatDbConfig(block_cache_mb=8, memtable_mb=8), path=tmp_path) as db:
+        members = [group_op(1, 1), group_op(2, 1)]
+        first, then = ([target], elsewhere) if target_first else (elsewhere, [target])
+        for batch in (members + first, then, [here]):
+            db.put_messages([m for m in batch if isinstance(m, MsgV1)])
+        [item] = db.folded_range(GROUP_CHAT).items
+    assert item.view.edit is None and item.view.payload == b"post 0"
+    assert item.view.reactions == {b"+1": (AUTHOR_IDS[2],)}  # this chat's reaction only

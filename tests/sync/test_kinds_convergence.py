@@ -25,8 +25,17 @@ from test_authz_convergence import shown_by_the_rule
 from three_replicas import three_replicas
 
 from store import ChatDb, ChatDbConfig, MessageKind, MsgV1
-from store.kinds import IsAdmin, Tombstone, delete_is_valid, erases, fold_chat
+from store.kinds import (
+    ChatView,
+    IsAdmin,
+    MessageView,
+    Tombstone,
+    delete_is_valid,
+    erases,
+    fold_chat,
+)
 from store.ops import MembershipAction, MembershipOp, Op
+from store.reads import UNREAD_CAP
 from store.records import Role
 from sync.loopback import run_session
 from sync.protocol import SyncConfig
@@ -117,6 +126,8 @@ class ThreeReplicas(three_replicas(OPS)):
         for chat in CHATS:
             views = [replica.view(chat) for replica in self.replicas]
             assert views[0] == views[1] == views[2] == expected[chat], chat.hex()
+            for db in self.dbs:
+                check_chat_list_numbers(db, chat, expected[chat])
         self.check_nothing_erased_is_held()
 
     def check_nothing_erased_is_held(self) -> None:
@@ -128,6 +139,17 @@ class ThreeReplicas(three_replicas(OPS)):
             if any(delete_is_valid(d, is_admin) and erases(d, m) for d in deletes):
                 for db in self.dbs:
                     assert db.get_message(m.msg_id) is None, m.kind.name
+
+
+def check_chat_list_numbers(db: ChatDb, chat: bytes, view: ChatView) -> None:
+    """What the chat list shows, from the store's own indexes, is the fold's: every user's
+    read position and unread count, and the preview (the newest shown content message)."""
+    for user in USERS:
+        position = db.read_position(chat, user)
+        assert position == view.read_positions.get(user)
+        assert db.unread_count(chat, user, position) == min(UNREAD_CAP, view.unread(user))
+    shown = [item.msg.msg_id for item in view.items if isinstance(item, MessageView)]
+    assert db.load_meta(chat).last_msg_id == (shown[-1] if shown else bytes(32))
 
 
 ThreeReplicas.TestCase.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)

@@ -18,6 +18,7 @@ from store import ChatDb, ChatDbConfig
 from store.keys import NUM_BUCKETS
 from store.kinds import MessageView, Tombstone
 from store.messages import Direction
+from store.reads import UNREAD_CAP
 from sync.frames import Domain
 from sync.replica import DbReplica, MemoryReplica, Record, Replica
 
@@ -129,6 +130,11 @@ def check_agreement(
             assert replica.view(chat) == view  # edits, deletes, reactions, reads
             for limit, direction in ((2, Direction.BACKWARD), (3, Direction.FORWARD)):
                 assert folded_walk(db, chat, limit, direction) == view.items
+            readers = {m.sender for m in memory.messages.values()} | set(view.read_positions)
+            for user in readers:  # the chat list's numbers, from the store's own indexes
+                position = db.read_position(chat, user)
+                assert position == view.read_positions.get(user)
+                assert db.unread_count(chat, user, position) == min(UNREAD_CAP, view.unread(user))
         assert db.hidden_chats() >= {
             c
             for c in CHATS

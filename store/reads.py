@@ -1,0 +1,59 @@
+"""Read positions and unread counts, from the users' signed READ_RECEIPTs (MESSAGES.md).
+
+``receipts[chat | user | position | seq] = the receipt's messages key`` for every stored
+receipt (written with the message by ``store.messages``, trimmed with it by the retention GC). A user's read position in a chat is the greatest position of
+their shown receipts: one reverse seek. Their unread count is the number of shown content
+messages by someone else stamped after it: a scan of the chat's messages from there that
+reads sender and kind in place and stops at ``UNREAD_CAP``, so a long chat never read costs
+a bounded scan. Erased messages are no longer stored, so they are not counted.
+
+Both are functions of the stored messages and the hidden index, so every replica holding the
+same messages counts the same.
+"""
+
+from __future__ import annotations
+
+from store.hidden import HiddenIndex
+from store.hlc import Hlc
+from store.keys import CHAT_ID_LEN, MESSAGES_KEY_LEN, U64_MAX, USER_ID_LEN, check_len, prefix_end
+from store.kinds import CONTENT
+from store.records import sender_and_kind
+
+UNREAD_CAP = 1000  # counted up to here: a client shows "999+" (the same on every replica)
+_POSITION_AT = CHAT_ID_LEN + USER_ID_LEN
+
+
+class ReadStore(HiddenIndex):
+    def read_position(self, chat_id: bytes, user_id: bytes) -> Hlc | None:
+        """The greatest position of the user's shown receipts in the chat (None: none)."""
+        reader = check_len(chat_id, CHAT_ID_LEN, "chat_id") + check_len(
+            user_id, USER_ID_LEN, "user_id"
+        )
+        hidden = self.hidden_seqs(chat_id)
+        for key, _ in self.iter_prefix("receipts", reader, reverse=True):
+            if not hidden or int.from_bytes(key[-4:], "big") not in hidden:
+                return Hlc.from_bytes(key[_POSITION_AT : _POSITION_AT + 8])
+        return None
+
+    def unread_count(self, chat_id: bytes, user_id: bytes, position: Hlc | None) -> int:
+        """Shown content messages of the chat by others stamped after ``position``, up to
+        ``UNREAD_CAP``."""
+        check_len(chat_id, CHAT_ID_LEN, "chat_id")
+        start = chat_id
+        if position is not None:
+            after = position.pack() + 1
+            if after > U64_MAX:
+                return 0
+            start = chat_id + after.to_bytes(8, "big")
+        hidden = self.hidden_seqs(chat_id)
+        count = 0
+        for key, value in self.iter_range("messages", start, prefix_end(chat_id)):
+            sender, kind = sender_and_kind(value)
+            if kind not in CONTENT or sender == user_id:
+                continue
+            if hidden and int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big") in hidden:
+                continue
+            count += 1
+            if count == UNREAD_CAP:
+                break
+        return count
