@@ -111,6 +111,7 @@ MODULE_TESTS: dict[str, list[str]] = {
         "test_views.py",
         "test_erasure.py",
         "test_deletes.py",
+        "test_reads.py",
     ],
     "sync/merkle.py": ["test_merkle.py", "test_replica_agreement.py", "test_loopback.py"],
     "sync/protocol.py": [
