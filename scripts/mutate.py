@@ -75,6 +75,7 @@ MODULE_TESTS: dict[str, list[str]] = {
         "test_bad_input.py",
         "test_chat_proof.py",
         "test_ops.py",
+        "test_reads.py",  # sender_and_kind and kind_of, read in place
     ],
     "store/merge.py": ["test_merge.py", "test_chatdb.py", "test_chatdb_stateful.py"],
     "store/authz.py": [
