@@ -32,7 +32,6 @@ from store.keys import (
     bucket_prefix,
     key_by_ref,
     key_hidden,
-    referred_end,
 )
 from store.kinds import IsAdmin, delete_is_valid, erases
 from store.members import MemberStore
@@ -167,9 +166,10 @@ class DeleteStore(MessageStore, MemberStore):
             assert d.ref is not None
             if not delete_is_valid(d, self.admins(d.chat_id)):
                 continue
-            referring = self.iter_prefix("refs", d.chat_id + d.ref)
-            candidates = [d.ref, *(key[CHAT_ID_LEN + MSG_ID_LEN :] for key, _ in referring)]
+            referring = list(self.iter_prefix("refs", d.chat_id + d.ref))
+            candidates = [d.ref, *(row[CHAT_ID_LEN + MSG_ID_LEN :] for row, _ in referring)]
             keys = self.multi_get("seen_msg", candidates)
+            target = keys[0]  # the held message with the id named, if any
             for msg_id, key in zip(candidates, keys, strict=True):
                 if key is None or msg_id in erased:
                     continue
@@ -180,12 +180,16 @@ class DeleteStore(MessageStore, MemberStore):
                 if erases(d, msg):
                     self._erase_one(msg, key, batch)
                     erased[msg_id] = key
+            if target is not None:  # its referred rows of what went (all of them if it went)
+                referred = self._handle["referred"]
+                for _, referrer in referring:
+                    if d.ref in erased or referrer in erased.values():
+                        batch.delete(target + referrer, referred)
         return list(erased.items())
 
     def _erase_one(self, msg: MsgV1, key: bytes, batch: WriteBatch) -> None:
         handle = self._handle
         batch.delete(key, handle["messages"])
-        batch.delete_range(key, referred_end(key), handle["referred"])  # what referred to it
         batch.delete(msg.msg_id, handle["seen_msg"])
         if msg.ref is not None:
             batch.delete(key_by_ref(msg.chat_id, msg.ref, msg.msg_id), handle["refs"])

@@ -265,15 +265,22 @@ class MessageStore(HiddenIndex):
         have any, ``refs`` gives their keys). Keyed like the messages, it is read in step
         with a page of the folded history (``store.views``)."""
         referred = self._handle["referred"]
-        referrers = [m for m in msgs if m.kind in CHANGES_TARGET and m.msg_id in new_keys]
-        refs = [m.ref for m in referrers if m.ref is not None]  # all of them: not NEW
-        missing = [ref for ref in refs if ref not in new_keys]
-        held = dict(zip(missing, self.multi_get("seen_msg", missing), strict=True))
-        for m, ref in zip(referrers, refs, strict=True):
-            target = new_keys.get(ref) or held.get(ref)
-            if target is not None and target[:CHAT_ID_LEN] == m.chat_id:
-                batch.put(target + new_keys[m.msg_id], b"", referred)
-        contents = [m for m in msgs if m.kind in CONTENT and m.msg_id in new_keys]
+        referrers: list[tuple[MsgV1, bytes]] = []  # (an edit or reaction stored now, its ref)
+        contents: list[MsgV1] = []  # content stored now
+        for m in msgs:
+            if m.msg_id not in new_keys:
+                continue
+            if m.kind in CONTENT:
+                contents.append(m)
+            elif m.kind in CHANGES_TARGET and m.ref is not None:
+                referrers.append((m, m.ref))
+        if referrers:
+            missing = [ref for _, ref in referrers if ref not in new_keys]
+            held = dict(zip(missing, self.multi_get("seen_msg", missing), strict=True))
+            for m, ref in referrers:
+                target = new_keys.get(ref) or held.get(ref)
+                if target is not None and target[:CHAT_ID_LEN] == m.chat_id:
+                    batch.put(target + new_keys[m.msg_id], b"", referred)
         marks = self.multi_get("ref_targets", [m.msg_id for m in contents])
         for m, mark in zip(contents, marks, strict=True):
             if mark is not None:  # referred to before it arrived

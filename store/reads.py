@@ -3,15 +3,18 @@
 ``receipts[chat | user | position | seq] = the receipt's messages key`` for every stored
 receipt (written with the message by ``store.messages``, trimmed with it by the retention GC). A user's read position in a chat is the greatest position of
 their shown receipts: one reverse seek. Their unread count is the number of shown content
-messages by someone else stamped after it: a scan of the chat's messages from there that
-reads sender and kind in place and stops at ``UNREAD_CAP``, so a long chat never read costs
-a bounded scan. Erased messages are no longer stored, so they are not counted.
+messages by someone else stamped after it: nothing to count when the position is at or past
+the chat's newest shown content message (its ChatMeta says which), else a scan of the chat's
+messages from there that reads sender and kind in place and stops at ``UNREAD_CAP``, so a
+long chat never read costs a bounded scan. Erased messages are no longer stored, so they are not counted.
 
 Both are functions of the stored messages and the hidden index, so every replica holding the
 same messages counts the same.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 from store.hidden import HiddenIndex
 from store.hlc import Hlc
@@ -39,21 +42,29 @@ class ReadStore(HiddenIndex):
         """Shown content messages of the chat by others stamped after ``position``, up to
         ``UNREAD_CAP``."""
         check_len(chat_id, CHAT_ID_LEN, "chat_id")
+        newest = self.load_meta(chat_id).last_msg_ts  # the newest shown content's stamp, or 0
+        if newest == 0 or (position is not None and position.pack() >= newest):
+            return 0  # read up to the end (most chats in a list): no scan
         start = chat_id
         if position is not None:
             after = position.pack() + 1
             if after > U64_MAX:
                 return 0
             start = chat_id + after.to_bytes(8, "big")
-        hidden = self.hidden_seqs(chat_id)
+        end = prefix_end(chat_id)
+        values: Iterator[bytes]
+        if hidden := self.hidden_seqs(chat_id):  # rare: the keys say which are hidden
+            rows = self.iter_range("messages", start, end)
+            values = (
+                v for k, v in rows if int.from_bytes(k[MESSAGES_KEY_LEN - 4 :], "big") not in hidden
+            )
+        else:
+            values = self.iter_values("messages", start, end)
         count = 0
-        for key, value in self.iter_range("messages", start, prefix_end(chat_id)):
+        for value in values:
             sender, kind = sender_and_kind(value)
-            if kind not in CONTENT or sender == user_id:
-                continue
-            if hidden and int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big") in hidden:
-                continue
-            count += 1
-            if count == UNREAD_CAP:
-                break
+            if kind in CONTENT and sender != user_id:
+                count += 1
+                if count == UNREAD_CAP:
+                    break
         return count

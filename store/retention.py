@@ -95,13 +95,15 @@ def trim_chats(db: ChatDb, cutoff_ms: int) -> list[bytes]:
             continue
         db.range_delete_old_messages(chat_id, cutoff_ms)
         trimmed.append(chat_id)
-        if next(db.iter_prefix("messages", chat_id), None) is None:
-            _reset_emptied_chat(db, chat_id)
+        newest = db.load_meta(chat_id).last_msg_ts  # the newest shown content message's stamp
+        if 0 < newest >> LOGICAL_BITS <= cutoff_ms:  # it expired, and all content before it
+            _reset_preview(db, chat_id)
     return trimmed
 
 
-def _reset_emptied_chat(db: ChatDb, chat_id: bytes) -> None:
-    """Every message of the chat expired: its meta and inbox entries point at nothing now."""
+def _reset_preview(db: ChatDb, chat_id: bytes) -> None:
+    """No shown content message of the chat is left (what may remain refers to some): its
+    meta and inbox entries point at nothing now."""
     meta = replace(db.load_meta(chat_id), last_ts=0, last_msg_id=bytes(MSG_ID_LEN), last_msg_ts=0)
     batch = db.new_batch()
     db.put_metas(batch, {chat_id: meta})

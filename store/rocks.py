@@ -222,9 +222,21 @@ class RocksBase:
             yield key, it.value()
             it.prev()
 
+    def iter_values(self, cf: str, start: bytes, end: bytes | None) -> Iterator[bytes]:
+        """The values of start <= key < end in key order: ``iter_range`` without the keys,
+        one call per row into rocksdict instead of four (the unread scan)."""
+        opts = ReadOptions()
+        opts.set_total_order_seek(True)
+        if end is not None:
+            opts.set_iterate_upper_bound(end)
+        values: Iterator[bytes] = self._cf[cf].values(from_key=start, read_opt=opts)
+        return values
+
     def multi_get(self, cf: str, keys: list[bytes]) -> list[bytes | None]:
         if not keys:
             return []
+        if len(keys) == 1:  # a point get costs a third of a multi_get of one
+            return [self._cf[cf].get(keys[0])]
         values = self._cf[cf].get(cast(Any, keys))  # one multi_get call for the whole list
         return cast(list[bytes | None], values)
 

@@ -9,8 +9,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import ChatDb, ChatDbConfig, Hlc, MsgV1, Role
+from store import ChatDb, ChatDbConfig, Hlc, MessageKind, MsgV1, Role
 from store.hlc import VIRTUAL_EPOCH_MS
+from store.kinds import reaction_payload
 from store.retention import (
     GcResult,
     RetentionPolicy,
@@ -80,6 +81,28 @@ def test_an_emptied_chat_has_consistent_meta_and_inbox(tmp_path: Path) -> None:
         assert meta.last_seq == 3  # a local counter: it never goes back
         entry = db.list_user_chats(USER).items[0].entry
         assert entry.last_msg_id == bytes(32)  # no pointer to a deleted message
+
+
+def test_a_chat_whose_content_expired_points_at_nothing_though_a_reaction_stays(
+    tmp_path: Path,
+) -> None:
+    """The preview is the newest shown content message: when it expires, a reaction stamped
+    later that stays does not keep the chat pointing at a message that is gone."""
+    with open_db(tmp_path / "db") as db:
+        db.add_member_synced(CHATS[0], USER, Role.ADMIN, Hlc(1))
+        post = msg(0)
+        reaction = MsgV1.create(
+            KEY, CHATS[0], Hlc(post.hlc.physical_ms + 5_000), reaction_payload(b"+1"),
+            kind=MessageKind.REACTION, ref=post.msg_id,
+        )  # fmt: skip
+        previous = {CHATS[0]: db.load_meta(CHATS[0]).last_ts}
+        db.put_messages([post, reaction])
+        db.refresh_inboxes([post, reaction], previous)
+        assert db.load_meta(CHATS[0]).last_msg_id == post.msg_id
+        gc_messages(db, post.hlc.physical_ms)  # the post, not the reaction
+        assert db.get_message(reaction.msg_id) is not None
+        assert db.load_meta(CHATS[0]).last_msg_id == bytes(32)
+        assert db.list_user_chats(USER).items[0].entry.last_msg_id == bytes(32)
 
 
 def test_compaction_reclaims_space(tmp_path: Path) -> None:

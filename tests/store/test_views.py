@@ -89,3 +89,20 @@ def test_only_edits_and_reactions_of_the_same_chat_fold_in(
         [item] = db.folded_range(GROUP_CHAT).items
     assert item.view.edit is None and item.view.payload == b"post 0"
     assert item.view.reactions == {b"+1": (AUTHOR_IDS[2],)}  # this chat's reaction only
+
+
+def test_a_lying_delete_takes_the_reactions_but_the_authors_edit_stays(tmp_path: Path) -> None:
+    """A delete that names its target with someone else's claims erases nothing of it but
+    the reactions to that id (MESSAGES.md): the page still folds in the author's edit."""
+    target = post(0)
+    edit = about(MessageKind.EDIT, target, b"post 0, edited", 2)
+    reaction = about(MessageKind.REACTION, target, reaction_payload(b"+1"), 3, key=2)
+    lie = Claims(AUTHOR_IDS[2], target.hlc, target.kind).encode()  # Carol says it is hers
+    delete = about(MessageKind.DELETE, target, lie, 5, key=2)
+    with ChatDb(ChatDbConfig(block_cache_mb=8, memtable_mb=8), path=tmp_path) as db:
+        replica = DbReplica(db)
+        replica.apply_ops([group_op(1, 1), group_op(2, 1), target, edit, reaction])
+        replica.apply_ops([delete])
+        [item] = db.folded_range(GROUP_CHAT).items
+    assert (item.view.payload, item.view.edited_at) == (b"post 0, edited", edit.hlc)
+    assert item.view.reactions == {}
