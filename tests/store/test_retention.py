@@ -125,6 +125,19 @@ def test_a_chat_whose_only_message_was_stamped_at_the_epoch_points_at_nothing_on
         assert db.list_user_chats(USER).items[0].entry.last_msg_id == bytes(32)
 
 
+def test_a_chat_whose_newest_message_stays_keeps_pointing_at_it(tmp_path: Path) -> None:
+    with open_db(tmp_path / "db") as db:
+        db.add_member_synced(CHATS[0], USER, Role.ADMIN, Hlc(1))
+        old, new = msg(0), msg(3)  # both in CHATS[0]
+        previous = {CHATS[0]: db.load_meta(CHATS[0]).last_ts}
+        db.put_messages([old, new])
+        db.refresh_inboxes([old, new], previous)
+        gc_messages(db, old.hlc.physical_ms)  # the old one only
+        assert db.get_message(old.msg_id) is None
+        assert db.load_meta(CHATS[0]).last_msg_id == new.msg_id
+        assert db.list_user_chats(USER).items[0].entry.last_msg_id == new.msg_id
+
+
 def test_compaction_reclaims_space(tmp_path: Path) -> None:
     with open_db(tmp_path / "db") as db:
         rnd = random.Random(1)  # incompressible payloads: Zstd would hide repeated bytes
