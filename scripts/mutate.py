@@ -75,6 +75,7 @@ MODULE_TESTS: dict[str, list[str]] = {
         "test_bad_input.py",
         "test_chat_proof.py",
         "test_ops.py",
+        "test_reads.py",  # sender_and_kind and kind_of, read in place
     ],
     "store/merge.py": ["test_merge.py", "test_chatdb.py", "test_chatdb_stateful.py"],
     "store/authz.py": [
@@ -105,10 +106,19 @@ MODULE_TESTS: dict[str, list[str]] = {
         "test_chat_proof.py",
         "test_authz_convergence.py",
     ],
+    "store/kinds.py": [
+        "test_kinds.py",
+        "test_kinds_convergence.py",
+        "test_views.py",
+        "test_erasure.py",
+        "test_deletes.py",
+        "test_reads.py",
+    ],
     "sync/merkle.py": ["test_merkle.py", "test_replica_agreement.py", "test_loopback.py"],
     "sync/protocol.py": [
         "test_protocol.py",
         "test_session_edges.py",
+        "test_session_paths.py",
         "test_loopback.py",
         "test_frame_bignums.py",
         "test_retention_property.py",

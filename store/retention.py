@@ -95,9 +95,9 @@ def trim_chats(db: ChatDb, cutoff_ms: int) -> list[bytes]:
             continue
         db.range_delete_old_messages(chat_id, cutoff_ms)
         trimmed.append(chat_id)
-        newest = db.load_meta(chat_id).last_msg_ts  # the newest shown content message's stamp
-        if 0 < newest >> LOGICAL_BITS <= cutoff_ms:  # it expired, and all content before it
-            _reset_preview(db, chat_id)
+        meta = db.load_meta(chat_id)  # its newest shown content message, if it has one
+        if meta.last_msg_id != bytes(MSG_ID_LEN) and meta.last_msg_ts >> LOGICAL_BITS <= cutoff_ms:
+            _reset_preview(db, chat_id)  # it expired, and all content before it
     return trimmed
 
 

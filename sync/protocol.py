@@ -258,7 +258,7 @@ class SyncSession:
         self._last_sent_idle = False
         self._last_activity_ms = now_ms
         self._session_cutoff = self.config.cutoff_ms  # the later of both sides' (RETENTION.md)
-        self._now_ms = now_ms
+        self._now_ms = now_ms  # the clock of the frame at hand: receive() sets it
         self._moved = 0  # records sent or received in this pass
 
     # --- driver API ---
@@ -374,7 +374,6 @@ class SyncSession:
         self.stats.passes = self._pass_no
         seed = self.salt_seed + self._pass_no.to_bytes(2, "big")
         self._salt = blake3.blake3(seed).digest(SALT_LEN)
-        self._domains = {}
         self._moved = 0
         self.state = State.AWAIT_TOP
         roots = {d: self._tree(d).root() for d in Domain}

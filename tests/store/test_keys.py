@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from store import Hlc, InvalidInput
@@ -75,6 +75,7 @@ def test_key_layouts_are_big_endian_concatenations() -> None:
     )
     assert k.key_identity(USER) == USER
     assert k.key_seen_msg(ID32) == k.key_seen_member(ID32) == k.key_seen_identity(ID32) == ID32
+    assert k.key_by_ref(CHAT, ID32, bytes(32)) == CHAT + ID32 + bytes(32)
 
 
 # --- round trips --------------------------------------------------------------------------
@@ -307,6 +308,21 @@ def test_prefix_end_bounds_exactly_the_prefixed_keys(prefix: bytes, key: bytes) 
     assert not end.startswith(prefix)
     inside = prefix <= key < end
     assert inside == key.startswith(prefix)
+
+
+messages_keys = st.builds(k.key_messages, chat_ids, u64s, u32s)
+
+
+@given(messages_keys, messages_keys, messages_keys)
+@example(CHAT + bytes(12), b"\xff" * 44, CHAT + bytes(11) + b"\x01")  # the greatest referrer
+def test_referred_end_bounds_exactly_the_rows_of_its_target(
+    target: bytes, referrer: bytes, other: bytes
+) -> None:
+    """A referred row is [target's key][referrer's key]: every one of the target's sorts from
+    the target's key up to referred_end, every other target's outside."""
+    end = k.referred_end(target)
+    assert target < target + referrer < end
+    assert (target <= other + referrer < end) == (other == target)
 
 
 def test_prefix_end_examples() -> None:

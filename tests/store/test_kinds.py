@@ -10,7 +10,7 @@ from functools import cache
 from random import Random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from store import Hlc, MessageKind, MsgV1
@@ -21,16 +21,19 @@ from store.kinds import (
     IsAdmin,
     MessageView,
     Tombstone,
+    check_public_payload,
     decode_claims,
     decode_reaction,
     decode_receipt,
     delete_is_valid,
     erased_by,
+    erases,
     fold_chat,
+    plain_view,
     reaction_payload,
 )
 
-from store_support import AUTHOR_IDS, GROUP_CHAT, KEYS
+from store_support import AUTHOR_IDS, CHATS, GROUP_CHAT, KEYS
 
 ALICE, BOB, CAROL = range(3)  # CAROL is the admin where a test says so
 
@@ -112,6 +115,12 @@ def test_an_edit_by_someone_else_or_stamped_before_its_target_changes_nothing() 
     assert (item.payload, item.edited_at) == (b"first", None)
 
 
+def test_an_edit_stamped_with_its_targets_own_stamp_does_not_apply() -> None:
+    m = post(ALICE, 10, b"first")
+    (item,) = views([m, edit(ALICE, 10, m, b"same stamp")]).items
+    assert isinstance(item, MessageView) and item.edit is None
+
+
 def test_an_edit_that_arrives_before_its_target_applies_once_it_is_there() -> None:
     m = post(ALICE, 10, b"first")
     assert views([edit(ALICE, 20, m, b"second")]).items == []  # nothing to show yet
@@ -124,6 +133,11 @@ def test_a_hidden_edit_does_not_apply() -> None:
     e = edit(ALICE, 20, m, b"while removed")
     (item,) = fold_chat([m, e], [], no_admin, shown=lambda x: x != e).items
     assert isinstance(item, MessageView) and item.payload == b"first"
+
+
+def test_a_plain_view_is_the_view_of_a_message_nothing_refers_to() -> None:
+    m = post(ALICE, 10)
+    assert plain_view(m) == MessageView(m) == views([m]).items[0]
 
 
 # --- DELETE ---
@@ -141,6 +155,27 @@ def test_the_author_deletes_the_message_its_edits_and_reactions_replies_stay() -
     for x in msgs[:3]:
         assert erased_by(x, [d], no_admin) == d
     assert erased_by(r, [d], no_admin) is None
+
+
+def test_of_several_deletes_erasing_a_message_the_earliest_is_named() -> None:
+    m = post(ALICE, 10)
+    first, second = delete(ALICE, 20, m), delete(ALICE, 30, m)
+    assert erased_by(m, [second, first], no_admin) == first
+    assert erased_by(m, [first, second], no_admin) == first
+
+
+def test_the_rules_answer_true_or_false() -> None:
+    """Not a falsy None: views and the HTTP layer pass these answers on."""
+    m, other = post(ALICE, 10), post(BOB, 11)
+    own, lie = delete(ALICE, 30, m), delete(BOB, 30, m, Claims(AUTHOR_IDS[BOB], m.hlc, m.kind))
+    assert delete_is_valid(own, no_admin) is True
+    assert delete_is_valid(delete(ALICE, 5, m), no_admin) is False  # before its target
+    assert erases(own, m) is True
+    assert erases(lie, m) is False  # the claims do not match the target
+    assert erases(own, other) is False  # another message, not referring to the target
+    assert erases(own, edit(BOB, 20, m, b"x")) is False  # an edit by someone else
+    elsewhere = MsgV1.create(KEYS[ALICE], CHATS[0], Hlc(10), b"hi")
+    assert erases(own, elsewhere) is False  # another chat
 
 
 def test_an_admin_may_delete_anyone_s_message_a_member_may_not() -> None:
@@ -182,6 +217,23 @@ def test_a_replica_without_the_target_erases_the_same_dependents() -> None:
     assert isinstance(tomb, Tombstone) and tomb.msg_id == m.msg_id
 
 
+def test_a_reply_says_whether_its_target_is_present_deleted_or_unknown() -> None:
+    m = post(ALICE, 10)
+    r = reply(BOB, 12, m)
+
+    def state(msgs: list[MsgV1], deletes: Sequence[MsgV1] = ()) -> str | None:
+        (item,) = [i for i in views(msgs, deletes).items if i.order == (r.hlc, r.msg_id)]
+        assert isinstance(item, MessageView)
+        return item.reply_state
+
+    assert state([m, r]) == "present"
+    assert state([r]) == "unknown"  # not arrived (yet)
+    assert state([m, r], [delete(ALICE, 30, m)]) == "deleted"
+    assert state([r], [delete(ALICE, 30, m)]) == "deleted"  # the delete says so without it
+    (item,) = views([m]).items
+    assert isinstance(item, MessageView) and item.reply_state is None  # not a reply
+
+
 # --- REACTION ---
 
 
@@ -200,6 +252,15 @@ def test_reactions_toggle_per_user_and_key_the_latest_wins() -> None:
         b"+1": (AUTHOR_IDS[CAROL],),
         b"ok": tuple(sorted((AUTHOR_IDS[BOB], AUTHOR_IDS[CAROL]))),
     }
+
+
+def test_a_malformed_reaction_is_skipped_and_the_rest_still_count() -> None:
+    m = post(ALICE, 10)
+    bad = MsgV1.create(
+        KEYS[BOB], GROUP_CHAT, Hlc(20), b"\x02+", kind=MessageKind.REACTION, ref=m.msg_id
+    )
+    (item,) = views([m, bad, react(CAROL, 21, m, b"+1")]).items
+    assert isinstance(item, MessageView) and item.reactions == {b"+1": (AUTHOR_IDS[CAROL],)}
 
 
 # --- READ_RECEIPT and unread ---
@@ -228,6 +289,34 @@ def test_malformed_claims_are_refused(payload: bytes) -> None:
         decode_claims(payload)
 
 
+def test_an_unknown_kind_in_claims_is_named_in_the_error() -> None:
+    with pytest.raises(DecodeError, match="unknown kind 9"):
+        decode_claims(bytes(20) + Hlc(1).to_bytes() + b"\x09")
+
+
+@given(
+    st.binary(min_size=20, max_size=20),
+    st.integers(0, (1 << 64) - 1).map(Hlc.unpack),
+    st.sampled_from(MessageKind),
+)
+def test_claims_decode_to_what_was_encoded(sender: bytes, hlc: Hlc, kind: MessageKind) -> None:
+    claims = Claims(sender, hlc, kind)
+    assert decode_claims(claims.encode()) == claims
+
+
+@given(st.binary(min_size=1, max_size=64), st.booleans())
+@example(bytes(64), False)  # the longest key: at the bound
+@example(b"+", True)  # the shortest
+def test_reactions_decode_to_what_was_encoded(key: bytes, retract: bool) -> None:
+    assert decode_reaction(reaction_payload(key, retract=retract)) == (not retract, key)
+
+
+@pytest.mark.parametrize("size", [0, 65])
+def test_a_reaction_key_is_1_to_64_bytes(size: int) -> None:
+    with pytest.raises(ValueError):
+        reaction_payload(bytes(size))
+
+
 @pytest.mark.parametrize("payload", [b"", b"\x01", b"\x02+", b"\x01" + bytes(65)])
 def test_malformed_reactions_are_refused(payload: bytes) -> None:
     with pytest.raises(DecodeError):
@@ -248,6 +337,34 @@ def test_a_receipt_must_be_eight_bytes_and_not_read_past_its_stamp() -> None:
     with pytest.raises(DecodeError):
         decode_receipt(short)
     assert views([m, ahead, short]).read_positions == {}  # ignored by the fold
+
+
+def test_a_receipt_may_read_up_to_its_own_stamp() -> None:
+    m = post(ALICE, 10)
+    at = MsgV1.create(
+        KEYS[BOB], GROUP_CHAT, Hlc(10), Hlc(10).to_bytes(), kind=MessageKind.READ_RECEIPT,
+        ref=m.msg_id,
+    )  # fmt: skip
+    assert decode_receipt(at) == Hlc(10)
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload"),
+    [
+        (MessageKind.DELETE, bytes(28)),
+        (MessageKind.REACTION, b"\x02+"),
+        (MessageKind.READ_RECEIPT, b"\x00"),
+    ],
+)
+def test_every_ingress_refuses_a_malformed_public_payload(
+    kind: MessageKind, payload: bytes
+) -> None:
+    m = post(ALICE, 10)
+    bad = MsgV1.create(KEYS[BOB], GROUP_CHAT, Hlc(50), payload, kind=kind, ref=m.msg_id)
+    with pytest.raises(DecodeError):
+        check_public_payload(bad)
+    for good in (delete(ALICE, 30, m), react(BOB, 31, m, b"+1"), receipt(BOB, 32, m), m):
+        check_public_payload(good)  # well formed, and content is never read
 
 
 # --- properties ---

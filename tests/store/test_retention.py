@@ -6,6 +6,7 @@ import random
 from functools import cache
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -103,6 +104,38 @@ def test_a_chat_whose_content_expired_points_at_nothing_though_a_reaction_stays(
         assert db.get_message(reaction.msg_id) is not None
         assert db.load_meta(CHATS[0]).last_msg_id == bytes(32)
         assert db.list_user_chats(USER).items[0].entry.last_msg_id == bytes(32)
+
+
+@pytest.mark.parametrize("stamp", [Hlc(0, 0), Hlc(0, 1)], ids=["epoch", "epoch-logical"])
+def test_a_chat_whose_only_message_was_stamped_at_the_epoch_points_at_nothing_once_it_expired(
+    tmp_path: Path, stamp: Hlc
+) -> None:
+    """Physical ms 0 is a stamp like any other (a peer's clock may say so): "no newest
+    message" is the zero id, not a zero stamp."""
+    with open_db(tmp_path / "db") as db:
+        db.add_member_synced(CHATS[0], USER, Role.ADMIN, Hlc(0))
+        post = MsgV1.create(KEY, CHATS[0], stamp, b"at the epoch")
+        previous = {CHATS[0]: db.load_meta(CHATS[0]).last_ts}
+        db.put_messages([post])
+        db.refresh_inboxes([post], previous)
+        assert db.load_meta(CHATS[0]).last_msg_id == post.msg_id
+        gc_messages(db, 0)
+        assert db.get_message(post.msg_id) is None
+        assert db.load_meta(CHATS[0]).last_msg_id == bytes(32)
+        assert db.list_user_chats(USER).items[0].entry.last_msg_id == bytes(32)
+
+
+def test_a_chat_whose_newest_message_stays_keeps_pointing_at_it(tmp_path: Path) -> None:
+    with open_db(tmp_path / "db") as db:
+        db.add_member_synced(CHATS[0], USER, Role.ADMIN, Hlc(1))
+        old, new = msg(0), msg(3)  # both in CHATS[0]
+        previous = {CHATS[0]: db.load_meta(CHATS[0]).last_ts}
+        db.put_messages([old, new])
+        db.refresh_inboxes([old, new], previous)
+        gc_messages(db, old.hlc.physical_ms)  # the old one only
+        assert db.get_message(old.msg_id) is None
+        assert db.load_meta(CHATS[0]).last_msg_id == new.msg_id
+        assert db.list_user_chats(USER).items[0].entry.last_msg_id == new.msg_id
 
 
 def test_compaction_reclaims_space(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from functools import cache
 
 from hypothesis import strategies as st
@@ -11,8 +13,9 @@ from store.authz import new_group
 from store.kinds import Claims, reaction_payload
 from store.ops import MembershipAction, MembershipOp
 from store.signing import key_from_seed, public_key, user_id_from_key
-from sync.frames import Domain
+from sync.frames import Domain, Frame, Transfer, decode_frame
 from sync.merkle import MerkleTree
+from sync.protocol import SessionRole, State, SyncSession
 from sync.replica import MemoryReplica, Record
 
 KEYS = [key_from_seed(bytes([i + 1]) * 32) for i in range(4)]
@@ -124,7 +127,7 @@ def domain_of(record: Record) -> Domain:
     return Domain.IDENTITY
 
 
-def fill(replica: MemoryReplica, records: list[Record]) -> MemoryReplica:
+def fill(replica: MemoryReplica, records: Iterable[Record]) -> MemoryReplica:
     for record in records:
         replica.apply(domain_of(record), [record])
     return replica
@@ -151,3 +154,45 @@ def assert_trees_match_contents(replica: MemoryReplica) -> None:
     for domain in Domain:
         ids = replica.record_ids(domain)
         assert replica.tree(domain) == MerkleTree.from_ids(ids), domain
+
+
+def decoded(frame: bytes) -> Frame:
+    """A frame as its receiver reads it, with limits far above any test's."""
+    return decode_frame(frame, max_frame=1 << 24, max_ids=1 << 20)
+
+
+@dataclass
+class Wire:
+    """Every frame of a loopback session in order, decoded (pass it as ``on_frame``)."""
+
+    frames: list[tuple[str, Frame]] = field(default_factory=list)
+
+    def __call__(self, sender: str, frame: bytes) -> None:
+        self.frames.append((sender, decoded(frame)))
+
+    def transfers(self, sender: str | None = None) -> list[Transfer]:
+        return [f for s, f in self.frames if isinstance(f, Transfer) and sender in (None, s)]
+
+    def records(self, sender: str) -> list[bytes]:
+        """The record blobs ``sender`` shipped, in order."""
+        return [r for t in self.transfers(sender) for s in t.sections.values() for r in s.records]
+
+
+def advance(
+    initiator: SyncSession,
+    responder: SyncSession,
+    state: State,
+    role: SessionRole | None = None,
+    *,
+    now_ms: int = 0,
+) -> tuple[SyncSession, bytes]:
+    """Run both sessions until one (of ``role``, if given) is about to receive a frame in
+    ``state``: that session, and the frame its honest peer sent it (not yet delivered)."""
+    frame: bytes | None = initiator.start(now_ms)
+    receiver = responder
+    while frame is not None:
+        if receiver.state is state and role in (None, receiver.role):
+            return receiver, frame
+        frame = receiver.receive(frame, now_ms)
+        receiver = initiator if receiver is responder else responder
+    raise AssertionError(f"no frame reached the {role} in state {state}")

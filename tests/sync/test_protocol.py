@@ -22,6 +22,7 @@ from sync_support import (
     KEYS,
     RECORDS,
     USERS,
+    advance,
     assert_trees_match_contents,
     contents,
     engine,
@@ -192,14 +193,8 @@ def _session_in(state: State) -> tuple[SyncSession, MemoryReplica, bytes]:
     b = fill(engine(), [message(n) for n in range(10, 40)])
     i = SyncSession(SessionRole.INITIATOR, a, now_ms=0, salt_seed=b"h")
     r = SyncSession(SessionRole.RESPONDER, b, now_ms=0)
-    frame: bytes | None = i.start(0)
-    receiver = r
-    while frame is not None:
-        if receiver.state is state:
-            return receiver, (a if receiver is i else b), frame
-        frame = receiver.receive(frame, 0)
-        receiver = i if receiver is r else r
-    raise AssertionError(f"state {state} not reached")
+    receiver, frame = advance(i, r, state)
+    return receiver, (a if receiver is i else b), frame
 
 
 LIVE_STATES = [

@@ -11,9 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from store import Hlc, MsgV1
-from sync.errors import RemoteProtocolError
+from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.frames import (
     ID_PREFIX_LEN,
+    Abort,
+    Cells,
     Domain,
     Done,
     Hello,
@@ -251,10 +253,14 @@ def test_small_budgets_split_the_transfer_but_not_the_result() -> None:
     assert max(sizes) >= 2 and sum(sizes) == 60
 
 
-def test_more_differing_leaves_than_max_cells_take_more_passes() -> None:
+@pytest.mark.parametrize("initiator_holds", [False, True], ids=["fetches", "pushes"])
+def test_more_differing_leaves_than_max_cells_take_more_passes(initiator_holds: bool) -> None:
     a = fill(engine(), [message(n) for n in range(0, 40)])
     b = engine()
-    result = run_session(b, a, config=SyncConfig(max_cells=8, max_passes=20))
+    config = SyncConfig(max_cells=8, max_passes=20)
+    result = (
+        run_session(a, b, config=config) if initiator_holds else run_session(b, a, config=config)
+    )
     assert result.converged and set(b.messages) == set(a.messages)
     assert result.initiator.stats.passes >= 40 // 8
 
@@ -267,3 +273,98 @@ def test_a_peer_asking_for_more_than_max_outbox_is_refused() -> None:
     assert info.value.reason == "too_many_items"
     fine = run_session(a, engine(), config=SyncConfig(max_outbox=20), responder_config=SyncConfig())
     assert fine.converged
+
+
+def test_the_defaults_are_the_bounds_the_documents_promise() -> None:
+    """SYNC.md ("Bounded memory per session"), SECURITY.md's limits table and README.md's
+    idle timeout quote these numbers: a change here is a change there."""
+    assert SyncConfig() == SyncConfig(
+        hash_width=4,
+        max_frame=4 * 1024 * 1024,
+        max_record_bytes=1024 * 1024,
+        max_ids_per_frame=65_536,
+        max_cells=16_384,
+        max_bucket_ids=4_096,
+        max_outbox=200_000,
+        max_passes=3,
+        idle_timeout_ms=10_000,
+    )
+
+
+@given(
+    st.lists(st.binary(min_size=30, max_size=30), min_size=1, max_size=6, unique=True),
+    st.integers(0, (1 << 16) - 1),
+)
+def test_two_leaves_one_id_apart_name_that_id_whatever_else_they_share(
+    tails: list[bytes], bucket: int
+) -> None:
+    """The cells' XOR and check cancel what both sides hold, however much that is."""
+    ids = [bucket.to_bytes(2, "big") + tail for tail in tails]
+    shared, extra = ids[:-1], ids[-1]
+
+    def cell(held: list[bytes]) -> tuple[int, int, int]:
+        xor = check = 0
+        for i in held:
+            xor ^= int.from_bytes(i, "big")
+            check ^= check_hash(i)
+        return len(held), xor, check
+
+    assert decode_pure_cell(bucket, cell(shared), cell(ids)) == (1, extra)
+    assert decode_pure_cell(bucket, cell(ids), cell(shared)) == (-1, extra)
+
+
+def test_deadlines_count_from_the_clock_each_call_passes() -> None:
+    idle = SyncConfig().idle_timeout_ms
+    replica = fill(engine(), [message(1)])
+    responder = SyncSession(SessionRole.RESPONDER, replica, now_ms=500, config=SyncConfig())
+    assert responder.next_deadline() == 500 + idle  # silent from the start
+    initiator = SyncSession(SessionRole.INITIATOR, engine(), now_ms=0)
+    hello_frame = initiator.start(200)
+    assert initiator.next_deadline() == 200 + idle
+    responder.receive(hello_frame, 700)
+    assert responder.next_deadline() == 700 + idle
+
+
+def test_an_initiator_starts_once_and_an_abort_without_an_error_says_aborted() -> None:
+    initiator = SyncSession(SessionRole.INITIATOR, engine(), now_ms=0)
+    assert initiator.stats.passes == 0
+    initiator.start(0)
+    assert initiator.stats.passes == 1
+    with pytest.raises(LocalProtocolError):
+        initiator.start(0)
+    assert decode_frame(initiator.abort_frame(), max_frame=1 << 10, max_ids=1) == Abort("aborted")
+
+
+def test_the_stats_count_each_kind_of_byte_on_the_wire() -> None:
+    """Per side: records are the record bodies, ids the wanted ids and prefixes, tree the
+    descent, control the rest; fetching starts after the frames before the first record."""
+    a = fill(engine(), [message(n) for n in (235, 1, 2)])  # 235 and 247 share a bucket:
+    b = fill(engine(), [message(n) for n in (247, 2, 3)])  # an id list, a prefix want
+    frames: list[tuple[str, bytes]] = []
+    result = run_session(a, b, on_frame=lambda sender, f: frames.append((sender, f)))
+    decoded = [(s, f, decode_frame(f, max_frame=1 << 24, max_ids=1 << 20)) for s, f in frames]
+    for side, stats in (
+        ("initiator", result.initiator.stats),
+        ("responder", result.responder.stats),
+    ):
+        sent = dict.fromkeys(stats.bytes_sent, 0)
+        for data, frame in ((f, frame) for s, f, frame in decoded if s == side):
+            if isinstance(frame, Hello | Nodes | Cells):
+                sent["tree"] += len(data)
+                continue
+            sent["control"] += len(data)  # less the records and ids, below
+            for section in frame.sections.values() if isinstance(frame, Transfer) else ():
+                sent["records"] += sum(map(len, section.records))
+                sent["ids"] += len(section.wants)
+                sent["ids"] += sum(len(x.prefixes) for x in section.id_lists + section.prefix_wants)
+        sent["control"] -= sent["records"] + sent["ids"]
+        assert stats.bytes_sent == sent, side
+        assert all(sent.values()), side
+    assert isinstance(decoded[-1][2], Done)
+    first = next(n for n, (_, _, f) in enumerate(decoded) if _records_in(f))
+    before = sum(1 for s, _, _ in decoded[:first] if s == "initiator")
+    assert result.initiator.stats.round_trips_before_fetch == before
+
+
+def _records_in(frame: object) -> bool:
+    return isinstance(frame, Transfer) and any(s.records for s in frame.sections.values())
