@@ -19,7 +19,7 @@ from store.access import Access, admissible, visible
 from store.deletes import DeleteStore
 from store.hlc import LOGICAL_BITS, Hlc
 from store.inbox import InboxStore
-from store.keys import MESSAGES_KEY_LEN, key_hidden, key_messages, prefix_end
+from store.keys import key_hidden, key_messages, prefix_end, seq_of
 from store.kinds import CONTENT
 from store.members import MemberOpsApplied
 from store.messages import Direction, PutResult
@@ -133,7 +133,7 @@ class AdmissionStore(DeleteStore, InboxStore):
         """Every held message of the chat, oldest first, and whether it is shown."""
         hidden = self.hidden_seqs(chat_id)
         return [
-            (decode_msg(value, trusted=True), int.from_bytes(key[-4:], "big") not in hidden)
+            (decode_msg(value, trusted=True), seq_of(key) not in hidden)
             for key, value in self.iter_prefix("messages", chat_id)
         ]
 
@@ -182,7 +182,7 @@ class AdmissionStore(DeleteStore, InboxStore):
             since = senders.get(msg.sender)
             if since is None or msg.hlc < since:
                 continue
-            seq = int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big")
+            seq = seq_of(key)
             shown = visible(msg, access[msg.sender])
             if shown and seq in hidden:
                 batch.delete(key_hidden(chat_id, seq), hidden_cf)

@@ -27,11 +27,11 @@ from store.authz import GroupProof
 from store.hlc import Hlc
 from store.keys import (
     CHAT_ID_LEN,
-    MESSAGES_KEY_LEN,
     MSG_ID_LEN,
     bucket_prefix,
     key_by_ref,
     key_hidden,
+    seq_of,
 )
 from store.kinds import IsAdmin, delete_is_valid, erases
 from store.members import MemberStore
@@ -193,7 +193,7 @@ class DeleteStore(MessageStore, MemberStore):
         batch.delete(msg.msg_id, handle["seen_msg"])
         if msg.ref is not None:
             batch.delete(key_by_ref(msg.chat_id, msg.ref, msg.msg_id), handle["refs"])
-        seq = int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big")
+        seq = seq_of(key)
         batch.delete(key_hidden(msg.chat_id, seq), handle["hidden"])
         batch.put(msg.msg_id, msg.chat_id, handle["erased"])
 

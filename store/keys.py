@@ -61,6 +61,12 @@ def key_messages(chat_id: bytes, hlc_packed: int, seq: int) -> bytes:
     return check_len(chat_id, CHAT_ID_LEN, "chat_id") + _u64(hlc_packed, "hlc") + _u32(seq, "seq")
 
 
+def seq_of(key: bytes) -> int:
+    """The local seq a key ends with: a messages key, and the rows that end in one (hidden,
+    receipts, referred)."""
+    return int.from_bytes(key[-4:], "big")
+
+
 def parse_key_messages(key: bytes) -> tuple[bytes, int, int]:
     check_len(key, MESSAGES_KEY_LEN, "messages key")
     return key[:32], int.from_bytes(key[32:40], "big"), int.from_bytes(key[40:44], "big")

@@ -32,6 +32,7 @@ from store.keys import (
     key_receipt,
     parse_key_messages,
     prefix_end,
+    seq_of,
 )
 from store.kinds import CHANGES_TARGET, CONTENT, position_of
 from store.merge import meta_after_messages
@@ -297,8 +298,7 @@ class MessageStore(HiddenIndex):
         for n, (key, value) in enumerate(self.iter_all("messages"), 1):
             msg = decode_msg(value, trusted=True)
             if msg.ref is not None:
-                seq = int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big")
-                self._index_ref(msg, msg.msg_id, key, seq, batch)
+                self._index_ref(msg, msg.msg_id, key, seq_of(key), batch)
                 if msg.kind in CHANGES_TARGET:
                     referrers.append((msg.chat_id, msg.ref, key))
                 else:  # earlier versions indexed replies and receipts by target too
@@ -391,7 +391,7 @@ class MessageStore(HiddenIndex):
             if len(items) == limit:
                 return RangePage(items, encode_cursor(items[-1].key))
             if len(key) == MESSAGES_KEY_LEN:
-                seq = int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big")
+                seq = int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big")  # seq_of, inlined
             else:
                 seq = parse_key_messages(key)[2]  # raises: not a messages key
             if hidden and seq in hidden:

@@ -21,12 +21,12 @@ from store.hidden import HiddenIndex
 from store.hlc import Hlc
 from store.keys import (
     CHAT_ID_LEN,
-    MESSAGES_KEY_LEN,
     MSG_ID_LEN,
     U64_MAX,
     USER_ID_LEN,
     check_len,
     prefix_end,
+    seq_of,
 )
 from store.kinds import CONTENT
 from store.records import sender_and_kind
@@ -44,7 +44,7 @@ class ReadStore(HiddenIndex):
         )
         hidden = self.hidden_seqs(chat_id)
         for key, _ in self.iter_prefix("receipts", reader, reverse=True):
-            if not hidden or int.from_bytes(key[-4:], "big") not in hidden:
+            if not hidden or seq_of(key) not in hidden:
                 return Hlc.from_bytes(key[_POSITION_AT : _POSITION_AT + 8])
         return None
 
@@ -67,9 +67,7 @@ class ReadStore(HiddenIndex):
         values: Iterator[bytes]
         if hidden := self.hidden_seqs(chat_id):  # rare: the keys say which are hidden
             rows = self.iter_range("messages", start, end)
-            values = (
-                v for k, v in rows if int.from_bytes(k[MESSAGES_KEY_LEN - 4 :], "big") not in hidden
-            )
+            values = (value for key, value in rows if seq_of(key) not in hidden)
         else:
             values = self.iter_values("messages", start, end)
         count = 0

@@ -51,6 +51,9 @@ COLUMN_FAMILIES: dict[str, int | None] = {
     "waiting": None,
     "deletes": CHAT_ID_LEN,
     "seen_delete": BUCKET_PREFIX_LEN,
+    # One relation, three ways in: ``refs`` [chat|ref|id] -> key finds what refers to an id
+    # (erasure, and a target that arrives late); ``ref_targets`` [id] says that something
+    # does; ``referred`` [target key|referrer key] is the same in page order (views).
     "refs": CHAT_ID_LEN,
     "ref_targets": None,  # message id -> b"": some held message refers to it (a page's check)
     "erased": None,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from store.admission import AdmissionStore
 from store.hlc import Hlc
-from store.keys import CHAT_ID_LEN, MESSAGES_KEY_LEN, decode_cursor, referred_end
+from store.keys import CHAT_ID_LEN, MESSAGES_KEY_LEN, decode_cursor, referred_end, seq_of
 from store.kinds import (
     CONTENT,
     MessageView,
@@ -99,7 +99,7 @@ class ViewStore(AdmissionStore):
         out: dict[bytes, list[MsgV1]] = {}
         found = self.multi_get("messages", [row[MESSAGES_KEY_LEN:] for row in rows])
         for row, raw in zip(rows, found, strict=True):
-            if raw is None or int.from_bytes(row[-4:], "big") in hidden:
+            if raw is None or seq_of(row) in hidden:
                 continue  # erased, or its sender was not a member then
             out.setdefault(row[:MESSAGES_KEY_LEN], []).append(decode_msg(raw, trusted=True))
         return out

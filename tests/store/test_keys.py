@@ -86,6 +86,20 @@ def test_messages_key_round_trip(chat: bytes, hlc: int, seq: int) -> None:
     assert k.parse_key_messages(k.key_messages(chat, hlc, seq)) == (chat, hlc, seq)
 
 
+@given(chat_ids, user_ids, u64s, u32s)
+def test_seq_of_reads_the_seq_every_seq_ending_key_ends_with(
+    chat: bytes, user: bytes, hlc: int, seq: int
+) -> None:
+    messages_key = k.key_messages(chat, hlc, seq)
+    for key in (
+        messages_key,
+        k.key_hidden(chat, seq),
+        k.key_receipt(chat, user, hlc.to_bytes(8, "big"), seq),
+        k.key_messages(chat, k.U64_MAX, 0) + messages_key,  # a referred row: target | referrer
+    ):
+        assert k.seq_of(key) == seq
+
+
 @given(user_ids, u64s, chat_ids)
 def test_user_inbox_key_round_trip(user: bytes, rev: int, chat: bytes) -> None:
     assert k.parse_key_user_inbox(k.key_user_inbox(user, rev, chat)) == (user, rev, chat)
