@@ -345,6 +345,10 @@ async def test_hostile_input_is_refused_with_json_and_writes_nothing(tmp_path: P
             ALICE.signing_key, GROUP, Hlc(base), b"x" * (DEFAULT_MAX_PAYLOAD + 1),
             max_payload=DEFAULT_MAX_PAYLOAD * 2,
         )  # fmt: skip
+        huge = MsgV1.create(  # a "receipt" over the size limit
+            ALICE.signing_key, GROUP, Hlc(base), b"x" * (DEFAULT_MAX_PAYLOAD + 1),
+            kind=MessageKind.READ_RECEIPT, ref=bytes(32), max_payload=DEFAULT_MAX_PAYLOAD * 2,
+        )  # fmt: skip
         ahead = message(ALICE, b"from the future", now_ms() + 10 * 60_000)
         bob_identity = BOB.identity(Hlc(base))
         join = add(ALICE, BOB, base)
@@ -412,6 +416,8 @@ async def test_hostile_input_is_refused_with_json_and_writes_nothing(tmp_path: P
             ("PUT", f"/users/{alice}/chats/{chat}/read", {"json": {"seq": 5}}, 422, "invalid_request"),
             ("PUT", f"/users/{alice}/chats/{chat}/read", {"json": {"receipt": "%%%"}}, 400, "bad_base64"),
             ("PUT", f"/users/{alice}/chats/{chat}/read", {"json": {"receipt": b64(b"\x89junk")}}, 400, "truncated"),
+            ("PUT", f"/users/{alice}/chats/{chat}/read", {"json": {"receipt": b64(huge.encoded)}}, 413, "oversize"),
+            ("GET", f"/users/{alice}/chats/{'zz' * 32}/read", {}, 400, "bad_id"),
             ("GET", "/no/such/route", {}, 404, "not_found"),
             ("DELETE", "/ops", {}, 405, "method_not_allowed"),
         ]  # fmt: skip
