@@ -55,9 +55,7 @@ def delete(
     chat_id, target = parse_hex(chat, CHAT_ID_LEN, "--chat"), parse_hex(msg_id, MSG_ID_LEN, "id")
     key = load_key(key_file)
     with clear_errors(), ChatsyncClient(node) as client:
-        msg = client.message(chat_id, target)
-        if msg is None:
-            raise fail(f"this node holds no message {target.hex()} in chat {chat_id.hex()}")
+        msg = held_message(client, chat_id, target)
         about(client, key, chat_id, target, MessageKind.DELETE, Claims.of(msg).encode())
     console.print(f"deleted {target.hex()}", soft_wrap=True)
 
@@ -99,12 +97,9 @@ def read(
             newest = client.history(chat_id, limit=1).messages
             if not newest:
                 raise fail(f"chat {chat_id.hex()} has no message to read")
-            target: MsgV1 | None = newest[0].msg
+            target = newest[0].msg
         else:
-            target = client.message(chat_id, parse_hex(msg_id, MSG_ID_LEN, "id"))
-            if target is None:
-                raise fail(f"this node holds no message {msg_id} in chat {chat_id.hex()}")
-        assert target is not None
+            target = held_message(client, chat_id, parse_hex(msg_id, MSG_ID_LEN, "id"))
         state = client.read_state(key.user_id, chat_id)
         known = state["position"]
         if known is not None and hlc_of(known) >= target.hlc:  # a receipt would change nothing
@@ -112,6 +107,14 @@ def read(
             return
         state = client.mark_read(key.signing_key, target)
     console.print(f"read up to {target.msg_id.hex()}; unread {state['unread']}", soft_wrap=True)
+
+
+def held_message(client: ChatsyncClient, chat_id: bytes, msg_id: bytes) -> MsgV1:
+    """The message as the node holds it, or a one-line failure."""
+    msg = client.message(chat_id, msg_id)
+    if msg is None:
+        raise fail(f"this node holds no message {msg_id.hex()} in chat {chat_id.hex()}")
+    return msg
 
 
 def about(
