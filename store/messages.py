@@ -293,23 +293,23 @@ class MessageStore(HiddenIndex):
         """Index every held message that refers to another (``refs``, ``ref_targets``,
         ``receipts``) and every held edit or reaction of a held message (``referred``): for a
         database written before these indexes existed. One scan of the messages."""
-        referrers: list[tuple[bytes, bytes, bytes]] = []  # (chat, target id, referrer key)
+        referrers: dict[bytes, bytes] = {}  # id -> key, of a batch's edits and reactions
+        msgs: list[MsgV1] = []
         batch = self.new_batch()
         for n, (key, value) in enumerate(self.iter_all("messages"), 1):
             msg = decode_msg(value, trusted=True)
             if msg.ref is not None:
                 self._index_ref(msg, msg.msg_id, key, seq_of(key), batch)
                 if msg.kind in CHANGES_TARGET:
-                    referrers.append((msg.chat_id, msg.ref, key))
+                    referrers[msg.msg_id] = key
+                    msgs.append(msg)
                 else:  # earlier versions indexed replies and receipts by target too
                     batch.delete(msg.chat_id + msg.ref + msg.msg_id, self._handle["refs"])
             if n % rows_per_batch == 0:
+                self._mark_referred(batch, msgs, referrers)  # their targets, as a put does
                 self.write(batch)
-                batch = self.new_batch()
-        targets = self.multi_get("seen_msg", [ref for _, ref, _ in referrers])
-        for (chat, _, key), target in zip(referrers, targets, strict=True):
-            if target is not None and target[:CHAT_ID_LEN] == chat:
-                batch.put(target + key, b"", self._handle["referred"])
+                batch, msgs, referrers = self.new_batch(), [], {}
+        self._mark_referred(batch, msgs, referrers)
         self.write(batch)
 
     def _index_ref(
