@@ -33,7 +33,7 @@ from store.kinds import (
     reaction_payload,
 )
 
-from store_support import AUTHOR_IDS, CHATS, GROUP_CHAT, KEYS
+from store_support import AUTHOR_IDS, CHATS, GROUP_CHAT, KEYS, receipt_of
 
 ALICE, BOB, CAROL = range(3)  # CAROL is the admin where a test says so
 
@@ -325,10 +325,7 @@ def test_malformed_reactions_are_refused(payload: bytes) -> None:
 
 def test_a_receipt_must_be_eight_bytes_and_not_read_past_its_stamp() -> None:
     m = post(ALICE, 10)
-    ahead = MsgV1.create(
-        KEYS[BOB], GROUP_CHAT, Hlc(5), Hlc(10).to_bytes(), kind=MessageKind.READ_RECEIPT,
-        ref=m.msg_id,
-    )  # fmt: skip
+    ahead = receipt_of(m, Hlc(5), author=BOB)  # reads m, stamped at 10
     with pytest.raises(DecodeError):
         decode_receipt(ahead)
     short = MsgV1.create(
@@ -341,10 +338,7 @@ def test_a_receipt_must_be_eight_bytes_and_not_read_past_its_stamp() -> None:
 
 def test_a_receipt_may_read_up_to_its_own_stamp() -> None:
     m = post(ALICE, 10)
-    at = MsgV1.create(
-        KEYS[BOB], GROUP_CHAT, Hlc(10), Hlc(10).to_bytes(), kind=MessageKind.READ_RECEIPT,
-        ref=m.msg_id,
-    )  # fmt: skip
+    at = receipt_of(m, Hlc(10), author=BOB)
     assert decode_receipt(at) == Hlc(10)
 
 
