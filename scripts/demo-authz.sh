@@ -39,9 +39,7 @@ for who in admin member stranger newcomer; do
 done
 note "(publishing an identity makes no one a member: the stranger published too)"
 
-cs group create --name "authz demo" --key "$KEYS/admin.key" --node "${URLS[0]}"
-GROUP=$(grep -oE '[0-9a-f]{64}' <<<"$OUT" | head -1)
-[[ -n $GROUP ]] || { echo "no group id in the output of group create" >&2; exit 1; }
+create_group "authz demo" admin
 cs group add "$GROUP" "$MEMBER" --key "$KEYS/admin.key" --node "${URLS[0]}"
 note "waiting until every node lists the member"
 wait_listed "$MEMBER"

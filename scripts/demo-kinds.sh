@@ -53,9 +53,7 @@ BOB=$(user_of)
 for who in alice bob; do
     cs publish --key "$KEYS/$who.key" --node "${URLS[0]}"
 done
-cs group create --name "kinds demo" --key "$KEYS/alice.key" --node "${URLS[0]}"
-GROUP=$(grep -oE '[0-9a-f]{64}' <<<"$OUT" | head -1)
-[[ -n $GROUP ]] || { echo "no group id in the output of group create" >&2; exit 1; }
+create_group "kinds demo" alice
 cs group add "$GROUP" "$BOB" --key "$KEYS/alice.key" --node "${URLS[0]}"
 wait_listed "$BOB"
 

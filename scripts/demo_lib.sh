@@ -255,6 +255,12 @@ members_has() { # NODE_INDEX USER: is USER an active member by the node's `group
     ((RC == 0)) && grep -qF -- "$2" <<<"$OUT"
 }
 
+create_group() { # NAME KEY_NAME: `chatsync group create` on N0; the new group's id into GROUP
+    cs group create --name "$1" --key "$KEYS/$2.key" --node "${URLS[0]}"
+    GROUP=$(grep -oE '[0-9a-f]{64}' <<<"$OUT" | head -1)
+    [[ -n $GROUP ]] || { echo "no group id in the output of group create" >&2; exit 1; }
+}
+
 wait_listed() { # USER: until every node lists USER as an active member of the group
     local i t0
     for i in 0 1 2; do
