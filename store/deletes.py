@@ -31,6 +31,7 @@ from store.keys import (
     bucket_prefix,
     key_by_ref,
     key_hidden,
+    referred_end,
     seq_of,
 )
 from store.kinds import IsAdmin, delete_is_valid, erases
@@ -112,11 +113,11 @@ class DeleteStore(MessageStore, MemberStore):
                 batch.put(key, d.encoded, deletes_cf)
                 batch.put(d.msg_id, key, seen_cf)
                 fresh[d.msg_id] = d
-        erased = self._erase(list(fresh.values()), batch)
+        erased, rewrite = self._erase(list(fresh.values()), batch)
         if batch.len():
             self.write(batch)
             self.delete_chats().update(d.chat_id for d in fresh.values())
-        self._note_erased(erased)
+        self._note_erased(rewrite)
         return new, [msg_id for msg_id, _ in erased]
 
     def erase_for_senders(self, pairs: set[tuple[bytes, bytes]]) -> list[bytes]:
@@ -128,10 +129,10 @@ class DeleteStore(MessageStore, MemberStore):
             if (chat, d.sender) in pairs
         ]
         batch = self.new_batch()
-        erased = self._erase(deletes, batch)
+        erased, rewrite = self._erase(deletes, batch)
         if batch.len():
             self.write(batch)
-        self._note_erased(erased)
+        self._note_erased(rewrite)
         return [msg_id for msg_id, _ in erased]
 
     def erased_on_arrival(self, msgs: list[MsgV1]) -> set[bytes]:
@@ -158,10 +159,14 @@ class DeleteStore(MessageStore, MemberStore):
                 return True
         return False
 
-    def _erase(self, deletes: list[MsgV1], batch: WriteBatch) -> list[tuple[bytes, bytes]]:
+    def _erase(
+        self, deletes: list[MsgV1], batch: WriteBatch
+    ) -> tuple[list[tuple[bytes, bytes]], list[bytes]]:
         """Add to ``batch`` the erasure of every held message a valid one of ``deletes``
-        erases: [(msg id, its messages key)]."""
+        erases: [(msg id, its messages key)], and the messages keys whose rows (in
+        ``messages`` and ``referred``) held what went: ``compact_erased`` rewrites them."""
         erased: dict[bytes, bytes] = {}
+        rewrite: list[bytes] = []
         for d in deletes:
             assert d.ref is not None
             if not delete_is_valid(d, self.admins(d.chat_id)):
@@ -184,8 +189,9 @@ class DeleteStore(MessageStore, MemberStore):
                 referred = self._handle["referred"]
                 for _, referrer in referring:
                     if d.ref in erased or referrer in erased.values():
-                        batch.delete(target + referrer, referred)
-        return list(erased.items())
+                        batch.delete(target + referrer, referred)  # a row may hold its bytes
+                        rewrite.append(target)  # (kept when the delete's claims were false)
+        return list(erased.items()), rewrite + list(erased.values())
 
     def _erase_one(self, msg: MsgV1, key: bytes, batch: WriteBatch) -> None:
         handle = self._handle
@@ -197,9 +203,9 @@ class DeleteStore(MessageStore, MemberStore):
         batch.delete(key_hidden(msg.chat_id, seq), handle["hidden"])
         batch.put(msg.msg_id, msg.chat_id, handle["erased"])
 
-    def _note_erased(self, erased: list[tuple[bytes, bytes]]) -> None:
+    def _note_erased(self, keys: list[bytes]) -> None:
         with self._uncompacted_lock:
-            self._uncompacted += [key for _, key in erased]
+            self._uncompacted += keys
 
     def erasure_pending(self) -> bool:
         """Whether erased payloads may still be in the files (``compact_erased`` removes them)."""
@@ -211,15 +217,18 @@ class DeleteStore(MessageStore, MemberStore):
         keeps their payloads. (Without ``force`` RocksDB may move the file holding a payload
         to the last level untouched, beside the deletion.) One flush and one compaction for
         all the erasures since the last call — they cost ~0.1 s, so the node runs this in a
-        task of its own (``node/erasure.py``), never in the writer. Returns how many keys."""
+        task of its own (``node/erasure.py``), never in the writer. ``referred`` rows are keyed
+        by their target's messages key: the same range, to its last row. Returns how many
+        messages keys the range had."""
         with self._uncompacted_lock:
-            keys, self._uncompacted = sorted(self._uncompacted), []
+            keys, self._uncompacted = sorted(set(self._uncompacted)), []
         if not keys:
             return 0
         self.flush()
         options = CompactOptions()
         options.set_bottommost_level_compaction(BottommostLevelCompaction.force())
         self._cf["messages"].compact_range(keys[0], keys[-1] + b"\x00", options)
+        self._cf["referred"].compact_range(keys[0], referred_end(keys[-1]), options)
         return len(keys)
 
     def _deletes_of(self, chat_id: bytes) -> Iterator[MsgV1]:

@@ -180,23 +180,6 @@ class MessageView:
         return _order(self.msg)
 
 
-_new = object.__new__
-_SET_VIEW = tuple(MessageView.__dict__[name].__set__ for name in MessageView.__slots__)
-assert MessageView.__slots__ == ("msg", "edit", "reply_state", "reactions")
-
-
-def plain_view(msg: MsgV1) -> MessageView:
-    """``MessageView(msg)`` — nothing refers to it, not a reply — set through its slots: a
-    history page's common case, without the frozen dataclass's ``__init__``."""
-    view = _new(MessageView)
-    set_msg, set_edit, set_reply_state, set_reactions = _SET_VIEW
-    set_msg(view, msg)
-    set_edit(view, None)
-    set_reply_state(view, None)
-    set_reactions(view, {})
-    return view
-
-
 @dataclass(frozen=True, slots=True)
 class ChatView:
     items: list[MessageView | Tombstone]  # in (hlc, id) order

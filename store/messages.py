@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from rocksdict import WriteBatch
 
@@ -37,12 +37,13 @@ from store.keys import (
 from store.kinds import CHANGES_TARGET, CONTENT, position_of
 from store.merge import meta_after_messages
 from store.records import (
+    KIND_AT,
+    STAMP_AT,
     ChatMeta,
     MessageKind,
     MsgV1,
     check_payload_size,
     decode_msg,
-    kind_of,
 )
 
 DEFAULT_PAGE_LIMIT = 50
@@ -82,15 +83,25 @@ def _put_result(msg_id: bytes, seq: int, duplicate: bool, expired: bool = False)
     return result
 
 
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
+def _referred_value(target: bytes, referrer: bytes, encoded: bytes) -> bytes:
+    """A ``referred`` row's value: the referrer's bytes when its key sorts after its target's
+    (as every applying edit's does). Such a referrer expires no earlier than its target, and
+    the retention trim deletes the rows of expired targets, so the copy never outlives its
+    message; erasure deletes the row with the message. Else empty: a page reads the
+    referrer from ``messages``, where it may have expired first."""
+    return encoded if referrer > target else b""
+
+
+class StoredMessage(NamedTuple):
+    """A message of a history page. A tuple: ``range`` makes one per row with
+    ``tuple.__new__``, the cheapest object Python makes."""
+
     key: bytes
     seq: int
     msg: MsgV1
 
 
-_SET_STORED = tuple(StoredMessage.__dict__[name].__set__ for name in StoredMessage.__slots__)
-assert StoredMessage.__slots__ == ("key", "seq", "msg")
+_new_tuple = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +275,8 @@ class MessageStore(HiddenIndex):
         stored now (``new_keys``: id -> key) whose target in their chat is held, and for the
         held ones that refer to a content message stored now (``ref_targets`` says which
         have any, ``refs`` gives their keys). Keyed like the messages, it is read in step
-        with a page of the folded history (``store.views``)."""
+        with a page of the folded history (``store.views``); its value is the referrer's
+        bytes (``_referred_value``), so that page needs no second read."""
         referred = self._handle["referred"]
         referrers: list[tuple[MsgV1, bytes]] = []  # (an edit or reaction stored now, its ref)
         contents: list[MsgV1] = []  # content stored now
@@ -281,13 +293,16 @@ class MessageStore(HiddenIndex):
             for m, ref in referrers:
                 target = new_keys.get(ref) or held.get(ref)
                 if target is not None and target[:CHAT_ID_LEN] == m.chat_id:
-                    batch.put(target + new_keys[m.msg_id], b"", referred)
+                    key = new_keys[m.msg_id]
+                    batch.put(target + key, _referred_value(target, key, m.encoded), referred)
         marks = self.multi_get("ref_targets", [m.msg_id for m in contents])
         for m, mark in zip(contents, marks, strict=True):
             if mark is not None:  # referred to before it arrived
-                key = new_keys[m.msg_id]
-                for _, referrer in self.iter_prefix("refs", m.chat_id + m.msg_id):
-                    batch.put(key + referrer, b"", referred)
+                target = new_keys[m.msg_id]
+                keys = [key for _, key in self.iter_prefix("refs", m.chat_id + m.msg_id)]
+                for key, held_bytes in zip(keys, self.multi_get("messages", keys), strict=True):
+                    value = _referred_value(target, key, held_bytes or b"")
+                    batch.put(target + key, value, referred)
 
     def rebuild_reference_indexes(self, rows_per_batch: int = 10_000) -> None:
         """Index every held message that refers to another (``refs``, ``ref_targets``,
@@ -386,25 +401,20 @@ class MessageStore(HiddenIndex):
         items: list[StoredMessage] = []
         append = items.append
         max_payload = self.config.max_payload
-        set_key, set_seq, set_msg = _SET_STORED
         for key, value in rows:
             if len(items) == limit:
                 return RangePage(items, encode_cursor(items[-1].key))
+            if kinds is not None and value[KIND_AT[value[STAMP_AT]]] not in kinds:  # kind_of
+                continue
             if len(key) == MESSAGES_KEY_LEN:
                 seq = int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big")  # seq_of, inlined
             else:
                 seq = parse_key_messages(key)[2]  # raises: not a messages key
             if hidden and seq in hidden:
                 continue
-            if kinds is not None and kind_of(value) not in kinds:
-                continue
             # Our own rows, written by put_messages: decoded trusted (see decode_msg).
             msg = decode_msg(value, max_payload=max_payload, trusted=True)
-            item = _new(StoredMessage)  # StoredMessage(key, seq, msg), through its slots
-            set_key(item, key)
-            set_seq(item, seq)
-            set_msg(item, msg)
-            append(item)
+            append(_new_tuple(StoredMessage, (key, seq, msg)))
         return RangePage(items, None)
 
     # --- sync helpers (seed 002: Merkle rebuild, step 4, step 5) ---

@@ -338,19 +338,21 @@ class MsgV1:
 # MsgV1.encoded: array head, version, chat id (bytes(32)), then the sender behind a one-byte
 # head, then the stamp as a uint whose head byte says how long it is, then the kind.
 _SENDER_AT = 4 + CHAT_ID_LEN + 1
-_STAMP_AT = _SENDER_AT + USER_ID_LEN
+STAMP_AT = _SENDER_AT + USER_ID_LEN  # in a stored message's ``MsgV1.encoded``: the stamp's head
 _UINT_LENGTH = {24: 2, 25: 3, 26: 5, 27: 9}  # a uint's head byte -> bytes of head and value
+# the stamp's head byte -> where the kind byte is: ``kind_of`` without a call, for scans
+KIND_AT = tuple(STAMP_AT + _UINT_LENGTH.get(head, 1) for head in range(256))
 
 
 def sender_and_kind(encoded: bytes) -> tuple[bytes, int]:
     """The sender and kind byte of a stored message's ``MsgV1.encoded``, read in place: for
     scans over this replica's own rows that need no more than these (no decode)."""
-    return encoded[_SENDER_AT:_STAMP_AT], kind_of(encoded)
+    return encoded[_SENDER_AT:STAMP_AT], kind_of(encoded)
 
 
 def kind_of(encoded: bytes) -> int:
     """The kind byte of a stored message's ``MsgV1.encoded``, read in place."""
-    return encoded[_STAMP_AT + _UINT_LENGTH.get(encoded[_STAMP_AT], 1)]
+    return encoded[KIND_AT[encoded[STAMP_AT]]]
 
 
 def check_payload_size(payload: bytes, max_payload: int) -> None:

@@ -1,11 +1,13 @@
 """A chat's history as readers see it (MESSAGES.md): content messages with their current
 payload, edit mark, reactions and reply state, and the tombstones of deleted ones.
 
-``folded_range`` pages like ``range`` but over content messages (NEW, REPLY) only.
+``folded_range`` pages like ``range`` but over content messages (NEW, REPLY) only, and
+gives the views of the page's messages that the fold changes — edited, reacted to, or a
+reply — beside them: every other message is shown as stored, at no cost beyond ``range``.
 The edits and reactions of a page's messages come from one scan of ``referred`` (keyed
-target key | referrer key, so in the messages' order) over the page's key interval and one
-multi-get; most pages have few, and a message with none costs nothing more. Tombstones are
-given with the page whose HLC interval holds the deleted message's claimed stamp.
+target key | referrer key, so in the messages' order, and holding the referrers' bytes)
+over the page's key interval; most pages have few. Tombstones are given with the page
+whose HLC interval holds the deleted message's claimed stamp.
 """
 
 from __future__ import annotations
@@ -22,33 +24,31 @@ from store.kinds import (
     claims_of,
     delete_is_valid,
     latest_edit,
-    plain_view,
     reactions_of,
 )
 from store.messages import (
     DEFAULT_PAGE_LIMIT,
     Direction,
+    RangePage,
     StoredMessage,
 )
 from store.records import MessageKind, MsgV1, decode_msg
 
-
-@dataclass(frozen=True, slots=True)
-class FoldedMessage:
-    seq: int  # this node's local sequence number
-    view: MessageView
-
-
-_new = object.__new__
-_set_seq, _set_view = (FoldedMessage.__dict__[name].__set__ for name in FoldedMessage.__slots__)
-assert FoldedMessage.__slots__ == ("seq", "view")
+REPLY = MessageKind.REPLY
 
 
 @dataclass(frozen=True, slots=True)
 class FoldedPage:
-    items: list[FoldedMessage]
+    items: list[StoredMessage]  # the content messages, as ``range`` gives them
+    changed: dict[bytes, MessageView]  # messages key -> the view, where the fold changes it
     tombstones: list[Tombstone]  # deleted messages stamped within this page's interval
     next_cursor: str | None
+
+    def view(self, item: StoredMessage) -> MessageView:
+        return self.changed.get(item.key) or MessageView(item.msg)
+
+    def views(self) -> list[MessageView]:
+        return [self.view(item) for item in self.items]
 
 
 class ViewStore(AdmissionStore):
@@ -60,48 +60,48 @@ class ViewStore(AdmissionStore):
         direction: Direction = Direction.BACKWARD,
     ) -> FoldedPage:
         page = self.range(chat_id, cursor, limit, direction, kinds=CONTENT)
-        items, next_cursor = page.items, page.next_cursor
+        valid = self._valid_deletes(chat_id)
+        referrers = self._referrers(chat_id, page.items)
+        changed = {
+            key: self._view(msg, refs or [], valid)
+            for key, _, msg in page.items
+            if (refs := referrers.get(key)) is not None or msg.kind is REPLY
+        }
+        tombstones = self._tombstones(chat_id, valid, cursor, page, direction) if valid else []
+        return FoldedPage(page.items, changed, tombstones, page.next_cursor)
+
+    def _valid_deletes(self, chat_id: bytes) -> list[MsgV1]:
+        if chat_id not in self.delete_chats():
+            return []  # most chats, without a read
         is_admin = self.admins(chat_id)
-        valid = [d for d in self.deletes_of(chat_id) if delete_is_valid(d, is_admin)]
-        referrers = self._referrers(chat_id, items)
-        folded: list[FoldedMessage] = []
-        append = folded.append
-        for item in items:
-            msg, refs = item.msg, referrers.get(item.key)
-            if refs is None and msg.kind is MessageKind.NEW:
-                view = plain_view(msg)  # most messages: nothing refers to them
-            else:
-                view = self._view(msg, refs or [], valid)
-            entry = _new(FoldedMessage)  # FoldedMessage(item.seq, view), through its slots
-            _set_seq(entry, item.seq)
-            _set_view(entry, view)
-            append(entry)
-        start = None if cursor is None else _stamp(decode_cursor(cursor, MESSAGES_KEY_LEN, chat_id))
-        end = _stamp(items[-1].key) if next_cursor is not None else None
-        return FoldedPage(folded, self._tombstones(valid, start, end, direction), next_cursor)
+        return [d for d in self.deletes_of(chat_id) if delete_is_valid(d, is_admin)]
 
     def _referrers(self, chat_id: bytes, items: list[StoredMessage]) -> dict[bytes, list[MsgV1]]:
-        """The page's messages' key -> the shown edits and reactions that refer to them.
-        ``referred`` is keyed by target key, then referrer key: one scan over the page's key
-        interval and one multi-get find them all (most pages have few)."""
+        """The page's messages' key -> the shown edits and reactions that refer to them
+        (and maybe other keys of the page's interval — a hidden message's, or one the fold
+        skips — which the page never looks up). ``referred`` is keyed by target key, then
+        referrer key, and holds the referrer's bytes: one scan over the page's key interval
+        finds them all (most pages have few). A row without them (a referrer sorting before
+        its target) is read from ``messages``."""
         if not items:
             return {}
         low, high = sorted((items[0].key, items[-1].key))
-        on_page = {item.key for item in items}  # not a hidden message's, nor one the fold skips
-        rows = [
-            row
-            for row, _ in self.iter_range("referred", low, referred_end(high))
-            if row[:MESSAGES_KEY_LEN] in on_page
-        ]
-        if not rows:
-            return {}
-        hidden = self.hidden_seqs(chat_id)
+        hidden = self.hidden_seqs(chat_id)  # a referrer whose sender was not a member then
         out: dict[bytes, list[MsgV1]] = {}
-        found = self.multi_get("messages", [row[MESSAGES_KEY_LEN:] for row in rows])
-        for row, raw in zip(rows, found, strict=True):
-            if raw is None or seq_of(row) in hidden:
-                continue  # erased, or its sender was not a member then
-            out.setdefault(row[:MESSAGES_KEY_LEN], []).append(decode_msg(raw, trusted=True))
+        unread: list[bytes] = []  # rows without the bytes
+        for row, value in self.iter_range("referred", low, referred_end(high)):
+            if hidden and seq_of(row) in hidden:
+                continue
+            target = row[:MESSAGES_KEY_LEN]
+            if value:
+                out.setdefault(target, []).append(decode_msg(value, trusted=True))
+            else:
+                unread.append(row)
+        if unread:
+            held = self.multi_get("messages", [row[MESSAGES_KEY_LEN:] for row in unread])
+            for row, raw in zip(unread, held, strict=True):
+                if raw is not None:  # (None: erased or expired)
+                    out.setdefault(row[:MESSAGES_KEY_LEN], []).append(decode_msg(raw, trusted=True))
         return out
 
     def _view(self, msg: MsgV1, refs: list[MsgV1], valid: list[MsgV1]) -> MessageView:
@@ -109,7 +109,7 @@ class ViewStore(AdmissionStore):
         return MessageView(
             msg,
             latest_edit(msg, refs),
-            self._reply_state(msg, valid) if msg.kind is MessageKind.REPLY else None,
+            self._reply_state(msg, valid) if msg.kind is REPLY else None,
             reactions_of(r for r in refs if r.kind is MessageKind.REACTION),
         )
 
@@ -122,11 +122,18 @@ class ViewStore(AdmissionStore):
         return "deleted" if any(d.ref == ref for d in valid) else "unknown"
 
     def _tombstones(
-        self, valid: list[MsgV1], start: Hlc | None, end: Hlc | None, direction: Direction
+        self,
+        chat_id: bytes,
+        valid: list[MsgV1],
+        cursor: str | None,
+        page: RangePage,
+        direction: Direction,
     ) -> list[Tombstone]:
         """The first valid delete of each target not held whose claimed stamp is in this
         page: past the cursor's stamp (``start``), up to the last item's (``end``; None: to
         the chat's end) — each tombstone on exactly one page."""
+        start = None if cursor is None else _stamp(decode_cursor(cursor, MESSAGES_KEY_LEN, chat_id))
+        end = _stamp(page.items[-1].key) if page.next_cursor is not None else None
         first: dict[bytes, MsgV1] = {}
         for d in sorted(valid, key=lambda d: (d.hlc, d.msg_id)):
             assert d.ref is not None

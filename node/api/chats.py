@@ -48,7 +48,7 @@ async def history(
     folded = await trio.to_thread.run_sync(lambda: db.folded_range(chat, cursor, limit, direction))
     return HistoryOut(
         chat_id=chat.hex(),
-        messages=[folded_out(item) for item in folded.items],
+        messages=[folded_out(folded.view(item), item.seq) for item in folded.items],
         tombstones=[tombstone_out(t) for t in folded.tombstones],
         next_cursor=folded.next_cursor,
     )

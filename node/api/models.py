@@ -13,10 +13,9 @@ from pydantic import BaseModel, Field
 from store.authz import ChatProof, GroupProof
 from store.hlc import Hlc
 from store.inbox import ChatListItem
-from store.kinds import Tombstone
+from store.kinds import MessageView, Tombstone
 from store.reads import UNREAD_CAP
 from store.records import ChatKind, MemberInfo, MsgV1, Role
-from store.views import FoldedMessage
 
 MAX_OPS_PER_REQUEST = 1024
 UNREAD_DESCRIPTION = (
@@ -189,9 +188,8 @@ def message_out(m: MsgV1, seq: int) -> MessageOut:
     )  # fmt: skip
 
 
-def folded_out(item: FoldedMessage) -> MessageOut:
-    view = item.view
-    out = message_out(view.msg, item.seq)
+def folded_out(view: MessageView, seq: int) -> MessageOut:
+    out = message_out(view.msg, seq)
     out.edit = None if view.edit is None else message_out(view.edit, 0)
     out.reactions = {b64encode(k): [u.hex() for u in users] for k, users in view.reactions.items()}
     out.reply_state = view.reply_state

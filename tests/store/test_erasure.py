@@ -54,3 +54,28 @@ def test_a_delete_leaves_no_byte_of_the_payloads_on_disk(tmp_path: Path) -> None
         assert [db.get_message(m.msg_id) for m in (target, edit, reaction)] == [None] * 3
     for needle in needles:  # closing wrote nothing back
         assert files_holding(tmp_path, needle) == []
+
+
+def test_a_lying_delete_leaves_no_byte_of_the_reactions_it_erases(tmp_path: Path) -> None:
+    """A delete whose claims do not match its target erases only the reactions to that id
+    (MESSAGES.md): the target stays, and the reactions' bytes — also copied in the target's
+    ``referred`` rows — go from every file all the same."""
+    key = os.urandom(32)
+    target = MsgV1.create(KEYS[1], group_op(1, 1).chat_id, Hlc(100), b"stays")
+    reaction = MsgV1.create(
+        KEYS[2], target.chat_id, Hlc(120), reaction_payload(key), kind=MessageKind.REACTION,
+        ref=target.msg_id,
+    )  # fmt: skip
+    lie = Claims(reaction.sender, target.hlc, target.kind).encode()  # not the target's author
+    delete = MsgV1.create(
+        KEYS[2], target.chat_id, Hlc(200), lie, kind=MessageKind.DELETE, ref=target.msg_id
+    )
+    with ChatDb(CONFIG, path=tmp_path) as db:
+        replica = DbReplica(db)
+        replica.apply_ops([group_op(1, 1), group_op(2, 1), target, reaction])
+        db.flush()
+        assert files_holding(tmp_path, key)  # the control
+        replica.apply_ops([delete])
+        db.compact_erased()
+        assert files_holding(tmp_path, key) == []
+        assert db.get_message(target.msg_id) == target and db.get_message(reaction.msg_id) is None

@@ -29,7 +29,6 @@ from store.kinds import (
     erased_by,
     erases,
     fold_chat,
-    plain_view,
     reaction_payload,
 )
 
@@ -133,11 +132,6 @@ def test_a_hidden_edit_does_not_apply() -> None:
     e = edit(ALICE, 20, m, b"while removed")
     (item,) = fold_chat([m, e], [], no_admin, shown=lambda x: x != e).items
     assert isinstance(item, MessageView) and item.payload == b"first"
-
-
-def test_a_plain_view_is_the_view_of_a_message_nothing_refers_to() -> None:
-    m = post(ALICE, 10)
-    assert plain_view(m) == MessageView(m) == views([m]).items[0]
 
 
 # --- DELETE ---

@@ -252,8 +252,8 @@ def test_a_database_of_an_earlier_version_gets_its_indexes_and_previews(tmp_path
     ).encode()
     old.close()
     with ChatDb(small_config(path)) as db:
-        [item] = [i for i in db.folded_range(GROUP_CHAT).items if i.view.msg == first]
-        assert (item.view.payload, item.view.reactions) == (b"better", {b"+1": (CAROL,)})
+        [view] = [v for v in db.folded_range(GROUP_CHAT).views() if v.msg == first]
+        assert (view.payload, view.reactions) == (b"better", {b"+1": (CAROL,)})
         assert db.read_position(GROUP_CHAT, CAROL) == expected.read_positions[CAROL] == second.hlc
         assert db.load_meta(GROUP_CHAT).last_msg_id == second.msg_id
     with ChatDb(small_config(path)) as db:  # and once built, opened as any other

@@ -42,7 +42,7 @@ def test_every_page_in_order_and_each_tombstone_once(
         cursor = None
         while True:
             page = db.folded_range(GROUP_CHAT, cursor, limit, direction)
-            pages.append([item.view for item in page.items] + page.tombstones)
+            pages.append(page.views() + page.tombstones)
             if (cursor := page.next_cursor) is None:
                 break
     flat = sorted((item for page in pages for item in page), key=lambda item: item.order)
@@ -86,9 +86,9 @@ def test_only_edits_and_reactions_of_the_same_chat_fold_in(
         first, then = ([target], elsewhere) if target_first else (elsewhere, [target])
         for batch in (members + first, then, [here]):
             db.put_messages([m for m in batch if isinstance(m, MsgV1)])
-        [item] = db.folded_range(GROUP_CHAT).items
-    assert item.view.edit is None and item.view.payload == b"post 0"
-    assert item.view.reactions == {b"+1": (AUTHOR_IDS[2],)}  # this chat's reaction only
+        [view] = db.folded_range(GROUP_CHAT).views()
+    assert view.edit is None and view.payload == b"post 0"
+    assert view.reactions == {b"+1": (AUTHOR_IDS[2],)}  # this chat's reaction only
 
 
 def test_a_lying_delete_takes_the_reactions_but_the_authors_edit_stays(tmp_path: Path) -> None:
@@ -103,6 +103,28 @@ def test_a_lying_delete_takes_the_reactions_but_the_authors_edit_stays(tmp_path:
         replica = DbReplica(db)
         replica.apply_ops([group_op(1, 1), group_op(2, 1), target, edit, reaction])
         replica.apply_ops([delete])
-        [item] = db.folded_range(GROUP_CHAT).items
-    assert (item.view.payload, item.view.edited_at) == (b"post 0, edited", edit.hlc)
-    assert item.view.reactions == {}
+        [view] = db.folded_range(GROUP_CHAT).views()
+    assert (view.payload, view.edited_at) == (b"post 0, edited", edit.hlc)
+    assert view.reactions == {}
+
+
+@pytest.mark.parametrize("target_first", [True, False])
+def test_a_reaction_stamped_before_its_target_folds_in_and_expires_first(
+    tmp_path: Path, target_first: bool
+) -> None:
+    """A referrer that sorts before its target (a clock behind) may expire while the target
+    stays: its ``referred`` row holds no copy of it, so the page reads it from ``messages``
+    and, once the retention trim took it, no longer shows it — whichever arrived first."""
+    target = post(0)
+    early = about(MessageKind.REACTION, target, reaction_payload(b"+1"), -5, key=2)
+    later = about(MessageKind.REACTION, target, reaction_payload(b"ok"), 5, key=2)
+    with ChatDb(ChatDbConfig(block_cache_mb=8, memtable_mb=8), path=tmp_path) as db:
+        replica = DbReplica(db)
+        replica.apply_ops([group_op(1, 1), group_op(2, 1)])
+        for batch in ([target], [early, later]) if target_first else ([early, later], [target]):
+            replica.apply_ops(batch)
+        [view] = db.folded_range(GROUP_CHAT).views()
+        assert view.reactions == {b"+1": (AUTHOR_IDS[2],), b"ok": (AUTHOR_IDS[2],)}
+        db.range_delete_old_messages(GROUP_CHAT, early.hlc.physical_ms)  # not the target
+        [view] = db.folded_range(GROUP_CHAT).views()
+    assert view.msg == target and view.reactions == {b"ok": (AUTHOR_IDS[2],)}

@@ -99,7 +99,7 @@ def folded_walk(
     cursor = None
     while True:
         page = db.folded_range(chat, cursor, limit, direction)
-        out += [item.view for item in page.items] + page.tombstones
+        out += page.views() + page.tombstones
         if (cursor := page.next_cursor) is None:
             return sorted(out, key=lambda item: item.order)
 
