@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from store.access import Access, admissible, visible
 from store.deletes import DeleteStore
+from store.events import Event, EventKind
 from store.hlc import LOGICAL_BITS, Hlc
 from store.inbox import InboxStore
 from store.keys import key_hidden, key_messages, prefix_end, seq_of
@@ -176,6 +177,7 @@ class AdmissionStore(DeleteStore, InboxStore):
         hidden = self.hidden_seqs(chat_id)
         batch = self.new_batch()
         added: list[bytes] = []
+        events: list[Event] = []  # shown after all, or hidden now: for this node's event log
         hidden_cf = self._handle["hidden"]
         for key, value in self.iter_range("messages", start, prefix_end(chat_id)):
             msg = decode_msg(value, trusted=True)
@@ -186,12 +188,14 @@ class AdmissionStore(DeleteStore, InboxStore):
             shown = visible(msg, access[msg.sender])
             if shown and seq in hidden:
                 batch.delete(key_hidden(chat_id, seq), hidden_cf)
+                events.append((EventKind.MESSAGE, key))
             elif not shown and seq not in hidden:
                 added.append(key_hidden(chat_id, seq))
                 batch.put(added[-1], key, hidden_cf)
+                events.append((EventKind.HIDDEN, key))
         if batch.len() == 0:
             return False
-        self.write(batch)
+        self.write(batch, events)
         self._note_hidden_chats(added)
         return True
 

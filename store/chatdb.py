@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from store.feed import FeedStore
 from store.identity import IdentityStore
 from store.rocks import ChatDbConfig
-from store.views import ViewStore
 
 
-class ChatDb(ViewStore, IdentityStore):
-    """Seed 002's column families (its read progress gave way to signed receipts) and ten
+class ChatDb(FeedStore, IdentityStore):
+    """Seed 002's column families (its read progress gave way to signed receipts) and eleven
     more: the member ops, the hidden index, the messages waiting for their member op, the
     deletes and their sync index, references and the messages referred to, the erased ids,
-    the edits and reactions of each held message (``referred``), and the receipts.
+    the edits and reactions of each held message (``referred``), the receipts, and this
+    node's event log (``events``, read as users' feeds: ``store.feed``).
 
     Open with ``ChatDb(ChatDbConfig(path=...))`` or ``ChatDb(path=...)``; use as
     a context manager or call ``close()``. One writer at a time.

@@ -24,6 +24,7 @@ from typing import Any
 from rocksdict import BottommostLevelCompaction, CompactOptions, WriteBatch
 
 from store.authz import GroupProof
+from store.events import Event, EventKind
 from store.hlc import Hlc
 from store.keys import (
     CHAT_ID_LEN,
@@ -104,6 +105,7 @@ class DeleteStore(MessageStore, MemberStore):
         deletes_cf, seen_cf = self._handle["deletes"], self._handle["seen_delete"]
         new: list[bool] = []
         fresh: dict[bytes, MsgV1] = {}
+        events: list[Event] = []
         for d, seen in zip(deletes, held, strict=True):
             is_new = seen is None and d.msg_id not in fresh
             new.append(is_new)
@@ -113,9 +115,10 @@ class DeleteStore(MessageStore, MemberStore):
                 batch.put(key, d.encoded, deletes_cf)
                 batch.put(d.msg_id, key, seen_cf)
                 fresh[d.msg_id] = d
+                events.append((EventKind.DELETE, key))
         erased, rewrite = self._erase(list(fresh.values()), batch)
         if batch.len():
-            self.write(batch)
+            self.write(batch, events)
             self.delete_chats().update(d.chat_id for d in fresh.values())
         self._note_erased(rewrite)
         return new, [msg_id for msg_id, _ in erased]

@@ -11,11 +11,11 @@ nothing there.
 
 from __future__ import annotations
 
+from store.events import EventLog
 from store.keys import CHAT_ID_LEN, check_len
-from store.rocks import RocksBase
 
 
-class HiddenIndex(RocksBase):
+class HiddenIndex(EventLog):
     _hidden_chats: set[bytes] | None = None  # chats with a hidden message (loaded on first use)
 
     def hidden_chats(self) -> set[bytes]:

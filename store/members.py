@@ -21,6 +21,7 @@ from rocksdict import WriteBatch
 
 from store.access import MemberHistory
 from store.authz import ChatProof, DmProof
+from store.events import Event, EventKind, EventLog
 from store.hlc import Hlc
 from store.keys import (
     CHAT_ID_LEN,
@@ -41,7 +42,6 @@ from store.records import (
     decode_member_info,
     member_record_id,
 )
-from store.rocks import RocksBase
 
 HISTORY_CACHE = 1 << 16  # (chat, user) histories kept in memory
 _ADD, _REMOVE = b"\x01", b"\x00"  # a member_ops value: this flag, then the op's bytes
@@ -76,7 +76,7 @@ class MemberOpsApplied:
     toggled: list[tuple[bytes, bytes, bool]] = field(default_factory=list)
 
 
-class MemberStore(RocksBase):
+class MemberStore(EventLog):
     # --- the replicated ops ---
 
     def apply_member_ops(self, ops: list[MembershipOp]) -> MemberOpsApplied:
@@ -100,11 +100,13 @@ class MemberStore(RocksBase):
         if fresh:
             batch = self.new_batch()
             ops_cf, seen_cf = self._handle["member_ops"], self._handle["seen_member"]
+            events: list[Event] = []
             for op_id, (op, data) in fresh.items():
                 key = key_member_ops(op.chat_id, op.user_id, op.hlc.pack(), op_id)
                 flag = _ADD if op.action is MembershipAction.ADD else _REMOVE
                 batch.put(key, flag + data, ops_cf)
                 batch.put(op_id, key, seen_cf)
+                events.append((EventKind.MEMBER, key))
                 pair = (op.chat_id, op.user_id)
                 touched[pair] = min(touched.get(pair, op.hlc), op.hlc)
             histories = {pair: self.member_history(*pair) for pair in touched}
@@ -112,7 +114,7 @@ class MemberStore(RocksBase):
             touched = {pair: t for pair, t in touched.items() if histories[pair].adds}
             metas = self._dm_parties([op for op, _ in fresh.values()])
             states = [(op.chat_id, op.user_id, op.state()) for op, _ in fresh.values()]
-            self._fold_rows(states, batch, metas, toggled)
+            self._fold_rows(states, batch, metas, toggled, events)
             # written: the cached histories grow by the new ops (the next message reads them)
             for op, _ in fresh.values():
                 pair = (op.chat_id, op.user_id)
@@ -195,10 +197,11 @@ class MemberStore(RocksBase):
         batch: WriteBatch,
         metas: dict[bytes, ChatMeta],
         toggled: list[tuple[bytes, bytes, bool]] | None = None,
+        events: list[Event] | None = None,
     ) -> list[MemberChange]:
         """Join ``updates`` into the rows, add the writes to ``batch`` (with ``metas``, which
         it updates), and write it; ``toggled`` gets (chat, user, active) for each user who
-        became or stopped being active."""
+        became or stopped being active; ``events``: to log with it (store.events)."""
         keys = [key_members(chat, user) for chat, user, _ in updates]
         current: dict[bytes, MemberInfo | None] = {}
         for key, raw in zip(keys, self.multi_get("members", keys), strict=True):
@@ -228,7 +231,7 @@ class MemberStore(RocksBase):
         if batch.len() == 0:
             return changes
         self.put_metas(batch, metas)
-        self.write(batch)
+        self.write(batch, events or ())
         self.remember_meta(metas)
         return changes
 

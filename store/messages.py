@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from rocksdict import WriteBatch
 
 from store.errors import ClockDriftError, InvalidInput
+from store.events import Event, EventKind
 from store.hidden import HiddenIndex
 from store.hlc import Hlc
 from store.keys import (
@@ -176,7 +177,7 @@ class MessageStore(HiddenIndex):
             self._index_ref(msg, msg_id, key, seq, batch)
         batch.put(chat, meta.encode(), handle["chats_meta"])
         self._mark_referred(batch, [msg], {msg_id: key})
-        self.write(batch)
+        self.write(batch, [(EventKind.MESSAGE, key)])
         self.remember_one_meta(chat, meta)
         return _put_result(msg_id, seq, False)
 
@@ -213,6 +214,7 @@ class MessageStore(HiddenIndex):
         append = results.append
         new_keys: dict[bytes, bytes] = {}  # id -> messages key, of the messages stored here
         hidden_keys: list[bytes] = []
+        events: list[Event] = []  # the shown ones, for this node's event log
         expire = self.expire_before_ms
         set_msg_id, set_seq, set_duplicate, set_expired = _SET_RESULT
         for msg, msg_id, seen in zip(msgs, ids, already, strict=True):
@@ -240,10 +242,12 @@ class MessageStore(HiddenIndex):
             if hidden and msg_id in hidden:
                 hidden_keys.append(key_hidden(chat, seq))
                 put(hidden_keys[-1], key, self._handle["hidden"])
-            elif msg.kind in CONTENT and (
-                packed > state[1] or (packed == state[1] and msg_id > state[2])
-            ):
-                state[1], state[2] = packed, msg_id  # the newest shown content (hlc, id) so far
+            else:
+                events.append((EventKind.MESSAGE, key))
+                if msg.kind in CONTENT and (
+                    packed > state[1] or (packed == state[1] and msg_id > state[2])
+                ):
+                    state[1], state[2] = packed, msg_id  # the newest shown content so far
             new_keys[msg_id] = key
             put(key, msg.encoded, messages_cf)
             put(msg_id, key, seen_cf)
@@ -262,7 +266,7 @@ class MessageStore(HiddenIndex):
             }
             self.put_metas(batch, metas)
             self._mark_referred(batch, msgs, new_keys)
-            self.write(batch)
+            self.write(batch, events)
             self.remember_meta(metas)
             if hidden_keys:
                 self._note_hidden_chats(hidden_keys)

@@ -59,6 +59,7 @@ COLUMN_FAMILIES: dict[str, int | None] = {
     "erased": None,
     "referred": CHAT_ID_LEN,  # target key | referrer key: a held edit or reaction (views)
     "receipts": CHAT_ID_LEN + USER_ID_LEN,  # a chat's receipts by reader (store.reads)
+    "events": None,  # position -> kind | a record's key: this node's event log (store.events)
 }
 # CFs of earlier versions: dropped when a database that has them is opened.
 RETIRED_COLUMN_FAMILIES = ("user_read_progress",)  # local read seqs, before receipts

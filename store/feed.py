@@ -1,0 +1,90 @@
+"""A user's feed: this node's event log (``store.events``) as one user may read it.
+
+``feed(user, after)`` walks the log from a position and keeps the events of the chats
+the user may read now (``may_read``: an active member of a group, a party of a DM),
+and the member ops about the user anywhere — so a user removed from a group still
+learns it. It returns the records themselves, signed, as stored, and the position to
+go on from: the last one looked at, kept or not, so paging moves on through events of
+other users' chats. A message hidden or gone (erased, expired) by the time the feed is
+read is left out; its delete, or a HIDDEN event, says why.
+
+Events of a chat from before the user could read it are not given again when they
+become a member: the member event is their cue to page the chat's history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from store.events import EventKind
+from store.keys import CHAT_ID_LEN, USER_ID_LEN, seq_of
+from store.ops import MembershipOp, decode_membership_op
+from store.records import MsgV1, decode_msg
+from store.views import ViewStore
+
+FEED_SCAN = 4096  # events looked at per call, kept or not: a bound on one call's work
+
+
+@dataclass(frozen=True, slots=True)
+class FeedEvent:
+    position: int
+    kind: EventKind
+    chat_id: bytes
+    msg: MsgV1 | None = None  # MESSAGE, DELETE, HIDDEN (whose payload is not for readers)
+    member_op: MembershipOp | None = None  # MEMBER
+
+
+@dataclass(frozen=True, slots=True)
+class FeedPage:
+    events: list[FeedEvent]
+    position: int  # go on after this one (the last event looked at)
+
+
+class FeedStore(ViewStore):
+    def may_read(self, chat_id: bytes, user_id: bytes) -> bool:
+        """A chat's history is for its active members (a group's) or its two parties (a DM's)."""
+        parties = self.load_meta(chat_id).identity
+        if parties is not None and len(parties) == 2 * USER_ID_LEN:
+            return user_id in (parties[:USER_ID_LEN], parties[USER_ID_LEN:])
+        return self.is_member(chat_id, user_id)
+
+    def feed(self, user_id: bytes, after: int, limit: int, scan: int = FEED_SCAN) -> FeedPage:
+        """Up to ``limit`` of the user's events after position ``after``, looking at no more
+        than ``scan`` events of the log."""
+        readable: dict[bytes, bool] = {}
+        out: list[FeedEvent] = []
+        position = after
+        for position, kind, ref in self.events_after(after, scan):
+            chat = ref[:CHAT_ID_LEN]
+            if chat not in readable:
+                readable[chat] = self.may_read(chat, user_id)
+            event = self._feed_event(position, kind, ref, user_id, readable[chat])
+            if event is not None:
+                out.append(event)
+                if len(out) == limit:
+                    break
+        return FeedPage(out, position)
+
+    def _feed_event(
+        self, position: int, kind: EventKind, ref: bytes, user_id: bytes, readable: bool
+    ) -> FeedEvent | None:
+        chat = ref[:CHAT_ID_LEN]
+        if kind is EventKind.MEMBER:
+            raw = self.get("member_ops", ref)
+            if raw is None:
+                return None
+            op = decode_membership_op(raw[1:])
+            if not readable and op.user_id != user_id:
+                return None
+            return FeedEvent(position, kind, chat, member_op=op)
+        if not readable:
+            return None
+        if kind is EventKind.DELETE:
+            raw = self.get("deletes", ref)
+        else:  # MESSAGE, HIDDEN: held, and shown unless it is the HIDDEN event
+            raw = self.get("messages", ref)
+            if kind is EventKind.MESSAGE and seq_of(ref) in self.hidden_seqs(chat):
+                return None
+        if raw is None:
+            return None
+        return FeedEvent(position, kind, chat, msg=decode_msg(raw, trusted=True))
