@@ -447,7 +447,10 @@ def _offer(
     with httpx.Client(timeout=60) as http:
         after = _settled(http, cluster, before, accepted * (nodes - 1) if drained_at else None)
         debug = [
-            http.get(f"{n.url}/debug/latency", params={"arrivals": 1}).json() for n in cluster.nodes
+            http.get(
+                f"{n.url}/debug/latency", params={"arrivals": 1}, headers=n.admin_headers()
+            ).json()
+            for n in cluster.nodes
         ]
     converged = drained_at is not None and cluster.converged()
     load_start = plan.t0_ms / 1000

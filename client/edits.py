@@ -38,7 +38,7 @@ def edit(
     """Replace the text of one of your messages (in a DM: encrypted again to the other party)."""
     chat_id, target = parse_hex(chat, CHAT_ID_LEN, "--chat"), parse_hex(msg_id, MSG_ID_LEN, "id")
     key = load_key(key_file)
-    with clear_errors(), ChatsyncClient(node) as client:
+    with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         payload = content_payload(client, key, chat_id, text.encode())
         about(client, key, chat_id, target, MessageKind.EDIT, payload)
     console.print(f"edited {target.hex()}", soft_wrap=True)
@@ -54,7 +54,7 @@ def delete(
     Every node erases its text, its edits and its reactions; a tombstone stays."""
     chat_id, target = parse_hex(chat, CHAT_ID_LEN, "--chat"), parse_hex(msg_id, MSG_ID_LEN, "id")
     key = load_key(key_file)
-    with clear_errors(), ChatsyncClient(node) as client:
+    with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         msg = held_message(client, chat_id, target)
         about(client, key, chat_id, target, MessageKind.DELETE, Claims.of(msg).encode())
     console.print(f"deleted {target.hex()}", soft_wrap=True)
@@ -75,7 +75,7 @@ def react(
         payload = reaction_payload(reaction.encode(), retract=retract)
     except ValueError as exc:
         raise fail(str(exc)) from None
-    with clear_errors(), ChatsyncClient(node) as client:
+    with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         about(client, key, chat_id, target, MessageKind.REACTION, payload)
     console.print(f"{'retracted' if retract else 'reacted'} {reaction} on {target.hex()}")
 
@@ -92,7 +92,7 @@ def read(
     messages the same."""
     chat_id = parse_hex(chat, CHAT_ID_LEN, "--chat")
     key = load_key(key_file)
-    with clear_errors(), ChatsyncClient(node) as client:
+    with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         if msg_id is None:
             newest = client.history(chat_id, limit=1).messages
             if not newest:

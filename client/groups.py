@@ -150,7 +150,7 @@ def create(
     key = load_key(key_file)
     proof = new_group(key.signing_key, secrets.token_bytes(NONCE_LEN))
     chat_id = proof.chat_id()
-    with group_errors(), ChatsyncClient(node) as client:
+    with group_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         ops: list[Op] = [
             client.membership_op(
                 key.signing_key, chat_id, key.user_id, MembershipAction.ADD, Role.ADMIN,
@@ -178,7 +178,7 @@ def add(
     chat_id, user_id = chat_arg(chat), user_arg(user)
     key = load_key(key_file)
     role = Role.ADMIN if admin else Role.PARTICIPANT
-    with group_errors(), ChatsyncClient(node) as client:
+    with group_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         proof = post_member_op(
             client, key, chat_id, user_id, MembershipAction.ADD,
             role=role, grant=parse_grant(grant, key),
@@ -199,7 +199,7 @@ def remove(
     """Remove USER from the group (the creator, or an admin with --grant)."""
     chat_id, user_id = chat_arg(chat), user_arg(user)
     key = load_key(key_file)
-    with group_errors(), ChatsyncClient(node) as client:
+    with group_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         post_member_op(
             client, key, chat_id, user_id, MembershipAction.REMOVE, grant=parse_grant(grant, key)
         )
@@ -215,7 +215,7 @@ def leave(
     """Leave the group (anyone may)."""
     chat_id = chat_arg(chat)
     key = load_key(key_file)
-    with group_errors(), ChatsyncClient(node) as client:
+    with group_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         post_member_op(client, key, chat_id, key.user_id, MembershipAction.LEAVE)
     say(f"left group {chat_id.hex()}")
 
@@ -230,7 +230,7 @@ def print_grant(
     """Print USER's admin grant (creator only; posts nothing, and the same grant every time)."""
     chat_id, user_id = chat_arg(chat), user_arg(user)
     key = load_key(key_file)
-    with group_errors(), ChatsyncClient(node) as client:
+    with group_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         proof = group_proof(client, chat_id)
     if proof.creator != key.user_id:
         raise fail(f"only the group's creator ({proof.creator.hex()}) can grant admin")
@@ -240,13 +240,16 @@ def print_grant(
 @group_app.command("members")
 def members(
     chat: str = typer.Argument(..., metavar="CHAT", help="Chat id (hex)."),
-    key_file: str = typer.Option(None, "--key", help="Your key file, to mark you in the list."),
+    key_file: str = typer.Option(
+        DEFAULT_KEY_FILE, "--key", help="Your key file: to sign in (members read the list)."
+    ),
     node: str = NODE_OPTION,
 ) -> None:
     """The chat's active members: user, role (creator, admin, participant), when added (UTC)."""
     chat_id = chat_arg(chat)
-    me = load_key(key_file).user_id if key_file else None
-    with group_errors(), ChatsyncClient(node) as client:
+    key = load_key(key_file)
+    me = key.user_id
+    with group_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         proof = known_proof(client, chat_id)
         rows = client.member_list(chat_id)
     creator = proof.creator if isinstance(proof, GroupProof) else None

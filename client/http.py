@@ -27,11 +27,13 @@ from store.ops import (
     MembershipAction,
     MembershipOp,
     Op,
+    decode_membership_op,
     encode_op,
     op_kind,
     verify_identity,
 )
 from store.records import IdentityRecord, MessageKind, MsgV1, Role
+from store.signing import user_id_from_key
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,37 @@ def message_from_json(item: dict[str, Any]) -> Message:
     return Message(msg, int(item["seq"]), edit, reactions, item.get("reply_state"))
 
 
+@dataclass(frozen=True)
+class Event:
+    position: str  # a token: go on after this event
+    type: str  # message, delete, member, hidden
+    chat_id: bytes
+    msg: MsgV1 | None = None  # message, delete (checked)
+    member_op: MembershipOp | None = None  # member (checked)
+    msg_id: bytes | None = None  # hidden: the message no longer shown
+
+
+@dataclass(frozen=True)
+class Events:
+    events: list[Event]
+    next: str  # since= for the next call
+
+
+def event_from_json(item: dict[str, Any]) -> Event:
+    """Rebuild an event; InvalidInput if its record is forged or malformed."""
+    try:
+        chat = bytes.fromhex(item["chat_id"])
+        msg = None if item.get("message") is None else message_from_json(item["message"]).msg
+        member_op = None
+        if item.get("member_op") is not None:
+            member_op = decode_membership_op(b64decode(item["member_op"]))
+            member_op.verify()  # BadSignature (InvalidInput) if forged
+        hidden = None if item.get("msg_id") is None else bytes.fromhex(item["msg_id"])
+        return Event(str(item["position"]), str(item["type"]), chat, msg, member_op, hidden)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidInput(f"the node sent a malformed event: {exc}") from None
+
+
 def tombstone_from_json(item: dict[str, Any]) -> Tombstone:
     try:
         return Tombstone(
@@ -150,10 +183,25 @@ def tombstone_from_json(item: dict[str, Any]) -> Tombstone:
 
 
 class ChatsyncClient:
-    def __init__(self, base_url: str, *, timeout: float = 10.0) -> None:
+    """``key``: the user's, to sign in with (lazily, when a call needs a token: the chat list,
+    history, members, read state, events); ``device`` names this client in its delivery
+    state; ``admin_token``: the node's, for the partition switch."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = 10.0,
+        key: SigningKey | None = None,
+        device: str = "default",
+        admin_token: str | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
         self.clock = HlcClock()
+        self.key, self.device, self.admin_token = key, device, admin_token
+        self._token: str | None = None
+        self._token_expires_ms = 0
 
     def close(self) -> None:
         self._http.close()
@@ -183,6 +231,47 @@ class ChatsyncClient:
         except (ValueError, KeyError, TypeError):
             code, message = "http_error", response.text[:200] or response.reason_phrase
         raise ChatsyncClientError(response.status_code, code, message)
+
+    def sign_in(self) -> str:
+        """A token for ``key``'s user: sign this node's challenge (``node/auth.py``)."""
+        if self.key is None:
+            raise ChatsyncClientError(0, "no_key", "this call needs the user's key (--key)")
+        public = bytes(self.key.verify_key)
+        user = user_id_from_key(public)
+        issued = self._request("POST", "/auth/challenge", json={"user_id": user.hex()})
+        signature = self.key.sign(b64decode(issued["challenge"])).signature
+        body = {
+            "user_id": user.hex(), "public_key": public.hex(), "challenge": issued["challenge"],
+            "signature": b64encode(signature), "device": self.device,
+        }  # fmt: skip
+        result = self._request("POST", "/auth/token", json=body)
+        self._token, self._token_expires_ms = result["token"], int(result["expires_ms"])
+        return self._token
+
+    def token(self) -> str:
+        """A token good for at least another 30 s (signing in when there is none)."""
+        if self._token is None or self._token_expires_ms < time.time() * 1000 + 30_000:
+            return self.sign_in()
+        return self._token
+
+    def _signed(self, method: str, path: str, **kwargs: Any) -> Any:
+        """``_request`` with the user's token; signs in again once if the node forgot it (a
+        restart with a new secret) or it expired."""
+        for attempt in (1, 2):
+            headers = {"authorization": f"Bearer {self.token()}"}
+            try:
+                return self._request(method, path, headers=headers, **kwargs)
+            except ChatsyncClientError as exc:
+                if attempt == 2 or exc.code not in ("bad_token", "token_expired"):
+                    raise
+                self._token = None
+        raise AssertionError("unreachable")
+
+    def _admin(self, method: str, path: str, **kwargs: Any) -> Any:
+        if self.admin_token is None:
+            raise ChatsyncClientError(0, "no_token", "this call needs the node's admin token")
+        headers = {"authorization": f"Bearer {self.admin_token}"}
+        return self._request(method, path, headers=headers, **kwargs)
 
     def now(self) -> Hlc:
         """The next stamp of this client's HLC (wall clock)."""
@@ -250,7 +339,7 @@ class ChatsyncClient:
             kind=MessageKind.READ_RECEIPT, ref=target.msg_id,
         )  # fmt: skip
         path = f"/users/{receipt.sender.hex()}/chats/{target.chat_id.hex()}/read"
-        result: dict[str, Any] = self._request(
+        result: dict[str, Any] = self._signed(
             "PUT", path, json={"receipt": b64encode(receipt.encoded)}
         )
         return result
@@ -268,7 +357,7 @@ class ChatsyncClient:
         params: dict[str, Any] = {"limit": limit, "direction": direction}
         if cursor is not None:
             params["cursor"] = cursor
-        result = self._request("GET", f"/chats/{chat_id.hex()}/messages", params=params)
+        result = self._signed("GET", f"/chats/{chat_id.hex()}/messages", params=params)
         return HistoryPage(
             [message_from_json(item) for item in result["messages"]],
             result["next_cursor"],
@@ -279,7 +368,7 @@ class ChatsyncClient:
         """One message of the chat as stored (checked), or None if the node does not hold it."""
         path = f"/chats/{chat_id.hex()}/messages/{msg_id.hex()}"
         try:
-            item = self._request("GET", path)
+            item = self._signed("GET", path)
         except ChatsyncClientError as exc:
             if exc.status == 404:
                 return None
@@ -295,25 +384,25 @@ class ChatsyncClient:
         params: dict[str, Any] = {"limit": limit}
         if cursor is not None:
             params["cursor"] = cursor
-        result: dict[str, Any] = self._request(
+        result: dict[str, Any] = self._signed(
             "GET", f"/users/{user_id.hex()}/chats", params=params
         )
         return result
 
     def read_state(self, user_id: bytes, chat_id: bytes) -> dict[str, Any]:
         """The user's read position in the chat and their unread count."""
-        result: dict[str, Any] = self._request(
+        result: dict[str, Any] = self._signed(
             "GET", f"/users/{user_id.hex()}/chats/{chat_id.hex()}/read"
         )
         return result
 
     def members(self, chat_id: bytes) -> list[bytes]:
-        result = self._request("GET", f"/chats/{chat_id.hex()}/members")
+        result = self._signed("GET", f"/chats/{chat_id.hex()}/members")
         return [bytes.fromhex(m["user_id"]) for m in result["members"]]
 
     def member_list(self, chat_id: bytes) -> list[Member]:
         """The active members with their role and when they were added."""
-        result = self._request("GET", f"/chats/{chat_id.hex()}/members")
+        result = self._signed("GET", f"/chats/{chat_id.hex()}/members")
         return [
             Member(bytes.fromhex(m["user_id"]), Role[m["role"].upper()], hlc_of(m["added_at"]))
             for m in result["members"]
@@ -344,6 +433,22 @@ class ChatsyncClient:
         """The user's verified identity document (keys); BadSignature if the node's is forged."""
         record = self.get_identity(user_id)
         return None if record is None else verify_identity(record)
+
+    def events(self, user_id: bytes, since: str | None = None, limit: int = 100) -> Events:
+        """The user's events after ``since`` (a ``next`` of an earlier call), in the order the
+        node committed them; each record rebuilt and checked."""
+        params: dict[str, Any] = {"limit": limit}
+        if since is not None:
+            params["since"] = since
+        result = self._signed("GET", f"/users/{user_id.hex()}/events", params=params)
+        return Events([event_from_json(e) for e in result["events"]], result["next"])
+
+    def block(self, peer_id: str) -> list[str]:
+        """Partition switch: the node drops this peer's traffic (admin token)."""
+        return list(self._admin("POST", "/admin/block", json={"peer_id": peer_id})["blocked"])
+
+    def unblock(self, peer_id: str) -> list[str]:
+        return list(self._admin("POST", "/admin/unblock", json={"peer_id": peer_id})["blocked"])
 
     def status(self) -> dict[str, Any]:
         result: dict[str, Any] = self._request("GET", "/status")

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from node.auth import ADMIN_FILE
 from store.ops import Op, encode_op, op_kind
 
 
@@ -64,6 +65,11 @@ class NodeProcess:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
+
+    def admin_headers(self) -> dict[str, str]:
+        """The node's admin token (``admin.token`` beside its database) as a header."""
+        token = (self.data / ADMIN_FILE).read_text().strip()
+        return {"authorization": f"Bearer {token}"}
 
     @property
     def multiaddr(self) -> str:
@@ -225,15 +231,17 @@ class Cluster:
 
     def partition(self, index: int) -> None:
         """Cut node ``index`` off: it and every other node drop each other's traffic."""
-        victim = self.nodes[index]
-        for node in self.nodes:
-            if node.index != index and node.alive:
-                self.http.post(f"{node.url}/admin/block", json={"peer_id": victim.peer_id})
-                self.http.post(f"{victim.url}/admin/block", json={"peer_id": node.peer_id})
+        self._switch("block", index)
 
     def heal(self, index: int) -> None:
+        self._switch("unblock", index)
+
+    def _switch(self, what: str, index: int) -> None:
         victim = self.nodes[index]
         for node in self.nodes:
             if node.index != index and node.alive:
-                self.http.post(f"{node.url}/admin/unblock", json={"peer_id": victim.peer_id})
-                self.http.post(f"{victim.url}/admin/unblock", json={"peer_id": node.peer_id})
+                for at, peer in ((node, victim), (victim, node)):
+                    self.http.post(
+                        f"{at.url}/admin/{what}", json={"peer_id": peer.peer_id},
+                        headers=at.admin_headers(),
+                    ).raise_for_status()  # fmt: skip

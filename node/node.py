@@ -18,11 +18,14 @@ import random
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
 
+from node.auth import ADMIN_FILE, Authenticator, load_or_create_secrets
 from node.clock import Clock
+from node.commits import CommitSignal
 from node.config import NodeConfig
 from node.erasure import compact_erasures
 from node.errors import dialling
@@ -114,7 +117,10 @@ class Node:
                 )  # fmt: skip
                 await writer_nursery.start(services.writer.run)
                 try:
-                    running = RunningNode(cfg, services, host, pubsub)
+                    secret, admin_token = load_or_create_secrets(Path(cfg.data))
+                    auth = Authenticator(secret, host.get_id().to_bytes(), now_ms=clock.wall_ms)
+                    commits = CommitSignal(replica.db, trio.lowlevel.current_trio_token())
+                    running = RunningNode(cfg, services, host, pubsub, auth, admin_token, commits)
                     async with trio.open_nursery() as nursery:
                         await nursery.start(running.serve, self._stop.wait)
                         task_status.started(running)
@@ -127,9 +133,19 @@ class Node:
 class RunningNode:
     """A started node: its services, its libp2p host and pubsub, its peer manager."""
 
-    def __init__(self, config: NodeConfig, services: Services, host: Any, pubsub: Any) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        services: Services,
+        host: Any,
+        pubsub: Any,
+        auth: Authenticator,
+        admin_token: str,
+        commits: CommitSignal,
+    ) -> None:
         self.config = config
         self.services = services
+        self.auth, self.admin_token, self.commits = auth, admin_token, commits
         self.host = host
         self.pubsub = pubsub
         self.peer_id: str = host.get_id().to_base58()
@@ -172,6 +188,7 @@ class RunningNode:
                 from node.api import serve_http  # loads FastAPI: only when serving
 
                 await nursery.start(serve_http, self, cfg.http_host_port, shutdown_trigger)
+                log.info("admin token: %s", Path(cfg.data) / ADMIN_FILE)
             log.info("node %s listening on %s", self.peer_id, ", ".join(self.listen_addrs))
             task_status.started()
 

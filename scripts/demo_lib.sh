@@ -144,15 +144,20 @@ start_nodes() {
     done
 }
 
+# POST /admin/{block|unblock} to node I with its admin token (beside its database).
+admin_call() { # NODE_INDEX block|unblock PEER_ID
+    curl -sf --max-time 5 -H 'content-type: application/json' \
+        -H "authorization: Bearer $(cat "$WORK/node$1/admin.token")" \
+        -d "{\"peer_id\": \"$3\"}" "${URLS[$1]}/admin/$2" >/dev/null
+}
+
 # The partition switch (the same calls as cluster/local.py's partition/heal).
 switch() { # block|unblock NODE_INDEX
     local what=$1 victim=$2 i
     for i in "${!URLS[@]}"; do
         ((i == victim)) && continue
-        curl -sf --max-time 5 -H 'content-type: application/json' \
-            -d "{\"peer_id\": \"${PEER_IDS[$victim]}\"}" "${URLS[$i]}/admin/$what" >/dev/null
-        curl -sf --max-time 5 -H 'content-type: application/json' \
-            -d "{\"peer_id\": \"${PEER_IDS[$i]}\"}" "${URLS[$victim]}/admin/$what" >/dev/null
+        admin_call "$i" "$what" "${PEER_IDS[$victim]}"
+        admin_call "$victim" "$what" "${PEER_IDS[$i]}"
     done
 }
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from store.events import EventKind
+from store.events import POSITION_LEN, EventKind
 from store.keys import CHAT_ID_LEN, USER_ID_LEN, seq_of
 from store.ops import MembershipOp, decode_membership_op
 from store.records import MsgV1, decode_msg
@@ -47,6 +47,23 @@ class FeedStore(ViewStore):
         if parties is not None and len(parties) == 2 * USER_ID_LEN:
             return user_id in (parties[:USER_ID_LEN], parties[USER_ID_LEN:])
         return self.is_member(chat_id, user_id)
+
+    def acknowledge(self, user_id: bytes, device: str, position: int) -> None:
+        """The device has the user's feed up to ``position`` (never moves back). A local
+        view, not replicated: written here, outside the writer, like the chat lists' reads."""
+        key = user_id + device.encode()
+        held = self.get("delivered", key)
+        if held is None or int.from_bytes(held, "big") < position:
+            batch = self.new_batch()
+            batch.put(key, position.to_bytes(POSITION_LEN, "big"), self._handle["delivered"])
+            self.write(batch)
+
+    def delivered(self, user_id: bytes) -> dict[str, int]:
+        """Device -> the position it acknowledged last."""
+        return {
+            key[USER_ID_LEN:].decode(errors="replace"): int.from_bytes(value, "big")
+            for key, value in self.iter_prefix("delivered", user_id)
+        }
 
     def feed(self, user_id: bytes, after: int, limit: int, scan: int = FEED_SCAN) -> FeedPage:
         """Up to ``limit`` of the user's events after position ``after``, looking at no more

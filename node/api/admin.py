@@ -1,4 +1,4 @@
-"""The node itself: the partition switch, status, metrics, liveness."""
+"""The node itself: the partition switch (admin token), status, metrics, liveness."""
 
 from __future__ import annotations
 
@@ -7,19 +7,21 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
+from node.api.auth import ADMIN
+from node.api.errors import ERRORS
 from node.api.interface import NodeDep
 from node.api.models import PeerIn
 
 router = APIRouter()
 
 
-@router.post("/admin/block")
+@router.post("/admin/block", dependencies=ADMIN, responses=ERRORS)
 async def block_peer(body: PeerIn, node: NodeDep) -> dict[str, Any]:
     """Partition switch: drop this peer's traffic (gossip, sync, connections)."""
     return {"blocked": await node.block_peer(body.peer_id)}
 
 
-@router.post("/admin/unblock")
+@router.post("/admin/unblock", dependencies=ADMIN, responses=ERRORS)
 async def unblock_peer(body: PeerIn, node: NodeDep) -> dict[str, Any]:
     return {"blocked": node.unblock_peer(body.peer_id)}
 

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
-from node.api import admin, chats, debug, identity, ops, users
+from node.api import admin, auth, chats, debug, events, identity, ops, users
 from node.api.body_limit import MAX_BODY_BYTES, BodyLimit
 from node.api.errors import install_error_handlers
 from node.api.interface import NodeApi
@@ -28,7 +28,7 @@ def create_app(node: NodeApi) -> FastAPI:
     app.state.node = node
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     install_error_handlers(app)
-    for module in (ops, admin, chats, users, identity, debug):
+    for module in (ops, auth, admin, chats, users, events, identity, debug):
         app.include_router(module.router)
     return app
 
@@ -45,5 +45,6 @@ async def serve_http(
     config.bind = [f"{host}:{port}"]
     config.accesslog = None
     config.errorlog = None
+    config.websocket_max_message_size = 64 * 1024  # a stream's client sends acks only
     app: Any = create_app(node)  # an ASGI app; hypercorn's type for it is narrower than FastAPI's
     await serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)

@@ -1,10 +1,14 @@
-"""A chat's history, members and proof (reads, in a worker thread: RocksDB calls block)."""
+"""A chat's history, members and proof (reads, in a worker thread: RocksDB calls block).
+
+History and members are for those who may read the chat (a token: ``node/api/auth.py``);
+the proof is open — a client needs it to sign member ops before it is a member."""
 
 from __future__ import annotations
 
 import trio
 from fastapi import APIRouter, Query
 
+from node.api.auth import Signed, as_reader
 from node.api.decode import chat_param, msg_id_param
 from node.api.errors import ERRORS, NotFound
 from node.api.interface import NodeDep
@@ -29,6 +33,7 @@ router = APIRouter()
 async def history(
     chat_id: str,
     node: NodeDep,
+    who: Signed,
     cursor: str | None = Query(None, max_length=128, description="next_cursor of a page"),
     limit: int = Query(DEFAULT_PAGE_LIMIT, description=f"1..{MAX_PAGE_LIMIT}"),
     direction: Direction = Query(Direction.BACKWARD, description="backward: newest first"),
@@ -37,6 +42,7 @@ async def history(
     """One page of a chat's history in (HLC, local seq) order: as readers see it (MESSAGES.md:
     messages with their latest edit, reactions and reply state; tombstones), or ``raw``."""
     chat = chat_param(chat_id)
+    await as_reader(node, who, chat)
     db = node.db
     if raw:
         page = await trio.to_thread.run_sync(lambda: db.range(chat, cursor, limit, direction))
@@ -55,10 +61,11 @@ async def history(
 
 
 @router.get("/chats/{chat_id}/messages/{msg_id}", responses=ERRORS)
-async def one_message(chat_id: str, msg_id: str, node: NodeDep) -> MessageOut:
+async def one_message(chat_id: str, msg_id: str, node: NodeDep, who: Signed) -> MessageOut:
     """One message of the chat as stored (signed: a client checks it), e.g. to quote its
     sender, stamp and kind in a delete. 404 ``not_found``: not held here (or erased)."""
     chat, wanted = chat_param(chat_id), msg_id_param(msg_id)
+    await as_reader(node, who, chat)
     msg = await trio.to_thread.run_sync(node.db.get_message, wanted)
     if msg is None or msg.chat_id != chat:
         raise NotFound("not_found", f"this node holds no message {msg_id} in chat {chat_id}")
@@ -66,9 +73,10 @@ async def one_message(chat_id: str, msg_id: str, node: NodeDep) -> MessageOut:
 
 
 @router.get("/chats/{chat_id}/members", responses=ERRORS)
-async def members(chat_id: str, node: NodeDep) -> MembersOut:
+async def members(chat_id: str, node: NodeDep, who: Signed) -> MembersOut:
     """The chat's active members (the CRDT rows whose last add beats their last remove)."""
     chat = chat_param(chat_id)
+    await as_reader(node, who, chat)
     rows = await trio.to_thread.run_sync(node.db.list_members_with_info, chat)
     return MembersOut(chat_id=chat.hex(), members=[member_out(user, info) for user, info in rows])
 

@@ -14,12 +14,14 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from node.api.auth import ADMIN
+from node.api.errors import ERRORS
 from node.api.interface import NodeDep
 
 router = APIRouter()
 
 
-@router.get("/debug/latency")
+@router.get("/debug/latency", dependencies=ADMIN, responses=ERRORS)
 async def debug_latency(node: NodeDep, arrivals: bool = False) -> dict[str, Any]:
     """Gossip latency quantiles (ms); with ?arrivals=1 the per-op arrival log."""
     body: dict[str, Any] = {"quantiles": node.metrics.latency_quantiles()}

@@ -11,7 +11,10 @@ drift, user mismatch, unauthorized membership) 422, a message from a sender remo
 its chat at its stamp 403 (``not_a_member``), an edit or delete the sender may not make 403
 (``not_author``, ``not_allowed``; MESSAGES.md), a reference to another chat or a delete
 whose claims contradict its target 422 (``ref_other_chat``, ``bad_claims``), an edit,
-reaction or re-post of a deleted message 410 (``deleted``). A read receipt that is another
+reaction or re-post of a deleted message 410 (``deleted``), as is an events token this node's
+log cannot go on from (``foreign_token``, ``unknown_position``). Who is asking (sign-in,
+tokens: ``node/api/auth.py``): 401 ``no_token``, ``bad_token``, ``token_expired`` and the
+sign-in codes, 403 ``wrong_user``, ``not_a_member``, ``not_admin``. A read receipt that is another
 user's is 403 (``not_your_receipt``); one that is not a receipt, is for another chat than
 the URL's, or misstates its message's stamp 422 (``not_a_receipt``, ``wrong_chat``,
 ``bad_position``); one not ahead of the reader's known position 409 (``receipt_backwards``). An
@@ -33,6 +36,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from node.api.interface import node_of
 from node.api.models import ErrorOut
+from node.auth import AuthRefused
 from node.limits import StorageFull
 from store.errors import InvalidInput
 
@@ -45,9 +49,11 @@ UNPROCESSABLE_REASONS = {
 }  # fmt: skip
 FORBIDDEN_REASONS = {"not_a_member", "not_author", "not_allowed", "not_your_receipt"}
 CONFLICT_REASONS = {"receipt_backwards"}
+GONE_REASONS = {"deleted", "foreign_token", "unknown_position"}
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (400, 403, 404, 409, 410, 413, 422, 429, 503, 507)
+    status: {"model": ErrorOut}
+    for status in (400, 401, 403, 404, 409, 410, 413, 422, 429, 503, 507)
 }
 
 
@@ -70,7 +76,7 @@ def status_for(reason: str) -> int:
         return 429
     if reason in FORBIDDEN_REASONS:
         return 403
-    if reason == "deleted":
+    if reason in GONE_REASONS:
         return 410
     if reason in CONFLICT_REASONS:
         return 409
@@ -106,6 +112,10 @@ async def http_error(request: Request, exc: StarletteHTTPException) -> JSONRespo
     return refused(request, exc.status_code, code, str(exc.detail))
 
 
+async def auth_refused(request: Request, exc: AuthRefused) -> JSONResponse:
+    return refused(request, exc.status, exc.code, str(exc))
+
+
 async def not_found(request: Request, exc: NotFound) -> JSONResponse:
     return refused(request, 404, exc.code, str(exc))
 
@@ -132,6 +142,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, invalid_request)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
     app.add_exception_handler(NotFound, not_found)  # type: ignore[arg-type]
+    app.add_exception_handler(AuthRefused, auth_refused)  # type: ignore[arg-type]
     app.add_exception_handler(trio.WouldBlock, busy)  # type: ignore[arg-type]
     app.add_exception_handler(StorageFull, disk_full)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, bug)  # a bug: 500, logged, the node serves on

@@ -10,7 +10,10 @@ from __future__ import annotations
 from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Request
+from fastapi.requests import HTTPConnection
 
+from node.auth import Authenticator
+from node.commits import CommitSignal
 from node.intake import Submitted
 from node.metrics import Metrics
 from store.chatdb import ChatDb
@@ -28,6 +31,19 @@ class NodeApi(Protocol):
 
     @property
     def max_payload(self) -> int: ...
+
+    @property
+    def auth(self) -> Authenticator:
+        """Sign-in and user tokens (node/auth.py)."""
+        ...
+
+    @property
+    def admin_token(self) -> str: ...
+
+    @property
+    def commits(self) -> CommitSignal:
+        """Wakes event streams when the store logs events."""
+        ...
 
     async def submit_ops(self, ops: list[Op], *, wait_for_room: bool = True) -> Submitted:
         """Validate, write and gossip; per op, whether it was new and whether it waits for
@@ -47,8 +63,8 @@ class NodeApi(Protocol):
         ...
 
 
-def node_of(request: Request) -> NodeApi:
-    node: NodeApi = request.app.state.node
+def node_of(connection: HTTPConnection) -> NodeApi:
+    node: NodeApi = connection.app.state.node
     return node
 
 

@@ -171,6 +171,49 @@ class IdentityPutOut(BaseModel):
     new: bool = Field(description="did the record replace what this node had")
 
 
+class ChallengeIn(BaseModel):
+    user_id: str = Field(description="who signs in, hex")
+
+
+class ChallengeOut(BaseModel):
+    challenge: str = Field(description="the bytes to sign with the user's key, URL-safe base64")
+    expires_ms: int
+
+
+class TokenIn(BaseModel):
+    user_id: str
+    public_key: str = Field(description="the user's ed25519 public key, hex")
+    challenge: str = Field(description="as POST /auth/challenge gave it", max_length=256)
+    signature: str = Field(description="ed25519 over the challenge's bytes, base64", max_length=128)
+    device: str = Field("default", max_length=32, description="names this client (delivery)")
+
+
+class TokenOut(BaseModel):
+    token: str = Field(description="Authorization: Bearer <token> (or ?access_token=)")
+    user_id: str
+    device: str
+    expires_ms: int
+
+
+class EventOut(BaseModel):
+    position: str = Field(description="resume after this event: ?since=<position>")
+    type: Literal["message", "delete", "member", "hidden"]
+    chat_id: str
+    message: MessageOut | None = Field(None, description="message, delete: the signed record")
+    member_op: str | None = Field(None, description="member: the signed op, base64 (POST /ops)")
+    msg_id: str | None = Field(None, description="hidden: the message no longer shown")
+
+
+class EventsOut(BaseModel):
+    events: list[EventOut]
+    next: str = Field(description="the token to go on from (?since=)")
+
+
+class DeliveryOut(BaseModel):
+    user_id: str
+    devices: dict[str, str] = Field(description="device -> the token it acknowledged last")
+
+
 class ErrorOut(BaseModel):
     code: str
     message: str

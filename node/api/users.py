@@ -9,6 +9,7 @@ from __future__ import annotations
 import trio
 from fastapi import APIRouter, Query, Response
 
+from node.api.auth import Signed, as_user
 from node.api.decode import chat_param, decode_receipt_in, user_param
 from node.api.errors import ERRORS
 from node.api.interface import NodeDep
@@ -24,11 +25,13 @@ router = APIRouter()
 async def chats(
     user_id: str,
     node: NodeDep,
+    who: Signed,
     cursor: str | None = Query(None, max_length=128, description="next_cursor of a page"),
     limit: int = Query(DEFAULT_PAGE_LIMIT, description=f"1..{MAX_PAGE_LIMIT}"),
 ) -> ChatsOut:
     """The user's chats, most recent first, with unread counts."""
     user = user_param(user_id)
+    as_user(who, user)
     page = await trio.to_thread.run_sync(lambda: node.db.list_user_chats(user, cursor, limit))
     return ChatsOut(
         user_id=user.hex(),
@@ -38,22 +41,24 @@ async def chats(
 
 
 @router.get("/users/{user_id}/chats/{chat_id}/read", responses=ERRORS)
-async def get_read(user_id: str, chat_id: str, node: NodeDep) -> ReadOut:
+async def get_read(user_id: str, chat_id: str, node: NodeDep, who: Signed) -> ReadOut:
     """How far the user has read in the chat, by their receipts, and what is unread."""
     user, chat = user_param(user_id), chat_param(chat_id)
+    as_user(who, user)
     position, unread = await trio.to_thread.run_sync(read_state, node.db, user, chat)
     return read_out(user, chat, position, unread, moved=None)
 
 
 @router.put("/users/{user_id}/chats/{chat_id}/read", responses={**ERRORS, 202: {"model": ReadOut}})
 async def put_read(
-    user_id: str, chat_id: str, body: ReadIn, node: NodeDep, response: Response
+    user_id: str, chat_id: str, body: ReadIn, node: NodeDep, who: Signed, response: Response
 ) -> ReadOut:
     """Move the read position: a READ_RECEIPT signed by the user, stored and synced like any
     message. Refused: another user's receipt (403 ``not_your_receipt``), one not ahead of
     the known position (409 ``receipt_backwards``). 202 if the user is not known to be a member
     yet (the receipt waits for the member op, as a post does)."""
     user, chat = user_param(user_id), chat_param(chat_id)
+    as_user(who, user)
     receipt = decode_receipt_in(user, chat, body, max_payload=node.max_payload)
     submitted = await node.submit_ops([receipt], wait_for_room=False)
     if submitted.waiting[0]:
