@@ -38,7 +38,10 @@ async def test_dm_is_encrypted_end_to_end_through_the_node(tmp_path: Path) -> No
         url = url_of(http)
 
         def converse() -> tuple[bytes, list[bytes], list[Any], dict[str, Any]]:
-            with ChatsyncClient(url) as client:
+            with (
+                ChatsyncClient(url, key=ALICE.signing_key) as client,
+                ChatsyncClient(url, key=BOB.signing_key) as bob,
+            ):
                 assert client.get_identity(BOB.user_id) is None
                 client.put_identity(BOB.identity(client.now()))
                 client.put_identity(ALICE.identity(client.now()))
@@ -61,7 +64,7 @@ async def test_dm_is_encrypted_end_to_end_through_the_node(tmp_path: Path) -> No
                     extra_ops=joins,
                 )
                 # first contact: the members came with the message, so Bob's list has the chat
-                [entry] = client.chats(BOB.user_id)["chats"]
+                [entry] = bob.chats(BOB.user_id)["chats"]
                 assert (entry["kind"], entry["unread"], entry["last_sender"]) == (
                     "dm", 1, ALICE.user_id.hex(),
                 )  # fmt: skip
@@ -73,7 +76,7 @@ async def test_dm_is_encrypted_end_to_end_through_the_node(tmp_path: Path) -> No
                 page = client.history(chat, direction="forward")
                 assert page.messages[0].msg == sent
                 payloads = [m.msg.payload for m in page.messages]
-                return chat, payloads, client.members(chat), client.chats(BOB.user_id)
+                return chat, payloads, client.members(chat), bob.chats(BOB.user_id)
 
         _, payloads, members, bob_chats = await trio.to_thread.run_sync(converse)
         assert b"hi bob" not in payloads[0] and b"hi alice" not in payloads[1]  # stored sealed
@@ -103,6 +106,7 @@ def run_cli(*args: str) -> Any:
 
 async def test_cli_keygen_send_dm_history_status(tmp_path: Path) -> None:
     alice_file, bob_file = tmp_path / "alice.key", tmp_path / "bob.key"
+    carol_file, bob_key = tmp_path / "carol.key", str(tmp_path / "bob.key")
     async with running_node(tmp_path) as (_, http):
         url = url_of(http)
 
@@ -127,7 +131,7 @@ async def test_cli_keygen_send_dm_history_status(tmp_path: Path) -> None:
                 r = run_cli("send", "--key", str(alice_file), "--node", url, "--to", to, text)
                 assert r.exit_code == 0, r.output
             chat = dm_chat_id(alice.user_id, bob.user_id).hex()
-            with ChatsyncClient(url) as client:
+            with ChatsyncClient(url, key=bob.signing_key) as client:
                 stored = [m.msg.payload for m in client.history(bytes.fromhex(chat)).messages]
                 assert len(stored) == 2 and all(b"hello bob" not in p for p in stored)
                 assert len(client.members(bytes.fromhex(chat))) == 2
@@ -137,28 +141,32 @@ async def test_cli_keygen_send_dm_history_status(tmp_path: Path) -> None:
             assert r.exit_code == 0 and "hello bob" in r.output and "second" in r.output, r.output
             r = run_cli("history", "--node", url, "--chat", chat, "--key", str(alice_file))
             assert r.exit_code == 0 and "hello bob" in r.output and "me" in r.output
-            r = run_cli("history", "--node", url, "--chat", chat)
-            assert r.exit_code == 0 and "encrypted DM" in r.output and "hello" not in r.output
-            r = run_cli("history", "--node", url, "--chat", chat, "--limit", "1")
+            # a third user may not read their DM at all
+            assert run_cli("keygen", "--out", str(carol_file)).exit_code == 0
+            r = run_cli("history", "--node", url, "--chat", chat, "--key", str(carol_file))
+            assert r.exit_code == 1 and "not_a_member" in r.output and "hello" not in r.output
+            r = run_cli("history", "--node", url, "--chat", chat, "--limit", "1", "--key", bob_key)
             assert "--cursor" in r.output
             # a plain group message with --chat: held while Bob is no member of Alice's group
             group = GROUP.hex()
             r = run_cli("send", "--key", str(bob_file), "--node", url, "--chat", group, "hi all")
             assert r.exit_code == 0 and "held (not_a_member)" in r.output, r.output
-            r = run_cli("history", "--node", url, "--chat", group, "--direction", "forward")
-            assert "hi all" not in r.output
+            r = run_cli("history", "--node", url, "--chat", group, "--key", bob_key)
+            assert r.exit_code == 1 and "not_a_member" in r.output  # held: he is none
             # ... and shown in a group of his own
             r = run_cli("group", "create", "--key", str(bob_file), "--node", url)
             assert r.exit_code == 0, r.output
             own = r.output.split()[-1]
             r = run_cli("send", "--key", str(bob_file), "--node", url, "--chat", own, "hi all")
             assert r.exit_code == 0 and "held" not in r.output, r.output
-            r = run_cli("history", "--node", url, "--chat", own, "--direction", "forward")
+            r = run_cli(
+                "history", "--node", url, "--chat", own, "--direction", "forward", "--key", bob_key
+            )
             assert "hi all" in r.output
             r = run_cli("status", "--node", url)
             assert r.exit_code == 0 and "messages" in r.output and "no sync yet" in r.output
             # errors: one line, exit 1, no traceback
-            r = run_cli("history", "--node", url, "--chat", "abc")
+            r = run_cli("history", "--node", url, "--chat", "abc", "--key", bob_key)
             assert r.exit_code == 1 and "error" in r.output
             r = run_cli(
                 "send", "--key", str(alice_file), "--node", url, "--chat", group, "x" * 300_000
@@ -180,13 +188,17 @@ async def test_client_raises_the_servers_code(tmp_path: Path) -> None:
         url = url_of(http)
 
         def check() -> None:
-            with ChatsyncClient(url) as client:
-                try:
-                    client.history(GROUP, limit=0)
-                except ChatsyncClientError as exc:
-                    assert (exc.status, exc.code) == (400, "bad_limit")
-                else:
-                    raise AssertionError("no error")
+            with ChatsyncClient(url, key=ALICE.signing_key) as client:
+                for call, expected in (
+                    (lambda: client.chats(ALICE.user_id, limit=0), (400, "bad_limit")),
+                    (lambda: client.history(GROUP), (403, "not_a_member")),
+                ):
+                    try:
+                        call()
+                    except ChatsyncClientError as exc:
+                        assert (exc.status, exc.code) == expected
+                    else:
+                        raise AssertionError("no error")
                 assert client.health() == {"status": "ok"}
                 assert "chatsync_records" in client.metrics()
                 state = client.read_state(ALICE.user_id, GROUP)

@@ -38,10 +38,12 @@ async def test_edit_react_retract_and_delete_from_the_command_line(tmp_path: Pat
             ok(*as_("bob", "react", msg, "+1", "--chat", chat))
             ok(*as_("alice", "react", msg, "+1", "--chat", chat))
             ok(*as_("alice", "react", msg, "+1", "--retract", "--chat", chat))
-            history = ok("history", "--chat", chat, "--node", url)
+            history = ok(*as_("alice", "history", "--chat", chat))
             assert "better words (edited)" in history and "+1 1" in history
             assert "first words" not in history
-            with ChatsyncClient(url) as client:  # the client checked the edit's signature
+            with ChatsyncClient(
+                url, key=ALICE.signing_key
+            ) as client:  # it checks the edit's signature
                 [item] = [m for m in client.history(bytes.fromhex(chat)).messages
                           if m.id.hex() == msg]  # fmt: skip
                 assert item.payload == b"better words" and item.edit is not None
@@ -63,7 +65,7 @@ async def test_edit_react_retract_and_delete_from_the_command_line(tmp_path: Pat
             assert "not_author" in refused(*as_("bob", "edit", msg, "mine now", "--chat", chat))
             assert "not_allowed" in refused(*as_("bob", "delete", msg, "--chat", chat))
             ok(*as_("alice", "delete", msg, "--chat", chat))
-            history = ok("history", "--chat", chat, "--node", url)
+            history = ok(*as_("bob", "history", "--chat", chat))
             assert "better words" not in history and "deleted by me" not in history
             assert "[deleted by" in history
             assert "deleted" in refused(*as_("bob", "react", msg, "+1", "--chat", chat))

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import trio
+from nacl.signing import SigningKey
 
 from node.config import NodeConfig
 from node.node import Node, RunningNode
@@ -101,3 +102,20 @@ async def running_node(
 async def counts(http: httpx.AsyncClient) -> dict[str, int]:
     status = (await http.get("/status")).json()
     return {name: d["count"] for name, d in status["domains"].items()}
+
+
+async def sign_in(http: httpx.AsyncClient, key: SigningKey, device: str = "test") -> dict[str, str]:
+    """The Authorization header of ``key``'s user: sign this node's challenge (node/auth.py)."""
+    public = bytes(key.verify_key)
+    user = user_id_from_key(public).hex()
+    got = await http.post("/auth/challenge", json={"user_id": user})
+    assert got.status_code == 200, got.text
+    challenge = got.json()["challenge"]
+    signature = key.sign(base64.urlsafe_b64decode(challenge)).signature
+    body = {
+        "user_id": user, "public_key": public.hex(), "challenge": challenge,
+        "signature": b64(signature), "device": device,
+    }  # fmt: skip
+    issued = await http.post("/auth/token", json=body)
+    assert issued.status_code == 200, issued.text
+    return {"authorization": f"Bearer {issued.json()['token']}"}

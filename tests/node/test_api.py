@@ -23,7 +23,7 @@ from store.kinds import Claims
 from store.ops import MembershipAction, MembershipOp, Op, verify_identity
 from store.records import DEFAULT_MAX_PAYLOAD, IdentityRecord, MessageKind, MsgV1, canonical_cbor
 
-from node_support import b64, counts, now_ms, ops_body, running_node
+from node_support import b64, counts, now_ms, ops_body, running_node, sign_in
 
 ALICE = UserKey.from_seed(b"\x01" * 32)
 BOB = UserKey.from_seed(b"\x02" * 32)
@@ -62,6 +62,7 @@ async def post_ok(http: httpx.AsyncClient, *ops: Op) -> list[bool]:
 
 async def test_every_endpoint_happy_path_with_pagination_and_unread(tmp_path: Path) -> None:
     async with running_node(tmp_path) as (node, http):
+        http.headers.update(await sign_in(http, ALICE.signing_key))
         base = now_ms() - 60_000
         # identities: PUT, then GET round trip (the record verifies)
         for i, key in enumerate((ALICE, BOB)):
@@ -123,7 +124,9 @@ async def test_every_endpoint_happy_path_with_pagination_and_unread(tmp_path: Pa
         assert r.json()["unread"] == 1  # Bob's msgs[6]
         assert (await http.get(read_url)).json()["unread"] == 1
         assert (await http.get(f"/users/{alice}/chats")).json()["chats"][0]["unread"] == 1
-        bob_chats = (await http.get(f"/users/{BOB.user_id.hex()}/chats")).json()["chats"]
+        bob = await sign_in(http, BOB.signing_key)
+        bob_chats = (await http.get(f"/users/{BOB.user_id.hex()}/chats", headers=bob)).json()
+        bob_chats = bob_chats["chats"]
         assert bob_chats[0]["unread"] == 3  # Alice's three: a position is per user
         # a second chat: the chat list pages newest first
         other_proof = new_group(ALICE.signing_key, b"api-tests-other!")
@@ -171,6 +174,7 @@ async def test_a_message_waits_for_its_senders_add_and_a_removed_sender_is_refus
     tmp_path: Path,
 ) -> None:
     async with running_node(tmp_path) as (_, http):
+        http.headers.update(await sign_in(http, ALICE.signing_key))
         base = now_ms() - 60_000
         early = message(BOB, b"before the node knows his add", base + 10)
         r = await http.post("/ops", json=ops_body(early))
@@ -222,6 +226,7 @@ async def test_read_receipts_move_the_position_and_the_api_refuses_what_it_can_t
     stamp, forged, or behind the known position — each a JSON code, nothing written, the
     position unchanged; the same receipt again changes nothing; a later one moves it."""
     async with running_node(tmp_path) as (node, http):
+        http.headers.update(await sign_in(http, ALICE.signing_key))
         base = now_ms() - 60_000
         posts = [message(BOB, b"p%d" % i, base + 10 + i) for i in range(4)]
         await post_ok(http, add(ALICE, ALICE, base), add(ALICE, BOB, base), *posts)
@@ -266,6 +271,7 @@ async def test_a_delete_through_the_api_erases_and_the_api_refuses_what_it_can_t
     """MESSAGES.md through POST /ops: who may edit and delete, claims that must match, a
     deleted message that stays deleted — each refusal a JSON code, nothing written."""
     async with running_node(tmp_path) as (node, http):
+        http.headers.update(await sign_in(http, ALICE.signing_key))
         base = now_ms() - 60_000
         post = message(ALICE, b"to be deleted", base + 10)
         other = message(ALICE, b"stays", base + 11, chat=OTHER)
@@ -317,6 +323,7 @@ async def test_a_delete_through_the_api_erases_and_the_api_refuses_what_it_can_t
 
 async def test_hostile_input_is_refused_with_json_and_writes_nothing(tmp_path: Path) -> None:
     async with running_node(tmp_path) as (node, http):
+        http.headers.update(await sign_in(http, ALICE.signing_key))
         base = now_ms() - 60_000
         good = message(ALICE, b"hello", base)
         await post_ok(http, add(ALICE, ALICE, base), good)  # Alice created GROUP and joined it

@@ -11,8 +11,11 @@ run it) then fuzzes every operation twice, with the ``not_a_server_error`` check
    and a real cursor as examples — so generated requests also get past the id check and reach
    the store, while negative cases still send every kind of malformed id.
 
-Nothing is excluded: ``/admin/block`` and ``/admin/unblock`` take any peer id string (a
-one-node cluster has no peer to lose), ``/metrics`` and ``/debug/latency`` are read-only.
+The second run signs in as Alice (a member of the group) and sends her token with every
+request, so the generated requests get past the 401 to her chat list, read state, events and
+the group's history. Nothing is excluded: ``/admin/block`` and ``/admin/unblock`` take any
+peer id string (a one-node cluster has no peer to lose; without the admin token they are
+refused anyway), ``/metrics`` and ``/debug/latency`` are read-only.
 Valid signed ops cannot be generated from a schema; the CBOR decoding behind ``POST /ops`` is
 fuzzed by ``tests/fuzz/fuzz_http.py`` and ``fuzz_ops.py`` instead.
 
@@ -36,6 +39,7 @@ import httpx
 import pytest
 
 from client.e2e import UserKey
+from client.http import ChatsyncClient
 from cluster.local import Cluster
 from store.authz import new_group
 from store.hlc import Hlc
@@ -96,9 +100,12 @@ def with_id_formats(schema: dict[str, Any], cursor: str) -> dict[str, Any]:
     return schema
 
 
-def run_schemathesis(schema_location: str, base_url: str, report: Path) -> dict[str, Any]:
+def run_schemathesis(
+    schema_location: str, base_url: str, report: Path, token: str | None = None
+) -> dict[str, Any]:
+    auth = [] if token is None else ["--header", f"Authorization: Bearer {token}"]
     args = [
-        sys.executable, "-m", "schemathesis.cli", "run", schema_location, "--url", base_url,
+        sys.executable, "-m", "schemathesis.cli", "run", schema_location, "--url", base_url, *auth,
         "--checks", "not_a_server_error", "--max-examples", str(MAX_EXAMPLES),
         "--max-time", str(MAX_TIME_S), "--seed", "1", "--workers", "1",
         "--request-timeout", "20", "--report", "json,har", "--report-json-path", str(report),
@@ -135,10 +142,15 @@ def test_the_served_schema_finds_no_server_error(node_url: str, tmp_path: Path) 
 
 def test_the_schema_with_id_formats_finds_no_server_error(node_url: str, tmp_path: Path) -> None:
     served = httpx.get(f"{node_url}/openapi.json", timeout=20).json()
-    page = httpx.get(f"{node_url}/chats/{GROUP.hex()}/messages", params={"limit": 5}, timeout=20)
+    with ChatsyncClient(node_url, key=ALICE.signing_key) as client:
+        token = client.token()  # Alice's: the generated requests reach her chat and lists
+    auth = {"authorization": f"Bearer {token}"}
+    page = httpx.get(
+        f"{node_url}/chats/{GROUP.hex()}/messages", params={"limit": 5}, timeout=20, headers=auth
+    )
     cursor = page.json()["next_cursor"]
     assert cursor, page.text
     schema_path = tmp_path / "openapi-with-id-formats.json"
     schema_path.write_text(json.dumps(with_id_formats(served, cursor)))
-    result = run_schemathesis(str(schema_path), node_url, tmp_path / "report.json")
+    result = run_schemathesis(str(schema_path), node_url, tmp_path / "report.json", token)
     assert_no_server_error(result)

@@ -161,4 +161,3 @@ def _other_add() -> MembershipOp:
     return MembershipOp.create(
         KEYS[1], OTHER_CHAT, AUTHOR_IDS[1], MembershipAction.ADD, Hlc(1), proof=OTHER
     )
-
