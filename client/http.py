@@ -384,9 +384,7 @@ class ChatsyncClient:
         params: dict[str, Any] = {"limit": limit}
         if cursor is not None:
             params["cursor"] = cursor
-        result: dict[str, Any] = self._signed(
-            "GET", f"/users/{user_id.hex()}/chats", params=params
-        )
+        result: dict[str, Any] = self._signed("GET", f"/users/{user_id.hex()}/chats", params=params)
         return result
 
     def read_state(self, user_id: bytes, chat_id: bytes) -> dict[str, Any]:
