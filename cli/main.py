@@ -22,6 +22,7 @@ from bench.cli import bench_app, demo
 from client.commands import register as register_user_commands
 from client.edits import register as register_edit_commands
 from client.groups import group_app
+from client.watch import register as register_watch
 from cluster.cli import cluster
 from node.cli import node_app
 
@@ -51,6 +52,7 @@ def build_app(*, with_sim: bool = False) -> typer.Typer:
     app.add_typer(node_app, name="node")
     register_user_commands(app)
     register_edit_commands(app)
+    register_watch(app)
     app.add_typer(group_app, name="group")
     app.command("demo")(demo)
     app.command("cluster")(cluster)

@@ -254,6 +254,10 @@ class ChatsyncClient:
             return self.sign_in()
         return self._token
 
+    def forget_token(self) -> None:
+        """Sign in again on the next call (the node refused the token)."""
+        self._token = None
+
     def _signed(self, method: str, path: str, **kwargs: Any) -> Any:
         """``_request`` with the user's token; signs in again once if the node forgot it (a
         restart with a new secret) or it expired."""
@@ -264,7 +268,7 @@ class ChatsyncClient:
             except ChatsyncClientError as exc:
                 if attempt == 2 or exc.code not in ("bad_token", "token_expired"):
                     raise
-                self._token = None
+                self.forget_token()
         raise AssertionError("unreachable")
 
     def _admin(self, method: str, path: str, **kwargs: Any) -> Any:

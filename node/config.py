@@ -56,6 +56,10 @@ class NodeConfig:
     retention_days: float = 0.0  # 0 = keep forever
     max_storage_mb: int = 0  # 0 = unlimited
     gc_interval_s: float = 300.0
+    # clients (node/auth.py, node/api/events.py)
+    token_ttl_s: int = 3600  # how long a sign-in lasts
+    stream_send_timeout_s: float = 10.0  # a stream's client that reads nothing this long is closed
+    stream_heartbeat_s: float = 25.0  # an idle stream gets the current token this often
     # simulator (SIM.md): record the ops clients submit here as a replayable trace
     trace_out: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -118,7 +118,10 @@ class Node:
                 await writer_nursery.start(services.writer.run)
                 try:
                     secret, admin_token = load_or_create_secrets(Path(cfg.data))
-                    auth = Authenticator(secret, host.get_id().to_bytes(), now_ms=clock.wall_ms)
+                    auth = Authenticator(
+                        secret, host.get_id().to_bytes(), now_ms=clock.wall_ms,
+                        token_ttl_s=cfg.token_ttl_s,
+                    )  # fmt: skip
                     commits = CommitSignal(replica.db, trio.lowlevel.current_trio_token())
                     running = RunningNode(cfg, services, host, pubsub, auth, admin_token, commits)
                     async with trio.open_nursery() as nursery:

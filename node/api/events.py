@@ -12,12 +12,13 @@ is refused (410 ``foreign_token``) and the client starts over there without ``si
 The stream is the same feed, pushed: it sends what is after ``since`` page by page, then
 waits for the next commit (``node/commits.py``: woken after the WriteBatch — after the WAL
 sync on a durable node) and sends again, and a heartbeat with the current token when idle.
-Each connection holds one page at most: a client that does not read within ``SEND_TIMEOUT_S``
+Each connection holds one page at most: a client that does not read within
+``stream_send_timeout_s``
 is closed (4008, the reason carrying the token to resume from). The client acknowledges
 with ``{"ack": <token>}`` — its device's delivered position (``GET /users/{user}/delivery``).
 Anything else it sends, or more than ``MAX_CLIENT_MESSAGE`` bytes, closes the connection
-(4400, 1009). Refused before the upgrade: 4401 (no token, bad, expired), 4403 (another
-user's), 4410 (a token of another node's log).
+(4400, 1009). Refused right after the upgrade, the code in the reason: 4401 (no token, bad,
+expired), 4403 (another user's), 4410 (a token of another node's log), 4400 (a bad token).
 """
 
 from __future__ import annotations
@@ -46,8 +47,6 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 
 DEFAULT_EVENTS, MAX_EVENTS = 100, 500
-SEND_TIMEOUT_S = 10.0  # a client that reads nothing for this long is closed
-HEARTBEAT_S = 25.0
 MAX_CLIENT_MESSAGE = 1024
 EventType = Literal["message", "delete", "member", "hidden"]
 _TYPES: dict[EventKind, EventType] = {
@@ -93,20 +92,17 @@ async def delivery(user_id: str, node: NodeDep, who: Signed) -> DeliveryOut:
 @router.websocket("/users/{user_id}/stream")
 async def stream(websocket: WebSocket, user_id: str, since: str | None = None) -> None:
     node = node_of(websocket)
+    await websocket.accept()  # then a refusal is a close code and reason the client can read
     try:
         who = principal_of(websocket, node)
         user = user_param(user_id)
         as_user(who, user)
         after = position_of(node, since)
     except (AuthRefused, InvalidInput) as exc:
-        code = exc.code if isinstance(exc, AuthRefused) else exc.reason
-        status = (
-            exc.status if isinstance(exc, AuthRefused) else 410 if isinstance(exc, Gone) else 400
-        )
+        code, status = _refusal(exc)
         _count(node, "refused", code)
         await websocket.close(code=4000 + status, reason=f"{code}: {exc}"[:120])
         return
-    await websocket.accept()
     node.metrics.inc("streams_opened", help="event streams accepted")
     try:
         async with trio.open_nursery() as nursery:
@@ -127,7 +123,7 @@ async def _push(websocket: WebSocket, node: NodeApi, user: bytes, after: int) ->
             body = EventsOut(
                 events=[event_out(node, e) for e in page.events], next=token_of(node, page.position)
             )
-            with trio.move_on_after(SEND_TIMEOUT_S) as sending:
+            with trio.move_on_after(node.config.stream_send_timeout_s) as sending:
                 await websocket.send_text(body.model_dump_json())
             if sending.cancelled_caught:
                 _count(node, "closed", "slow_consumer")
@@ -135,7 +131,7 @@ async def _push(websocket: WebSocket, node: NodeApi, user: bytes, after: int) ->
                     await websocket.close(code=4008, reason=f"slow_consumer; resume {body.next}")
                 return
         if page.position == after or page.position >= node.db.last_position:
-            with trio.move_on_after(HEARTBEAT_S):
+            with trio.move_on_after(node.config.stream_heartbeat_s):
                 await node.commits.wait_past(page.position)
         after = page.position
 
@@ -198,6 +194,12 @@ def position_of(node: NodeApi, token: str | None) -> int:
     if position > node.db.last_position:
         raise Gone("past the end of this node's log: start over", reason="unknown_position")
     return position
+
+
+def _refusal(exc: AuthRefused | InvalidInput) -> tuple[str, int]:
+    if isinstance(exc, AuthRefused):
+        return exc.code, exc.status
+    return exc.reason, 410 if isinstance(exc, Gone) else 400
 
 
 def _count(node: NodeApi, what: str, reason: str) -> None:

@@ -14,6 +14,7 @@ from fastapi.requests import HTTPConnection
 
 from node.auth import Authenticator
 from node.commits import CommitSignal
+from node.config import NodeConfig
 from node.intake import Submitted
 from node.metrics import Metrics
 from store.chatdb import ChatDb
@@ -31,6 +32,9 @@ class NodeApi(Protocol):
 
     @property
     def max_payload(self) -> int: ...
+
+    @property
+    def config(self) -> NodeConfig: ...
 
     @property
     def auth(self) -> Authenticator:

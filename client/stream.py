@@ -1,0 +1,89 @@
+"""A user's events, live: the node's WebSocket ``/users/{user}/stream``, kept open.
+
+``watch_events`` yields each event once, in the node's commit order, across disconnects:
+it acknowledges every batch it has yielded (the node records that device's delivery), keeps
+the last token, and on a lost connection — the node restarting, a network cut, a close as a
+slow reader — reconnects with backoff and resumes from that token, so nothing is missed
+and nothing comes twice. It signs in again when the token expired (4401), and starts over
+when the node no longer knows the token's log (4410: a wiped node), skipping the ids it
+already gave. Records are rebuilt and checked as ``ChatsyncClient.events`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import AsyncIterator, Callable
+from urllib.parse import quote
+
+import trio
+import trio_websocket
+
+from client.http import ChatsyncClient, ChatsyncClientError, Event, event_from_json
+
+BACKOFF_MIN_S, BACKOFF_MAX_S = 0.5, 10.0
+SEEN_KEPT = 10_000  # ids remembered to skip after a start-over
+
+
+async def watch_events(
+    client: ChatsyncClient,
+    user_id: bytes,
+    since: str | None = None,
+    *,
+    on_state: Callable[[str], None] = lambda state: None,
+) -> AsyncIterator[Event]:
+    """Every event of the user's feed after ``since``, forever (``on_state`` hears
+    "connected", "reconnecting in N s: why")."""
+    backoff = BACKOFF_MIN_S
+    seen: dict[bytes, None] = {}  # the records given, to skip after a start-over only
+    started_over = False
+    while True:
+        try:
+            token = await trio.to_thread.run_sync(client.token)
+            async with trio_websocket.open_websocket_url(
+                _url(client.base_url, user_id, since, token), connect_timeout=10
+            ) as ws:
+                on_state("connected")
+                backoff = BACKOFF_MIN_S
+                while True:
+                    batch = json.loads(await ws.get_message())
+                    for item in batch["events"]:
+                        event = event_from_json(item)
+                        key = _identity(event)
+                        if started_over and key in seen:
+                            continue
+                        seen[key] = None
+                        if len(seen) > SEEN_KEPT:
+                            del seen[next(iter(seen))]
+                        yield event
+                    since = batch["next"]
+                    await ws.send_message(json.dumps({"ack": since}))
+        except trio_websocket.ConnectionClosed as closed:
+            reason = closed.reason
+            code = reason.code if reason is not None else None
+            why = f"closed {code}: {reason.reason if reason else ''}"
+            if code == 4401:
+                client.forget_token()
+            elif code == 4410:
+                since, started_over = None, True  # not the log the token names: start over
+        except (OSError, trio_websocket.HandshakeError, ChatsyncClientError) as exc:
+            why = f"{type(exc).__name__}: {exc}"
+        delay = backoff * random.uniform(0.8, 1.2)
+        on_state(f"reconnecting in {delay:.1f} s ({why})")
+        await trio.sleep(delay)
+        backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+
+def _url(base_url: str, user_id: bytes, since: str | None, token: str) -> str:
+    ws = "ws" + base_url.removeprefix("http")  # http -> ws, https -> wss
+    query = f"access_token={quote(token)}" + ("" if since is None else f"&since={quote(since)}")
+    return f"{ws}/users/{user_id.hex()}/stream?{query}"
+
+
+def _identity(event: Event) -> bytes:
+    """What makes an event the same one after a start-over: its record."""
+    if event.msg is not None:
+        return event.type.encode() + event.msg.msg_id
+    if event.member_op is not None:
+        return event.member_op.encode()
+    return event.type.encode() + (event.msg_id or b"")
