@@ -148,7 +148,8 @@ class Event:
     chat_id: bytes
     msg: MsgV1 | None = None  # message, delete (checked)
     member_op: MembershipOp | None = None  # member (checked)
-    msg_id: bytes | None = None  # hidden: the message no longer shown
+    msg_id: bytes | None = None  # hidden: the message no longer shown; truncated: its id
+    truncated: bool = False  # a message too big for the stream: ``ChatsyncClient.message``
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,10 @@ def event_from_json(item: dict[str, Any]) -> Event:
             member_op = decode_membership_op(b64decode(item["member_op"]))
             member_op.verify()  # BadSignature (InvalidInput) if forged
         hidden = None if item.get("msg_id") is None else bytes.fromhex(item["msg_id"])
-        return Event(str(item["position"]), str(item["type"]), chat, msg, member_op, hidden)
+        truncated = bool(item.get("truncated", False))
+        return Event(
+            str(item["position"]), str(item["type"]), chat, msg, member_op, hidden, truncated
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidInput(f"the node sent a malformed event: {exc}") from None
 

@@ -6,7 +6,8 @@ the last token, and on a lost connection — the node restarting, a network cut,
 slow reader — reconnects with backoff and resumes from that token, so nothing is missed
 and nothing comes twice. It signs in again when the token expired (4401), and starts over
 when the node no longer knows the token's log (4410: a wiped node), skipping the ids it
-already gave. Records are rebuilt and checked as ``ChatsyncClient.events`` does.
+already gave. Records are rebuilt and checked as ``ChatsyncClient.events`` does; a message
+too big for the stream comes as its id, and is fetched.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from urllib.parse import quote
 
 import trio
@@ -48,7 +50,7 @@ async def watch_events(
                 while True:
                     batch = json.loads(await ws.get_message())
                     for item in batch["events"]:
-                        event = event_from_json(item)
+                        event = await trio.to_thread.run_sync(_whole, client, event_from_json(item))
                         key = _identity(event)
                         if started_over and key in seen:
                             continue
@@ -72,6 +74,14 @@ async def watch_events(
         on_state(f"reconnecting in {delay:.1f} s ({why})")
         await trio.sleep(delay)
         backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+
+def _whole(client: ChatsyncClient, event: Event) -> Event:
+    """The event with its message, fetched if the stream sent a stub (a big message)."""
+    if not event.truncated or event.msg_id is None:
+        return event
+    msg = client.message(event.chat_id, event.msg_id)  # None: erased meanwhile
+    return replace(event, msg=msg, msg_id=None, truncated=False) if msg is not None else event
 
 
 def _url(base_url: str, user_id: bytes, since: str | None, token: str) -> str:

@@ -58,7 +58,7 @@ class NodeConfig:
     gc_interval_s: float = 300.0
     # clients (node/auth.py, node/api/events.py)
     token_ttl_s: int = 3600  # how long a sign-in lasts
-    stream_send_timeout_s: float = 10.0  # a stream's client that reads nothing this long is closed
+    stream_send_timeout_s: float = 10.0  # a stream client leaving a page unacked this long: closed
     stream_heartbeat_s: float = 25.0  # an idle stream gets the current token this often
     # simulator (SIM.md): record the ops clients submit here as a replayable trace
     trace_out: str | None = None

@@ -23,6 +23,7 @@ from store.records import MsgV1, decode_msg
 from store.views import ViewStore
 
 FEED_SCAN = 4096  # events looked at per call, kept or not: a bound on one call's work
+FEED_BYTES = 256 * 1024  # records per call, about: a page (a stream's frame) stays small
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,11 @@ class FeedEvent:
     chat_id: bytes
     msg: MsgV1 | None = None  # MESSAGE, DELETE, HIDDEN (whose payload is not for readers)
     member_op: MembershipOp | None = None  # MEMBER
+
+    @property
+    def size(self) -> int:
+        """The record's bytes, about."""
+        return len(self.msg.encoded) if self.msg is not None else 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +71,20 @@ class FeedStore(ViewStore):
             for key, value in self.iter_prefix("delivered", user_id)
         }
 
-    def feed(self, user_id: bytes, after: int, limit: int, scan: int = FEED_SCAN) -> FeedPage:
-        """Up to ``limit`` of the user's events after position ``after``, looking at no more
-        than ``scan`` events of the log."""
+    def feed(
+        self,
+        user_id: bytes,
+        after: int,
+        limit: int,
+        scan: int = FEED_SCAN,
+        max_bytes: int = FEED_BYTES,
+    ) -> FeedPage:
+        """Up to ``limit`` of the user's events after position ``after`` — fewer once their
+        records pass ``max_bytes`` (one at least) — looking at no more than ``scan`` events
+        of the log."""
         readable: dict[bytes, bool] = {}
         out: list[FeedEvent] = []
+        size = 0
         position = after
         for position, kind, ref in self.events_after(after, scan):
             chat = ref[:CHAT_ID_LEN]
@@ -78,7 +93,8 @@ class FeedStore(ViewStore):
             event = self._feed_event(position, kind, ref, user_id, readable[chat])
             if event is not None:
                 out.append(event)
-                if len(out) == limit:
+                size += event.size
+                if len(out) == limit or size >= max_bytes:
                     break
         return FeedPage(out, position)
 

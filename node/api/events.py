@@ -12,10 +12,13 @@ is refused (410 ``foreign_token``) and the client starts over there without ``si
 The stream is the same feed, pushed: it sends what is after ``since`` page by page, then
 waits for the next commit (``node/commits.py``: woken after the WriteBatch — after the WAL
 sync on a durable node) and sends again, and a heartbeat with the current token when idle.
-Each connection holds one page at most: a client that does not read within
-``stream_send_timeout_s``
-is closed (4008, the reason carrying the token to resume from). The client acknowledges
-with ``{"ack": <token>}`` — its device's delivered position (``GET /users/{user}/delivery``).
+The client acknowledges each page with ``{"ack": <token>}`` — its device's delivered
+position (``GET /users/{user}/delivery``) — and the stream runs at most ``WINDOW`` pages
+(of at most ~256 KiB each: ``store.feed``) ahead of those acks: a client that has let a page
+go unacknowledged for ``stream_send_timeout_s`` with the window full is closed (4008, the
+reason carrying the token to resume from, its last acknowledged one), so a connection never
+holds more than the window. A message over ``INLINE_BYTES`` goes as a stub — its id, and
+``truncated`` — for the client to fetch (``GET /chats/{chat}/messages/{id}``).
 Anything else it sends, or more than ``MAX_CLIENT_MESSAGE`` bytes, closes the connection
 (4400, 1009). Refused right after the upgrade, the code in the reason: 4401 (no token, bad,
 expired), 4403 (another user's), 4410 (a token of another node's log), 4400 (a bad token).
@@ -27,6 +30,8 @@ import base64
 import binascii
 import json
 import logging
+from collections import deque
+from functools import partial
 from typing import Literal
 
 import trio
@@ -47,6 +52,9 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 
 DEFAULT_EVENTS, MAX_EVENTS = 100, 500
+WINDOW = 2  # frames a stream sends ahead of its client's acknowledgements
+FRAME_BYTES = 24 * 1024  # the records of a stream's frame, about (store.feed's max_bytes)
+INLINE_BYTES = 16 * 1024  # a bigger record goes as a stub: its id, to fetch by GET
 MAX_CLIENT_MESSAGE = 1024
 EventType = Literal["message", "delete", "member", "hidden"]
 _TYPES: dict[EventKind, EventType] = {
@@ -105,9 +113,10 @@ async def stream(websocket: WebSocket, user_id: str, since: str | None = None) -
         return
     node.metrics.inc("streams_opened", help="event streams accepted")
     try:
+        acked = _Acked(after)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_read_acks, websocket, node, user, who.device, nursery.cancel_scope)
-            await _push(websocket, node, user, after)
+            nursery.start_soon(_read_acks, websocket, node, user, who.device, acked, nursery)
+            await _push(websocket, node, user, after, acked)
             nursery.cancel_scope.cancel()
     except WebSocketDisconnect:
         pass
@@ -115,29 +124,77 @@ async def stream(websocket: WebSocket, user_id: str, since: str | None = None) -
         node.metrics.inc("streams_closed", help="event streams ended")
 
 
-async def _push(websocket: WebSocket, node: NodeApi, user: bytes, after: int) -> None:
-    """Send the feed from ``after`` on, forever; return once the client is closed as slow."""
+class _Acked:
+    """How far the client has acknowledged its stream, and a pulse each time that moves."""
+
+    def __init__(self, position: int) -> None:
+        self.position = position
+        self.moved = trio.Event()
+
+    def ack(self, position: int) -> None:
+        if position > self.position:
+            self.position = position
+            self.moved.set()
+            self.moved = trio.Event()
+
+
+async def _push(
+    websocket: WebSocket, node: NodeApi, user: bytes, after: int, acked: _Acked
+) -> None:
+    """Send the feed from ``after`` on, at most ``WINDOW`` frames ahead of the client's acks;
+    return once the client is closed as slow (an unacknowledged frame older than
+    ``stream_send_timeout_s`` with the window full). The window, not the send, is the
+    backpressure: hypercorn shields a send from cancellation, so a send to a client that
+    stopped reading would wait for it for ever (and hold up the node's shutdown). The
+    window's bytes — ``WINDOW`` frames of ``FRAME_BYTES`` records, each record at most
+    ``INLINE_BYTES`` — fit in a TCP connection's buffers (Linux: 128 KiB to receive and
+    16 KiB to send at first), so a send never waits for a client that stopped reading."""
+    timeout = node.config.stream_send_timeout_s
+    unacked: deque[tuple[int, float]] = deque()  # (a sent page's position, when it was sent)
     while True:
-        page = await trio.to_thread.run_sync(node.db.feed, user, after, DEFAULT_EVENTS)
-        if page.events or page.position == after:
-            body = EventsOut(
-                events=[event_out(node, e) for e in page.events], next=token_of(node, page.position)
-            )
-            with trio.move_on_after(node.config.stream_send_timeout_s) as sending:
-                await websocket.send_text(body.model_dump_json())
-            if sending.cancelled_caught:
-                _count(node, "closed", "slow_consumer")
-                with trio.move_on_after(1):
-                    await websocket.close(code=4008, reason=f"slow_consumer; resume {body.next}")
-                return
-        if page.position == after or page.position >= node.db.last_position:
-            with trio.move_on_after(node.config.stream_heartbeat_s):
-                await node.commits.wait_past(page.position)
+        while unacked and unacked[0][0] <= acked.position:
+            unacked.popleft()
+        if len(unacked) >= WINDOW:
+            moved = acked.moved
+            with trio.move_on_at(unacked[0][1] + timeout):
+                await moved.wait()
+                continue
+            _count(node, "closed", "slow_consumer")
+            resume = token_of(node, acked.position)
+            await websocket.close(code=4008, reason=f"slow_consumer; resume {resume}")
+            return
+        page = await trio.to_thread.run_sync(
+            partial(node.db.feed, user, after, DEFAULT_EVENTS, max_bytes=FRAME_BYTES)
+        )
+        if page.events:
+            await _send(websocket, node, page.events, page.position)
+            unacked.append((page.position, trio.current_time()))
+        elif page.position == after:  # nothing new: wait for a commit, or beat
+            with trio.move_on_after(node.config.stream_heartbeat_s) as idle:
+                await node.commits.wait_past(after)
+            if idle.cancelled_caught:  # a beat is a frame too: acknowledged, or the end
+                await _send(websocket, node, [], after)
+                unacked.append((after, trio.current_time()))
         after = page.position
 
 
+async def _send(
+    websocket: WebSocket, node: NodeApi, events: list[FeedEvent], position: int
+) -> None:
+    body = EventsOut(
+        events=[event_out(node, e, inline_bytes=INLINE_BYTES) for e in events],
+        next=token_of(node, position),
+    )
+    await websocket.send_text(body.model_dump_json())
+
+
 async def _read_acks(
-    websocket: WebSocket, node: NodeApi, user: bytes, device: str, scope: trio.CancelScope
+    websocket: WebSocket,
+    node: NodeApi,
+    user: bytes,
+    device: str,
+    acked: _Acked,
+    nursery: trio.Nursery,
 ) -> None:
     """Take the client's acknowledgements; close it on anything else."""
     while True:
@@ -157,20 +214,24 @@ async def _read_acks(
             reason = exc.reason if isinstance(exc, InvalidInput) else "bad_message"
             _count(node, "closed", reason)
             await websocket.close(code=1009 if reason == "too_large" else 4400, reason=reason)
-            scope.cancel()
+            nursery.cancel_scope.cancel()
             return
+        acked.ack(position)
         await trio.to_thread.run_sync(node.db.acknowledge, user, device, position)
 
 
-def event_out(node: NodeApi, event: FeedEvent) -> EventOut:
+def event_out(node: NodeApi, event: FeedEvent, inline_bytes: int | None = None) -> EventOut:
+    """``inline_bytes``: a message over this goes as its id alone (``truncated``)."""
     msg, hidden = event.msg, event.kind is EventKind.HIDDEN
+    stub = msg is not None and inline_bytes is not None and len(msg.encoded) > inline_bytes
     return EventOut(
         position=token_of(node, event.position),
         type=_TYPES[event.kind],
         chat_id=event.chat_id.hex(),
-        message=message_out(msg, 0) if msg is not None and not hidden else None,
+        message=message_out(msg, 0) if msg is not None and not (hidden or stub) else None,
         member_op=None if event.member_op is None else b64encode(event.member_op.encode()),
-        msg_id=msg.msg_id.hex() if msg is not None and hidden else None,  # its words are gone
+        msg_id=msg.msg_id.hex() if msg is not None and (hidden or stub) else None,
+        truncated=stub,
     )
 
 

@@ -201,7 +201,12 @@ class EventOut(BaseModel):
     chat_id: str
     message: MessageOut | None = Field(None, description="message, delete: the signed record")
     member_op: str | None = Field(None, description="member: the signed op, base64 (POST /ops)")
-    msg_id: str | None = Field(None, description="hidden: the message no longer shown")
+    msg_id: str | None = Field(
+        None, description="hidden: the message no longer shown; truncated: the message's id"
+    )
+    truncated: bool = Field(
+        False, description="a message too big for the stream: GET /chats/{chat}/messages/{id}"
+    )
 
 
 class EventsOut(BaseModel):

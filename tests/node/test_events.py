@@ -64,7 +64,9 @@ async def messages_until(
             batch = json.loads(await ws.get_message())
             last = batch["next"]
             got += [
-                bytes.fromhex(e["message"]["id"]) for e in batch["events"] if e["type"] == "message"
+                bytes.fromhex(e["message"]["id"] if e["message"] else e["msg_id"])  # or a stub's
+                for e in batch["events"]
+                if e["type"] == "message"
             ]
             await ws.send_message(json.dumps({"ack": last}))
     return got, last
