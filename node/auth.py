@@ -10,8 +10,8 @@ Sign-in, without passwords (README, "Clients"):
    (user id = its hash), the challenge one this node gave out and has not taken back (each
    is good once), the signature valid. The answer is a token.
 
-A token is ``user | expiry | device`` and a keyed BLAKE3 MAC over them with this node's
-secret (``auth.key`` beside the database, 0600, made at first start): checking one needs no
+A token is ``user | expiry | device`` and a keyed BLAKE3 MAC over them and the node's id with
+this node's secret (``auth.key`` beside the database, 0600, made at first start): checking one needs no
 lookup, and it outlives a restart of the node — a client resumes its stream with it. It is
 good on this node only (another node has another secret) until it expires.
 
@@ -161,7 +161,7 @@ class Authenticator:
         return Principal(body[:USER_ID_LEN], device, expires)
 
     def _mac(self, body: bytes) -> bytes:
-        return blake3(body, key=self._secret).digest()
+        return blake3(self.node_id + body, key=self._secret).digest()  # this node's, this body
 
 
 def check_admin(expected: str, given: str | None) -> None:
