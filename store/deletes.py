@@ -204,6 +204,7 @@ class DeleteStore(MessageStore, MemberStore):
             batch.delete(key_by_ref(msg.chat_id, msg.ref, msg.msg_id), handle["refs"])
         seq = seq_of(key)
         batch.delete(key_hidden(msg.chat_id, seq), handle["hidden"])
+        batch.delete(key, handle["event_at"])
         batch.put(msg.msg_id, msg.chat_id, handle["erased"])
 
     def _note_erased(self, keys: list[bytes]) -> None:

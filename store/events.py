@@ -1,6 +1,7 @@
 """This node's event log: what became readable here, in the order it was committed.
 
-``events[position:8]`` -> kind (1 byte) | the record's key in its column family. Each
+``events[position:8]`` -> kind (1 byte) | the record's key in its column family, and for a
+shown message ``event_at[its messages key]`` -> its position (delivery state). Each
 write that makes something readable — a shown message stored or shown after all, a
 delete, a member op, a message hidden after it was shown — appends its events in the
 same WriteBatch, so an event is on disk exactly when its record is. Positions are
@@ -60,16 +61,24 @@ class EventLog(RocksBase):
         if not events:
             super().write(batch)
             return
-        events_cf = self._handle["events"]
+        events_cf, event_at = self._handle["events"], self._handle["event_at"]
         with self._event_lock:
             position = self._last_position
             for kind, ref in events:
                 position += 1
-                batch.put(position.to_bytes(POSITION_LEN, "big"), bytes([kind]) + ref, events_cf)
+                at = position.to_bytes(POSITION_LEN, "big")
+                batch.put(at, bytes([kind]) + ref, events_cf)
+                if kind is EventKind.MESSAGE:
+                    batch.put(ref, at, event_at)  # where a shown message entered the log
             super().write(batch)
             self._last_position = position
         for listener in self._listeners:
             listener(position)
+
+    def event_position(self, messages_key: bytes) -> int | None:
+        """Where the message entered the log as shown (None: not as shown, or not here)."""
+        at = self.get("event_at", messages_key)
+        return None if at is None else int.from_bytes(at, "big")
 
     def events_after(self, position: int, limit: int) -> Iterator[tuple[int, EventKind, bytes]]:
         """Up to ``limit`` events after ``position``: (position, kind, the record's key)."""

@@ -41,6 +41,15 @@ class FeedEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class Recipient:
+    """A message's delivery to one of its recipients (RFC-0005's PENDING -> DELIVERED -> READ)."""
+
+    user_id: bytes
+    state: str  # "pending", "delivered" (a device acknowledged it here), "read" (a receipt)
+    devices: dict[str, bool]  # the user's devices streaming from this node: has each got it
+
+
+@dataclass(frozen=True, slots=True)
 class FeedPage:
     events: list[FeedEvent]
     position: int  # go on after this one (the last event looked at)
@@ -70,6 +79,31 @@ class FeedStore(ViewStore):
             key[USER_ID_LEN:].decode(errors="replace"): int.from_bytes(value, "big")
             for key, value in self.iter_prefix("delivered", user_id)
         }
+
+    def delivery(self, msg_id: bytes) -> tuple[MsgV1, list[Recipient]] | None:
+        """The message and its delivery to every reader of its chat but its sender (None: not
+        held, or hidden). Delivered is this node's knowledge — a device counts where it
+        streams from; read comes from the signed receipts, the same on every node."""
+        key = self.get("seen_msg", msg_id)
+        raw = None if key is None else self.get("messages", key)
+        position = None if key is None else self.event_position(key)
+        if key is None or raw is None or position is None:
+            return None
+        msg = decode_msg(raw, trusted=True)
+        parties = self.load_meta(msg.chat_id).identity
+        if parties is not None and len(parties) == 2 * USER_ID_LEN:
+            readers = [parties[:USER_ID_LEN], parties[USER_ID_LEN:]]
+        else:
+            readers = self.list_members(msg.chat_id)
+        out = []
+        for user in (u for u in readers if u != msg.sender):
+            devices = {d: p >= position for d, p in self.delivered(user).items()}
+            read = self.read_position(msg.chat_id, user)
+            state = "read" if read is not None and read >= msg.hlc else "pending"
+            if state == "pending" and any(devices.values()):
+                state = "delivered"
+            out.append(Recipient(user, state, devices))
+        return msg, out
 
     def feed(
         self,

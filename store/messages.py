@@ -484,6 +484,7 @@ class MessageStore(HiddenIndex):
         batch = self.new_batch()
         batch.delete_range(begin, end, self._handle["messages"])
         batch.delete_range(begin, end, self._handle["referred"])  # keyed like the messages
+        batch.delete_range(begin, end, self._handle["event_at"])  # so is this
         receipts = self._handle["receipts"]
         for row, receipt_key in self.iter_prefix("receipts", chat_id):
             if begin <= receipt_key < end:  # the receipt expired with the messages

@@ -60,6 +60,7 @@ COLUMN_FAMILIES: dict[str, int | None] = {
     "referred": CHAT_ID_LEN,  # target key | referrer key: a held edit or reaction (views)
     "receipts": CHAT_ID_LEN + USER_ID_LEN,  # a chat's receipts by reader (store.reads)
     "events": None,  # position -> kind | a record's key: this node's event log (store.events)
+    "event_at": CHAT_ID_LEN,  # a shown message's key -> its event position (store.events)
     "delivered": USER_ID_LEN,  # user | device -> the position its stream acknowledged (feed)
 }
 # CFs of earlier versions: dropped when a database that has them is opened.

@@ -6,6 +6,7 @@ Endpoints (ids are lowercase hex in paths and JSON; bytes are URL-safe base64):
 POST     /ops                                    submit signed ops -> 201 {"accepted", "new"}
 POST     /auth/challenge, /auth/token            sign in with the user's key -> a token (auth)
 GET      /chats/{chat}/messages                  history page: ?cursor=&limit=1..200&direction=
+GET      /chats/{chat}/messages/{id}/delivery    per recipient: pending, delivered, read (events)
 GET      /chats/{chat}/members                   active members with role and added_at
 GET      /users/{user}/chats                     the user's chat list, newest first, with unread
 GET/PUT  /users/{user}/chats/{chat}/read         read position: PUT a signed READ_RECEIPT

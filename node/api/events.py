@@ -38,11 +38,19 @@ import trio
 from fastapi import APIRouter, Query, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
-from node.api.auth import Signed, as_user, principal_of
-from node.api.decode import user_param
-from node.api.errors import ERRORS
+from node.api.auth import Signed, as_reader, as_user, principal_of
+from node.api.decode import chat_param, msg_id_param, user_param
+from node.api.errors import ERRORS, NotFound
 from node.api.interface import NodeApi, NodeDep, node_of
-from node.api.models import DeliveryOut, EventOut, EventsOut, b64encode, message_out
+from node.api.models import (
+    DeliveryOut,
+    EventOut,
+    EventsOut,
+    MessageDeliveryOut,
+    RecipientOut,
+    b64encode,
+    message_out,
+)
 from node.auth import AuthRefused
 from store.errors import InvalidInput
 from store.events import EventKind
@@ -94,6 +102,26 @@ async def delivery(user_id: str, node: NodeDep, who: Signed) -> DeliveryOut:
     acked = await trio.to_thread.run_sync(node.db.delivered, user)
     return DeliveryOut(
         user_id=user.hex(), devices={device: token_of(node, p) for device, p in acked.items()}
+    )
+
+
+@router.get("/chats/{chat_id}/messages/{msg_id}/delivery", responses=ERRORS)
+async def message_delivery(
+    chat_id: str, msg_id: str, node: NodeDep, who: Signed
+) -> MessageDeliveryOut:
+    """Per recipient: pending, delivered (a device of theirs acknowledged it on this node's
+    stream), read (their signed receipt reaches it). For the chat's members."""
+    chat, wanted = chat_param(chat_id), msg_id_param(msg_id)
+    await as_reader(node, who, chat)
+    found = await trio.to_thread.run_sync(node.db.delivery, wanted)
+    if found is None or found[0].chat_id != chat:
+        raise NotFound("not_found", f"this node shows no message {msg_id} in chat {chat_id}")
+    return MessageDeliveryOut(
+        msg_id=msg_id,
+        recipients=[
+            RecipientOut(user_id=r.user_id.hex(), state=r.state, devices=r.devices)  # type: ignore[arg-type]
+            for r in found[1]
+        ],
     )
 
 

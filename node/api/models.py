@@ -219,6 +219,19 @@ class DeliveryOut(BaseModel):
     devices: dict[str, str] = Field(description="device -> the token it acknowledged last")
 
 
+class RecipientOut(BaseModel):
+    user_id: str
+    state: Literal["pending", "delivered", "read"]
+    devices: dict[str, bool] = Field(
+        description="the user's devices on this node: delivered to each"
+    )
+
+
+class MessageDeliveryOut(BaseModel):
+    msg_id: str
+    recipients: list[RecipientOut]
+
+
 class ErrorOut(BaseModel):
     code: str
     message: str
