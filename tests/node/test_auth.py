@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 import pytest
+import trio
 
 from client.e2e import UserKey
 from node.auth import ADMIN_FILE, SECRET_FILE, Authenticator, AuthRefused, load_or_create_secrets
@@ -230,3 +231,16 @@ async def test_events_page_on_while_posts_go_on_and_a_foreign_token_is_gone(
         assert (r.status_code, r.json()["code"]) == (410, "unknown_position")
         r = await http.get(url, params={"since": "!!"}, headers=alice)
         assert (r.status_code, r.json()["code"]) == (400, "bad_since")
+
+
+async def test_an_expired_token_gets_nothing_and_a_new_sign_in_does(tmp_path: Path) -> None:
+    async with running_node(tmp_path, token_ttl_s=1) as (_, http):
+        alice = await sign_in(http, ALICE.signing_key)
+        url = f"/users/{ALICE.user_id.hex()}/chats"
+        assert (await http.get(url, headers=alice)).status_code == 200
+        await trio.sleep(1.1)
+        r = await http.get(url, headers=alice)
+        assert (r.status_code, r.json()["code"]) == (401, "token_expired")
+        assert (
+            await http.get(url, headers=await sign_in(http, ALICE.signing_key))
+        ).status_code == 200
