@@ -74,9 +74,9 @@ header "Claim 2: a removed member: refused where the removal is known, hidden ev
 note "N2 is cut off, so the removal (posted through N0) cannot reach it for now"
 cut_off 2
 cs group remove "$GROUP" "$MEMBER" --key "$KEYS/admin.key" --node "${URLS[0]}"
-cs group members "$GROUP" --node "${URLS[0]}"
+cs group members "$GROUP" --node "${URLS[0]}" --key "$READER_KEY"
 check "N0 no longer lists the member" not members_has 0 "$MEMBER"
-cs group members "$GROUP" --node "${URLS[2]}"
+cs group members "$GROUP" --node "${URLS[2]}" --key "$READER_KEY"
 check "N2 (cut off) still lists the member" members_has 2 "$MEMBER"
 
 REFUSED_TEXT="member posts after the removal, through N0"

@@ -198,7 +198,7 @@ wait_converged() {
 }
 
 history_of() { # NODE_INDEX: the history page of the group, in OUT
-    cs_quiet history --chat "$GROUP" --node "${URLS[$1]}" --limit 200
+    cs_quiet history --chat "$GROUP" --node "${URLS[$1]}" --limit 200 --key "$READER_KEY"
     if ((RC != 0)); then
         printf '%s\n' "$OUT" >&2
         return 1
@@ -256,12 +256,14 @@ RESULTS=()
 out_has() { grep -qF -- "$1" <<<"$OUT"; }
 
 members_has() { # NODE_INDEX USER: is USER an active member by the node's `group members`?
-    cs_quiet group members "$GROUP" --node "${URLS[$1]}"
+    cs_quiet group members "$GROUP" --node "${URLS[$1]}" --key "$READER_KEY"
     ((RC == 0)) && grep -qF -- "$2" <<<"$OUT"
 }
 
-create_group() { # NAME KEY_NAME: `chatsync group create` on N0; the new group's id into GROUP
-    cs group create --name "$1" --key "$KEYS/$2.key" --node "${URLS[0]}"
+create_group() { # NAME KEY_NAME: `chatsync group create` on N0; the new group's id into GROUP,
+    # and the creator's key into READER_KEY (reads of a chat are for its members)
+    READER_KEY="$KEYS/$2.key"
+    cs group create --name "$1" --key "$READER_KEY" --node "${URLS[0]}"
     GROUP=$(grep -oE '[0-9a-f]{64}' <<<"$OUT" | head -1)
     [[ -n $GROUP ]] || { echo "no group id in the output of group create" >&2; exit 1; }
 }
@@ -304,7 +306,7 @@ on_none() {
 }
 
 show_history() { # NODE_INDEX
-    cs history --chat "$GROUP" --node "${URLS[$1]}"
+    cs history --chat "$GROUP" --node "${URLS[$1]}" --key "$READER_KEY"
 }
 
 user_of() { # the user id `chatsync keygen` printed, from OUT
