@@ -27,6 +27,7 @@ from node.auth import ADMIN_FILE, Authenticator, load_or_create_secrets
 from node.clock import Clock
 from node.commits import CommitSignal
 from node.config import NodeConfig
+from node.delivery import Acks
 from node.erasure import compact_erasures
 from node.errors import dialling
 from node.framing import Libp2pFrames
@@ -149,6 +150,7 @@ class RunningNode:
         self.config = config
         self.services = services
         self.auth, self.admin_token, self.commits = auth, admin_token, commits
+        self.acks = Acks(services.db)
         self.host = host
         self.pubsub = pubsub
         self.peer_id: str = host.get_id().to_base58()
@@ -187,6 +189,7 @@ class RunningNode:
             if services.gc.enabled:
                 nursery.start_soon(services.gc.loop)
             nursery.start_soon(compact_erasures, self.db, services.metrics)
+            nursery.start_soon(self.acks.run)
             if cfg.http:
                 from node.api import serve_http  # loads FastAPI: only when serving
 

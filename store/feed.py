@@ -35,6 +35,11 @@ class FeedEvent:
     member_op: MembershipOp | None = None  # MEMBER
 
     @property
+    def about(self) -> bytes | None:
+        """The user a member event is about (they see it wherever it is)."""
+        return None if self.member_op is None else self.member_op.user_id
+
+    @property
     def size(self) -> int:
         """The record's bytes, about."""
         return len(self.msg.encoded) if self.msg is not None else 200
@@ -63,14 +68,17 @@ class FeedStore(ViewStore):
             return user_id in (parties[:USER_ID_LEN], parties[USER_ID_LEN:])
         return self.is_member(chat_id, user_id)
 
-    def acknowledge(self, user_id: bytes, device: str, position: int) -> None:
-        """The device has the user's feed up to ``position`` (never moves back). A local
-        view, not replicated: written here, outside the writer, like the chat lists' reads."""
-        key = user_id + device.encode()
-        held = self.get("delivered", key)
-        if held is None or int.from_bytes(held, "big") < position:
-            batch = self.new_batch()
-            batch.put(key, position.to_bytes(POSITION_LEN, "big"), self._handle["delivered"])
+    def acknowledge(self, acks: dict[tuple[bytes, str], int]) -> None:
+        """Each (user, device) has the user's feed up to its position (never moves back). A
+        local view, not replicated: written here, outside the writer (node/delivery.py)."""
+        keys = [user + device.encode() for user, device in acks]
+        batch = self.new_batch()
+        for key, position, held in zip(
+            keys, acks.values(), self.multi_get("delivered", keys), strict=True
+        ):
+            if held is None or int.from_bytes(held, "big") < position:
+                batch.put(key, position.to_bytes(POSITION_LEN, "big"), self._handle["delivered"])
+        if batch.len():
             self.write(batch)
 
     def delivered(self, user_id: bytes) -> dict[str, int]:
@@ -124,28 +132,37 @@ class FeedStore(ViewStore):
             chat = ref[:CHAT_ID_LEN]
             if chat not in readable:
                 readable[chat] = self.may_read(chat, user_id)
-            event = self._feed_event(position, kind, ref, user_id, readable[chat])
-            if event is not None:
+            if not readable[chat] and kind is not EventKind.MEMBER:
+                continue
+            event = self.log_event(position, kind, ref)
+            if event is not None and (readable[chat] or event.about == user_id):
                 out.append(event)
                 size += event.size
                 if len(out) == limit or size >= max_bytes:
                     break
         return FeedPage(out, position)
 
-    def _feed_event(
-        self, position: int, kind: EventKind, ref: bytes, user_id: bytes, readable: bool
-    ) -> FeedEvent | None:
+    def log_page(self, after: int, limit: int) -> FeedPage:
+        """Every event after ``after`` (up to ``limit`` looked at), for any reader: what a
+        stream at the log's end filters for its user (``FeedEvent.about``, ``may_read``)."""
+        out: list[FeedEvent] = []
+        position = after
+        for position, kind, ref in self.events_after(after, limit):
+            event = self.log_event(position, kind, ref)
+            if event is not None:
+                out.append(event)
+        return FeedPage(out, position)
+
+    def log_event(self, position: int, kind: EventKind, ref: bytes) -> FeedEvent | None:
+        """The event with its record (None: gone — erased, expired — or hidden now)."""
         chat = ref[:CHAT_ID_LEN]
         if kind is EventKind.MEMBER:
             raw = self.get("member_ops", ref)
-            if raw is None:
-                return None
-            op = decode_membership_op(raw[1:])
-            if not readable and op.user_id != user_id:
-                return None
-            return FeedEvent(position, kind, chat, member_op=op)
-        if not readable:
-            return None
+            return (
+                None
+                if raw is None
+                else FeedEvent(position, kind, chat, member_op=decode_membership_op(raw[1:]))
+            )
         if kind is EventKind.DELETE:
             raw = self.get("deletes", ref)
         else:  # MESSAGE, HIDDEN: held, and shown unless it is the HIDDEN event

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -13,7 +14,9 @@ from hypercorn.trio import serve
 from node.api import admin, auth, chats, debug, events, identity, ops, users
 from node.api.body_limit import MAX_BODY_BYTES, BodyLimit
 from node.api.errors import install_error_handlers
+from node.api.events import stream_json
 from node.api.interface import NodeApi
+from node.api.tail import LogTail
 
 if TYPE_CHECKING:
     from trio_typing import TaskStatus
@@ -26,6 +29,7 @@ def create_app(node: NodeApi) -> FastAPI:
         description="A chatsync node: signed chat ops in, history, chat lists and status out.",
     )
     app.state.node = node
+    app.state.tail = LogTail(node.db, partial(stream_json, node))  # shared by the streams
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     install_error_handlers(app)
     for module in (ops, auth, admin, chats, users, events, identity, debug):

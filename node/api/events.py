@@ -51,6 +51,7 @@ from node.api.models import (
     b64encode,
     message_out,
 )
+from node.api.tail import LogTail, Reader
 from node.auth import AuthRefused
 from store.errors import InvalidInput
 from store.events import EventKind
@@ -99,6 +100,7 @@ async def delivery(user_id: str, node: NodeDep, who: Signed) -> DeliveryOut:
     """How far each of the user's devices has acknowledged its stream (delivered)."""
     user = user_param(user_id)
     as_user(who, user)
+    await node.acks.flush()
     acked = await trio.to_thread.run_sync(node.db.delivered, user)
     return DeliveryOut(
         user_id=user.hex(), devices={device: token_of(node, p) for device, p in acked.items()}
@@ -113,6 +115,7 @@ async def message_delivery(
     stream), read (their signed receipt reaches it). For the chat's members."""
     chat, wanted = chat_param(chat_id), msg_id_param(msg_id)
     await as_reader(node, who, chat)
+    await node.acks.flush()
     found = await trio.to_thread.run_sync(node.db.delivery, wanted)
     if found is None or found[0].chat_id != chat:
         raise NotFound("not_found", f"this node shows no message {msg_id} in chat {chat_id}")
@@ -178,6 +181,7 @@ async def _push(
     ``INLINE_BYTES`` — fit in a TCP connection's buffers (Linux: 128 KiB to receive and
     16 KiB to send at first), so a send never waits for a client that stopped reading."""
     timeout = node.config.stream_send_timeout_s
+    reader = Reader(node.db, user)
     unacked: deque[tuple[int, float]] = deque()  # (a sent page's position, when it was sent)
     while True:
         while unacked and unacked[0][0] <= acked.position:
@@ -191,29 +195,51 @@ async def _push(
             resume = token_of(node, acked.position)
             await websocket.close(code=4008, reason=f"slow_consumer; resume {resume}")
             return
-        page = await trio.to_thread.run_sync(
-            partial(node.db.feed, user, after, DEFAULT_EVENTS, max_bytes=FRAME_BYTES)
-        )
-        if page.events:
-            await _send(websocket, node, page.events, page.position)
-            unacked.append((page.position, trio.current_time()))
-        elif page.position == after:  # nothing new: wait for a commit, or beat
+        parts, reached = await _next_frame(websocket, node, reader, user, after)
+        if parts:
+            await _send(websocket, node, parts, reached)
+            unacked.append((reached, trio.current_time()))
+        elif reached == after:  # nothing new: wait for a commit, or beat
             with trio.move_on_after(node.config.stream_heartbeat_s) as idle:
                 await node.commits.wait_past(after)
             if idle.cancelled_caught:  # a beat is a frame too: acknowledged, or the end
                 await _send(websocket, node, [], after)
                 unacked.append((after, trio.current_time()))
-        after = page.position
+        after = reached
 
 
-async def _send(
-    websocket: WebSocket, node: NodeApi, events: list[FeedEvent], position: int
-) -> None:
-    body = EventsOut(
-        events=[event_out(node, e, inline_bytes=INLINE_BYTES) for e in events],
-        next=token_of(node, position),
-    )
-    await websocket.send_text(body.model_dump_json())
+async def _next_frame(
+    websocket: WebSocket, node: NodeApi, reader: Reader, user: bytes, after: int
+) -> tuple[list[str], int]:
+    """The next frame's events (as JSON) after ``after``, and the position it reaches: from
+    the shared tail when it holds them, else from the user's feed in the store."""
+    tail: LogTail = websocket.app.state.tail
+    found = await tail.after(after)
+    if found is None:
+        page = await trio.to_thread.run_sync(
+            partial(node.db.feed, user, after, DEFAULT_EVENTS, max_bytes=FRAME_BYTES)
+        )
+        return [stream_json(node, e) for e in page.events], page.position
+    events, reached = found
+    parts: list[str] = []
+    size = 0
+    for event in events:
+        if reader.keeps(event):
+            parts.append(event.json)
+            size += len(event.json)
+            if size >= FRAME_BYTES or len(parts) == DEFAULT_EVENTS:
+                return parts, event.position
+    return parts, reached
+
+
+def stream_json(node: NodeApi, event: FeedEvent) -> str:
+    """An event as a stream sends it (a big message as a stub)."""
+    return event_out(node, event, inline_bytes=INLINE_BYTES).model_dump_json()
+
+
+async def _send(websocket: WebSocket, node: NodeApi, parts: list[str], position: int) -> None:
+    frame = f'{{"events":[{",".join(parts)}],"next":"{token_of(node, position)}"}}'
+    await websocket.send_text(frame)  # EventsOut, assembled from events serialized once
 
 
 async def _read_acks(
@@ -245,7 +271,7 @@ async def _read_acks(
             nursery.cancel_scope.cancel()
             return
         acked.ack(position)
-        await trio.to_thread.run_sync(node.db.acknowledge, user, device, position)
+        node.acks.ack(user, device, position)  # written within a second (node/delivery.py)
 
 
 def event_out(node: NodeApi, event: FeedEvent, inline_bytes: int | None = None) -> EventOut:

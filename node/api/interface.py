@@ -15,6 +15,7 @@ from fastapi.requests import HTTPConnection
 from node.auth import Authenticator
 from node.commits import CommitSignal
 from node.config import NodeConfig
+from node.delivery import Acks
 from node.intake import Submitted
 from node.metrics import Metrics
 from store.chatdb import ChatDb
@@ -43,6 +44,11 @@ class NodeApi(Protocol):
 
     @property
     def admin_token(self) -> str: ...
+
+    @property
+    def acks(self) -> Acks:
+        """Stream acknowledgements, written to the store each second."""
+        ...
 
     @property
     def commits(self) -> CommitSignal:

@@ -1,0 +1,90 @@
+"""The end of this node's event log, read and serialized once for every stream.
+
+A thousand streams at the log's end would each read the new events from RocksDB (a thread
+hop each) and build the same JSON for each event. Instead ``LogTail`` reads what the store
+logged since it last looked — once, whoever asks first — decodes it and serializes each event
+once (``event_json``), and keeps the newest ``KEEP``. A stream that is behind that window
+reads its own feed from the store (``FeedStore.feed``). What each user may read is decided
+per stream (``Reader``), from the same rule as the feed.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+from store.events import EventKind
+from store.feed import FeedEvent, FeedStore
+
+KEEP = 8192  # events held: about a minute of a busy node's log
+READ = 4096  # events read from the store at once
+
+
+@dataclass(frozen=True, slots=True)
+class TailEvent:
+    position: int
+    kind: EventKind
+    chat_id: bytes
+    about: bytes | None  # a member event's user
+    json: str  # the event as every stream sends it
+
+
+class LogTail:
+    def __init__(self, db: FeedStore, event_json: Callable[[FeedEvent], str]) -> None:
+        self._db, self._event_json = db, event_json
+        self._floor = db.last_position  # the tail serves positions after this
+        self._read_to = self._floor
+        self._events: list[TailEvent] = []
+        self._positions: list[int] = []
+        self._lock = trio.Lock()
+
+    async def after(self, position: int) -> tuple[list[TailEvent], int] | None:
+        """The events after ``position`` and the position they go up to, or None if the tail
+        no longer holds them all (the stream then reads the store)."""
+        if position < self._floor:
+            return None
+        if self._read_to < self._db.last_position:
+            async with self._lock:  # one reader for all the streams
+                while self._read_to < self._db.last_position:
+                    await self._read()
+        if position < self._floor:
+            return None
+        start = bisect_right(self._positions, position)
+        return self._events[start:], self._read_to
+
+    async def _read(self) -> None:
+        page = await trio.to_thread.run_sync(self._db.log_page, self._read_to, READ)
+        for event in page.events:
+            self._events.append(
+                TailEvent(
+                    event.position, event.kind, event.chat_id, event.about, self._event_json(event)
+                )
+            )
+            self._positions.append(event.position)
+        self._read_to = page.position
+        if len(self._events) > KEEP:
+            cut = len(self._events) - KEEP
+            self._floor = self._positions[cut - 1]
+            del self._events[:cut], self._positions[:cut]
+
+
+class Reader:
+    """Which of the tail's events one user may read: ``FeedStore.may_read`` per chat, asked
+    again after a member event of that chat (it may have changed who reads it)."""
+
+    def __init__(self, db: FeedStore, user_id: bytes) -> None:
+        self._db, self._user = db, user_id
+        self._readable: dict[bytes, bool] = {}
+
+    def keeps(self, event: TailEvent) -> bool:
+        chat = event.chat_id
+        if event.kind is EventKind.MEMBER:
+            self._readable.pop(chat, None)
+        readable = self._readable.get(chat)
+        if readable is None:
+            # a point read of cached rows (load_meta, members): cheaper than a thread hop
+            readable = self._readable[chat] = self._db.may_read(chat, self._user)
+        return readable or event.about == self._user
