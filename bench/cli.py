@@ -204,6 +204,53 @@ def retention(
         raise typer.Exit(1)
 
 
+@bench_app.command("push")
+def push(
+    clients: Annotated[
+        int, typer.Option(min=1, help="WebSocket streams held open on node B (probes among them).")
+    ] = 1000,
+    rates: Annotated[str, typer.Option(help="Offered ops/s, comma-separated: one load each.")] = (
+        "100,1000"
+    ),
+    seconds: Annotated[float, typer.Option(min=0.5, help="How long each rate is offered.")] = 10.0,
+    probes: Annotated[
+        int, typer.Option(min=1, help="Clients that parse their frames and time every op.")
+    ] = 20,
+    pollers: Annotated[
+        int, typer.Option(min=0, help="Devices polling the history during the lowest rate.")
+    ] = 20,
+    drain_timeout: Annotated[
+        float, typer.Option(min=1, help="After a load: how long to wait for every op (s).")
+    ] = 180.0,
+    out: Annotated[Path, typer.Option(help="JSON file to write (the plot: same name, .png).")] = (
+        Path("bench-results/push.json")
+    ),
+    data: Annotated[
+        Path | None,
+        typer.Option(help="Directory for the nodes' data (wiped first, kept); default: temporary."),
+    ] = None,
+) -> None:
+    """2 node processes: push latency to C streams at each rate, RSS per connection, vs polling."""
+    from bench.push_bench import PushBenchParams, run_push_bench
+
+    try:
+        params = PushBenchParams(
+            clients=clients,
+            rates=parse_numbers(rates, "--rates", 1, int),
+            seconds=seconds,
+            probes=probes,
+            pollers=pollers,
+            drain_timeout_s=drain_timeout,
+            out=out,
+            data=data,
+        )
+        params.check()
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if not run_push_bench(params)["all_delivered"]:
+        raise typer.Exit(1)
+
+
 def demo(
     data: str = typer.Option("./demo-data", help="RocksDB directory (wiped first)."),
     messages: int = typer.Option(10_000, min=1, help="Messages to write."),
