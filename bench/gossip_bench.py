@@ -59,6 +59,7 @@ from rich.console import Console
 from bench.console import bench_console, save_report
 from bench.gossip_report import build_report, print_report
 from bench.machine import loadavg, machine_busy_s, process_cpu_s
+from bench.poster import Poster
 from bench.transport_floor import FloorParams, run_transport_floor
 from cluster.local import Cluster
 from store import Hlc, MsgV1
@@ -187,40 +188,6 @@ def _signing_cost(signer: Signer) -> float:
 
 
 # --- talking to the nodes ------------------------------------------------------------------
-
-
-class Poster:
-    """POSTs pre-encoded ops; waits and retries while the node answers 503 (write queue full)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.http = httpx.Client(timeout=60)
-        self.busy = 0  # 503 answers
-        self.errors = 0
-
-    def post(self, fragments: list[str]) -> bool:
-        body = ('{"ops":[' + ",".join(fragments) + "]}").encode()
-        for attempt in range(2000):
-            try:
-                response = self.http.post(
-                    f"{self.url}/ops", content=body, headers={"content-type": "application/json"}
-                )
-            except httpx.HTTPError:
-                self.errors += 1
-                time.sleep(0.1)
-                continue
-            if response.status_code == 201:
-                return True
-            if response.status_code == 503:
-                self.busy += 1
-                time.sleep(min(0.2, 0.005 * (attempt + 1)))
-                continue
-            self.errors += 1
-            return False
-        return False
-
-    def close(self) -> None:
-        self.http.close()
 
 
 def post_plan(plan: Plan, node: int, url: str, stats: dict[str, Any]) -> None:

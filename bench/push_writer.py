@@ -20,8 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 
-import httpx
-
+from bench.poster import Poster
 from store import HlcClock, MsgV1
 from store.ops import op_kind
 from store.signing import SigningKey, key_from_seed
@@ -79,7 +78,8 @@ def run_writer(plan: WriterPlan) -> WriterResult:
     result.started_at = start
     made = 0
     k = 0
-    with httpx.Client(timeout=60) as http:
+    poster = Poster(plan.url)
+    try:
         while made < total:
             due_at = start + k * tick_s
             wait = due_at - time.time()
@@ -93,15 +93,18 @@ def run_writer(plan: WriterPlan) -> WriterResult:
             due = min(total, round(plan.rate * min(k, ticks) * tick_s))
             while made < due:
                 count = min(due - made, MAX_OPS_PER_POST)
-                _post(http, plan, keys, clock, filler, made, count, result)
+                _post(poster, plan, keys, clock, filler, made, count, result)
                 made += count
+    finally:
+        poster.close()
+    result.busy, result.errors = poster.busy, poster.errors
     result.ended_at = time.time()
     result.cpu_s = time.process_time() - cpu0
     return result
 
 
 def _post(
-    http: httpx.Client,
+    poster: Poster,
     plan: WriterPlan,
     keys: list[SigningKey],
     clock: HlcClock,
@@ -123,34 +126,11 @@ def _post(
         fragments.append(f'{{"kind":{int(op_kind(msg))},"data":"{data}"}}')
         result.ids.append(msg.msg_id.hex())
         result.hlcs.append(msg.hlc.pack())
-    content = ('{"ops":[' + ",".join(fragments) + "]}").encode()
     started = time.time()
-    acked = _send(http, plan.url, content, result)
+    acked = time.time() if poster.post(fragments) else math.nan
     result.posts += 1
     result.post_s.extend([started] * count)
     result.ack_s.extend([acked] * count)
-
-
-def _send(http: httpx.Client, url: str, content: bytes, result: WriterResult) -> float:
-    """POST, retrying while the node answers 503; the wall time of the 201, or nan."""
-    for attempt in range(2000):
-        try:
-            response = http.post(
-                f"{url}/ops", content=content, headers={"content-type": "application/json"}
-            )
-        except httpx.HTTPError:
-            result.errors += 1
-            time.sleep(0.1)
-            continue
-        if response.status_code == 201:
-            return time.time()
-        if response.status_code == 503:
-            result.busy += 1
-            time.sleep(min(0.2, 0.005 * (attempt + 1)))
-            continue
-        result.errors += 1
-        return math.nan
-    return math.nan
 
 
 def _ready() -> bool:
