@@ -50,7 +50,9 @@ async def watch_events(
                 while True:
                     batch = json.loads(await ws.get_message())
                     for item in batch["events"]:
-                        event = await trio.to_thread.run_sync(_whole, client, event_from_json(item))
+                        event = event_from_json(item)
+                        if event.truncated:  # a big message: fetched (a blocking call)
+                            event = await trio.to_thread.run_sync(_whole, client, event)
                         key = _identity(event)
                         if started_over and key in seen:
                             continue
@@ -77,8 +79,8 @@ async def watch_events(
 
 
 def _whole(client: ChatsyncClient, event: Event) -> Event:
-    """The event with its message, fetched if the stream sent a stub (a big message)."""
-    if not event.truncated or event.msg_id is None:
+    """The event with its message, fetched (the stream sent its id: a big message)."""
+    if event.msg_id is None:
         return event
     msg = client.message(event.chat_id, event.msg_id)  # None: erased meanwhile
     return replace(event, msg=msg, msg_id=None, truncated=False) if msg is not None else event

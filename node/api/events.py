@@ -9,18 +9,20 @@ is refused (410 ``foreign_token``) and the client starts over there without ``si
 (and drops what it already has by id). A token past the log's end (a wiped node) is 410
 ``unknown_position``.
 
-The stream is the same feed, pushed: it sends what is after ``since`` page by page, then
+The stream is the same feed, pushed: it sends what is after ``since`` frame by frame, then
 waits for the next commit (``node/commits.py``: woken after the WriteBatch — after the WAL
 sync on a durable node) and sends again, and a heartbeat with the current token when idle.
-The client acknowledges each page with ``{"ack": <token>}`` — its device's delivered
-position (``GET /users/{user}/delivery``) — and the stream runs at most ``WINDOW`` pages
-(of at most ~256 KiB each: ``store.feed``) ahead of those acks: a client that has let a page
+Streams at the log's end share one read and one serialization of each event
+(``node/api/tail.py``); one behind it reads its user's feed from the store. The client
+acknowledges each frame with ``{"ack": <token>}`` — its device's delivered position
+(``GET /users/{user}/delivery``, kept by ``node/delivery.py``) — and the stream runs at most
+``WINDOW`` frames of about ``FRAME_BYTES`` ahead of those acks: a client that has let a frame
 go unacknowledged for ``stream_send_timeout_s`` with the window full is closed (4008, the
 reason carrying the token to resume from, its last acknowledged one), so a connection never
 holds more than the window. A message over ``INLINE_BYTES`` goes as a stub — its id, and
-``truncated`` — for the client to fetch (``GET /chats/{chat}/messages/{id}``).
-Anything else it sends, or more than ``MAX_CLIENT_MESSAGE`` bytes, closes the connection
-(4400, 1009). Refused right after the upgrade, the code in the reason: 4401 (no token, bad,
+``truncated`` — for the client to fetch (``GET /chats/{chat}/messages/{id}``). Anything else
+the client sends, or more than ``MAX_CLIENT_MESSAGE`` bytes, closes the connection (4400,
+1009). Refused right after the upgrade, the code in the reason: 4401 (no token, bad,
 expired), 4403 (another user's), 4410 (a token of another node's log), 4400 (a bad token).
 """
 
@@ -29,7 +31,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import logging
 from collections import deque
 from functools import partial
 from typing import Literal
@@ -57,7 +58,6 @@ from store.errors import InvalidInput
 from store.events import EventKind
 from store.feed import FeedEvent
 
-log = logging.getLogger(__name__)
 router = APIRouter()
 
 DEFAULT_EVENTS, MAX_EVENTS = 100, 500
@@ -152,7 +152,7 @@ async def stream(websocket: WebSocket, user_id: str, since: str | None = None) -
     except WebSocketDisconnect:
         pass
     finally:
-        node.metrics.inc("streams_closed", help="event streams ended")
+        node.metrics.inc("streams_ended", help="event streams ended, for any reason")
 
 
 class _Acked:
