@@ -142,6 +142,20 @@ class FeedStore(ViewStore):
                     break
         return FeedPage(out, position)
 
+    def shown_messages(self, msg_ids: list[bytes]) -> list[bool]:
+        """For each id, whether this replica holds the message and shows it."""
+        hidden: dict[bytes, set[int]] = {}
+        out = []
+        for key in self.multi_get("seen_msg", msg_ids):
+            if key is None:
+                out.append(False)
+                continue
+            chat = key[:CHAT_ID_LEN]
+            if chat not in hidden:
+                hidden[chat] = self.hidden_seqs(chat)
+            out.append(seq_of(key) not in hidden[chat])
+        return out
+
     def log_page(self, after: int, limit: int) -> FeedPage:
         """Every event after ``after`` (up to ``limit`` looked at), for any reader: what a
         stream at the log's end filters for its user (``FeedEvent.about``, ``may_read``)."""

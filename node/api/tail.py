@@ -29,6 +29,7 @@ class TailEvent:
     kind: EventKind
     chat_id: bytes
     about: bytes | None  # a member event's user
+    msg_id: bytes | None  # a message event's message
     json: str  # the event as every stream sends it
 
 
@@ -58,10 +59,10 @@ class LogTail:
     async def _read(self) -> None:
         page = await trio.to_thread.run_sync(self._db.log_page, self._read_to, READ)
         for event in page.events:
+            msg_id = event.msg.msg_id if event.kind is EventKind.MESSAGE and event.msg else None
+            json = self._event_json(event)
             self._events.append(
-                TailEvent(
-                    event.position, event.kind, event.chat_id, event.about, self._event_json(event)
-                )
+                TailEvent(event.position, event.kind, event.chat_id, event.about, msg_id, json)
             )
             self._positions.append(event.position)
         self._read_to = page.position
@@ -69,6 +70,22 @@ class LogTail:
             cut = len(self._events) - KEEP
             self._floor = self._positions[cut - 1]
             del self._events[:cut], self._positions[:cut]
+        gone_from = {
+            e.chat_id for e in page.events if e.kind in (EventKind.DELETE, EventKind.HIDDEN)
+        }
+        if gone_from:
+            await self._forget_gone(gone_from)
+
+    async def _forget_gone(self, chats: set[bytes]) -> None:
+        """Drop the held copies of messages of ``chats`` erased or hidden since they were read:
+        a stream not past them yet gets them no more (the store's feed would not give them),
+        and no erased payload stays in memory."""
+        ids = [e.msg_id for e in self._events if e.chat_id in chats and e.msg_id is not None]
+        shown = await trio.to_thread.run_sync(self._db.shown_messages, ids)
+        gone = {msg_id for msg_id, is_shown in zip(ids, shown, strict=True) if not is_shown}
+        if gone:
+            kept = [e for e in self._events if e.msg_id not in gone]
+            self._events, self._positions = kept, [e.position for e in kept]
 
 
 class Reader:
