@@ -48,6 +48,8 @@ MAC_LEN = 32
 MAX_DEVICE = 32  # bytes of a device name
 MAX_TOKEN = 4 * (USER_ID_LEN + 8 + MAX_DEVICE + MAC_LEN) // 3 + 4  # base64 of the longest token
 SECRET_FILE, ADMIN_FILE = "auth.key", "admin.token"
+# a challenge's bytes: tag | node id | user | nonce | expiry ms (8, big-endian)
+CHALLENGE_PARTS = (len(CHALLENGE_TAG), NODE_ID_LEN, USER_ID_LEN, NONCE_LEN, 8)
 
 
 class AuthRefused(Exception):
@@ -105,15 +107,10 @@ class Authenticator:
         self, user_id: bytes, public_key: bytes, challenge: bytes, signature: bytes, device: str
     ) -> tuple[str, Principal]:
         """A token for ``user_id`` on ``device``, or AuthRefused (401)."""
-        if len(challenge) != len(CHALLENGE_TAG) + NODE_ID_LEN + USER_ID_LEN + NONCE_LEN + 8:
+        if len(challenge) != sum(CHALLENGE_PARTS):
             raise AuthRefused(401, "bad_challenge", "not a challenge of this node's")
-        at = len(CHALLENGE_TAG)
-        tag, node, user = (
-            challenge[:at],
-            challenge[at : at + NODE_ID_LEN],
-            challenge[at + 32 : at + 52],
-        )
-        nonce, expires = challenge[at + 52 : at + 68], int.from_bytes(challenge[at + 68 :], "big")
+        tag, node, user, nonce, stamp = _split(challenge, CHALLENGE_PARTS)
+        expires = int.from_bytes(stamp, "big")
         if tag != CHALLENGE_TAG or node != self.node_id:
             raise AuthRefused(401, "wrong_node", "the challenge was given out by another node")
         if user != user_id:
@@ -162,6 +159,14 @@ class Authenticator:
 
     def _mac(self, body: bytes) -> bytes:
         return blake3(self.node_id + body, key=self._secret).digest()  # this node's, this body
+
+
+def _split(data: bytes, lengths: tuple[int, ...]) -> list[bytes]:
+    parts, at = [], 0
+    for length in lengths:
+        parts.append(data[at : at + length])
+        at += length
+    return parts
 
 
 def check_admin(expected: str, given: str | None) -> None:

@@ -15,6 +15,7 @@ become a member: the member event is their cue to page the chat's history.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from store.events import POSITION_LEN, EventKind
 from store.keys import CHAT_ID_LEN, USER_ID_LEN, seq_of
@@ -45,12 +46,16 @@ class FeedEvent:
         return len(self.msg.encoded) if self.msg is not None else 200
 
 
+# pending; delivered: a device of theirs acknowledged it here; read: their receipt reaches it
+DeliveryState = Literal["pending", "delivered", "read"]
+
+
 @dataclass(frozen=True, slots=True)
 class Recipient:
     """A message's delivery to one of its recipients (RFC-0005's PENDING -> DELIVERED -> READ)."""
 
     user_id: bytes
-    state: str  # "pending", "delivered" (a device acknowledged it here), "read" (a receipt)
+    state: DeliveryState
     devices: dict[str, bool]  # the user's devices streaming from this node: has each got it
 
 
@@ -107,7 +112,7 @@ class FeedStore(ViewStore):
         for user in (u for u in readers if u != msg.sender):
             devices = {d: p >= position for d, p in self.delivered(user).items()}
             read = self.read_position(msg.chat_id, user)
-            state = "read" if read is not None and read >= msg.hlc else "pending"
+            state: DeliveryState = "read" if read is not None and read >= msg.hlc else "pending"
             if state == "pending" and any(devices.values()):
                 state = "delivered"
             out.append(Recipient(user, state, devices))
@@ -124,18 +129,16 @@ class FeedStore(ViewStore):
         """Up to ``limit`` of the user's events after position ``after`` — fewer once their
         records pass ``max_bytes`` (one at least) — looking at no more than ``scan`` events
         of the log."""
-        readable: dict[bytes, bool] = {}
+        reader = Reader(self, user_id)
         out: list[FeedEvent] = []
         size = 0
         position = after
         for position, kind, ref in self.events_after(after, scan):
-            chat = ref[:CHAT_ID_LEN]
-            if chat not in readable:
-                readable[chat] = self.may_read(chat, user_id)
-            if not readable[chat] and kind is not EventKind.MEMBER:
-                continue
+            readable = reader.reads_chat(ref[:CHAT_ID_LEN], kind)
+            if not readable and kind is not EventKind.MEMBER:
+                continue  # (a member op may be about the user: decoded to see)
             event = self.log_event(position, kind, ref)
-            if event is not None and (readable[chat] or event.about == user_id):
+            if event is not None and (readable or event.about == user_id):
                 out.append(event)
                 size += event.size
                 if len(out) == limit or size >= max_bytes:
@@ -186,3 +189,25 @@ class FeedStore(ViewStore):
         if raw is None:
             return None
         return FeedEvent(position, kind, chat, msg=decode_msg(raw, trusted=True))
+
+
+class Reader:
+    """Which events one user may read (the module's rule): those of the chats they may read
+    (``FeedStore.may_read``, asked once per chat, and again after a member event of that chat,
+    which may have changed who reads it), and the member ops about them anywhere."""
+
+    def __init__(self, db: FeedStore, user_id: bytes) -> None:
+        self._db, self.user_id = db, user_id
+        self._readable: dict[bytes, bool] = {}
+
+    def reads_chat(self, chat_id: bytes, kind: EventKind) -> bool:
+        if kind is EventKind.MEMBER:
+            self._readable.pop(chat_id, None)
+        readable = self._readable.get(chat_id)
+        if readable is None:
+            readable = self._readable[chat_id] = self._db.may_read(chat_id, self.user_id)
+        return readable
+
+    def keeps(self, kind: EventKind, chat_id: bytes, about: bytes | None) -> bool:
+        """Does the user read an event of this kind, chat and subject (a member op's user)?"""
+        return self.reads_chat(chat_id, kind) or about == self.user_id

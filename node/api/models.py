@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from store.authz import ChatProof, GroupProof
+from store.feed import DeliveryState
 from store.hlc import Hlc
 from store.inbox import ChatListItem
 from store.kinds import MessageView, Tombstone
@@ -221,7 +222,7 @@ class DeliveryOut(BaseModel):
 
 class RecipientOut(BaseModel):
     user_id: str
-    state: Literal["pending", "delivered", "read"]
+    state: DeliveryState
     devices: dict[str, bool] = Field(
         description="the user's devices on this node: delivered to each"
     )

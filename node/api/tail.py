@@ -5,7 +5,7 @@ hop each) and build the same JSON for each event. Instead ``LogTail`` reads what
 logged since it last looked — once, whoever asks first — decodes it and serializes each event
 once (``event_json``), and keeps the newest ``KEEP``. A stream that is behind that window
 reads its own feed from the store (``FeedStore.feed``). What each user may read is decided
-per stream (``Reader``), from the same rule as the feed.
+per stream by the feed's own rule (``store.feed.Reader``).
 """
 
 from __future__ import annotations
@@ -86,22 +86,3 @@ class LogTail:
         if gone:
             kept = [e for e in self._events if e.msg_id not in gone]
             self._events, self._positions = kept, [e.position for e in kept]
-
-
-class Reader:
-    """Which of the tail's events one user may read: ``FeedStore.may_read`` per chat, asked
-    again after a member event of that chat (it may have changed who reads it)."""
-
-    def __init__(self, db: FeedStore, user_id: bytes) -> None:
-        self._db, self._user = db, user_id
-        self._readable: dict[bytes, bool] = {}
-
-    def keeps(self, event: TailEvent) -> bool:
-        chat = event.chat_id
-        if event.kind is EventKind.MEMBER:
-            self._readable.pop(chat, None)
-        readable = self._readable.get(chat)
-        if readable is None:
-            # a point read of cached rows (load_meta, members): cheaper than a thread hop
-            readable = self._readable[chat] = self._db.may_read(chat, self._user)
-        return readable or event.about == self._user

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from node.api import tail as tail_module
-from node.api.tail import LogTail, Reader
+from node.api.tail import LogTail
 from store import ChatDb, ChatDbConfig, Hlc, MessageKind, MsgV1
 from store.events import EventKind
-from store.feed import FeedEvent
+from store.feed import FeedEvent, Reader
 from store.kinds import Claims
 from sync.replica import DbReplica
 
@@ -63,4 +63,6 @@ async def test_a_stream_behind_the_window_reads_the_store(
         reader = Reader(db, USERS[2])  # never added
         found = await tail.after(db.last_position - 2)
         assert found is not None and all(e.kind is EventKind.MESSAGE for e in found[0])
-        assert not any(reader.keeps(e) for e in found[0])  # not a member: nothing kept
+        assert not any(
+            reader.keeps(e.kind, e.chat_id, e.about) for e in found[0]
+        )  # not a member: nothing kept
