@@ -60,6 +60,7 @@ from bench.console import bench_console, save_report
 from bench.gossip_report import build_report, print_report
 from bench.machine import loadavg, machine_busy_s, process_cpu_s
 from bench.poster import Poster
+from bench.quantiles import quantile
 from bench.transport_floor import FloorParams, run_transport_floor
 from cluster.local import Cluster
 from store import Hlc, MsgV1
@@ -564,12 +565,12 @@ def _quantiles(values: list[float]) -> dict[str, float | None]:
     if not values:
         return {"count": 0, "p50": None, "p99": None, "max": None}
     ordered = sorted(values)
-
-    def pick(q: float) -> float | None:
-        v = ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-        return None if math.isinf(v) else v
-
-    return {"count": len(ordered), "p50": pick(0.5), "p99": pick(0.99), "max": pick(1.0)}
+    return {
+        "count": len(ordered),
+        "p50": quantile(ordered, 0.5),
+        "p99": quantile(ordered, 0.99),
+        "max": quantile(ordered, 1.0),
+    }
 
 
 def _curve(monitor: Monitor, start: float, base: int) -> list[list[float]]:

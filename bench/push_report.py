@@ -16,6 +16,7 @@ from rich.table import Table
 
 from bench.console import red_unless
 from bench.machine import machine_info
+from bench.quantiles import quantile
 
 # the CDF kept in the JSON (and plotted): these quantiles of each latency distribution
 CDF_QUANTILES = [
@@ -33,8 +34,8 @@ def latency_summary(values_ms: list[float], *, cdf: bool = False) -> dict[str, A
     ordered = sorted(values_ms)
 
     def pick(q: float) -> float | None:
-        v = ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-        return None if math.isinf(v) else round(v, 2)
+        v = quantile(ordered, q)
+        return None if v is None else round(v, 2)
 
     out = {
         "count": len(ordered),
