@@ -1,0 +1,198 @@
+"""dm3 encryption envelopes at a delivery service: checked, opened, postmarked, kept. Pure.
+
+An ``EncryptionEnvelop`` (seed 001 §2.2.5, ``@dm3-org/dm3-lib-messaging`` 1.7.1) is
+``{message, metadata: {version, encryptionScheme?, deliveryInformation,
+encryptedMessageHash, signature}, postmark?}`` and nothing else. ``message`` is sealed for the
+recipient, ``deliveryInformation`` (``{to, from, deliveryInstruction?}``) for this service;
+``metadata.signature`` is the sender's ed25519 signature over the metadata without it, and
+``encryptedMessageHash`` the SHA-256 of the sealed message — so a sender is known by the key
+behind their name, and nobody can swap the message of a signed envelope.
+
+What the gateway keeps (``wrap``) is the postmarked envelope — as the recipient's dm3 client
+fetches it — with the opened delivery information and the time it came in: any node of the
+recipient's services can then serve it per contact and delete it when acknowledged.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from nacl.signing import SigningKey
+
+from dm3.crypto import (
+    SCHEME,
+    Dm3CryptoError,
+    EncryptionKeys,
+    check_text_signature,
+    decrypt_from,
+    encrypt_for,
+    hash_message,
+    sha256_hex,
+    sign_text,
+    stringify,
+)
+
+ENVELOPE_FIELDS = {"message": True, "metadata": True, "postmark": False}  # name -> required
+METADATA_FIELDS = {
+    "version": True, "encryptionScheme": False, "deliveryInformation": True,
+    "encryptedMessageHash": True, "signature": True,
+}  # fmt: skip
+INFO_FIELDS = {"to": True, "from": True, "deliveryInstruction": False}
+
+
+class EnvelopeError(ValueError):
+    """An envelope that is not dm3's shape (``invalid_shape``) or does not open/verify."""
+
+    def __init__(self, message: str, *, shape: bool = False) -> None:
+        super().__init__(message)
+        self.shape = shape
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryInformation:
+    to: str
+    sender: str  # dm3's ``from``
+    instruction: str | None = None
+
+    def to_json(self) -> dict[str, str]:
+        out = {"to": self.to, "from": self.sender}
+        if self.instruction is not None:
+            out["deliveryInstruction"] = self.instruction
+        return out
+
+
+def _check_object(value: Any, fields: dict[str, bool], what: str) -> dict[str, Any]:
+    """dm3's JSON schema for one object: these string fields, the required ones present,
+    no others (``additionalProperties: false``)."""
+    if not isinstance(value, dict):
+        raise EnvelopeError(f"{what} must be an object", shape=True)
+    extra = sorted(set(value) - set(fields))
+    if extra:
+        raise EnvelopeError(f"{what} has unknown fields: {', '.join(extra)[:120]}", shape=True)
+    for name, required in fields.items():
+        if name not in value:
+            if required:
+                raise EnvelopeError(f"{what}.{name} is missing", shape=True)
+        elif not isinstance(value[name], str) and not (
+            name == "deliveryInformation" and isinstance(value[name], dict)
+        ):
+            raise EnvelopeError(f"{what}.{name} must be a string", shape=True)
+    return value
+
+
+def check_envelope(value: Any) -> dict[str, Any]:
+    """The envelope if it has dm3's shape (its JSON schema, exactly); EnvelopeError if not."""
+    envelope = _check_object(value, ENVELOPE_FIELDS, "envelope")
+    metadata = _check_object(envelope["metadata"], METADATA_FIELDS, "metadata")
+    if isinstance(metadata["deliveryInformation"], dict):
+        _check_object(metadata["deliveryInformation"], INFO_FIELDS, "deliveryInformation")
+    return envelope
+
+
+def parse_envelope(text: Any) -> dict[str, Any]:
+    """``dm3_submitMessage``'s first parameter: the envelope as a JSON string."""
+    if not isinstance(text, str):
+        raise EnvelopeError("the envelope must be passed as a JSON string", shape=True)
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        raise EnvelopeError("the envelope is not JSON", shape=True) from None
+    return check_envelope(value)
+
+
+def envelope_size(envelope: dict[str, Any]) -> int:
+    """dm3's ``getEnvelopSize``: UTF-8 bytes of the stable stringification."""
+    return len(stringify(envelope).encode())
+
+
+def open_delivery_information(
+    keys: EncryptionKeys, envelope: dict[str, Any]
+) -> DeliveryInformation:
+    """Decrypt the delivery information sealed for this service (x25519-chacha20-poly1305)."""
+    metadata = envelope["metadata"]
+    scheme = metadata.get("encryptionScheme", SCHEME)
+    if scheme != SCHEME:
+        raise EnvelopeError(f"encryption scheme {scheme[:60]!r} is not supported; use {SCHEME}")
+    sealed = metadata["deliveryInformation"]
+    if not isinstance(sealed, str):
+        raise EnvelopeError("deliveryInformation must be sealed for this delivery service")
+    try:
+        info = json.loads(decrypt_from(keys, json.loads(sealed)))
+        _check_object(info, INFO_FIELDS, "deliveryInformation")
+    except (Dm3CryptoError, ValueError, RecursionError) as exc:
+        raise EnvelopeError(
+            f"deliveryInformation does not open with this service's key: {exc}"
+        ) from None
+    return _info(info)
+
+
+def _info(value: dict[str, str]) -> DeliveryInformation:
+    return DeliveryInformation(value["to"], value["from"], value.get("deliveryInstruction"))
+
+
+def check_sender(envelope: dict[str, Any], sender_key: bytes) -> None:
+    """The metadata is signed by ``sender_key`` and names the message it carries."""
+    metadata = envelope["metadata"]
+    if metadata["encryptedMessageHash"] != sha256_hex(stringify(envelope["message"])):
+        raise EnvelopeError("encryptedMessageHash is not the hash of the message")
+    unsigned = {k: v for k, v in metadata.items() if k != "signature"}
+    if not check_text_signature(sender_key, stringify(unsigned), metadata["signature"]):
+        raise EnvelopeError("the metadata signature is not the sender's")
+
+
+def add_postmark(
+    envelope: dict[str, Any],
+    service_key: SigningKey,
+    recipient_box_key: bytes,
+    incoming_ms: int,
+    randomness: bytes,
+) -> dict[str, Any]:
+    """The envelope with dm3's postmark, signed by this service and sealed for the recipient
+    (``dm3-lib-delivery`` ``addPostmark``). ``randomness``: 44 bytes (ephemeral seed, nonce)."""
+    unsigned = {
+        "messageHash": hash_message(stringify(envelope["message"])),
+        "incommingTimestamp": incoming_ms,  # sic: dm3's spelling
+    }
+    signature = sign_text(service_key, sha256_hex(stringify(unsigned)))
+    sealed = encrypt_for(
+        recipient_box_key, stringify({**unsigned, "signature": signature}),
+        randomness[:32], randomness[32:44],
+    )  # fmt: skip
+    return {**envelope, "postmark": stringify(sealed)}
+
+
+class Delivered(NamedTuple):
+    """A kept envelope: as the recipient fetches it, who sent it, when it came in."""
+
+    envelope: dict[str, Any]
+    info: DeliveryInformation
+    incoming_ms: int
+
+
+def wrap(delivered: Delivered) -> bytes:
+    """The payload of the gateway's message in the recipient's inbox."""
+    return stringify(
+        {
+            "v": 1,
+            "envelop": delivered.envelope,
+            "deliveryInformation": delivered.info.to_json(),
+            "incomingTimestamp": delivered.incoming_ms,
+        }
+    ).encode()
+
+
+def unwrap(payload: bytes) -> Delivered | None:
+    """A kept envelope back, or None for anything else in the inbox (never trusted blindly:
+    any member of the inbox may post there)."""
+    try:
+        value = json.loads(payload)
+        envelope = check_envelope(value["envelop"])
+        info = _check_object(value["deliveryInformation"], INFO_FIELDS, "deliveryInformation")
+        incoming = value["incomingTimestamp"]
+        if value["v"] != 1 or not isinstance(incoming, int) or isinstance(incoming, bool):
+            return None
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return None
+    return Delivered(envelope, _info(info), incoming)
