@@ -3,7 +3,7 @@
 ``node`` (``node.cli``), ``bench`` and ``demo`` (``bench.cli``), ``cluster``
 (``cluster.cli``), the user commands ``keygen``, ``publish``, ``send``, ``history``,
 ``chats``, ``status`` (``client.commands``), ``edit``, ``delete``, ``react``, ``read``
-(``client.edits``) and ``group`` (``client.groups``), and ``sim``
+(``client.edits``), ``group`` (``client.groups``), ``dm3`` (``client.dm3``), and ``sim``
 (``sim.cli``). ``sim`` is imported only when a ``sim`` command runs: it loads PySpark,
 seconds of start-up no other command needs; otherwise an empty placeholder with the same
 help stands in its place in ``--help``.
@@ -20,6 +20,7 @@ import typer
 
 from bench.cli import bench_app, demo
 from client.commands import register as register_user_commands
+from client.dm3 import dm3_app
 from client.edits import register as register_edit_commands
 from client.groups import group_app
 from client.watch import register as register_watch
@@ -54,6 +55,7 @@ def build_app(*, with_sim: bool = False) -> typer.Typer:
     register_edit_commands(app)
     register_watch(app)
     app.add_typer(group_app, name="group")
+    app.add_typer(dm3_app, name="dm3")
     app.command("demo")(demo)
     app.command("cluster")(cluster)
     return app

@@ -104,9 +104,17 @@ class Authenticator:
         return Challenge(data, expires)
 
     def sign_in(
-        self, user_id: bytes, public_key: bytes, challenge: bytes, signature: bytes, device: str
+        self,
+        user_id: bytes,
+        public_key: bytes,
+        challenge: bytes,
+        signature: bytes,
+        device: str,
+        *,
+        signed: bytes | None = None,
     ) -> tuple[str, Principal]:
-        """A token for ``user_id`` on ``device``, or AuthRefused (401)."""
+        """A token for ``user_id`` on ``device``, or AuthRefused (401). ``signed``: what the
+        key signed, if not the challenge's bytes (dm3 signs a text holding them)."""
         if len(challenge) != sum(CHALLENGE_PARTS):
             raise AuthRefused(401, "bad_challenge", "not a challenge of this node's")
         tag, node, user, nonce, stamp = _split(challenge, CHALLENGE_PARTS)
@@ -124,7 +132,7 @@ class Authenticator:
         if len(signature) != SIGNATURE_LEN:
             raise AuthRefused(401, "bad_signature", "a signature is 64 bytes")
         try:
-            VerifyKey(public_key).verify(challenge, signature)
+            VerifyKey(public_key).verify(challenge if signed is None else signed, signature)
         except (BadSignatureError, ValueError):
             raise AuthRefused(401, "bad_signature", "the signature does not verify") from None
         del self._pending[nonce]  # good once
@@ -179,12 +187,13 @@ def check_admin(expected: str, given: str | None) -> None:
 def load_or_create_secrets(data: Path) -> tuple[bytes, str]:
     """(the token MAC key, the admin token) from the files beside the database, made (0600)
     at first start."""
-    secret = _load_or_create(data / SECRET_FILE, lambda: os.urandom(32).hex())
-    admin = _load_or_create(data / ADMIN_FILE, lambda: os.urandom(32).hex())
+    secret = load_or_create_file(data / SECRET_FILE, lambda: os.urandom(32).hex())
+    admin = load_or_create_file(data / ADMIN_FILE, lambda: os.urandom(32).hex())
     return bytes.fromhex(secret), admin
 
 
-def _load_or_create(path: Path, make: Callable[[], str]) -> str:
+def load_or_create_file(path: Path, make: Callable[[], str]) -> str:
+    """The file's text, stripped; made with ``make()`` (mode 0600) if it does not exist."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

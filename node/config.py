@@ -60,6 +60,7 @@ class NodeConfig:
     token_ttl_s: int = 3600  # how long a sign-in lasts
     stream_send_timeout_s: float = 10.0  # a stream client leaving a page unacked this long: closed
     stream_heartbeat_s: float = 25.0  # an idle stream gets the current token this often
+    dm3_sender_per_s: float = 20.0  # dm3 envelopes a sender may submit here per second (burst 5x)
     # simulator (SIM.md): record the ops clients submit here as a replayable trace
     trace_out: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

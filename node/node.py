@@ -18,6 +18,7 @@ import random
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,8 @@ from node.clock import Clock
 from node.commits import CommitSignal
 from node.config import NodeConfig
 from node.delivery import Acks
+from node.dm3 import Dm3Gateway
+from node.dm3 import load_or_create_key as load_dm3_key
 from node.erasure import compact_erasures
 from node.errors import dialling
 from node.framing import Libp2pFrames
@@ -151,6 +154,12 @@ class RunningNode:
         self.services = services
         self.auth, self.admin_token, self.commits = auth, admin_token, commits
         self.acks = Acks(services.db)
+        self.dm3 = Dm3Gateway(
+            load_dm3_key(Path(config.data)), services.db, auth,
+            partial(self.submit_ops, wait_for_room=False), now_ms=services.clock.wall_ms,
+            max_payload=config.max_payload, retention_days=config.retention_days,
+            sender_ops_per_s=config.dm3_sender_per_s,
+        )  # fmt: skip
         self.host = host
         self.pubsub = pubsub
         self.peer_id: str = host.get_id().to_base58()

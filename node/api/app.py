@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
-from node.api import admin, auth, chats, debug, events, identity, ops, users
+from node.api import admin, auth, chats, debug, dm3, events, identity, ops, users
 from node.api.body_limit import MAX_BODY_BYTES, BodyLimit
 from node.api.errors import install_error_handlers
 from node.api.events import stream_json
@@ -32,7 +32,7 @@ def create_app(node: NodeApi) -> FastAPI:
     app.state.tail = LogTail(node.db, partial(stream_json, node))  # shared by the streams
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     install_error_handlers(app)
-    for module in (ops, auth, admin, chats, users, events, identity, debug):
+    for module in (ops, auth, admin, chats, users, events, identity, debug, dm3):
         app.include_router(module.router)
     return app
 

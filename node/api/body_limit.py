@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from dm3 import rpc
 from node.api.errors import error
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+RPC_PATH = "/rpc"  # node/api/dm3.py
 
 
 class BodyLimit:
@@ -23,8 +26,11 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_big = error(
-            413, "body_too_large", f"request body over {self.max_bytes} bytes (dm3 -32011 Too big)"
+        message = f"request body over {self.max_bytes} bytes"
+        too_big = (
+            JSONResponse(rpc.error_response(rpc.RpcError(rpc.TOO_BIG, f"Too big: {message}")), 413)
+            if scope.get("path") == RPC_PATH  # a dm3 client reads JSON-RPC errors there
+            else error(413, "body_too_large", f"{message} (dm3 -32011 Too big)")
         )
         too_big.headers["connection"] = "close"  # the rest of the body is not read
         if self._declared_too_big(scope):

@@ -16,6 +16,7 @@ from node.auth import Authenticator
 from node.commits import CommitSignal
 from node.config import NodeConfig
 from node.delivery import Acks
+from node.dm3 import Dm3Gateway
 from node.intake import Submitted
 from node.metrics import Metrics
 from store.chatdb import ChatDb
@@ -53,6 +54,11 @@ class NodeApi(Protocol):
     @property
     def commits(self) -> CommitSignal:
         """Wakes event streams when the store logs events."""
+        ...
+
+    @property
+    def dm3(self) -> Dm3Gateway:
+        """The dm3 delivery service (node/dm3.py)."""
         ...
 
     async def submit_ops(self, ops: list[Op], *, wait_for_room: bool = True) -> Submitted:
