@@ -34,12 +34,20 @@ from dm3.crypto import (
     stringify,
 )
 
-ENVELOPE_FIELDS = {"message": True, "metadata": True, "postmark": False}  # name -> required
-METADATA_FIELDS = {
-    "version": True, "encryptionScheme": False, "deliveryInformation": True,
-    "encryptedMessageHash": True, "signature": True,
+# dm3's JSON schema (EncryptionEnvelop.schema.json): per object, field -> (required, types);
+# no other fields (additionalProperties: false)
+Fields = dict[str, tuple[bool, type | tuple[type, ...]]]
+ENVELOPE_FIELDS: Fields = {
+    "message": (True, str),
+    "metadata": (True, dict),
+    "postmark": (False, str),
+}
+METADATA_FIELDS: Fields = {
+    "version": (True, str), "encryptionScheme": (False, str),
+    "deliveryInformation": (True, (str, dict)), "encryptedMessageHash": (True, str),
+    "signature": (True, str),
 }  # fmt: skip
-INFO_FIELDS = {"to": True, "from": True, "deliveryInstruction": False}
+INFO_FIELDS: Fields = {"to": (True, str), "from": (True, str), "deliveryInstruction": (False, str)}
 
 
 class EnvelopeError(ValueError):
@@ -63,22 +71,19 @@ class DeliveryInformation:
         return out
 
 
-def _check_object(value: Any, fields: dict[str, bool], what: str) -> dict[str, Any]:
-    """dm3's JSON schema for one object: these string fields, the required ones present,
-    no others (``additionalProperties: false``)."""
+def _check_object(value: Any, fields: Fields, what: str) -> dict[str, Any]:
+    """One object against its part of dm3's schema; EnvelopeError(shape=True) if it fails."""
     if not isinstance(value, dict):
         raise EnvelopeError(f"{what} must be an object", shape=True)
     extra = sorted(set(value) - set(fields))
     if extra:
         raise EnvelopeError(f"{what} has unknown fields: {', '.join(extra)[:120]}", shape=True)
-    for name, required in fields.items():
+    for name, (required, types) in fields.items():
         if name not in value:
             if required:
                 raise EnvelopeError(f"{what}.{name} is missing", shape=True)
-        elif not isinstance(value[name], str) and not (
-            name == "deliveryInformation" and isinstance(value[name], dict)
-        ):
-            raise EnvelopeError(f"{what}.{name} must be a string", shape=True)
+        elif not isinstance(value[name], types):
+            raise EnvelopeError(f"{what}.{name} has the wrong type", shape=True)
     return value
 
 

@@ -94,7 +94,9 @@ class Dm3Gateway:
         self._now_ms, self._random = now_ms, random
         self._clock = HlcClock()
         self.size_limit = max_payload - POSTMARK_ROOM
-        self.message_ttl_days = retention_days
+        self.message_ttl_days = (
+            int(retention_days) if retention_days.is_integer() else retention_days
+        )
         self._challenges: dict[bytes, str] = {}  # user -> the last challenge given, in order
         self._senders = TokenBuckets(sender_ops_per_s, 5 * sender_ops_per_s)
 
