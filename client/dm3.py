@@ -16,10 +16,11 @@ import typer
 
 from client.commands import DEFAULT_KEY_FILE, DEFAULT_NODE, clear_errors, console, fail, load_key
 from client.http import ChatsyncClient
-from dm3.crypto import profile_keys
+from dm3.crypto import profile_keys, unb64
 from dm3.names import inbox_proof, name_of
 from store.ops import MembershipAction, Op
 from store.records import Role
+from store.signing import user_id_from_key
 
 dm3_app = typer.Typer(
     help="Use your chatsync key with dm3 clients, chatsync nodes as your delivery services.",
@@ -59,8 +60,8 @@ def _gateway_user(url: str) -> bytes:
     try:
         response = httpx.get(f"{url.rstrip('/')}/dm3/profile", timeout=10)
         response.raise_for_status()
-        return bytes.fromhex(response.json()["chatsyncUser"])
-    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        return user_id_from_key(unb64(response.json()["publicSigningKey"], "publicSigningKey"))
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:  # Dm3CryptoError too
         raise fail(f"{url} gave no dm3 delivery service profile: {exc}") from None
 
 

@@ -103,12 +103,12 @@ class Dm3Gateway:
     # --- what a dm3 client asks first ---
 
     def profile(self, url: str) -> dict[str, str]:
-        """The delivery service profile (seed 001 §2.1.2), and the chatsync user to add."""
+        """The delivery service profile (seed 001 §2.1.2) — what ENS would hold. The
+        chatsync user a recipient adds is the hash of ``publicSigningKey``, as for anyone."""
         return {
             "publicSigningKey": b64(bytes(self.key.verify_key)),
             "publicEncryptionKey": b64(self.box.public),
             "url": url,
-            "chatsyncUser": self.user_id.hex(),
         }
 
     def properties(self) -> dict[str, Any]:

@@ -125,8 +125,8 @@ async def acknowledge(
 
 @router.get("/dm3/profile")
 async def delivery_service_profile(request: Request, node: NodeDep) -> dict[str, str]:
-    """This node's dm3 delivery service profile; ``chatsyncUser`` is the user a recipient
-    adds to their inbox to make this node one of their delivery services."""
+    """This node's dm3 delivery service profile. A recipient makes this node one of their
+    delivery services by adding the user of its ``publicSigningKey`` to their inbox."""
     return node.dm3.profile(str(request.base_url).rstrip("/"))
 
 

@@ -18,7 +18,9 @@ def dm3_name(key: SigningKey) -> str:
     return name_of(user_id_from_key(bytes(key.verify_key)))
 
 
-def message(sender: SigningKey, to: str, text: str, timestamp: int = 1_700_000_000_000) -> dict[str, Any]:
+def message(
+    sender: SigningKey, to: str, text: str, timestamp: int = 1_700_000_000_000
+) -> dict[str, Any]:
     unsigned = {
         "message": text,
         "metadata": {"type": "NEW", "to": to, "from": dm3_name(sender), "timestamp": timestamp},
