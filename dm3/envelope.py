@@ -168,6 +168,71 @@ def add_postmark(
     return {**envelope, "postmark": stringify(sealed)}
 
 
+# --- the sender's and the recipient's side (as dm3-lib-messaging does it) ---
+
+
+def sign_message(
+    key: SigningKey, sender: str, to: str, text: str, timestamp_ms: int
+) -> dict[str, Any]:
+    """A NEW dm3 message (``createMessage``), signed by the sender."""
+    unsigned = {
+        "message": text,
+        "metadata": {"type": "NEW", "to": to, "from": sender, "timestamp": timestamp_ms},
+    }
+    return {**unsigned, "signature": sign_text(key, stringify(unsigned))}
+
+
+def build_envelope(
+    key: SigningKey,
+    message: dict[str, Any],
+    recipient_box_key: bytes,
+    service_box_key: bytes,
+    randomness: bytes,
+) -> dict[str, Any]:
+    """``buildEnvelop``: the message sealed for the recipient, the delivery information for
+    the service, the metadata signed. ``randomness``: 88 bytes (two ephemeral seeds, nonces)."""
+    info = {"to": message["metadata"]["to"], "from": message["metadata"]["from"]}
+    sealed = stringify(
+        encrypt_for(recipient_box_key, stringify(message), randomness[:32], randomness[32:44])
+    )
+    metadata = {
+        "encryptionScheme": SCHEME,
+        "deliveryInformation": stringify(
+            encrypt_for(service_box_key, stringify(info), randomness[44:76], randomness[76:88])
+        ),
+        "encryptedMessageHash": sha256_hex(stringify(sealed)),
+        "version": "v1",
+    }
+    return {
+        "message": sealed,
+        "metadata": {**metadata, "signature": sign_text(key, stringify(metadata))},
+    }
+
+
+def open_envelope(
+    keys: EncryptionKeys, envelope: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``decryptEnvelop``: (message, postmark) for the recipient; Dm3CryptoError or
+    EnvelopeError if they do not open or are not dm3's."""
+    try:
+        message = json.loads(decrypt_from(keys, json.loads(envelope["message"])))
+        postmark = json.loads(decrypt_from(keys, json.loads(envelope["postmark"])))
+    except (KeyError, TypeError, ValueError, RecursionError) as exc:
+        raise EnvelopeError(f"the envelope does not open: {exc}") from None
+    if not isinstance(message, dict) or not isinstance(message.get("metadata"), dict):
+        raise EnvelopeError("the envelope holds no dm3 message")
+    stamp = postmark.get("incommingTimestamp") if isinstance(postmark, dict) else None
+    if not isinstance(stamp, int) or isinstance(stamp, bool):
+        raise EnvelopeError("the envelope's postmark has no incoming time")
+    return message, postmark
+
+
+def check_message_signature(message: dict[str, Any], sender_key: bytes) -> bool:
+    """``checkMessageSignature`` (without the name: the caller knows whose key it is)."""
+    unsigned = {k: v for k, v in message.items() if k != "signature"}
+    return check_text_signature(sender_key, stringify(unsigned), message.get("signature"))
+
+
 class Delivered(NamedTuple):
     """A kept envelope: as the recipient fetches it, who sent it, when it came in."""
 
