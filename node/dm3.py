@@ -256,26 +256,29 @@ class Dm3Gateway:
                 until_ms is None or kept.incoming_ms <= until_ms
             )
 
-        found = await trio.to_thread.run_sync(self._scan_inbox, inbox)
+        found = await trio.to_thread.run_sync(kept_envelopes, self._db, inbox)
         return [(msg, kept) for msg, kept in found if wanted(kept)]
 
-    def _scan_inbox(self, inbox: bytes) -> list[tuple[MsgV1, Delivered]]:
-        """Every envelope kept in the inbox, oldest first. Only what an admin of the inbox (a
-        delivery service, or the user) posted counts: any member may post there."""
-        admins = self._db.admins(inbox)
-        out: list[tuple[MsgV1, Delivered]] = []
-        cursor: str | None = None
-        while True:
-            page = self._db.range(inbox, cursor, MAX_PAGE_LIMIT, Direction.FORWARD)
-            for item in page.items:
-                msg = item.msg
-                if msg.kind == MessageKind.NEW and admins(msg.sender, msg.hlc):
-                    kept = unwrap(msg.payload)
-                    if kept is not None:
-                        out.append((msg, kept))
-            cursor = page.next_cursor
-            if cursor is None:
-                return out
+
+def kept_envelopes(db: ChatDb, inbox: bytes) -> list[tuple[MsgV1, Delivered]]:
+    """Every envelope kept in the inbox, oldest first: the NEW messages an admin of the inbox
+    (a delivery service, or the user) posted, at their stamp, that are kept envelopes — a
+    function of the replicated messages, deletes and member ops (any member may post there,
+    and what a delete erased is gone)."""
+    admins = db.admins(inbox)
+    out: list[tuple[MsgV1, Delivered]] = []
+    cursor: str | None = None
+    while True:
+        page = db.range(inbox, cursor, MAX_PAGE_LIMIT, Direction.FORWARD)
+        for item in page.items:
+            msg = item.msg
+            if msg.kind == MessageKind.NEW and admins(msg.sender, msg.hlc):
+                kept = unwrap(msg.payload)
+                if kept is not None:
+                    out.append((msg, kept))
+        cursor = page.next_cursor
+        if cursor is None:
+            return out
 
 
 def _user(name: str) -> bytes:

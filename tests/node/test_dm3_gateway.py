@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from nacl.signing import SigningKey
 
 from client.e2e import UserKey
@@ -236,3 +238,99 @@ async def test_the_cli_registers_sends_and_reads_the_inbox(tmp_path: Path) -> No
             )
         )
         assert refused.exit_code == 1 and "not a chatsync dm3 name" in refused.output
+
+
+# --- convergence: what an inbox keeps is a function of the replicated state ---
+
+SHAPE = {"version": "v1", "deliveryInformation": "-", "encryptedMessageHash": "-", "signature": "-"}
+GATEWAYS = [SigningKey(bytes([i]) * 32) for i in (51, 52)]  # the inbox's admins
+MEMBER = SigningKey(bytes([53]) * 32)  # a participant: may post, does not count as a service
+
+
+def inbox_ops(
+    posts: list[tuple[int, int]], deletes: list[tuple[int, int]]
+) -> tuple[list[Op], set[bytes]]:
+    """Bob's inbox: his identity and adds, envelopes posted by (author, n) — author 0/1 a
+    gateway, 2 a mere member — and deletes of post i by (author); the oracle's kept ids."""
+    from dm3.envelope import Delivered, DeliveryInformation, wrap
+    from store import MsgV1
+    from store.kinds import Claims
+    from store.records import MessageKind
+
+    proof = inbox_proof(bytes(BOB.signing_key.verify_key))
+    inbox = proof.chat_id()
+    users = [user_id_from_key(bytes(k.verify_key)) for k in (*GATEWAYS, MEMBER)]
+    ops: list[Op] = [BOB.identity(Hlc(1000))]
+    for i, (user, role) in enumerate(
+        zip(users, (Role.ADMIN, Role.ADMIN, Role.PARTICIPANT), strict=True)
+    ):
+        ops.append(
+            MembershipOp.create(
+                BOB.signing_key, inbox, user, MembershipAction.ADD, Hlc(1000 + i), role, proof=proof
+            )
+        )
+    authors = [*GATEWAYS, MEMBER]
+    msgs = []
+    for n, (author, salt) in enumerate(posts):
+        kept = Delivered(
+            {"message": f"m{salt}", "metadata": SHAPE},
+            DeliveryInformation(name(BOB), name(ALICE)),
+            2000 + n,
+        )
+        msgs.append(MsgV1.create(authors[author], inbox, Hlc(2000 + n), wrap(kept)))
+    ops += msgs
+    erased = set()
+    for target, author in deletes:
+        if target < len(msgs):
+            msg = msgs[target]
+            ops.append(
+                MsgV1.create(
+                    authors[author],
+                    inbox,
+                    Hlc(5000 + target),
+                    Claims.of(msg).encode(),
+                    kind=MessageKind.DELETE,
+                    ref=msg.msg_id,
+                )
+            )
+            if (
+                author < 2 or authors[author] is authors[posts[target][0]]
+            ):  # an admin, or its author
+                erased.add(msg.msg_id)
+    gateways = {user_id_from_key(bytes(k.verify_key)) for k in GATEWAYS}
+    expected = {m.msg_id for m in msgs if m.sender in gateways} - erased
+    return ops, expected
+
+
+@settings(max_examples=20)
+@given(
+    posts=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 9)), min_size=1, max_size=6),
+    deletes=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2)), max_size=4),
+    orders=st.lists(st.randoms(use_true_random=False), min_size=3, max_size=3),
+    batch=st.integers(1, 4),
+)
+def test_every_replica_keeps_the_same_envelopes_whatever_the_order(
+    posts: list[tuple[int, int]], deletes: list[tuple[int, int]], orders: list[Any], batch: int
+) -> None:
+    import tempfile
+
+    from node.dm3 import kept_envelopes
+    from store import ChatDb, ChatDbConfig
+    from sync.replica import DbReplica
+
+    ops, expected = inbox_ops(posts, deletes)
+    inbox = inbox_proof(bytes(BOB.signing_key.verify_key)).chat_id()
+    seen = []
+    for rnd in orders:
+        shuffled = ops + rnd.sample(ops, k=len(ops) // 2)  # duplicates too
+        rnd.shuffle(shuffled)
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            ChatDb(ChatDbConfig(block_cache_mb=8, memtable_mb=8), path=Path(tmp)) as db,
+        ):
+            replica = DbReplica(db)
+            for at in range(0, len(shuffled), batch):
+                replica.apply_ops(shuffled[at : at + batch])
+            seen.append([m.msg_id for m, _ in kept_envelopes(db, inbox)])
+    assert seen[0] == seen[1] == seen[2]  # the same envelopes, in the same order
+    assert set(seen[0]) == expected  # the oracle: the gateways' posts no valid delete erased
