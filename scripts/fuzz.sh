@@ -7,7 +7,7 @@
 # -n N     inputs per target (libFuzzer -runs=N; default 1000000, or $FUZZ_RUNS)
 # -j J     targets run at the same time (default 1)
 # -s SEED  libFuzzer -seed (default 1: a rerun explores the same way)
-# targets: records frames sync_session ops http (default: all)
+# targets: records frames sync_session ops http dm3 (default: all)
 #
 # Each target starts from its seed corpus (tests/fuzz/corpus/<target>, read only) and a fresh
 # working corpus; new inputs, crash artifacts and the log go to bench-results/fuzz/<target>/.
@@ -29,7 +29,7 @@ while getopts "n:j:s:" opt; do
 done
 shift $((OPTIND - 1))
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(records frames sync_session ops http)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(records frames sync_session ops http dm3)
 
 PY=.venv/bin/python
 if ! "$PY" -c "import atheris" 2>/dev/null; then

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 CORPUS_ROOT = Path(__file__).parent / "corpus"
-PROJECT_PACKAGES = ["store", "sync", "node"]
+PROJECT_PACKAGES = ["store", "sync", "dm3", "node"]
 # One fixed "now" for every harness: drift checks must not depend on the wall clock.
 NOW_MS = 1_700_000_000_000
 

@@ -15,7 +15,7 @@ import pytest
 
 from fuzz_support import read_corpus
 
-TARGETS = ["records", "frames", "sync_session", "ops", "http"]
+TARGETS = ["records", "frames", "sync_session", "ops", "http", "dm3"]
 RANDOM_INPUTS = 2000
 
 
