@@ -156,16 +156,25 @@ def add_postmark(
 ) -> dict[str, Any]:
     """The envelope with dm3's postmark, signed by this service and sealed for the recipient
     (``dm3-lib-delivery`` ``addPostmark``). ``randomness``: 44 bytes (ephemeral seed, nonce)."""
+    seed, nonce = _split_randomness(randomness, 1)[0]
     unsigned = {
         "messageHash": hash_message(stringify(envelope["message"])),
         "incommingTimestamp": incoming_ms,  # sic: dm3's spelling
     }
     signature = sign_text(service_key, sha256_hex(stringify(unsigned)))
     sealed = encrypt_for(
-        recipient_box_key, stringify({**unsigned, "signature": signature}),
-        randomness[:32], randomness[32:44],
-    )  # fmt: skip
+        recipient_box_key, stringify({**unsigned, "signature": signature}), seed, nonce
+    )
     return {**envelope, "postmark": stringify(sealed)}
+
+
+def _split_randomness(randomness: bytes, count: int) -> list[tuple[bytes, bytes]]:
+    """``count`` (ephemeral seed, nonce) pairs: 44 random bytes each."""
+    if len(randomness) != 44 * count:
+        raise ValueError(f"{44 * count} random bytes needed, got {len(randomness)}")
+    return [
+        (randomness[at : at + 32], randomness[at + 32 : at + 44]) for at in range(0, 44 * count, 44)
+    ]
 
 
 # --- the sender's and the recipient's side (as dm3-lib-messaging does it) ---
@@ -192,13 +201,12 @@ def build_envelope(
     """``buildEnvelop``: the message sealed for the recipient, the delivery information for
     the service, the metadata signed. ``randomness``: 88 bytes (two ephemeral seeds, nonces)."""
     info = {"to": message["metadata"]["to"], "from": message["metadata"]["from"]}
-    sealed = stringify(
-        encrypt_for(recipient_box_key, stringify(message), randomness[:32], randomness[32:44])
-    )
+    for_recipient, for_service = _split_randomness(randomness, 2)
+    sealed = stringify(encrypt_for(recipient_box_key, stringify(message), *for_recipient))
     metadata = {
         "encryptionScheme": SCHEME,
         "deliveryInformation": stringify(
-            encrypt_for(service_box_key, stringify(info), randomness[44:76], randomness[76:88])
+            encrypt_for(service_box_key, stringify(info), *for_service)
         ),
         "encryptedMessageHash": sha256_hex(stringify(sealed)),
         "version": "v1",

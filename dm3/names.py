@@ -24,7 +24,6 @@ from store.keys import USER_ID_LEN
 
 NAME_SUFFIX = ".user.chatsync"
 INBOX_NONCE = blake3(b"chatsync/dm3-inbox/v1").digest()[:NONCE_LEN]
-MAX_NAME = 255  # ENS names are DNS names
 
 
 class UnknownName(ValueError):
@@ -37,9 +36,8 @@ def name_of(user_id: bytes) -> str:
 
 def user_of(name: str) -> bytes:
     """The user id a dm3 name stands for (dm3 compares names case-insensitively)."""
-    normalized = name.strip().lower()
-    hex_id = normalized.removesuffix(NAME_SUFFIX)
-    if len(normalized) > MAX_NAME or hex_id == normalized or len(hex_id) != 2 * USER_ID_LEN:
+    hex_id = name.strip().lower().removesuffix(NAME_SUFFIX)
+    if len(hex_id) != 2 * USER_ID_LEN or hex_id == name.strip().lower():
         raise UnknownName(f"{name[:80]!r} is not a chatsync dm3 name (<user id>{NAME_SUFFIX})")
     try:
         return bytes.fromhex(hex_id)

@@ -62,6 +62,7 @@ DEFAULT_OUT = ROOT / "mutation-results" / "mutation.json"
 
 _STORE_TESTS = "tests/store/"
 _SYNC_TESTS = "tests/sync/"
+_DM3_TESTS = "tests/dm3/"
 
 # The fast test files that exercise each module. Within them, only the tests whose baseline
 # run reached a mutant's lines run against it, so a generous list costs collection time only.
@@ -114,6 +115,10 @@ MODULE_TESTS: dict[str, list[str]] = {
         "test_deletes.py",
         "test_reads.py",
     ],
+    "dm3/crypto.py": ["test_crypto.py", "test_envelope.py"],
+    "dm3/envelope.py": ["test_envelope.py"],
+    "dm3/rpc.py": ["test_rpc_and_names.py"],
+    "dm3/names.py": ["test_rpc_and_names.py"],
     "sync/merkle.py": ["test_merkle.py", "test_replica_agreement.py", "test_loopback.py"],
     "sync/protocol.py": [
         "test_protocol.py",
@@ -137,7 +142,7 @@ def test_files(module: str) -> list[str]:
     """The module's test files that exist, as paths relative to the repository."""
     found = []
     for name in MODULE_TESTS[module]:
-        for folder in (_STORE_TESTS, _SYNC_TESTS):
+        for folder in (_STORE_TESTS, _SYNC_TESTS, _DM3_TESTS):
             if (ROOT / folder / name).exists():
                 found.append(folder + name)
     return found

@@ -83,3 +83,38 @@ def test_a_chatsync_key_is_a_dm3_profile() -> None:
     assert crypto.storage_key(KEY) == crypto.storage_key(SigningKey(bytes(range(32))))
     assert crypto.storage_key(KEY) != crypto.storage_key(SigningKey.generate())
     json.dumps(keys)  # printable as JSON for a dm3 client
+
+
+def test_the_padding_block_is_dm3s_2048_bytes() -> None:
+    sealed = crypto.encrypt(b"k" * 32, "x", bytes(12))
+    assert len(crypto.unb64(sealed["ciphertext"], "c")) == 2048 + 16  # one block and the tag
+
+
+@pytest.mark.parametrize("text", ["***", "AAA=!", "QUFB\n"])
+def test_base64_is_strict(text: str) -> None:
+    with pytest.raises(Dm3CryptoError, match="not base64"):
+        crypto.unb64(text, "x")
+
+
+@pytest.mark.parametrize("nonce", [None, 12, "00" * 13, "0x" + "zz" * 12, "0x" + "00" * 11])
+def test_a_nonce_is_twelve_0x_prefixed_hex_bytes(nonce: object) -> None:
+    sealed = {**crypto.encrypt(b"k" * 32, "x", bytes(12)), "nonce": nonce}
+    with pytest.raises(Dm3CryptoError, match="nonce"):
+        crypto.decrypt(b"k" * 32, sealed)
+
+
+def test_a_low_order_ephemeral_key_is_refused() -> None:
+    sealed = crypto.encrypt_for(crypto.encryption_keys(KEY).public, "x", bytes(32), bytes(12))
+    for bad in (bytes(32), bytes(31)):
+        with pytest.raises(Dm3CryptoError, match="ephemPublicKey"):
+            crypto.decrypt_from(
+                crypto.encryption_keys(KEY), {**sealed, "ephemPublicKey": crypto.b64(bad)}
+            )
+
+
+def test_a_signature_check_answers_false_not_falsy() -> None:
+    public = bytes(KEY.verify_key)
+    assert crypto.check_text_signature(public, "x", None) is False
+    assert crypto.check_text_signature(public, "x", crypto.sign_text(KEY, "y")) is False
+    assert crypto.check_text_signature(public, "x", "***") is False
+    assert crypto.profile_keys(KEY)["storageEncryptionNonce"] == 0  # dm3's first storage nonce

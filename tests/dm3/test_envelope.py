@@ -145,3 +145,94 @@ def test_the_postmark_is_signed_by_the_service_and_sealed_for_the_recipient() ->
     assert check_text_signature(
         bytes(SERVICE.verify_key), sha256_hex(stringify(unsigned)), postmark["signature"]
     )
+
+
+REQUIRED = [("message",), ("metadata",), ("metadata", "version"), ("metadata", "signature"),
+            ("metadata", "deliveryInformation"), ("metadata", "encryptedMessageHash")]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", REQUIRED)
+def test_each_required_field_is_required(path: tuple[str, ...]) -> None:
+    env = envelope()
+    holder = env if len(path) == 1 else env["metadata"]
+    del holder[path[-1]]
+    with pytest.raises(EnvelopeError, match="missing"):
+        check_envelope(env)
+
+
+@pytest.mark.parametrize("field", ["to", "from"])
+def test_plain_delivery_information_needs_to_and_from(field: str) -> None:
+    info = {"to": "a", "from": "b", "deliveryInstruction": "c"}
+    check_envelope(
+        {**envelope(), "metadata": {**envelope()["metadata"], "deliveryInformation": info}}
+    )
+    del info[field]
+    with pytest.raises(EnvelopeError, match="missing"):
+        check_envelope(
+            {**envelope(), "metadata": {**envelope()["metadata"], "deliveryInformation": info}}
+        )
+
+
+def test_optional_fields_may_be_left_out() -> None:
+    env = envelope()
+    del env["metadata"]["encryptionScheme"]
+    assert "postmark" not in check_envelope(env)
+    assert open_delivery_information(encryption_keys(SERVICE), env).to == name(
+        BOB
+    )  # default scheme
+
+
+def test_refusals_say_whether_the_shape_was_wrong() -> None:
+    with pytest.raises(EnvelopeError) as not_json:
+        parse_envelope("{nope")
+    assert not_json.value.shape and "not JSON" in str(not_json.value)
+    with pytest.raises(EnvelopeError) as not_text:
+        parse_envelope(b"{}")
+    assert not_text.value.shape
+    with pytest.raises(EnvelopeError) as forged:
+        check_sender(envelope(), bytes(BOB.verify_key))
+    assert not forged.value.shape  # the shape was right: the signer was not
+
+
+def test_delivery_information_that_opens_but_is_not_dm3s_is_refused() -> None:
+    from dm3.crypto import encrypt_for
+
+    env = envelope()
+    for info in ('{"to": "a"}', '["a", "b"]', "not json", '{"to": "a", "from": "b", "x": 1}'):
+        sealed = stringify(
+            encrypt_for(encryption_keys(SERVICE).public, info, os.urandom(32), os.urandom(12))
+        )
+        bad = {**env, "metadata": {**env["metadata"], "deliveryInformation": sealed}}
+        with pytest.raises(EnvelopeError, match="deliveryInformation"):
+            open_delivery_information(encryption_keys(SERVICE), bad)
+
+
+def test_what_opens_but_is_no_message_or_has_no_postmark_time_is_refused() -> None:
+    from dm3.crypto import encrypt_for
+
+    def sealed(value: object) -> str:
+        return stringify(
+            encrypt_for(
+                encryption_keys(BOB).public, stringify(value), os.urandom(32), os.urandom(12)
+            )
+        )
+
+    good = add_postmark(envelope(), SERVICE, encryption_keys(BOB).public, 7, os.urandom(44))
+    for message in ([1], {"message": "no metadata"}, {"metadata": "x"}):
+        with pytest.raises(EnvelopeError, match="no dm3 message"):
+            open_envelope(encryption_keys(BOB), {**good, "message": sealed(message)})
+    for postmark in ({}, {"incommingTimestamp": "7"}, {"incommingTimestamp": True}, [7]):
+        with pytest.raises(EnvelopeError, match="postmark"):
+            open_envelope(encryption_keys(BOB), {**good, "postmark": sealed(postmark)})
+    with pytest.raises(EnvelopeError, match="does not open"):
+        open_envelope(encryption_keys(BOB), {k: v for k, v in good.items() if k != "postmark"})
+
+
+def test_randomness_comes_in_exact_amounts() -> None:
+    message = sign_message(ALICE, name(ALICE), name(BOB), "x", 1)
+    with pytest.raises(ValueError, match="88 random bytes"):
+        build_envelope(
+            ALICE, message, encryption_keys(BOB).public, encryption_keys(SERVICE).public, bytes(89)
+        )
+    with pytest.raises(ValueError, match="44 random bytes"):
+        add_postmark(envelope(), SERVICE, encryption_keys(BOB).public, 1, bytes(43))

@@ -72,3 +72,13 @@ def test_names_are_self_certifying() -> None:
                 "ab" * 19 + ".user.chatsync", "ab" * 200 + ".user.chatsync", ".user.chatsync"):  # fmt: skip
         with pytest.raises(UnknownName):
             user_of(bad)
+
+
+def test_the_codes_are_the_seeds() -> None:
+    """Seed 001, "RPC Error Codes": the JSON-RPC ones and dm3's own."""
+    assert (rpc.PARSE_ERROR, rpc.INVALID_REQUEST, rpc.METHOD_NOT_FOUND, rpc.INVALID_PARAMS,
+            rpc.INTERNAL_ERROR) == (-32700, -32600, -32601, -32602, -32603)  # fmt: skip
+    assert tuple(range(-32000, -32007, -1)) == (rpc.INVALID_INPUT, rpc.NOT_FOUND, rpc.UNAVAILABLE, rpc.UNAUTHORIZED, rpc.NOT_SUPPORTED,
+            rpc.LIMIT_EXCEEDED, rpc.VERSION_NOT_SUPPORTED)  # fmt: skip
+    assert (rpc.SPAM, rpc.TOO_BIG) == (-32010, -32011)
+    assert str(rpc.RpcError(rpc.SPAM, "Spam")) == "Spam"
