@@ -233,7 +233,9 @@ class Dm3Gateway:
 
     async def acknowledge(self, user_id: bytes, contacts: list[str], until_ms: int) -> int:
         """Delete the envelopes of these contacts that came in at or before ``until_ms``:
-        DELETE messages of this node's, which erase them on every node."""
+        DELETE messages of this node's, which erase them on every node — valid only from a
+        delivery service of the user (an admin of the inbox): RpcError UNAVAILABLE here if not."""
+        await self._check_service_of(await self.recipient(name_of(user_id)))
         found = await self._kept(user_id, {_maybe_user(c) for c in contacts}, until_ms)
         deletes: list[Op] = [
             MsgV1.create(

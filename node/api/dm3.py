@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from dm3 import rpc
 from dm3.crypto import stringify
 from node.api.auth import Signed, as_user
-from node.api.errors import ERRORS, NotFound
+from node.api.errors import ERRORS
 from node.api.interface import NodeDep
 from node.dm3 import Dm3Gateway
 
@@ -131,10 +131,8 @@ async def delivery_service_profile(request: Request, node: NodeDep) -> dict[str,
 
 
 async def _known(gateway: Dm3Gateway, name: str) -> bytes:
-    try:
-        return (await gateway.recipient(name)).user_id
-    except rpc.RpcError as exc:
-        raise NotFound("unknown_name", exc.message) from None
+    """The user behind the name; 404 ``unknown_name`` (node/api/errors.py) if none here."""
+    return (await gateway.recipient(name)).user_id
 
 
 async def _own(gateway: Dm3Gateway, name: str, who: Signed) -> bytes:

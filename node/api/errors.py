@@ -34,6 +34,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from dm3 import rpc
 from node.api.interface import node_of
 from node.api.models import ErrorOut
 from node.auth import AuthRefused
@@ -129,6 +130,21 @@ async def disk_full(request: Request, exc: StorageFull) -> JSONResponse:
     return refused(request, 507, "disk_full", str(exc))
 
 
+# a dm3 refusal met outside JSON-RPC (dm3's REST paths: node/api/dm3.py): (status, code)
+RPC_AS_HTTP = {
+    rpc.NOT_FOUND: (404, "unknown_name"),
+    rpc.UNAVAILABLE: (403, "not_a_delivery_service"),
+    rpc.LIMIT_EXCEEDED: (429, "rate_limited"),
+    rpc.UNAUTHORIZED: (401, "unauthorized"),
+    rpc.TOO_BIG: (413, "too_large"),
+}
+
+
+async def dm3_refused(request: Request, exc: rpc.RpcError) -> JSONResponse:
+    status, code = RPC_AS_HTTP.get(exc.code, (400, "invalid_input"))
+    return refused(request, status, code, exc.message)
+
+
 async def bug(request: Request, exc: Exception) -> JSONResponse:
     log.exception("%s %s failed", request.method, request.url.path)
     node_of(request).metrics.inc(
@@ -145,4 +161,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AuthRefused, auth_refused)  # type: ignore[arg-type]
     app.add_exception_handler(trio.WouldBlock, busy)  # type: ignore[arg-type]
     app.add_exception_handler(StorageFull, disk_full)  # type: ignore[arg-type]
+    app.add_exception_handler(rpc.RpcError, dm3_refused)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, bug)  # a bug: 500, logged, the node serves on

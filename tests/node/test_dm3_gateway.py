@@ -162,6 +162,14 @@ async def test_submit_fetch_acknowledge_and_every_refusal(tmp_path: Path) -> Non
             await http.get(f"/delivery/messages/incoming/{name(BOB)}", headers=bob)
         ).json() == []
         assert (await http.post(everything, json={"acks": []}, headers=bob)).status_code == 422
+        # this node may read carol's inbox for her, but not delete there: it is not her service
+        carol = {"authorization": f"Bearer {await dm3_token(http, CAROL)}"}
+        not_hers = f"/delivery/messages/{name(CAROL)}/syncAcknowledgment/{now_ms()}"
+        refused = await http.post(not_hers, json=body, headers=carol)
+        assert (refused.status_code, refused.json()["code"]) == (403, "not_a_delivery_service")
+        assert (
+            await http.get(f"/delivery/messages/incoming/{name(CAROL)}", headers=carol)
+        ).json() == []
 
 
 async def test_dm3_sign_in_refusals(tmp_path: Path) -> None:
