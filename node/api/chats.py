@@ -18,6 +18,8 @@ from node.api.models import (
     HistoryOut,
     MembersOut,
     MessageOut,
+    OriginalsOut,
+    b64encode,
     folded_out,
     member_out,
     message_out,
@@ -25,6 +27,7 @@ from node.api.models import (
     tombstone_out,
 )
 from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, Direction
+from store.originals import OriginalsPage
 
 router = APIRouter()
 
@@ -79,6 +82,45 @@ async def members(chat_id: str, node: NodeDep, who: Signed) -> MembersOut:
     await as_reader(node, who, chat)
     rows = await trio.to_thread.run_sync(node.db.list_members_with_info, chat)
     return MembersOut(chat_id=chat.hex(), members=[member_out(user, info) for user, info in rows])
+
+
+@router.get("/chats/{chat_id}/member-ops", responses=ERRORS)
+async def member_ops(
+    chat_id: str,
+    node: NodeDep,
+    who: Signed,
+    cursor: str | None = Query(None, max_length=128, description="next_cursor of a page"),
+    limit: int = Query(DEFAULT_PAGE_LIMIT, description=f"1..{MAX_PAGE_LIMIT}"),
+) -> OriginalsOut:
+    """The chat's signed member ops, every one this node holds (the members list folds them
+    into rows): what an export re-submits elsewhere."""
+    chat = chat_param(chat_id)
+    await as_reader(node, who, chat)
+    page = await trio.to_thread.run_sync(lambda: node.db.member_ops_page(chat, cursor, limit))
+    return originals_out(chat, page)
+
+
+@router.get("/chats/{chat_id}/deletes", responses=ERRORS)
+async def deletes(
+    chat_id: str,
+    node: NodeDep,
+    who: Signed,
+    cursor: str | None = Query(None, max_length=128, description="next_cursor of a page"),
+    limit: int = Query(DEFAULT_PAGE_LIMIT, description=f"1..{MAX_PAGE_LIMIT}"),
+) -> OriginalsOut:
+    """The chat's signed DELETE messages (the history shows them as tombstones): what an
+    export re-submits elsewhere."""
+    chat = chat_param(chat_id)
+    await as_reader(node, who, chat)
+    page = await trio.to_thread.run_sync(lambda: node.db.deletes_page(chat, cursor, limit))
+    return originals_out(chat, page)
+
+
+def originals_out(chat: bytes, page: OriginalsPage) -> OriginalsOut:
+    return OriginalsOut(
+        chat_id=chat.hex(), ops=[b64encode(op) for op in page.originals],
+        next_cursor=page.next_cursor,
+    )  # fmt: skip
 
 
 @router.get("/chats/{chat_id}/proof", responses=ERRORS)
