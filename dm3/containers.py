@@ -222,6 +222,8 @@ def open_containers(files: Mapping[str, bytes], user: SigningKey) -> Opened:
     if plain["user"] != user_hex(user):
         raise ContainerError(f"{file_name(root)}: the export of another user")
     history = History(user_id_from_key(public_key(user)), _identity(root, plain["identity"]))
+    if history.identity is not None and history.identity.user_id != history.user_id:
+        raise ContainerError(f"{file_name(root)}: the identity is another user's")
     for chat_hex in _conversation_ids(root, plain["conversations"]):
         chat_id = bytes.fromhex(chat_hex)
         history.chats[chat_id] = list(reader.conversation(conversation_key(root, chat_id), chat_id))

@@ -232,6 +232,7 @@ def test_well_sealed_but_wrong_contents_are_refused() -> None:
     root = json.loads(decrypt(key, json.loads(files[root_name()])))
     for plain, match in [
         (dict(root, user=BOB.user_id.hex()), "another user"),
+        (dict(root, identity=json.loads(c.entry_of(BOB.identity(Hlc(5))))), "another user's"),
         (dict(root, conversations=["zz"]), "not a chat id"),
         (dict(root, conversations=root["conversations"] * 2), "distinct"),
         ({"conversations": []}, "fields"),
