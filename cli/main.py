@@ -3,7 +3,8 @@
 ``node`` (``node.cli``), ``bench`` and ``demo`` (``bench.cli``), ``cluster``
 (``cluster.cli``), the user commands ``keygen``, ``publish``, ``send``, ``history``,
 ``chats``, ``status`` (``client.commands``), ``edit``, ``delete``, ``react``, ``read``
-(``client.edits``), ``group`` (``client.groups``), ``dm3`` (``client.dm3``), and ``sim``
+(``client.edits``), ``export``, ``import`` (``client.backup_commands``), ``group``
+(``client.groups``), ``dm3`` (``client.dm3``), and ``sim``
 (``sim.cli``). ``sim`` is imported only when a ``sim`` command runs: it loads PySpark,
 seconds of start-up no other command needs; otherwise an empty placeholder with the same
 help stands in its place in ``--help``.
@@ -19,6 +20,7 @@ import sys
 import typer
 
 from bench.cli import bench_app, demo
+from client.backup_commands import register as register_backup_commands
 from client.commands import register as register_user_commands
 from client.dm3 import dm3_app
 from client.edits import register as register_edit_commands
@@ -54,6 +56,7 @@ def build_app(*, with_sim: bool = False) -> typer.Typer:
     register_user_commands(app)
     register_edit_commands(app)
     register_watch(app)
+    register_backup_commands(app)
     app.add_typer(group_app, name="group")
     app.add_typer(dm3_app, name="dm3")
     app.command("demo")(demo)

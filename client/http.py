@@ -27,7 +27,9 @@ from store.ops import (
     MembershipAction,
     MembershipOp,
     Op,
+    OpKind,
     decode_membership_op,
+    decode_op,
     encode_op,
     op_kind,
     verify_identity,
@@ -87,6 +89,12 @@ class HistoryPage:
     messages: list[Message]
     next_cursor: str | None
     tombstones: list[Tombstone] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SignedPage:
+    ops: list[Op]  # each decoded, its signature checked, in the chat asked for
+    next_cursor: str | None
 
 
 @dataclass(frozen=True)
@@ -174,6 +182,21 @@ def event_from_json(item: dict[str, Any]) -> Event:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidInput(f"the node sent a malformed event: {exc}") from None
+
+
+def original_from_b64(chat_id: bytes, kind: OpKind, data: Any) -> Op:
+    """A signed op the node returned as it was signed; InvalidInput if forged, malformed, of
+    another kind or of another chat."""
+    try:
+        op = decode_op(kind, b64decode(data))
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise InvalidInput(f"the node sent a malformed op: {exc}") from None
+    if isinstance(op, MsgV1) and op.kind is not MessageKind.DELETE:
+        raise InvalidInput(f"the node sent a {op.kind.name} message among the deletes")
+    if not isinstance(op, MsgV1 | MembershipOp) or op.chat_id != chat_id:
+        raise InvalidInput("the node sent an op of another chat")
+    op.verify()  # BadSignature (InvalidInput) if forged
+    return op
 
 
 def tombstone_from_json(item: dict[str, Any]) -> Tombstone:
@@ -361,8 +384,11 @@ class ChatsyncClient:
         cursor: str | None = None,
         limit: int = DEFAULT_PAGE_LIMIT,
         direction: str = "backward",
+        raw: bool = False,
     ) -> HistoryPage:
-        params: dict[str, Any] = {"limit": limit, "direction": direction}
+        """A page as readers see it, or (``raw``) the op log: every edit, reaction and
+        receipt as a row of its own, as signed."""
+        params: dict[str, Any] = {"limit": limit, "direction": direction, "raw": raw}
         if cursor is not None:
             params["cursor"] = cursor
         result = self._signed("GET", f"/chats/{chat_id.hex()}/messages", params=params)
@@ -371,6 +397,28 @@ class ChatsyncClient:
             result["next_cursor"],
             [tombstone_from_json(item) for item in result.get("tombstones", [])],
         )
+
+    def member_ops(
+        self, chat_id: bytes, *, cursor: str | None = None, limit: int = DEFAULT_PAGE_LIMIT
+    ) -> SignedPage:
+        """A page of the chat's signed member ops (each checked)."""
+        return self._originals(chat_id, "member-ops", OpKind.MEMBERSHIP, cursor, limit)
+
+    def deletes(
+        self, chat_id: bytes, *, cursor: str | None = None, limit: int = DEFAULT_PAGE_LIMIT
+    ) -> SignedPage:
+        """A page of the chat's signed DELETE messages (each checked)."""
+        return self._originals(chat_id, "deletes", OpKind.PUT_MESSAGE, cursor, limit)
+
+    def _originals(
+        self, chat_id: bytes, what: str, kind: OpKind, cursor: str | None, limit: int
+    ) -> SignedPage:
+        params: dict[str, Any] = {"limit": limit}
+        if cursor is not None:
+            params["cursor"] = cursor
+        result = self._signed("GET", f"/chats/{chat_id.hex()}/{what}", params=params)
+        ops = [original_from_b64(chat_id, kind, data) for data in result["ops"]]
+        return SignedPage(ops, result["next_cursor"])
 
     def message(self, chat_id: bytes, msg_id: bytes) -> MsgV1 | None:
         """One message of the chat as stored (checked), or None if the node does not hold it."""

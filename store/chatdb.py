@@ -6,10 +6,11 @@ from pathlib import Path
 
 from store.feed import FeedStore
 from store.identity import IdentityStore
+from store.originals import OriginalsStore
 from store.rocks import ChatDbConfig
 
 
-class ChatDb(FeedStore, IdentityStore):
+class ChatDb(FeedStore, IdentityStore, OriginalsStore):
     """Seed 002's column families (its read progress gave way to signed receipts) and eleven
     more: the member ops, the hidden index, the messages waiting for their member op, the
     deletes and their sync index, references and the messages referred to, the erased ids,

@@ -29,6 +29,7 @@ USER_INBOX_KEY_LEN = USER_ID_LEN + 8 + CHAT_ID_LEN  # 60
 MEMBERS_KEY_LEN = CHAT_ID_LEN + USER_ID_LEN  # 52
 RECEIPTS_KEY_LEN = CHAT_ID_LEN + USER_ID_LEN + 8 + 4  # 64
 MEMBER_OPS_KEY_LEN = CHAT_ID_LEN + USER_ID_LEN + 8 + RECORD_ID_LEN  # 92
+BY_REF_KEY_LEN = CHAT_ID_LEN + MSG_ID_LEN + MSG_ID_LEN  # 96: deletes, refs
 
 
 def check_len(value: bytes, expected: int, what: str) -> bytes:

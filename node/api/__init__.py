@@ -8,6 +8,7 @@ POST     /auth/challenge, /auth/token            sign in with the user's key -> 
 GET      /chats/{chat}/messages                  history page: ?cursor=&limit=1..200&direction=
 GET      /chats/{chat}/messages/{id}/delivery    per recipient: pending, delivered, read (events)
 GET      /chats/{chat}/members                   active members with role and added_at
+GET      /chats/{chat}/member-ops, /deletes      the signed originals, paged: ?cursor=&limit=
 GET      /users/{user}/chats                     the user's chat list, newest first, with unread
 GET/PUT  /users/{user}/chats/{chat}/read         read position: PUT a signed READ_RECEIPT
 GET      /users/{user}/events, /delivery         what is new: ?since=TOKEN (events)

@@ -1,9 +1,13 @@
-"""A chat's history, members and proof (reads, in a worker thread: RocksDB calls block).
+"""A chat's history, members, signed originals and proof (reads, in a worker thread: RocksDB
+calls block).
 
-History and members are for those who may read the chat (a token: ``node/api/auth.py``);
+History, members and the signed originals (member ops, deletes: what an export re-submits)
+are for those who may read the chat (a token: ``node/api/auth.py``);
 the proof is open — a client needs it to sign member ops before it is a member."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import trio
 from fastapi import APIRouter, Query
@@ -11,22 +15,29 @@ from fastapi import APIRouter, Query
 from node.api.auth import Signed, as_reader
 from node.api.decode import chat_param, msg_id_param
 from node.api.errors import ERRORS, NotFound
-from node.api.interface import NodeDep
+from node.api.interface import NodeApi, NodeDep
 from node.api.models import (
     DmProofOut,
     GroupProofOut,
     HistoryOut,
     MembersOut,
     MessageOut,
+    OriginalsOut,
+    b64encode,
     folded_out,
     member_out,
     message_out,
     proof_out,
     tombstone_out,
 )
+from node.auth import Principal
+from store.chatdb import ChatDb
 from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, Direction
+from store.originals import OriginalsPage
 
 router = APIRouter()
+CURSOR = Query(None, max_length=128, description="next_cursor of a page")
+LIMIT = Query(DEFAULT_PAGE_LIMIT, description=f"1..{MAX_PAGE_LIMIT}")
 
 
 @router.get("/chats/{chat_id}/messages", responses=ERRORS)
@@ -34,8 +45,8 @@ async def history(
     chat_id: str,
     node: NodeDep,
     who: Signed,
-    cursor: str | None = Query(None, max_length=128, description="next_cursor of a page"),
-    limit: int = Query(DEFAULT_PAGE_LIMIT, description=f"1..{MAX_PAGE_LIMIT}"),
+    cursor: str | None = CURSOR,
+    limit: int = LIMIT,
     direction: Direction = Query(Direction.BACKWARD, description="backward: newest first"),
     raw: bool = Query(False, description="the op log: edits, reactions, receipts as rows"),
 ) -> HistoryOut:
@@ -79,6 +90,36 @@ async def members(chat_id: str, node: NodeDep, who: Signed) -> MembersOut:
     await as_reader(node, who, chat)
     rows = await trio.to_thread.run_sync(node.db.list_members_with_info, chat)
     return MembersOut(chat_id=chat.hex(), members=[member_out(user, info) for user, info in rows])
+
+
+@router.get("/chats/{chat_id}/member-ops", responses=ERRORS)
+async def member_ops(
+    chat_id: str, node: NodeDep, who: Signed, cursor: str | None = CURSOR, limit: int = LIMIT
+) -> OriginalsOut:
+    """The chat's signed member ops, every one this node holds (the members list folds them
+    into rows): what an export re-submits elsewhere."""
+    return await originals(node, who, chat_id, lambda db, chat: db.member_ops_page(chat, cursor, limit))  # fmt: skip
+
+
+@router.get("/chats/{chat_id}/deletes", responses=ERRORS)
+async def deletes(
+    chat_id: str, node: NodeDep, who: Signed, cursor: str | None = CURSOR, limit: int = LIMIT
+) -> OriginalsOut:
+    """The chat's signed DELETE messages (the history shows them as tombstones): what an
+    export re-submits elsewhere."""
+    return await originals(node, who, chat_id, lambda db, chat: db.deletes_page(chat, cursor, limit))  # fmt: skip
+
+
+async def originals(
+    node: NodeApi, who: Principal, chat_id: str, read: Callable[[ChatDb, bytes], OriginalsPage]
+) -> OriginalsOut:
+    chat = chat_param(chat_id)
+    await as_reader(node, who, chat)
+    page = await trio.to_thread.run_sync(read, node.db, chat)
+    return OriginalsOut(
+        chat_id=chat.hex(), ops=[b64encode(op) for op in page.originals],
+        next_cursor=page.next_cursor,
+    )  # fmt: skip
 
 
 @router.get("/chats/{chat_id}/proof", responses=ERRORS)

@@ -99,6 +99,15 @@ class HistoryOut(BaseModel):
     next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null: done")
 
 
+class OriginalsOut(BaseModel):
+    chat_id: str
+    ops: list[str] = Field(
+        description="signed ops as their signers made them: canonical CBOR, URL-safe base64 "
+        "(POST /ops takes them back)"
+    )
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null: done")
+
+
 class ChatEntryOut(BaseModel):
     chat_id: str
     kind: str = Field(description="dm, group or channel")

@@ -32,7 +32,9 @@ TEXT = "gm bob — sent through chatsync, read from another node"
 def dm3_packages() -> Path:
     """``npm ci``: exactly the lock file's packages."""
     npm = shutil.which("npm")
-    assert npm is not None, "npm is needed (Node.js 20 + npm): the interop tests use dm3's libraries"
+    assert npm is not None, (
+        "npm is needed (Node.js 20 + npm): the interop tests use dm3's libraries"
+    )
     subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=HERE, check=True, timeout=300)
     return HERE
 
@@ -49,7 +51,11 @@ def user(tmp: Path, name: str, node: str, services: list[str]) -> dict[str, Any]
     chatsync("dm3", "register", "--key", key_file, "--node", node,
              *[arg for url in services for arg in ("--service", url)])  # fmt: skip
     keys = json.loads(chatsync("dm3", "keys", "--key", key_file))
-    return {"name": chatsync("dm3", "name", "--key", key_file).strip(), "keys": keys, "file": key_file}
+    return {
+        "name": chatsync("dm3", "name", "--key", key_file).strip(),
+        "keys": keys,
+        "file": key_file,
+    }
 
 
 def node_js(command: str, config: Path) -> list[dict[str, Any]]:

@@ -76,6 +76,7 @@ def test_key_layouts_are_big_endian_concatenations() -> None:
     assert k.key_identity(USER) == USER
     assert k.key_seen_msg(ID32) == k.key_seen_member(ID32) == k.key_seen_identity(ID32) == ID32
     assert k.key_by_ref(CHAT, ID32, bytes(32)) == CHAT + ID32 + bytes(32)
+    assert len(k.key_by_ref(CHAT, ID32, bytes(32))) == k.BY_REF_KEY_LEN == 96
 
 
 # --- round trips --------------------------------------------------------------------------

@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 PURE = ["store.hlc", "store.keys", "store.records", "store.merge", "store.ops", "store.retention",
-        "sync.merkle", "sync.frames", "sync.protocol", "sync.replica", "sync.loopback"]  # fmt: skip
+        "sync.merkle", "sync.frames", "sync.protocol", "sync.replica", "sync.loopback",
+        "dm3.crypto", "dm3.containers"]  # fmt: skip
 FORBIDDEN = ["trio", "libp2p", "rocksdict", "pyspark"]
 
 
