@@ -1,6 +1,7 @@
 """The real dm3 client libraries (npm, pinned in tests/interop/dm3/package-lock.json) against
 two real chatsync nodes: envelopes built and encrypted by dm3-lib-messaging go to node A by
-JSON-RPC; node A is killed; the recipient's dm3 client falls back to node B, fetches,
+JSON-RPC; the recipient's history exported from node B (``chatsync export``) opens with
+dm3-lib-crypto's ``decrypt``; node A is killed; the recipient's dm3 client falls back to node B, fetches,
 decrypts, checks the signatures and acknowledges. Hostile submissions get the seed's codes.
 Needs Node.js 20 and npm (the README's test command installs the packages here)."""
 
@@ -112,6 +113,16 @@ def test_dm3_library_submits_to_a_and_fetches_from_b_after_a_dies(
         while not (kept := kept_at(b, bob, bob_key)) and time.monotonic() < deadline:
             time.sleep(0.3)  # gossip (or sync) brings it to node B
         assert len(kept) == 1, "exactly the one valid envelope: no hostile one was written"
+
+        # bob's history exported from node B opens with dm3-lib-crypto's own decrypt
+        export = tmp_path / "export"
+        chatsync("export", "--key", bob["file"], "--node", b, "--out", str(export))
+        opened = json.loads(config.read_text())
+        opened.update(dir=str(export), storageKey=bob["keys"]["storageEncryptionKey"])
+        (tmp_path / "open.json").write_text(json.dumps(opened))
+        containers = node_js("open", tmp_path / "open.json")[-1]["detail"]
+        assert {"conversations", "identity", "user"} in [set(c["keys"]) for c in containers]
+        assert any(c["keys"] == ["messages"] for c in containers)
 
         cluster.stop(0, kill=True)  # node A is gone; bob's client falls back to node B
         fetched = node_js("fetch", config)
