@@ -177,6 +177,8 @@ class Dm3Gateway:
             sender = self._auth.verify(params[1])
         except AuthRefused as exc:
             raise rpc.RpcError(rpc.UNAUTHORIZED, f"Unauthorized: {exc}") from None
+        if not self._senders.take(sender.user_id, 1, self._now_ms() / 1000):  # before any work
+            raise rpc.RpcError(rpc.LIMIT_EXCEEDED, "Limit exceeded: too many envelopes, slow down")
         try:
             envelope = parse_envelope(params[0])
         except EnvelopeError as exc:
@@ -187,8 +189,6 @@ class Dm3Gateway:
             info = open_delivery_information(self.box, envelope)
         except EnvelopeError as exc:
             raise rpc.RpcError(rpc.INVALID_INPUT, f"Invalid input: {exc}") from None
-        if not self._senders.take(sender.user_id, 1, self._now_ms() / 1000):
-            raise rpc.RpcError(rpc.LIMIT_EXCEEDED, "Limit exceeded: too many envelopes, slow down")
         if _maybe_user(info.sender) != sender.user_id:
             raise rpc.RpcError(rpc.UNAUTHORIZED, "Unauthorized: the token is not the sender's")
         sent_by, to = await self.recipient(info.sender), await self.recipient(info.to)
@@ -227,16 +227,18 @@ class Dm3Gateway:
     async def kept(self, user_id: bytes, contact: str | None = None) -> list[Delivered]:
         """The envelopes waiting in the user's inbox, oldest first (at most ``MAX_FETCH``);
         those of ``contact`` only, if given."""
-        wanted = None if contact is None else {_maybe_user(contact)}
-        found = await self._kept(user_id, wanted, until_ms=None)
-        return [kept for _, kept in found[:MAX_FETCH]]
+        to = await self.recipient(name_of(user_id))
+        senders = None if contact is None else {_maybe_user(contact)}
+        found = await self._kept(to, senders, until_ms=None, limit=MAX_FETCH)
+        return [kept for _, kept in found]
 
     async def acknowledge(self, user_id: bytes, contacts: list[str], until_ms: int) -> int:
         """Delete the envelopes of these contacts that came in at or before ``until_ms``:
         DELETE messages of this node's, which erase them on every node — valid only from a
         delivery service of the user (an admin of the inbox): RpcError UNAVAILABLE here if not."""
-        await self._check_service_of(await self.recipient(name_of(user_id)))
-        found = await self._kept(user_id, {_maybe_user(c) for c in contacts}, until_ms)
+        to = await self.recipient(name_of(user_id))
+        await self._check_service_of(to)
+        found = await self._kept(to, {_maybe_user(c) for c in contacts}, until_ms, limit=None)
         deletes: list[Op] = [
             MsgV1.create(
                 self.key, m.chat_id, self._clock.update(m.hlc, self._now_ms()),
@@ -249,38 +251,45 @@ class Dm3Gateway:
         return len(deletes)
 
     async def _kept(
-        self, user_id: bytes, senders: set[bytes | None] | None, until_ms: int | None
+        self,
+        to: Recipient,
+        senders: set[bytes | None] | None,
+        until_ms: int | None,
+        limit: int | None,
     ) -> list[tuple[MsgV1, Delivered]]:
-        inbox = (await self.recipient(name_of(user_id))).inbox
-
         def wanted(kept: Delivered) -> bool:
             return (senders is None or _maybe_user(kept.info.sender) in senders) and (
                 until_ms is None or kept.incoming_ms <= until_ms
             )
 
-        found = await trio.to_thread.run_sync(kept_envelopes, self._db, inbox)
-        return [(msg, kept) for msg, kept in found if wanted(kept)]
+        return await trio.to_thread.run_sync(kept_envelopes, self._db, to.inbox, wanted, limit)
 
 
-def kept_envelopes(db: ChatDb, inbox: bytes) -> list[tuple[MsgV1, Delivered]]:
-    """Every envelope kept in the inbox, oldest first: the NEW messages an admin of the inbox
-    (a delivery service, or the user) posted, at their stamp, that are kept envelopes — a
-    function of the replicated messages, deletes and member ops (any member may post there,
-    and what a delete erased is gone)."""
+def kept_envelopes(
+    db: ChatDb,
+    inbox: bytes,
+    wanted: Callable[[Delivered], bool] = lambda _: True,
+    limit: int | None = None,
+) -> list[tuple[MsgV1, Delivered]]:
+    """The envelopes kept in the inbox that are ``wanted``, oldest first, up to ``limit``: the
+    NEW messages an admin of the inbox (a delivery service, or the user) posted, at their
+    stamp, that are kept envelopes — a function of the replicated messages, deletes and
+    member ops (any member may post there, and what a delete erased is gone)."""
     admins = db.admins(inbox)
     out: list[tuple[MsgV1, Delivered]] = []
     cursor: str | None = None
-    while True:
+    while limit is None or len(out) < limit:
         page = db.range(inbox, cursor, MAX_PAGE_LIMIT, Direction.FORWARD)
         for item in page.items:
             msg = item.msg
             if msg.kind == MessageKind.NEW and admins(msg.sender, msg.hlc):
                 kept = unwrap(msg.payload)
-                if kept is not None:
+                if kept is not None and wanted(kept):
                     out.append((msg, kept))
         cursor = page.next_cursor
         if cursor is None:
-            return out
+            break
+    return out[:limit]
 
 
 def _user(name: str) -> bytes:
