@@ -5,6 +5,7 @@ written. The real dm3 libraries against two nodes: tests/interop/test_dm3_js.py.
 from __future__ import annotations
 
 import base64
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,31 @@ async def test_submit_fetch_acknowledge_and_every_refusal(tmp_path: Path) -> Non
         assert (
             await http.get(f"/delivery/messages/incoming/{name(CAROL)}", headers=carol)
         ).json() == []
+
+
+async def test_the_largest_envelope_under_the_limit_is_kept(tmp_path: Path) -> None:
+    """sizeLimit leaves room for the postmark and the wrapping within the payload limit."""
+    from dm3.envelope import envelope_size
+
+    async with running_node(tmp_path) as (_, http):
+        service, service_box = await service_of(http)
+        await register(http, ALICE, [service])
+        await register(http, BOB, [service])
+        alice = await dm3_token(http, ALICE)
+        limit = json.loads((await call(http, "dm3_getDeliveryServiceProperties"))["result"])[
+            "sizeLimit"
+        ]
+        text = "x" * (limit // 2)  # sealed twice over in base64: grow it to just under the limit
+        while envelope_size(envelope(ALICE, BOB, service_box, text + "x" * 1500)) <= limit:
+            text += "x" * 1500
+        biggest = envelope(ALICE, BOB, service_box, text)
+        assert limit - 3000 < envelope_size(biggest) <= limit
+        assert (await call(http, "dm3_submitMessage", stringify(biggest), alice))[
+            "result"
+        ] == "success"
+        bob = {"authorization": f"Bearer {await dm3_token(http, BOB)}"}
+        kept = (await http.get(f"/delivery/messages/incoming/{name(BOB)}", headers=bob)).json()
+        assert open_envelope(encryption_keys(BOB.signing_key), kept[0])[0]["message"] == text
 
 
 async def test_dm3_sign_in_refusals(tmp_path: Path) -> None:
