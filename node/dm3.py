@@ -37,7 +37,7 @@ from dm3.envelope import (
 from dm3.names import UnknownName, inbox_proof, name_of, user_of
 from node.auth import Authenticator, AuthRefused, Principal, load_or_create_file
 from node.intake import Submitted
-from node.limits import TokenBuckets
+from node.limits import StorageFull, TokenBuckets
 from store.chatdb import ChatDb
 from store.errors import InvalidInput
 from store.hlc import HlcClock
@@ -218,6 +218,8 @@ class Dm3Gateway:
             await self._submit(ops)
         except trio.WouldBlock:
             raise rpc.RpcError(rpc.LIMIT_EXCEEDED, "Limit exceeded: busy, retry") from None
+        except StorageFull as exc:
+            raise rpc.RpcError(rpc.UNAVAILABLE, f"Resource unavailable: {exc}") from None
         except InvalidInput as exc:
             code = rpc.LIMIT_EXCEEDED if exc.reason == "rate_limited" else rpc.INVALID_INPUT
             raise rpc.RpcError(code, f"{exc.reason}: {exc}") from None

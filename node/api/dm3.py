@@ -44,9 +44,13 @@ async def json_rpc(request: Request, node: NodeDep) -> JSONResponse:
             exc.request_id = call.id
             raise
         answer = rpc.response(call.id, result)
-    except rpc.RpcError as exc:  # the seed's codes; anything else is a bug, logged as a 500
+    except rpc.RpcError as exc:  # the seed's codes
         node.metrics.inc("dm3_rpc_errors", code=str(exc.code), help="dm3 JSON-RPC refusals")
         answer = rpc.error_response(exc)
+    except Exception:  # a bug: logged and counted like the API's, answered as JSON-RPC
+        log.exception("dm3 JSON-RPC call failed")
+        node.metrics.inc("api_bugs", help="HTTP requests that failed with an unexpected error")
+        answer = rpc.error_response(rpc.RpcError(rpc.INTERNAL_ERROR, "Internal error"))
     return JSONResponse(answer)
 
 
