@@ -119,6 +119,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "dm3/envelope.py": ["test_envelope.py"],
     "dm3/rpc.py": ["test_rpc_and_names.py"],
     "dm3/names.py": ["test_rpc_and_names.py"],
+    "dm3/containers.py": ["test_containers.py"],
     "sync/merkle.py": ["test_merkle.py", "test_replica_agreement.py", "test_loopback.py"],
     "sync/protocol.py": [
         "test_protocol.py",

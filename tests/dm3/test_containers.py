@@ -247,3 +247,151 @@ def test_an_oversized_file_is_refused_before_it_is_opened() -> None:
     files = build(sample_history())
     files[root_name()] = b" " * (c.MAX_FILE_BYTES + 1)
     refused(files, "over 10,000,000")
+
+
+# --- the edges the mutation run asked for ---
+
+
+def test_the_default_chunk_is_a_mebibyte_and_the_limits_are_inclusive() -> None:
+    group = GROUP.chat_id()
+    ops: list[Op] = [add(GROUP, ALICE, 1_000)]
+    ops += [msg(group, 2_000 + i, bytes([i]) * 50_000) for i in range(40)]  # ~3.6 MB sealed
+    history = c.History(ALICE.user_id, None, {group: ops})
+    files = c.build_containers(ALICE.signing_key, history, os.urandom)
+    sizes = sorted(len(files[name]) for name in chunk_names(files))
+    assert 950_000 < sizes[-1] <= 1 << 20  # cut at 1 MiB (an entry is ~89 kB sealed)
+    for limit in (c.MIN_CHUNK_BYTES, c.MAX_CHUNK_BYTES):  # both ends are allowed
+        assert c.open_containers(build(sample_history(), limit), ALICE.signing_key).chunks == 2
+
+
+def entries_of_chunk_plaintext(total: int) -> list[str]:
+    """An add and two messages of ~2.7 kB whose one chunk's plaintext is ``total`` bytes."""
+    group = GROUP.chat_id()
+    first = c.entry_of(add(GROUP, ALICE, 1_000))
+    second = c.entry_of(msg(group, 1_001, b"a" * 2_000))
+    for n in range(1_500, 2_500):
+        for ms in (1_002, 10_002, 100_002, 1_000_002):
+            entries = [first, second, c.entry_of(msg(group, ms, b"b" * n))]
+            if len('{"messages":[' + ",".join(entries) + "]}") == total:
+                return entries
+    raise AssertionError(f"no entries make {total} bytes")
+
+
+def test_a_chunk_fills_to_the_exact_byte() -> None:
+    # 6,143 bytes: one short of a padding block (2,048), so its sealed size is the limit exactly
+    entries = entries_of_chunk_plaintext(3 * 2048 - 1)
+    exact = c.sealed_size(3 * 2048 - 1)
+    assert c.sealed_size(3 * 2048) > exact  # one byte more would take another block
+    assert c.chunk_entries(entries, exact) == [entries]  # fits: one chunk
+    assert c.chunk_entries(entries, exact - 1) == [entries[:2], entries[2:]]
+
+
+def test_an_entry_bigger_than_a_chunk_is_refused() -> None:
+    with pytest.raises(c.ContainerError, match="does not fit"):
+        c.chunk_entries(["x" * 5_000], 4_000)
+
+
+def test_a_container_over_the_file_limit_is_not_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(c, "MAX_FILE_BYTES", 3_000)  # a root of a few chats is ~2.8 kB sealed
+    with pytest.raises(c.ContainerError, match="is over 3,000 bytes"):
+        build(sample_history())
+    monkeypatch.setattr(c, "MAX_FILE_BYTES", 10_000_000)
+    files = build(sample_history())
+    files[root_name()] = b" " * c.MAX_FILE_BYTES  # at the limit: opened (and found not JSON)
+    refused(files, "not a sealed JSON container")
+
+
+def test_an_empty_chat_is_left_out_and_the_next_one_kept() -> None:
+    history = sample_history()
+    empty_first = {bytes(32): [], **history.chats}
+    files = build(c.History(ALICE.user_id, history.identity, empty_first))
+    opened = c.open_containers(files, ALICE.signing_key).history
+    assert set(opened.chats) == set(history.chats)
+
+
+def test_chunks_may_meet_at_one_millisecond() -> None:
+    """Entries of the same ms on both sides of a cut (HLCs differ in their logical part)."""
+    group = GROUP.chat_id()
+    ops: list[Op] = [add(GROUP, ALICE, 1_000)]
+    ops += [
+        MsgV1.create(ALICE.signing_key, group, Hlc(5_000, i), bytes([i]) * 120_000)
+        for i in range(8)
+    ]
+    files = build(c.History(ALICE.user_id, None, {group: ops}), c.MIN_CHUNK_BYTES)
+    opened = c.open_containers(files, ALICE.signing_key)
+    assert opened.chunks >= 2 and opened.history.chats[group] == by_stamp(ops)
+
+
+def conversation_name(files: dict[str, bytes]) -> str:
+    key = storage_key(ALICE.signing_key)
+    return next(n for n, d in files.items() if "chunks" in decrypt(key, json.loads(d)))
+
+
+def test_a_wrong_chunk_list_is_refused() -> None:
+    key = storage_key(ALICE.signing_key)
+    files = build(sample_history())
+    name = conversation_name(files)
+    chunks = json.loads(decrypt(key, json.loads(files[name])))["chunks"]
+    first = chunks[0]
+    for plain, match in [
+        ({"chunks": []}, "no chunk list"),
+        ({"chunks": "0"}, "no chunk list"),
+        ({"chunks": [dict(first, id=1)]}, "identifier is wrong"),
+        ({"chunks": [[0, first["timestamp"]]]}, "identifier is wrong"),
+        ({"chunks": [dict(first, id=True)]}, "identifier is wrong"),
+        (
+            {"chunks": [first, dict(first, id=1, timestamp=first["timestamp"] - 1)]},
+            "identifier is wrong",
+        ),
+    ]:
+        copy = dict(files)
+        reseal(copy, name, plain)
+        assert refused(copy, match).startswith(name)
+    copy = dict(files)
+    reseal(copy, name, {"chunks": [dict(first, timestamp=first["timestamp"] + 1)]})
+    refused(copy, "missing")  # the chunk's key is made of its identifier: none is there
+    copy[name] = stringify(encrypt(key, "not json", os.urandom(12))).encode()
+    assert refused(copy, "inside is not JSON").startswith(name)
+
+
+def test_entries_out_of_place_are_refused() -> None:
+    key = storage_key(ALICE.signing_key)
+    files = build(sample_history())
+    name = chunk_names(files)[0]
+    entries = json.loads(decrypt(key, json.loads(files[name])))["messages"]
+
+    def with_entries(changed: list[object], match: str) -> None:
+        copy = dict(files)
+        reseal(copy, name, {"messages": changed})
+        assert refused(copy, match).startswith(name)
+
+    other_chat = json.loads(c.entry_of(msg(bytes(32), entries[0]["timestamp"], b"elsewhere")))
+    identity = json.loads(c.entry_of(ALICE.identity(Hlc(entries[0]["timestamp"]))))
+    with_entries([other_chat, *entries[1:]], "not of chat")
+    with_entries([identity, *entries[1:]], "not of chat")
+    with_entries([*entries[:-1], dict(entries[-1], extra=1)], "not an entry")
+    with_entries([*entries[:-1], dict(entries[-1], kind="bogus")], "unknown op kind or label")
+    with_entries([*entries[:-1], dict(entries[-1], op="1")], "unknown op kind or label")
+    later = [dict(e) for e in entries]  # sorted, but not from the identifier's stamp
+    with_entries(later[1:], "time-sorted from its identifier")
+    root = json.loads(decrypt(key, json.loads(files[root_name()])))
+    copy = dict(files)
+    reseal(copy, root_name(), dict(root, identity=json.loads(c.entry_of(add(GROUP, ALICE, 5)))))
+    assert refused(copy, "not an identity record").startswith(root_name())
+
+
+def test_a_history_from_the_epoch_and_a_file_at_the_limit_are_fine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    group = GROUP.chat_id()
+    ops: list[Op] = [add(GROUP, ALICE, 0), msg(group, 0, b"at ms 0")]  # chunk 0 stamped 0
+    history = c.History(ALICE.user_id, None, {group: ops})
+    assert c.open_containers(build(history), ALICE.signing_key).history.chats[group] == by_stamp(
+        ops
+    )
+    largest = max(map(len, build(history).values()))  # sizes do not depend on the nonces
+    monkeypatch.setattr(c, "MAX_FILE_BYTES", largest)
+    build(history)  # a file of exactly the limit is written
+    monkeypatch.setattr(c, "MAX_FILE_BYTES", largest - 1)
+    with pytest.raises(c.ContainerError, match="is over"):
+        build(history)
