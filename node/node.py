@@ -44,8 +44,11 @@ from node.p2p import (
     safe_handler,
     start_host,
 )
-from node.peers import PeerManager
+from node.inbound import guard_inbound
+from node.notices import Notices
+from node.peers import PeerManager, forget_after_failed_dials
 from node.services import Services, build_services
+from node.sync_peers import SyncCandidates
 from node.verify import ParallelVerifier
 from store.chatdb import ChatDb
 from store.ops import Op
@@ -62,6 +65,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BAN_CHECK_S = 1.0  # how often expired bans are lifted
+NOTICE_HELP = {
+    "sync_skipped": "connected peers not synced with, by reason (node/sync_peers.py)",
+    "inbound_refused": "inbound connections refused, by reason (node/inbound.py)",
+}
 
 
 class Node:
@@ -167,11 +174,22 @@ class RunningNode:
         self.peers = peers = PeerManager(
             host, services.blocklist, reconnect_min_s=config.reconnect_min_s,
             reconnect_max_s=config.reconnect_max_s, sync_interval_s=config.sync_interval_s,
+            candidates=SyncCandidates(SYNC_PROTOCOL, self._notices("sync_skipped")),
             rnd=random.Random(),
         )  # fmt: skip
+        self.inbound = guard_inbound(
+            host, config, services.blocklist, self._notices("inbound_refused")
+        )
+        forget_after_failed_dials(host, config.max_failed_dials)
         services.metrics.gauge(
             "connected_peers", lambda: {(): len(peers.connected())}, help="connected peers"
         )
+
+    def _notices(self, metric: str) -> Notices:
+        return Notices(
+            self.services.metrics, metric, NOTICE_HELP[metric], now=self.services.clock.now,
+            interval_s=self.config.notice_interval_s, logger=log,
+        )  # fmt: skip
 
     async def serve(
         self,

@@ -21,6 +21,7 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 
 from node.errors import PeerUnreachable, dialling, libp2p_errors
 from node.penalties import Blocklist
+from node.sync_peers import SyncCandidates, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,38 @@ def backoff_delays(min_s: float, max_s: float, rnd: random.Random) -> Callable[[
     return delay
 
 
+def forget_addresses(host: Any, peer: Any) -> None:
+    """Drop what the peerstore holds of ``peer``: py-libp2p's auto-connector dials every
+    peer it has addresses of, again and again; without them it leaves the peer alone."""
+    peerstore = host.get_peerstore()
+    if peerstore.has_peer(peer):
+        peerstore.clear_peerdata(peer)
+
+
+def forget_after_failed_dials(host: Any, max_failed: int) -> None:
+    """Make py-libp2p's auto-connector forget a peer after ``max_failed`` failed dials in a
+    row (it would redial every peer that ever left, forever, with a backoff capped at 5 min).
+    Our own bootstrap loop (``keep_connected``) re-adds a bootstrap peer's address per dial."""
+    connector = host.get_network().auto_connector
+    failures: dict[Any, int] = {}
+    failed, succeeded = connector.record_failed_connection, connector.record_successful_connection
+
+    def record_failed(peer: Any) -> None:
+        failed(peer)
+        failures[peer] = failures.get(peer, 0) + 1
+        if failures[peer] >= max_failed:
+            log.info("forgetting peer %s after %d failed dials", peer, failures.pop(peer))
+            forget_addresses(host, peer)
+            connector.clear_cooldown(peer)
+
+    def record_succeeded(peer: Any) -> None:
+        succeeded(peer)
+        failures.pop(peer, None)
+
+    connector.record_failed_connection = record_failed
+    connector.record_successful_connection = record_succeeded
+
+
 class PeerManager:
     def __init__(
         self,
@@ -47,12 +80,14 @@ class PeerManager:
         reconnect_min_s: float,
         reconnect_max_s: float,
         sync_interval_s: float,
+        candidates: SyncCandidates,
         rnd: random.Random | None = None,
     ) -> None:
         self.host = host
         self.rnd = rnd or random.Random()
         self.delay = backoff_delays(reconnect_min_s, reconnect_max_s, self.rnd)
         self.sync_interval_s = sync_interval_s
+        self.candidates = candidates  # which peers speak sync (node/sync_peers.py)
         self.blocked = blocklist  # peer ids whose traffic is dropped
         self.dial_failures: dict[str, int] = {}
 
@@ -68,6 +103,7 @@ class PeerManager:
     async def _disconnect(self, peer_id: str) -> None:
         for peer in list(self.host.get_connected_peers()):
             if peer.to_base58() == peer_id:
+                forget_addresses(self.host, peer)  # so nothing dials a blocked peer back
                 try:
                     await self.host.disconnect(peer)
                 except libp2p_errors() as exc:  # already gone
@@ -121,18 +157,40 @@ class PeerManager:
         async with trio.open_nursery() as nursery:
             while True:
                 now = trio.current_time()
-                for peer in self.host.get_connected_peers():
+                peers = self.host.get_connected_peers()
+                names = {peer.to_base58() for peer in peers}
+                for table in (next_at, follow_ups):  # forget peers that left: bounded under churn
+                    for gone in [name for name in table if name not in names]:
+                        del table[gone]
+                self.candidates.keep_only(names)
+                for peer in peers:
                     name = peer.to_base58()
                     if name in self.blocked:
                         await self._disconnect(name)
                         continue
-                    if name in running or now < next_at.get(name, 0.0):
+                    if name in running or not self._sync_due(peer, name, now, next_at):
                         continue
-                    jitter = self.rnd.uniform(0.75, 1.25)
-                    next_at[name] = now + self.sync_interval_s * jitter
                     running.add(name)
                     nursery.start_soon(self._one_sync, run_sync, peer, running, next_at, follow_ups)
                 await trio.sleep(0.25)
+
+    def _sync_due(self, peer: Any, name: str, now: float, next_at: dict[str, float]) -> bool:
+        """Whether to open a session with ``peer`` now; if so, or if it is no sync peer, its
+        next look is set an interval (+-25 %) away."""
+        protocols = self._protocols(peer)
+        if self.candidates.protocols_changed(name, protocols):  # identify push: look again
+            next_at.pop(name, None)
+        if now < next_at.get(name, 0.0):
+            return False
+        verdict = self.candidates.verdict(name, protocols, now)
+        if verdict is not Verdict.WAIT:
+            next_at[name] = now + self.sync_interval_s * self.rnd.uniform(0.75, 1.25)
+        return verdict is Verdict.OPEN
+
+    def _protocols(self, peer: Any) -> list[str]:
+        """What the peer's identify listed ([] before it answered, or once forgotten)."""
+        peerstore = self.host.get_peerstore()
+        return list(peerstore.get_protocols(peer)) if peerstore.has_peer(peer) else []
 
     @staticmethod
     async def _one_sync(
