@@ -34,9 +34,12 @@ from node.dm3 import load_or_create_key as load_dm3_key
 from node.erasure import compact_erasures
 from node.errors import dialling
 from node.framing import Libp2pFrames
+from node.inbound import guard_inbound
 from node.intake import Submitted
 from node.metrics import Metrics
+from node.notices import Notices
 from node.p2p import (
+    GOSSIP_PROTOCOLS,
     OPS_TOPIC,
     SYNC_PROTOCOL,
     load_or_create_key,
@@ -44,9 +47,8 @@ from node.p2p import (
     safe_handler,
     start_host,
 )
-from node.inbound import guard_inbound
-from node.notices import Notices
 from node.peers import PeerManager, forget_after_failed_dials
+from node.protocol_peers import HOST_LOGGER, StreamFailureFilter, skip_peers_without_gossip
 from node.services import Services, build_services
 from node.sync_peers import SyncCandidates
 from node.verify import ParallelVerifier
@@ -68,6 +70,7 @@ BAN_CHECK_S = 1.0  # how often expired bans are lifted
 NOTICE_HELP = {
     "sync_skipped": "connected peers not synced with, by reason (node/sync_peers.py)",
     "inbound_refused": "inbound connections refused, by reason (node/inbound.py)",
+    "peer_streams_failed": "streams to peers that could not be opened (node/protocol_peers.py)",
 }
 
 
@@ -181,6 +184,7 @@ class RunningNode:
             host, config, services.blocklist, self._notices("inbound_refused")
         )
         forget_after_failed_dials(host, config.max_failed_dials)
+        skip_peers_without_gossip(pubsub, host, GOSSIP_PROTOCOLS)
         services.metrics.gauge(
             "connected_peers", lambda: {(): len(peers.connected())}, help="connected peers"
         )
@@ -199,6 +203,16 @@ class RunningNode:
     ) -> None:
         """Run gossip, sync, the peer loops, the GC and the HTTP API (until cancelled; the
         HTTP server stops gracefully once ``shutdown_trigger`` returns)."""
+        stream_failures = StreamFailureFilter(self._notices("peer_streams_failed"))
+        logging.getLogger(HOST_LOGGER).addFilter(stream_failures)
+        try:
+            await self._serve(shutdown_trigger, task_status)
+        finally:
+            logging.getLogger(HOST_LOGGER).removeFilter(stream_failures)
+
+    async def _serve(
+        self, shutdown_trigger: Callable[[], Awaitable[None]], task_status: TaskStatus[None]
+    ) -> None:
         cfg, services = self.config, self.services
         gossip = services.gossip
         self.host.set_stream_handler(
