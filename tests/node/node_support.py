@@ -89,7 +89,7 @@ async def running_node(
     node = Node(
         NodeConfig(
             data=str(tmp_path / "node"), listen="/ip4/127.0.0.1/tcp/0",
-            http=f"127.0.0.1:{port}", sync_interval_s=3600, **config,
+            http=f"127.0.0.1:{port}", **{"sync_interval_s": 3600, **config},
         )
     )  # fmt: skip
     async with trio.open_nursery() as nursery:
@@ -119,3 +119,14 @@ async def sign_in(http: httpx.AsyncClient, key: SigningKey, device: str = "test"
     issued = await http.post("/auth/token", json=body)
     assert issued.status_code == 200, issued.text
     return {"authorization": f"Bearer {issued.json()['token']}"}
+
+
+def notices(metrics: Any, metric: str, now: Any = lambda: 0.0) -> Any:
+    """A ``Notices`` for tests: one line per subject and reason per minute of ``now``."""
+    import logging
+
+    from node.notices import Notices
+
+    return Notices(
+        metrics, metric, "test", interval_s=60, now=now, logger=logging.getLogger("chatsync.test")
+    )

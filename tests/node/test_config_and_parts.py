@@ -13,8 +13,12 @@ import trio.testing
 
 from node.config import NodeConfig, load_config
 from node.metrics import Metrics
+from node.p2p import SYNC_PROTOCOL
 from node.peers import PeerManager, backoff_delays
 from node.penalties import Blocklist
+from node.sync_peers import SyncCandidates
+
+from node_support import notices
 
 
 def test_defaults_then_toml_then_flags(tmp_path: Path) -> None:
@@ -61,13 +65,22 @@ class _Peer:
 
 
 class _PeerTable:
-    """The one host method the scheduler reads: who is connected."""
+    """What the scheduler reads of a host: who is connected, and that they speak sync."""
 
     def __init__(self, *names: str) -> None:
         self.peers = [_Peer(n) for n in names]
 
     def get_connected_peers(self) -> list[_Peer]:
         return self.peers
+
+    def get_peerstore(self) -> _PeerTable:
+        return self
+
+    def has_peer(self, peer: _Peer) -> bool:
+        return True
+
+    def get_protocols(self, peer: _Peer) -> list[str]:
+        return [SYNC_PROTOCOL]
 
 
 async def _session_gaps(more_to_do: Callable[[int], bool], run_s: float) -> list[float]:
@@ -76,6 +89,7 @@ async def _session_gaps(more_to_do: Callable[[int], bool], run_s: float) -> list
     manager = PeerManager(
         _PeerTable("a"), Blocklist(), reconnect_min_s=0.5, reconnect_max_s=30,
         sync_interval_s=10, rnd=random.Random(1),
+        candidates=SyncCandidates(SYNC_PROTOCOL, notices(Metrics(), "sync_skipped")),
     )  # fmt: skip
     started: list[float] = []
 
