@@ -45,7 +45,7 @@ class NodeConfig:
     inbound_max: int = 200  # inbound connections at once (py-libp2p's own cap: 250)
     inbound_per_ip: int = 16  # inbound connections at once from one IP address
     max_failed_dials: int = 3  # py-libp2p's auto-connector forgets a peer after this many
-    notice_interval_s: float = 60.0  # one log line per peer (or IP) and reason this often
+    notice_interval_s: float = 600.0  # one log line per peer (or IP) and reason this often
     # input limits
     max_payload: int = DEFAULT_MAX_PAYLOAD
     max_offset_ms: int = DEFAULT_MAX_OFFSET_MS
