@@ -104,7 +104,7 @@ def build_services(
     sync = SyncService(
         replica, db_lock, metrics, clock=clock, config=sync_config(config, verifier),
         frames_per_s=config.peer_sync_frames_per_s, bytes_per_s=config.peer_sync_bytes_per_s,
-        on_outcome=judge.sync_ended,
+        max_sessions=config.sync_max_sessions, on_outcome=judge.sync_ended,
     )  # fmt: skip
     settings = GossipSettings.of(config, topic=topic, own_peer_id=own_peer_id)
     not_held = functools.partial(ops_not_held, replica.db)
@@ -137,6 +137,7 @@ def sync_config(config: NodeConfig, verifier: Verifier) -> SyncConfig:
         authenticate=True,
         max_offset_ms=config.max_offset_ms,
         idle_timeout_ms=round(config.sync_idle_timeout_s * 1000),
+        min_bytes_per_s=config.sync_min_bytes_per_s,
         verify_messages=verifier,
     )
 
