@@ -51,6 +51,10 @@ class NodeConfig:
     # limits (SECURITY.md)
     author_ops_per_s: float = 1_000.0  # ops per author, API and gossip
     author_ops_burst: float = 10_000.0
+    # per forwarding peer: gossip messages we refuse (replays of ops we hold included), and
+    # their bytes; 10 s of each as a burst, then the peer is throttled (SECURITY.md)
+    gossip_peer_waste_per_s: float = 20.0
+    gossip_peer_waste_bytes_per_s: float = 2 * 1024 * 1024
     peer_sync_frames_per_s: float = 500.0  # per peer, all its sessions together
     peer_sync_bytes_per_s: float = 64 * 1024 * 1024
     min_free_disk_mb: int = 256  # writes refused below this

@@ -99,8 +99,12 @@ GOSSIP_PENALTY = {
     "far_future": 5.0,
     "clock_drift": 0.0,
     "rate_limited": 0.0,
-    "nothing_new": 0.0,  # a replay of ops we hold: dropped, not forwarded
-    "blocked_peer": 0.0,
+    "nothing_new": 0.0,  # a replay of ops we hold: dropped, not forwarded; spends budget
+    "blocked_peer": 0.0,  # the forwarder is blocked already
+    "blocked_origin": 0.0,  # an honest relay cannot know whom we blocked
+    # Over its budget for gossip that brought nothing (node/limits.py:GossipWaste): only a
+    # peer that sent ~10 s worth of refused messages gets here; a flood then ends in a ban.
+    "throttled": 0.5,
     "internal": 0.0,  # our bug, not theirs
 }
 GOSSIP_PENALTY_OTHER = 3.0  # malformed, oversized, unknown kinds

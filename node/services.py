@@ -33,7 +33,7 @@ from node.gc import RetentionGc
 from node.gossip import ARRIVAL_LOG, GossipService, GossipSettings, GossipValidator, Publisher
 from node.gossip.settings import OPS_TOPIC
 from node.intake import OpIntake, ops_not_held
-from node.limits import AuthorRates
+from node.limits import AuthorRates, GossipWaste
 from node.metrics import Metrics
 from node.penalties import Blocklist, PeerJudge, PeerPenalties
 from node.syncer import SyncService
@@ -112,6 +112,7 @@ def build_services(
     gossip = GossipService(
         settings, pubsub, writer, validator, metrics, clock,
         blocklist=blocklist, judge=judge, on_applied=on_gossip_applied,
+        waste=GossipWaste(config.gossip_peer_waste_per_s, config.gossip_peer_waste_bytes_per_s),
     )  # fmt: skip
     intake = OpIntake(
         replica.db, writer, gossip, author_rates, metrics, clock,
