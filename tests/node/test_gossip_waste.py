@@ -28,7 +28,8 @@ from node_support import messages, seed, small_db
 
 
 class _Pubsub:
-    peer_queues: dict[bytes, list[object]] = {}
+    def __init__(self) -> None:
+        self.peer_queues: dict[bytes, list[object]] = {}
 
     async def publish(self, topic_id: str, data: bytes) -> None:
         pass
