@@ -33,9 +33,13 @@ class NodeConfig:
     gossip_heartbeat_s: int = 1
     # anti-entropy
     sync_interval_s: float = 10.0  # per peer, with +-25 % jitter
-    # a session whose peer sends nothing for this long ends (``timeout``); also the limit for
+    # a session whose peer sends nothing for this long ends (``timeout``, penalized), longer
+    # by the time the frame in flight takes at sync_min_bytes_per_s; also the limit for
     # opening a sync stream. The one idle timeout: sync.protocol's SyncConfig.idle_timeout_ms
     sync_idle_timeout_s: float = SyncConfig.idle_timeout_ms / 1000
+    sync_min_bytes_per_s: int = SyncConfig.min_bytes_per_s  # slower than this is silence
+    # sessions at once per direction (we answer / we open), one per peer (SECURITY.md)
+    sync_max_sessions: int = 4
     sync_max_frame: int = 4 * 1024 * 1024
     verify_threads: int = 2  # threads checking a sync frame's signatures (catch-up speed)
     # peers
@@ -52,6 +56,10 @@ class NodeConfig:
     # limits (SECURITY.md)
     author_ops_per_s: float = 1_000.0  # ops per author, API and gossip
     author_ops_burst: float = 10_000.0
+    # per forwarding peer: gossip messages we refuse (replays of ops we hold included), and
+    # their bytes; 10 s of each as a burst, then the peer is throttled (SECURITY.md)
+    gossip_peer_waste_per_s: float = 20.0
+    gossip_peer_waste_bytes_per_s: float = 2 * 1024 * 1024
     peer_sync_frames_per_s: float = 500.0  # per peer, all its sessions together
     peer_sync_bytes_per_s: float = 64 * 1024 * 1024
     min_free_disk_mb: int = 256  # writes refused below this

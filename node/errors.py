@@ -4,8 +4,9 @@ httpcore's pattern: each edge runs its library calls under ``map_exceptions`` (l
 exception → ours); above the edge only our exceptions are caught, and anything else
 is a bug that propagates. The node's exceptions:
 
-* ``StreamClosed`` — a peer's stream ended, was reset or broke, or sent a frame over the
-  size limit (``node/framing.py``: libp2p and trio streams);
+* ``StreamClosed`` — a peer's stream ended, was reset or broke (``node/framing.py``: libp2p
+  and trio streams); ``FrameTooLarge``, one of them, when the peer announced a frame over
+  the size limit;
 * ``PeerUnreachable`` — dialling a peer or opening a stream to it failed (``node/peers.py``,
   ``node/node.py``);
 * ``StorageFull`` (``node/limits.py``), ``WriteFailed`` (``node/writer.py``) and the store's
@@ -29,6 +30,11 @@ TRIO_STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError)
 
 class StreamClosed(ChatsyncError):
     """The peer closed or reset the stream, or sent a frame over the size limit."""
+
+
+class FrameTooLarge(StreamClosed):
+    """The peer announced a frame over the size limit: the stream is dropped unread (a
+    hostile peer's doing — an honest one knows the limit)."""
 
 
 class PeerUnreachable(ChatsyncError):

@@ -1,10 +1,13 @@
 """Length-prefixed frames over a byte stream, with a maximum frame size.
 
-``FrameStream`` is what the sync service needs. ``Libp2pFrames`` adapts a
+``FrameStream`` is what the sync service needs: a frame read whole, or in two steps
+(``read_length`` then ``read_body``) so a reader can size its patience to the frame
+the peer announced. ``Libp2pFrames`` adapts a
 py-libp2p stream (varint length prefix, as libp2p's msgio); ``TrioFrames``
 adapts any trio stream (a u32 prefix) so tests can run sessions over
 ``trio.testing.memory_stream_pair`` with the autojump clock. Errors of the
-underlying transport are mapped once, here, to ``StreamClosed`` (``node/errors.py``).
+underlying transport are mapped once, here, to ``StreamClosed`` (``node/errors.py``); a
+length over the limit is ``FrameTooLarge``, raised before any of the frame is read.
 """
 
 from __future__ import annotations
@@ -14,13 +17,27 @@ from typing import Any, Protocol
 
 import trio
 
-from node.errors import TRIO_STREAM_ERRORS, StreamClosed, libp2p_errors, map_exceptions
+from node.errors import (
+    TRIO_STREAM_ERRORS,
+    FrameTooLarge,
+    StreamClosed,
+    libp2p_errors,
+    map_exceptions,
+)
 
-__all__ = ["FrameStream", "Libp2pFrames", "StreamClosed", "TrioFrames"]
+__all__ = ["FrameStream", "FrameTooLarge", "Libp2pFrames", "StreamClosed", "TrioFrames"]
 
 
 class FrameStream(Protocol):
     async def read_frame(self) -> bytes: ...
+
+    async def read_length(self) -> int:
+        """The next frame's length (FrameTooLarge over the limit)."""
+        ...
+
+    async def read_body(self, size: int) -> bytes:
+        """The frame whose length ``read_length`` returned."""
+        ...
 
     async def write_frame(self, data: bytes) -> None: ...
 
@@ -45,9 +62,15 @@ class TrioFrames:
         return data
 
     async def read_frame(self) -> bytes:
+        return await self.read_body(await self.read_length())
+
+    async def read_length(self) -> int:
         size = int.from_bytes(await self._read_exactly(4), "big")
         if size > self.max_frame:
-            raise StreamClosed(f"frame of {size} bytes over the limit of {self.max_frame}")
+            raise FrameTooLarge(f"frame of {size} bytes over the limit of {self.max_frame}")
+        return size
+
+    async def read_body(self, size: int) -> bytes:
         return await self._read_exactly(size)
 
     async def write_frame(self, data: bytes) -> None:
@@ -66,8 +89,20 @@ class Libp2pFrames:
         self._rw = VarIntLengthMsgReadWriter(stream, max_msg_size=max_frame)
 
     async def read_frame(self) -> bytes:
+        return await self.read_body(await self.read_length())
+
+    async def read_length(self) -> int:
+        from libp2p.io.exceptions import MessageTooLarge
+
+        with map_exceptions({MessageTooLarge: FrameTooLarge, libp2p_errors(): StreamClosed}):
+            size: int = await self._rw.next_msg_len()
+        return size
+
+    async def read_body(self, size: int) -> bytes:
+        from libp2p.io.utils import read_exactly
+
         with map_exceptions({libp2p_errors(): StreamClosed}):
-            data: bytes = await self._rw.read_msg()
+            data: bytes = await read_exactly(self.stream, size)
         return data
 
     async def write_frame(self, data: bytes) -> None:

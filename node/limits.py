@@ -1,4 +1,5 @@
-"""Limits: token buckets keyed by author or peer, the one per-author rate check, the free-disk guard.
+"""Limits: token buckets keyed by author or peer, the one per-author rate check, what a peer's
+useless gossip may cost, the free-disk guard.
 
 Over a limit the caller gets a clear error code — dm3's vocabulary: ``-32005 Limit
 exceeded`` (rate) and ``-32011 Too big`` (size), ``disk_full`` for storage — and a
@@ -48,13 +49,30 @@ class TokenBuckets:
         if there are too few. A clock that went back refills nothing."""
         if math.isinf(self.rate):
             return True
-        tokens, last = self._buckets.pop(key, (self.burst, now))
-        tokens = min(self.burst, tokens + max(0.0, now - last) * self.rate)
+        tokens = self._refilled(key, now)
         allowed = tokens >= amount
-        self._buckets[key] = (tokens - amount if allowed else tokens, now)
+        self._store(key, tokens - amount if allowed else tokens, now)
+        return allowed
+
+    def spend(self, key: bytes | str, amount: float, now: float) -> None:
+        """Take ``amount`` tokens whatever is left: a bucket may fall into debt (down to
+        ``-burst``), which the rate pays back before ``available`` is positive again."""
+        if not math.isinf(self.rate):
+            self._store(key, max(-self.burst, self._refilled(key, now) - amount), now)
+
+    def available(self, key: bytes | str, now: float) -> float:
+        """The tokens ``key`` holds at ``now`` (negative: in debt)."""
+        return math.inf if math.isinf(self.rate) else self._refilled(key, now)
+
+    def _refilled(self, key: bytes | str, now: float) -> float:
+        tokens, last = self._buckets.pop(key, (self.burst, now))
+        self._buckets[key] = (tokens, last)  # most recently used: last to be evicted
+        return min(self.burst, tokens + max(0.0, now - last) * self.rate)
+
+    def _store(self, key: bytes | str, tokens: float, now: float) -> None:
+        self._buckets[key] = (tokens, now)
         if len(self._buckets) > self.max_keys:
             self._buckets.popitem(last=False)
-        return allowed
 
 
 class AuthorRates:
@@ -79,6 +97,32 @@ class AuthorRates:
                     f"author {author.hex()} is over {self.ops_per_s:g} ops/s "
                     "(dm3 -32005 Limit exceeded)"
                 )
+
+
+class GossipWaste:
+    """What gossip that brings nothing may cost us, per forwarding peer: messages and bytes,
+    each a token bucket of ``burst_s`` seconds at its rate.
+
+    Every message we refuse spends its forwarder's budget — replays of ops we hold
+    (``nothing_new``), a blocked forwarder's traffic, anything invalid — whatever points it
+    also costs. A peer in debt is *throttled*: its messages are dropped before they are
+    decoded, and each drop spends more, so a flood keeps it throttled (and ``PeerJudge``
+    charges the drops: the flood ends in a ban). New valid ops spend nothing: an honest relay
+    of fresh ops never runs out.
+    """
+
+    def __init__(self, messages_per_s: float, bytes_per_s: float, burst_s: float = 10.0) -> None:
+        self._messages = TokenBuckets(messages_per_s, messages_per_s * burst_s)
+        self._bytes = TokenBuckets(bytes_per_s, bytes_per_s * burst_s)
+
+    def throttled(self, peer: bytes | str, now: float) -> bool:
+        """Whether ``peer`` has spent its budget (its messages are dropped unread)."""
+        return self._messages.available(peer, now) < 1 or self._bytes.available(peer, now) < 0
+
+    def spend(self, peer: bytes | str, size: int, now: float) -> None:
+        """A message of ``size`` bytes from ``peer`` brought nothing."""
+        self._messages.spend(peer, 1, now)
+        self._bytes.spend(peer, size, now)
 
 
 def check_free_disk(path: str, min_free_mb: int) -> None:

@@ -247,13 +247,14 @@ class RunningNode:
         scheduler caps such runs). A pair that differs in records neither side accepts
         (expired, far-future) applies none: it keeps the normal interval."""
         sync = self.services.sync
-        if peer.to_base58() in self.services.blocklist:
-            return False
+        name = peer.to_base58()
+        if name in self.services.blocklist or not sync.may_initiate(name):
+            return False  # no stream opened: the peer's slot or our side is taken
         with dialling():
             with trio.fail_after(self.config.sync_idle_timeout_s):
                 stream = await self.host.new_stream(peer, [SYNC_PROTOCOL])
         frames = Libp2pFrames(stream, self.config.sync_max_frame)
-        outcome = await sync.initiate(peer.to_base58(), frames)
+        outcome = await sync.initiate(name, frames)
         used_up = outcome.passes >= sync.config.max_passes
         return outcome.error is None and used_up and outcome.records_applied > 0
 

@@ -75,8 +75,17 @@ SYNC_PENALTY = {
     "bad_cells": 3.0,
     "too_many_items": 3.0,
     "rate_limited": 2.0,
-    "useless": 1.0,  # records received, none new
+    "oversize_frame": 3.0,  # a length prefix over the frame limit: an honest peer knows it
+    # silent past the idle timeout: a slot held for nothing (an honest peer that crashed
+    # mid-session pays once; one that stalls again and again is banned at the 5th)
+    "timeout": 2.0,
+    # a session opened while it had one with us already: one probe costs little, a stream of
+    # them a ban (two honest peers opening at the same moment pay once, rarely)
+    "duplicate_session": 1.0,
+    "useless": 1.0,  # records received, none new (and no other session applied any meanwhile)
 }
+# Not charged: "busy" (every slot of the direction taken: the node's limit, nobody's fault),
+# "stream_closed" (a peer that shut down), "peer_abort" (the peer's own verdict).
 
 
 # Points per gossip message the validator refused, charged to the peer that forwarded it.
@@ -90,8 +99,12 @@ GOSSIP_PENALTY = {
     "far_future": 5.0,
     "clock_drift": 0.0,
     "rate_limited": 0.0,
-    "nothing_new": 0.0,  # a replay of ops we hold: dropped, not forwarded
-    "blocked_peer": 0.0,
+    "nothing_new": 0.0,  # a replay of ops we hold: dropped, not forwarded; spends budget
+    "blocked_peer": 0.0,  # the forwarder is blocked already
+    "blocked_origin": 0.0,  # an honest relay cannot know whom we blocked
+    # Over its budget for gossip that brought nothing (node/limits.py:GossipWaste): only a
+    # peer that sent ~10 s worth of refused messages gets here; a flood then ends in a ban.
+    "throttled": 0.5,
     "internal": 0.0,  # our bug, not theirs
 }
 GOSSIP_PENALTY_OTHER = 3.0  # malformed, oversized, unknown kinds

@@ -33,7 +33,7 @@ from node.gc import RetentionGc
 from node.gossip import ARRIVAL_LOG, GossipService, GossipSettings, GossipValidator, Publisher
 from node.gossip.settings import OPS_TOPIC
 from node.intake import OpIntake, ops_not_held
-from node.limits import AuthorRates
+from node.limits import AuthorRates, GossipWaste
 from node.metrics import Metrics
 from node.penalties import Blocklist, PeerJudge, PeerPenalties
 from node.syncer import SyncService
@@ -104,7 +104,7 @@ def build_services(
     sync = SyncService(
         replica, db_lock, metrics, clock=clock, config=sync_config(config, verifier),
         frames_per_s=config.peer_sync_frames_per_s, bytes_per_s=config.peer_sync_bytes_per_s,
-        on_outcome=judge.sync_ended,
+        max_sessions=config.sync_max_sessions, on_outcome=judge.sync_ended,
     )  # fmt: skip
     settings = GossipSettings.of(config, topic=topic, own_peer_id=own_peer_id)
     not_held = functools.partial(ops_not_held, replica.db)
@@ -112,6 +112,7 @@ def build_services(
     gossip = GossipService(
         settings, pubsub, writer, validator, metrics, clock,
         blocklist=blocklist, judge=judge, on_applied=on_gossip_applied,
+        waste=GossipWaste(config.gossip_peer_waste_per_s, config.gossip_peer_waste_bytes_per_s),
     )  # fmt: skip
     intake = OpIntake(
         replica.db, writer, gossip, author_rates, metrics, clock,
@@ -137,6 +138,7 @@ def sync_config(config: NodeConfig, verifier: Verifier) -> SyncConfig:
         authenticate=True,
         max_offset_ms=config.max_offset_ms,
         idle_timeout_ms=round(config.sync_idle_timeout_s * 1000),
+        min_bytes_per_s=config.sync_min_bytes_per_s,
         verify_messages=verifier,
     )
 

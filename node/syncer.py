@@ -1,13 +1,17 @@
 """Anti-entropy over streams: drives ``sync.protocol`` sessions over framed streams.
 
-A session step (``session.receive``) reads and writes RocksDB and the trees, so
-it runs in a worker thread under the node's ``db_lock`` — the same lock the DB
-writer holds — keeping one writer at a time. Between frames the driver sleeps until
-the session's ``next_deadline()`` (its idle timeout, ``SyncConfig.idle_timeout_ms``,
-from ``NodeConfig.sync_idle_timeout_s``) and then lets ``handle_timeout`` end it. A
-bad frame ends that session with a reason (sent to the peer as ABORT, logged,
-counted), never the process. Each peer's frames and bytes are rate-limited across all
-its sessions. Every time here is the node's ``Clock`` (trio's).
+Several sessions run at once, with different peers: one per peer, whichever side opened
+it, and at most ``max_sessions`` in each direction (``node/sync_slots.py``), so a peer that
+holds a silent stream, or opens one after another, holds its own slot and nobody else's.
+A session step (``session.receive``) reads and writes RocksDB and the trees, so it runs in
+a worker thread under the node's ``db_lock`` — the same lock the DB writer holds — keeping
+one writer at a time; sessions interleave frame by frame, as they did with the writer.
+Between frames the driver sleeps until the session's ``next_deadline()`` (its idle timeout,
+``SyncConfig.idle_timeout_ms``, longer while a big frame is in flight) and then lets
+``handle_timeout`` end it. A bad frame ends that session with a reason (sent to the peer as
+ABORT, logged, counted, charged by ``PeerJudge``), never the process. Each peer's frames
+and bytes are rate-limited across all its sessions. Every time here is the node's
+``Clock`` (trio's).
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from dataclasses import dataclass
 import trio
 
 from node.clock import Clock
-from node.framing import FrameStream, StreamClosed
+from node.framing import FrameStream, FrameTooLarge, StreamClosed
 from node.limits import TokenBuckets
 from node.metrics import Metrics
+from node.sync_slots import BUSY, DUPLICATE, SessionSlots
 from sync.errors import RemoteProtocolError
 from sync.frames import Abort, encode_frame
 from sync.protocol import SessionRole, SyncConfig, SyncSession
@@ -31,7 +36,8 @@ from sync.replica import Replica
 log = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT_S = 2.0
-BUSY = "busy"  # outcome / ABORT reason: another session was running
+MAX_SESSIONS = 4  # per direction (the node's setting: sync_max_sessions)
+REFUSALS = (BUSY, DUPLICATE)  # ABORT reasons of a session that never started
 
 
 @dataclass
@@ -48,11 +54,19 @@ class SyncOutcome:
     records_received: int
     records_applied: int
     passes: int = 0  # reconciliation passes the session ran
+    # records other sessions applied while this one ran: they may have been the ones this
+    # peer sent (the same catch-up from several peers), so "nothing new" is no one's fault
+    applied_by_others: int = 0
 
     @property
     def useless(self) -> bool:
         """The peer sent records and none of them was new: a stale replay, or a lying peer."""
-        return self.error is None and self.records_received > 0 and self.records_applied == 0
+        return (
+            self.error is None
+            and self.records_received > 0
+            and self.records_applied == 0
+            and self.applied_by_others == 0
+        )
 
 
 class SyncService:
@@ -67,6 +81,7 @@ class SyncService:
         salt: Callable[[], bytes] | None = None,
         frames_per_s: float = float("inf"),
         bytes_per_s: float = float("inf"),
+        max_sessions: int = MAX_SESSIONS,
         on_outcome: Callable[[SyncOutcome], None] | None = None,
     ) -> None:
         self.replica = replica
@@ -76,55 +91,68 @@ class SyncService:
         self.clock = clock
         self._salt = salt or (lambda: os.urandom(16))
         self.last_sync: dict[str, SyncOutcome] = {}
-        # One session at a time. A node that was down is missing the same records from every
-        # peer, and all of them start a session with it on reconnect: run concurrently, each
-        # session would verify and apply the same records again (4x the work with 4 peers), and
-        # sessions whose records another one applied first look like stale replays. A session
-        # that finds another running ends at once ("busy") and is retried at the next interval.
-        self._gate = trio.Lock()
+        # One session per peer, a few at once. Running one at a time for the whole node let
+        # one silent stream stop all anti-entropy. The price of concurrency: a node that was
+        # down may verify the same records from two peers (bounded by max_sessions).
+        self.slots = SessionSlots(max_sessions)
+        self._applied_total = 0  # records applied by every session since start
         self.on_outcome = on_outcome
         # per peer, across its sessions: a peer cannot flood us by opening many of them
         self._frames = TokenBuckets(frames_per_s, max(frames_per_s, 1.0) * 2)
         self._bytes = TokenBuckets(bytes_per_s, max(bytes_per_s, 1.0) * 2)
+
+    def may_initiate(self, peer: str) -> bool:
+        """Whether a session we open with ``peer`` could start now (ask before opening a stream)."""
+        return self.slots.refusal(peer, SessionRole.INITIATOR.value) is None
 
     async def initiate(self, peer: str, frames: FrameStream) -> SyncOutcome:
         session = SyncSession(
             SessionRole.INITIATOR, self.replica, now_ms=self.clock.wall_ms(),
             salt_seed=self._salt(), config=self.config,
         )  # fmt: skip
-        if self._gate.locked():  # another session is running: try again next interval
+        if self.slots.claim(peer, session.role.value) is not None:  # retried next interval
             await _close(frames)
-            return self._busy(peer, session)
-        async with self._gate:
+            return self._refused(peer, session, BUSY)
+        try:
             return await self._drive(peer, session, frames)
+        finally:
+            self.slots.release(peer)
 
     async def respond(self, peer: str, frames: FrameStream) -> SyncOutcome:
         session = SyncSession(
             SessionRole.RESPONDER, self.replica, now_ms=self.clock.wall_ms(), config=self.config
         )
-        if self._gate.locked():
-            await _try_send(frames, encode_frame(Abort(BUSY)))
+        refused = self.slots.claim(peer, session.role.value)
+        if refused is not None:
+            await _try_send(frames, encode_frame(Abort(refused)))
             await _close(frames)
-            return self._busy(peer, session)
-        async with self._gate:
+            return self._refused(peer, session, refused)
+        try:
             return await self._drive(peer, session, frames)
+        finally:
+            self.slots.release(peer)
 
-    def _busy(self, peer: str, session: SyncSession) -> SyncOutcome:
+    def _refused(self, peer: str, session: SyncSession, reason: str) -> SyncOutcome:
+        """A session that never started: ``reason`` is BUSY or DUPLICATE (node/sync_slots.py)."""
         outcome = SyncOutcome(
-            peer=peer, role=session.role.value, converged=False, error=BUSY,
+            peer=peer, role=session.role.value, converged=False, error=reason,
             started_ms=self.clock.wall_ms(), duration_ms=0.0, frames=0, bytes_sent=0,
             bytes_received=0, records_received=0, records_applied=0,
         )  # fmt: skip
-        self.metrics.inc("sync_sessions", role=outcome.role, result=BUSY)
+        self.metrics.inc("sync_sessions", role=outcome.role, result=reason)
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)  # a peer that keeps probing a busy slot pays for it
         return outcome
 
     async def _drive(self, peer: str, session: SyncSession, frames: FrameStream) -> SyncOutcome:
         started, t0 = self.clock.wall_ms(), self.clock.now()
+        applied_before = self._applied_total
         try:
             error = await self._exchange(peer, session, frames)
         finally:
             await _close(frames)
         outcome = _outcome(peer, session, error, started, (self.clock.now() - t0) * 1000)
+        outcome.applied_by_others = self._applied_total - applied_before - outcome.records_applied
         self._record(outcome)
         if self.on_outcome is not None:
             self.on_outcome(outcome)
@@ -132,8 +160,10 @@ class SyncService:
 
     async def _exchange(self, peer: str, session: SyncSession, frames: FrameStream) -> str | None:
         """Frames back and forth until the session is over; the reason it failed, or None."""
-        initiator = session.role is SessionRole.INITIATOR
-        out = session.start(self.clock.wall_ms()) if initiator else None
+        out = None
+        if session.role is SessionRole.INITIATOR:
+            async with self.db_lock:  # the roots, read while no other session writes them
+                out = session.start(self.clock.wall_ms())
         try:
             while True:
                 if out is not None:
@@ -146,29 +176,49 @@ class SyncService:
                     await _try_send(frames, session.abort_frame())
                     return "timeout"
                 self._check_rate(peer, len(data))
-                async with self.db_lock:
-                    out = await trio.to_thread.run_sync(session.receive, data, self.clock.wall_ms())
+                out = await self._receive(session, data)
         except RemoteProtocolError as exc:
-            busy = str(exc).endswith(f": {BUSY}")  # the peer was in another session: retried
+            # the peer had no slot for us: retried at the next interval
+            busy = any(str(exc).endswith(f": {reason}") for reason in REFUSALS)
             (log.info if busy else log.warning)(
                 "sync with %s ended: %s (%s)", peer, exc.reason, exc
             )
             await _try_send(frames, encode_frame(Abort(exc.reason)))
             return exc.reason
+        except FrameTooLarge as exc:
+            log.warning("sync with %s: %s", peer, exc)
+            return "oversize_frame"
         except StreamClosed as exc:
             log.info("sync with %s: stream closed (%s)", peer, exc)
             return "stream_closed"
 
+    async def _receive(self, session: SyncSession, data: bytes) -> bytes | None:
+        """One step of the session, in a worker thread under ``db_lock``; counts what it applied."""
+        before = session.stats.records_applied
+        try:
+            async with self.db_lock:
+                return await trio.to_thread.run_sync(session.receive, data, self.clock.wall_ms())
+        finally:  # a frame that ends the session may still have applied its valid records
+            self._applied_total += session.stats.records_applied - before
+
     async def _next_frame(self, session: SyncSession, frames: FrameStream) -> bytes | None:
         """The peer's next frame; None once the session's idle deadline has passed (then
-        ``handle_timeout`` has aborted the session)."""
-        while True:
-            deadline_ms = session.next_deadline()
-            assert deadline_ms is not None  # the session is not finished
-            with trio.move_on_after(max(0.0, self.clock.seconds_until(deadline_ms))):
-                return await frames.read_frame()
-            if session.handle_timeout(self.clock.wall_ms()) is not None:
-                return None
+        ``handle_timeout`` has aborted the session). The deadline moves out once the peer
+        announces the frame's length: a big frame gets the time it needs to arrive."""
+        with trio.CancelScope(deadline=self._trio_deadline(session)) as scope:
+            size = await frames.read_length()
+            session.receiving(size, self.clock.wall_ms())
+            scope.deadline = self._trio_deadline(session)
+            return await frames.read_body(size)
+        # trio's deadline passed: a rounded millisecond must not make the session's look early
+        deadline_ms = session.next_deadline() or 0
+        session.handle_timeout(max(self.clock.wall_ms(), deadline_ms))
+        return None
+
+    def _trio_deadline(self, session: SyncSession) -> float:
+        deadline_ms = session.next_deadline()
+        assert deadline_ms is not None  # the session is not finished
+        return self.clock.now() + max(0.0, self.clock.seconds_until(deadline_ms))
 
     def _check_rate(self, peer: str, size: int) -> None:
         now = self.clock.now()

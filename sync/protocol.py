@@ -95,8 +95,12 @@ class SyncConfig:
     max_bucket_ids: int = 4_096  # ids listed for one undecodable bucket
     max_outbox: int = 200_000  # ids a peer may ask us to send in one pass (~16 MB)
     max_passes: int = 3
-    # a silent peer ends the session after this long (the node's setting: sync_idle_timeout_s)
-    idle_timeout_ms: int = 10_000
+    # A silent peer ends the session after this long while little is in flight (the node's
+    # setting: sync_idle_timeout_s), plus the time the data in flight needs at
+    # min_bytes_per_s: our last frame (the peer reads, checks and stores it before it can
+    # answer) and the frame whose length the peer has announced (``receiving``).
+    idle_timeout_ms: int = 5_000
+    min_bytes_per_s: int = 256 * 1024
     cutoff_ms: int | None = None  # retention soft-filter for messages (see RETENTION.md)
     authenticate: bool = False  # check member ops' signature and authority, identity docs
     max_offset_ms: int | None = None  # skip records this far ahead of now_ms (a node: 120 s)
@@ -257,6 +261,7 @@ class SyncSession:
         self._domains: dict[Domain, _DomainPass] = {}
         self._last_sent_idle = False
         self._last_activity_ms = now_ms
+        self._in_flight = 0  # bytes owed in either direction: see ``next_deadline``
         self._session_cutoff = self.config.cutoff_ms  # the later of both sides' (RETENTION.md)
         self._now_ms = now_ms  # the clock of the frame at hand: receive() sets it
         self._moved = 0  # records sent or received in this pass
@@ -276,6 +281,7 @@ class SyncSession:
             raise LocalProtocolError(f"receive() in state {self.state.value}")
         self._last_activity_ms = now_ms
         self._now_ms = now_ms
+        self._in_flight = 0
         try:
             frame = decode_frame(
                 data, max_frame=self.config.max_frame, max_ids=self.config.max_ids_per_frame
@@ -294,10 +300,20 @@ class SyncSession:
         the peer's silence (a catch-up frame can take seconds to apply)."""
         self._last_activity_ms = max(self._last_activity_ms, now_ms)
 
+    def receiving(self, size: int, now_ms: int) -> None:
+        """The peer announced a frame of ``size`` bytes at ``now_ms`` (its length prefix came):
+        it is alive, and a big frame gets the time it needs to arrive."""
+        self._last_activity_ms = max(self._last_activity_ms, now_ms)
+        self._in_flight += size
+
     def next_deadline(self) -> int | None:
+        """When the peer's silence ends the session: ``idle_timeout_ms`` after its last sign of
+        life, longer by what the bytes in flight take at ``min_bytes_per_s``. A peer that owes
+        a small answer gets a short wait, one sending or digesting a 4 MiB frame a long one."""
         if self.state in (State.DONE, State.ABORTED):
             return None
-        return self._last_activity_ms + self.config.idle_timeout_ms
+        transfer_ms = self._in_flight * 1000 // max(1, self.config.min_bytes_per_s)
+        return self._last_activity_ms + self.config.idle_timeout_ms + transfer_ms
 
     def handle_timeout(self, now_ms: int) -> bytes | None:
         """If the peer has been silent too long: abort, and return the ABORT frame to send."""
@@ -333,6 +349,7 @@ class SyncSession:
         data = encode_frame(frame)
         self._count(data, frame, self.stats.bytes_sent)
         self.stats.frames_sent += 1
+        self._in_flight = len(data)  # the peer digests this before it answers
         if self.role is INIT:
             self.stats.round_trips += 1
         if isinstance(frame, Transfer):

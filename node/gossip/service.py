@@ -2,8 +2,10 @@
 
 Inbound. ``validate`` is what py-libp2p calls for every message, ours included. It
 must be cheap and must not raise (a raise would be a bug in the router's hands), so
-every failure is a counted ``False``, charged to the peer that forwarded the message
-(``PeerJudge``). Messages from or through a blocked peer are refused first; then
+every failure is a counted ``False``, charged to the peer that forwarded the message:
+points (``PeerJudge``) and its budget for gossip that brings nothing (``GossipWaste``).
+Messages from or through a blocked peer are refused first, then those of a forwarder that
+spent its budget (``throttled``: dropped before they are decoded); then
 ``GossipValidator.check`` decides. Decoded ops are kept for the receiver, so a message
 is decoded once. Our own publishes are not checked again: their ops were checked by
 the intake (``node/intake.py``) before they were written.
@@ -30,6 +32,7 @@ from node.clock import Clock
 from node.gossip.batching import PACE_POLL_S, Batcher, encode_messages
 from node.gossip.settings import GossipSettings
 from node.gossip.validation import GossipValidator
+from node.limits import GossipWaste
 from node.metrics import Metrics
 from node.penalties import Blocklist, PeerJudge
 from node.writer import DbWriter, WriteRequest
@@ -43,6 +46,9 @@ OUTGOING_LISTS = 256  # publish() calls waiting for the publisher
 ACK_WINDOW = 4096  # gossip messages handed to the writer and not yet acknowledged
 # (packed HLC, arrival ms) of the newest ops gossip delivered, for GET /debug/latency
 ARRIVAL_LOG = 100_000
+# Refusals that do not spend the forwarder's budget: the origin is the one we blocked (an
+# honest relay cannot know our blocklist), or the validator failed (our bug).
+UNCHARGED = frozenset({"blocked_origin", "internal"})
 
 
 class Publisher(Protocol):
@@ -68,6 +74,7 @@ class GossipService:
         *,
         blocklist: Blocklist | None = None,
         judge: PeerJudge | None = None,
+        waste: GossipWaste | None = None,
         on_applied: Callable[[list[Op]], None] | None = None,
     ) -> None:
         self.settings = settings
@@ -76,8 +83,10 @@ class GossipService:
         self.validator = validator
         self.metrics = metrics
         self.clock = clock
-        self.blocklist = blocklist or Blocklist()
+        # "is not None": an empty Blocklist is falsy, and a fresh one would never see the bans
+        self.blocklist = blocklist if blocklist is not None else Blocklist()
         self.judge = judge  # charges the forwarders of refused messages
+        self.waste = waste  # what each forwarder's refused messages may cost us
         self.on_applied = on_applied  # told of each message's new ops after their write
         self._validated: OrderedDict[bytes, list[Op]] = OrderedDict()
         self.arrivals: deque[tuple[int, int]] = deque(maxlen=ARRIVAL_LOG)
@@ -107,17 +116,28 @@ class GossipService:
         self.metrics.inc(
             "gossip_rejected", reason=reason, help="gossip messages rejected by the validator"
         )
+        self._charge(forwarder, msg, reason)
+        return False
+
+    def _charge(self, forwarder: Any, msg: Any, reason: str) -> None:
+        """The forwarder of a refused message pays: budget, and the points ``reason`` costs."""
+        key = _peer_bytes(forwarder)
+        if key and self.waste is not None and reason not in UNCHARGED:
+            self.waste.spend(key, len(msg.data), self.clock.now())
         peer = _peer_base58(forwarder)
         if peer and self.judge is not None:
             self.judge.gossip_rejected(peer, reason)
-        return False
 
     def _check(self, forwarder: Any, msg: Any) -> str | None:
         """None if the message is valid (its ops then wait in the cache), else the reason."""
         try:
-            blocked = self.blocklist.has_bytes
-            if blocked(bytes(msg.from_id)) or blocked(_peer_bytes(forwarder)):
+            blocked, key = self.blocklist.has_bytes, _peer_bytes(forwarder)
+            if blocked(key):
                 return "blocked_peer"
+            if blocked(bytes(msg.from_id)):
+                return "blocked_origin"
+            if key and self.waste is not None and self.waste.throttled(key, self.clock.now()):
+                return "throttled"  # dropped unread: its flood costs us no decoding
             first_sight = forwarder is not None
             ops = self.validator.check(msg.data, self.clock.wall_ms(), first_sight=first_sight)
         except InvalidInput as exc:

@@ -145,7 +145,7 @@ async def test_an_oversized_frame_is_refused_before_reading_it(tmp_path: Path) -
             outcome = await service(DbReplica(db), Metrics()).respond(
                 "big", TrioFrames(right, MAX_FRAME)
             )
-        assert outcome.error == "stream_closed"
+        assert outcome.error == "oversize_frame"  # charged: an honest peer knows the limit
     finally:
         db.close()
 

@@ -141,6 +141,12 @@ class _CutFrames:
     async def read_frame(self) -> bytes:
         return await self.inner.read_frame()
 
+    async def read_length(self) -> int:
+        return await self.inner.read_length()
+
+    async def read_body(self, size: int) -> bytes:
+        return await self.inner.read_body(size)
+
     async def write_frame(self, data: bytes) -> None:
         if not self.connection.take():
             await self.inner.aclose()  # the peer reads "end of stream"

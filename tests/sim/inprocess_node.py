@@ -119,7 +119,8 @@ def unlimited(config: NodeConfig) -> NodeConfig:
     inf = math.inf
     return replace(
         config, author_ops_per_s=inf, author_ops_burst=inf, peer_sync_frames_per_s=inf,
-        peer_sync_bytes_per_s=inf, penalty_threshold=inf,
+        peer_sync_bytes_per_s=inf, penalty_threshold=inf, gossip_peer_waste_per_s=inf,
+        gossip_peer_waste_bytes_per_s=inf,
     )  # fmt: skip
 
 

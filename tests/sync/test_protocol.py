@@ -270,6 +270,24 @@ def test_a_forged_record_is_never_applied_and_ends_the_session() -> None:
     assert_trees_match_contents(replica)
 
 
+def test_the_idle_deadline_grows_with_the_data_in_flight() -> None:
+    """Short while the peer owes a small frame; longer by what our last frame (which the peer
+    digests before it answers) and the frame it announced take at ``min_bytes_per_s``."""
+    config = SyncConfig(idle_timeout_ms=1_000, min_bytes_per_s=1_000)
+    a = fill(engine(), [message(n) for n in range(0, 30)])
+    responder = SyncSession(SessionRole.RESPONDER, a, now_ms=0, config=config)
+    assert responder.next_deadline() == 1_000  # nothing in flight: a HELLO is ~150 bytes
+    responder.receiving(4_000, now_ms=700)  # a 4,000-byte frame announced at 700 ms
+    assert responder.next_deadline() == 700 + 1_000 + 4_000
+    initiator = SyncSession(SessionRole.INITIATOR, MemoryReplica(), now_ms=0, config=config)
+    hello = initiator.start(0)
+    reply = responder.receive(hello, 2_000)
+    assert reply is not None and len(reply) > 1_000  # NODES: 256 depth-2 hashes
+    assert responder.next_deadline() == 2_000 + 1_000 + len(reply)  # the peer digests ours
+    responder.sent(2_500)
+    assert responder.next_deadline() == 2_500 + 1_000 + len(reply)
+
+
 def test_a_record_from_a_bucket_not_under_reconciliation_is_refused() -> None:
     session, replica, _ = _transfer_state()
     stranger = message(500).encoded  # valid and signed, but nobody asked for its bucket
@@ -290,9 +308,10 @@ def test_wants_for_buckets_not_under_reconciliation_are_refused() -> None:
 
 def test_peer_abort_and_timeout() -> None:
     session, _, _ = _session_in(State.AWAIT_MIDDLE)
-    assert session.next_deadline() == SyncConfig().idle_timeout_ms
-    assert session.handle_timeout(1) is None
-    abort = session.handle_timeout(SyncConfig().idle_timeout_ms)
+    deadline = session.next_deadline()
+    assert deadline is not None and deadline >= SyncConfig().idle_timeout_ms
+    assert session.handle_timeout(deadline - 1) is None
+    abort = session.handle_timeout(deadline)
     assert abort is not None and session.state is State.ABORTED and session.error == "timeout"
     other, _, _ = _session_in(State.AWAIT_MIDDLE)
     with pytest.raises(RemoteProtocolError) as info:
@@ -305,12 +324,15 @@ def test_the_idle_timeout_counts_from_our_last_send() -> None:
     """Checking and storing a frame can take seconds: that is not the peer's silence."""
     idle = SyncConfig().idle_timeout_ms
     session, _, _ = _session_in(State.AWAIT_MIDDLE)  # last activity at 0
-    session.sent(idle - 1)  # our reply left just before the deadline
-    assert session.next_deadline() == 2 * idle - 1
-    assert session.handle_timeout(idle) is None
+    first = session.next_deadline()  # idle, plus what our last frame takes to digest
+    assert first is not None and first >= idle
+    session.sent(first - 1)  # our reply left just before the deadline
+    assert session.next_deadline() == 2 * first - 1
+    assert session.handle_timeout(first) is None
     session.sent(5)  # a send time earlier than the last activity moves nothing back
-    assert session.next_deadline() == 2 * idle - 1
-    assert session.handle_timeout(2 * idle - 1) is not None and session.error == "timeout"
+    assert session.next_deadline() == 2 * first - 1
+    assert session.handle_timeout(2 * first - 1) is not None
+    assert session.error == "timeout"
 
 
 def test_driver_misuse_is_a_local_error() -> None:

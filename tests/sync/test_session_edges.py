@@ -287,7 +287,8 @@ def test_the_defaults_are_the_bounds_the_documents_promise() -> None:
         max_bucket_ids=4_096,
         max_outbox=200_000,
         max_passes=3,
-        idle_timeout_ms=10_000,
+        idle_timeout_ms=5_000,
+        min_bytes_per_s=256 * 1024,
     )
 
 
@@ -321,8 +322,10 @@ def test_deadlines_count_from_the_clock_each_call_passes() -> None:
     initiator = SyncSession(SessionRole.INITIATOR, engine(), now_ms=0)
     hello_frame = initiator.start(200)
     assert initiator.next_deadline() == 200 + idle
-    responder.receive(hello_frame, 700)
-    assert responder.next_deadline() == 700 + idle
+    reply = responder.receive(hello_frame, 700)
+    assert reply is not None  # and the peer gets the time to digest it at min_bytes_per_s
+    in_flight_ms = len(reply) * 1000 // SyncConfig().min_bytes_per_s
+    assert responder.next_deadline() == 700 + idle + in_flight_ms
 
 
 def test_an_initiator_starts_once_and_an_abort_without_an_error_says_aborted() -> None:
