@@ -141,8 +141,13 @@ async function silentMode() {
                 });
                 opened++;
                 stream.inactivityTimeout = 0; // our side never gives up on it
-                const closed = new Promise((resolve) => stream.addEventListener('close', resolve));
-                await Promise.race([closed, sleep(stopAt - Date.now())]);
+                // the node ends a session by closing its side (an ABORT, then its half-close)
+                const ended = new Promise((resolve) => {
+                    stream.addEventListener('close', resolve);
+                    stream.addEventListener('remoteCloseWrite', resolve);
+                });
+                await Promise.race([ended, sleep(stopAt - Date.now())]);
+                stream.abort(new Error('reopening'));
             } catch {
                 failures++;
             }
