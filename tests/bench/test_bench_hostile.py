@@ -43,5 +43,5 @@ def test_bench_hostile_tiny(tmp_path: Path) -> None:
     assert attacks["replay_flood"]["honest_arrived"] == 2
     flood = attacks["connection_flood"]
     assert flood["connected"] == 5
-    assert 0 < flood["rss_mb_before"] and 0 < flood["rss_mb_during"] and 0 < flood["rss_mb_after"]
+    assert min(flood["rss_mb_before"], flood["rss_mb_during"], flood["rss_mb_after"]) > 0
     assert "what honest peers get" in (tmp_path / "log.txt").read_text()
