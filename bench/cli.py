@@ -251,6 +251,44 @@ def push(
         raise typer.Exit(1)
 
 
+@bench_app.command("hostile")
+def hostile(
+    cycles: Annotated[int, typer.Option(min=1, help="Connect/disconnect cycles.")] = 1000,
+    nosync_peers: Annotated[
+        int, typer.Option(min=1, help="Peers without the sync protocol, connected at once.")
+    ] = 100,
+    nosync_window: Annotated[
+        float, typer.Option(min=1, help="Seconds over which their log lines are counted.")
+    ] = 60.0,
+    flood_connections: Annotated[
+        int, typer.Option(min=1, help="Connections held at once by the connection flood.")
+    ] = 300,
+    replay_rate: Annotated[
+        int, typer.Option(min=1, help="Copies per second of a held op in the replay flood.")
+    ] = 200,
+    out: Annotated[Path, typer.Option(help="JSON file to write.")] = Path(
+        "bench-results/hostile.json"
+    ),
+    data: Annotated[
+        Path | None,
+        typer.Option(help="Directory for the nodes' data (wiped first, kept); default: temporary."),
+    ] = None,
+) -> None:
+    """A js-libp2p peer attacks fresh nodes: what honest peers still get (needs Node.js + npm)."""
+    from bench.hostile_bench import HostileBenchParams, run_hostile_bench
+
+    params = HostileBenchParams(
+        cycles=cycles,
+        nosync_peers=nosync_peers,
+        nosync_window_s=nosync_window,
+        flood_connections=flood_connections,
+        replay_rate=replay_rate,
+        out=out,
+        data=data,
+    )
+    run_hostile_bench(params)
+
+
 def demo(
     data: str = typer.Option("./demo-data", help="RocksDB directory (wiped first)."),
     messages: int = typer.Option(10_000, min=1, help="Messages to write."),

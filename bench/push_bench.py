@@ -44,7 +44,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from bench.console import bench_console, bench_progress, save_report
-from bench.machine import loadavg, machine_busy_s, process_cpu_s
+from bench.machine import loadavg, machine_busy_s, process_cpu_s, rss_kib
 from bench.push_clients import Poller, StreamClient, run_clients
 from bench.push_report import build_report, latency_summary, plot_cdfs, print_report
 from bench.push_writer import WriterPlan, WriterProcess, WriterResult
@@ -178,14 +178,6 @@ def _sign_in(
         tokens = list(pool.map(one, who))
     progress.remove_task(task)
     return tokens
-
-
-def rss_kib(pid: int) -> int:
-    """A process's resident set (VmRSS, KiB; Linux /proc)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise ValueError(f"no VmRSS for process {pid}")
 
 
 def _pid(node: NodeProcess) -> int:
