@@ -140,6 +140,7 @@ async function silentMode() {
                     signal: AbortSignal.timeout(5000),
                 });
                 opened++;
+                if (opened === config.streams) say('holding', { streams: config.streams, opened });
                 stream.inactivityTimeout = 0; // our side never gives up on it
                 // the node ends a session by closing its side (an ABORT, then its half-close)
                 const ended = new Promise((resolve) => {
@@ -155,7 +156,6 @@ async function silentMode() {
         }
     }
     const report = setInterval(() => say('progress', { opened, failures }), 5000);
-    say('holding', { streams: config.streams });
     await Promise.all(Array.from({ length: config.streams }, hold));
     clearInterval(report);
     say('silent', { opened, failures });
