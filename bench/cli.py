@@ -19,6 +19,11 @@ bench_app = typer.Typer(
 )
 
 DEFAULT_STORE_OUT = Path("bench-results/store.json")
+# the benchmarks that start node processes keep their data here if asked
+NodesData = Annotated[
+    Path | None,
+    typer.Option(help="Directory for the nodes' data (wiped first, kept); default: temporary."),
+]
 N = TypeVar("N", int, float)
 
 
@@ -119,10 +124,7 @@ def gossip(
     out: Annotated[Path, typer.Option(help="JSON file to write.")] = Path(
         "bench-results/gossip.json"
     ),
-    data: Annotated[
-        Path | None,
-        typer.Option(help="Directory for the nodes' data (wiped first, kept); default: temporary."),
-    ] = None,
+    data: NodesData = None,
 ) -> None:
     """N node processes: sustained ops/s and latency to all nodes, batched vs unbatched; catch-up."""
     from bench.gossip_bench import GossipBenchParams, run_gossip_bench
@@ -225,10 +227,7 @@ def push(
     out: Annotated[Path, typer.Option(help="JSON file to write (the plot: same name, .png).")] = (
         Path("bench-results/push.json")
     ),
-    data: Annotated[
-        Path | None,
-        typer.Option(help="Directory for the nodes' data (wiped first, kept); default: temporary."),
-    ] = None,
+    data: NodesData = None,
 ) -> None:
     """2 node processes: push latency to C streams at each rate, RSS per connection, vs polling."""
     from bench.push_bench import PushBenchParams, run_push_bench
@@ -269,10 +268,7 @@ def hostile(
     out: Annotated[Path, typer.Option(help="JSON file to write.")] = Path(
         "bench-results/hostile.json"
     ),
-    data: Annotated[
-        Path | None,
-        typer.Option(help="Directory for the nodes' data (wiped first, kept); default: temporary."),
-    ] = None,
+    data: NodesData = None,
 ) -> None:
     """A js-libp2p peer attacks fresh nodes: what honest peers still get (needs Node.js + npm)."""
     from bench.hostile_bench import HostileBenchParams, run_hostile_bench

@@ -31,7 +31,7 @@ from dm3.envelope import (
     open_envelope,
     sign_message,
 )
-from dm3.names import UnknownName, inbox_proof, name_of, user_of
+from dm3.names import UnknownName, inbox_proof, name_of, user_of, user_or_none
 from store.ops import MembershipAction, Op
 from store.records import Role
 from store.signing import user_id_from_key
@@ -167,7 +167,8 @@ def inbox(
                 console.print(f"[red]unreadable envelope:[/] {exc}", soft_wrap=True)
                 continue
             sender = str(message["metadata"].get("from", ""))
-            doc = client.identity_doc(user_of(sender)) if _is_name(sender) else None
+            sender_id = user_or_none(sender)
+            doc = None if sender_id is None else client.identity_doc(sender_id)
             signed = doc is not None and check_message_signature(message, doc.sign_key)
             mark = "" if signed else " [red](signature not checked)[/]"
             console.print(f"{sender}: {message.get('message', '')}{mark}", soft_wrap=True)
@@ -177,11 +178,3 @@ def inbox(
         path = f"/delivery/messages/{session.name}/syncAcknowledgment/{newest}"
         deleted = session.json("POST", path, json=body)
         console.print(f"acknowledged: {deleted['deleted']} deleted on every node")
-
-
-def _is_name(name: str) -> bool:
-    try:
-        user_of(name)
-    except UnknownName:
-        return False
-    return True

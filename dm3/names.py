@@ -45,6 +45,14 @@ def user_of(name: str) -> bytes:
         raise UnknownName(f"{name[:80]!r} is not a chatsync dm3 name") from None
 
 
+def user_or_none(name: str) -> bytes | None:
+    """``user_of``, or None for a name that is not a chatsync user's (a foreign sender)."""
+    try:
+        return user_of(name)
+    except UnknownName:
+        return None
+
+
 def inbox_proof(sign_key: bytes) -> GroupProof:
     """The proof (creator key, nonce) of the user's inbox: its id is ``proof.chat_id()``."""
     return GroupProof(sign_key, INBOX_NONCE)

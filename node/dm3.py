@@ -34,7 +34,7 @@ from dm3.envelope import (
     unwrap,
     wrap,
 )
-from dm3.names import UnknownName, inbox_proof, name_of, user_of
+from dm3.names import UnknownName, inbox_proof, name_of, user_of, user_or_none
 from node.auth import Authenticator, AuthRefused, Principal, load_or_create_file
 from node.intake import Submitted
 from node.limits import StorageFull, TokenBuckets
@@ -150,8 +150,8 @@ class Dm3Gateway:
     async def sign_in(
         self, name: str, challenge: str | None, signature: str
     ) -> tuple[str, Principal]:
-        user = _user(name)
         found = await self.recipient(name)
+        user = found.user_id
         if challenge is None:
             challenge = self._challenges.pop(user, None)
             if challenge is None:
@@ -189,7 +189,7 @@ class Dm3Gateway:
             info = open_delivery_information(self.box, envelope)
         except EnvelopeError as exc:
             raise rpc.RpcError(rpc.INVALID_INPUT, f"Invalid input: {exc}") from None
-        if _maybe_user(info.sender) != sender.user_id:
+        if user_or_none(info.sender) != sender.user_id:
             raise rpc.RpcError(rpc.UNAUTHORIZED, "Unauthorized: the token is not the sender's")
         sent_by, to = await self.recipient(info.sender), await self.recipient(info.to)
         try:
@@ -230,7 +230,7 @@ class Dm3Gateway:
         """The envelopes waiting in the user's inbox, oldest first (at most ``MAX_FETCH``);
         those of ``contact`` only, if given."""
         to = await self.recipient(name_of(user_id))
-        senders = None if contact is None else {_maybe_user(contact)}
+        senders = None if contact is None else {user_or_none(contact)}
         found = await self._kept(to, senders, until_ms=None, limit=MAX_FETCH)
         return [kept for _, kept in found]
 
@@ -240,7 +240,7 @@ class Dm3Gateway:
         delivery service of the user (an admin of the inbox): RpcError UNAVAILABLE here if not."""
         to = await self.recipient(name_of(user_id))
         await self._check_service_of(to)
-        found = await self._kept(to, {_maybe_user(c) for c in contacts}, until_ms, limit=None)
+        found = await self._kept(to, {user_or_none(c) for c in contacts}, until_ms, limit=None)
         deletes: list[Op] = [
             MsgV1.create(
                 self.key, m.chat_id, self._clock.update(m.hlc, self._now_ms()),
@@ -260,7 +260,7 @@ class Dm3Gateway:
         limit: int | None,
     ) -> list[tuple[MsgV1, Delivered]]:
         def wanted(kept: Delivered) -> bool:
-            return (senders is None or _maybe_user(kept.info.sender) in senders) and (
+            return (senders is None or user_or_none(kept.info.sender) in senders) and (
                 until_ms is None or kept.incoming_ms <= until_ms
             )
 
@@ -299,10 +299,3 @@ def _user(name: str) -> bytes:
         return user_of(name)
     except UnknownName as exc:
         raise AuthRefused(404, "unknown_name", str(exc)) from None
-
-
-def _maybe_user(name: str) -> bytes | None:
-    try:
-        return user_of(name)
-    except UnknownName:
-        return None

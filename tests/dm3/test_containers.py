@@ -208,6 +208,15 @@ def reseal(files: dict[str, bytes], name: str, plain: object) -> None:
     files[name] = stringify(encrypt(key, json.dumps(plain), os.urandom(12))).encode()
 
 
+def refused_with_entries(
+    files: dict[str, bytes], name: str, changed: list[object], match: str
+) -> None:
+    """The chunk ``name`` resealed with ``changed`` entries is refused, the file named."""
+    copy = dict(files)
+    reseal(copy, name, {"messages": changed})
+    assert refused(copy, match).startswith(name)
+
+
 def test_well_sealed_but_wrong_contents_are_refused() -> None:
     key = storage_key(ALICE.signing_key)
     files = build(sample_history())
@@ -215,9 +224,7 @@ def test_well_sealed_but_wrong_contents_are_refused() -> None:
     entries = json.loads(decrypt(key, json.loads(files[name])))["messages"]
 
     def with_entries(changed: list[object], match: str) -> None:
-        copy = dict(files)
-        reseal(copy, name, {"messages": changed})
-        assert refused(copy, match).startswith(name)
+        refused_with_entries(files, name, changed, match)
 
     signed = base64.b64decode(entries[-1]["data"])
     forged = dict(entries[-1], data=base64.b64encode(signed[:-1] + b"\x00").decode())  # its sig
@@ -361,9 +368,7 @@ def test_entries_out_of_place_are_refused() -> None:
     entries = json.loads(decrypt(key, json.loads(files[name])))["messages"]
 
     def with_entries(changed: list[object], match: str) -> None:
-        copy = dict(files)
-        reseal(copy, name, {"messages": changed})
-        assert refused(copy, match).startswith(name)
+        refused_with_entries(files, name, changed, match)
 
     other_chat = json.loads(c.entry_of(msg(bytes(32), entries[0]["timestamp"], b"elsewhere")))
     identity = json.loads(c.entry_of(ALICE.identity(Hlc(entries[0]["timestamp"]))))

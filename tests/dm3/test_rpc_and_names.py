@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from nacl.signing import SigningKey
 
 from dm3 import rpc
-from dm3.names import INBOX_NONCE, UnknownName, inbox_proof, name_of, user_of
+from dm3.names import INBOX_NONCE, UnknownName, inbox_proof, name_of, user_of, user_or_none
 from store.authz import group_chat_id
 from store.signing import user_id_from_key
 
@@ -65,6 +65,7 @@ def test_names_are_self_certifying() -> None:
     user = user_id_from_key(bytes(key.verify_key))
     name = name_of(user)
     assert user_of(name) == user == user_of(name.upper())  # dm3 compares names case-blind
+    assert user_or_none(name) == user and user_or_none("alice.eth") is None
     assert inbox_proof(bytes(key.verify_key)).chat_id() == group_chat_id(
         bytes(key.verify_key), INBOX_NONCE
     )
