@@ -83,7 +83,7 @@ class InboundGuard:
             muxed = await self.swarm.upgrade_inbound_raw_conn(raw_conn, maddr)
         except libp2p_errors() as exc:  # the swarm closed it: a failed handshake, over a cap
             log.debug("inbound upgrade from %s failed: %s", ip, exc)
-            self.notices.metrics.inc(self.notices.metric, reason=UPGRADE_FAILED)
+            self.notices.count(UPGRADE_FAILED)
             return
         peer = muxed.peer_id.to_base58()
         self.admission.remember(peer, ip)

@@ -37,8 +37,12 @@ class Notices:
         self.logger = logger
         self._once = TokenBuckets(1 / interval_s, 1.0, max_keys=MAX_SUBJECTS)
 
+    def count(self, reason: str) -> None:
+        """Count ``reason`` without a line (an event nobody needs to read about)."""
+        self.metrics.inc(self.metric, reason=reason, help=self.help)
+
     def note(self, subject: str, reason: str, message: str, *args: object) -> None:
         """Count ``reason``; log ``message % args`` unless this subject logged it lately."""
-        self.metrics.inc(self.metric, reason=reason, help=self.help)
+        self.count(reason)
         if self._once.take(f"{subject}\0{reason}", 1.0, self.now()):
             self.logger.info(message, *args)
