@@ -41,6 +41,9 @@ class NodeConfig:
     # sessions at once per direction (we answer / we open), one per peer (SECURITY.md)
     sync_max_sessions: int = 4
     sync_max_frame: int = 4 * 1024 * 1024
+    # messages younger than this are left to gossip (SyncConfig.settle_ms): at 2,000 ops/s a
+    # session moved a fifth of them twice, racing gossip. Gossip's max latency there: ~1 s
+    sync_settle_s: float = 3.0
     verify_threads: int = 2  # threads checking a sync frame's signatures (catch-up speed)
     # peers
     reconnect_min_s: float = 0.5
