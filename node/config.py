@@ -28,7 +28,7 @@ class NodeConfig:
     gossip_batch_delay_ms: int = 20  # how long the publisher waits to fill a batch
     # the least time between two of this node's messages: py-libp2p's CPU cost is per
     # message, ~10 ms on each of 5 peers, so the message rate is what saturates a cluster
-    gossip_min_interval_ms: int = 500
+    gossip_min_interval_ms: int = 200
     gossip_max_bytes: int = 900 * 1024  # py-libp2p drops RPCs over 1 MiB
     gossip_heartbeat_s: int = 1
     # anti-entropy
