@@ -7,7 +7,8 @@ The policy, apart from how one step is measured (the caller's ``measure(rate)``:
 - a step *holds* when every offered op was acknowledged, every op reached every node within
   the step's drain timeout, and the latency POST -> last node has p99 < ``p99_limit_ms``;
 - the first step that does not hold ends the stepping: a rate above one that fails is not
-  tried (a backlog would only grow), and the one below it is the capacity;
+  tried (a backlog would only grow), and the one below it is the capacity; when the first
+  step already fails, the rate steps down by ``step`` instead until one holds;
 - ops/s per core at that rate: the acknowledged ops over the node CPU seconds they cost (all
   nodes, from the first POST until the last node stored the last op), i.e. the offered rate
   divided by the node cores busy carrying it.
@@ -79,18 +80,29 @@ def summarize_step(rate: int, run: dict[str, Any], p99_limit_ms: float) -> dict[
 def run_capacity(
     console: Console, params: CapacityParams, measure: Callable[[int], dict[str, Any]]
 ) -> dict[str, Any]:
-    """Step the rate until a step does not hold; the steps and the highest rate that held."""
+    """Step the rate up until a step does not hold (down, if the first does not); the steps and
+    the highest rate that held."""
     steps: list[dict[str, Any]] = []
-    for rate in params.rates():
+
+    def held(rate: int) -> bool:
         console.print(f"[bold]capacity[/]: {rate:,} ops/s for {params.seconds:g} s")
         step = summarize_step(rate, measure(rate), params.p99_limit_ms)
         steps.append(step)
         verdict = "holds" if step["holds"] else f"does not hold: {step['why_not']}"
         console.print(f"  p99 {_ms(step['p99_ms'])} ms, {step['cores']:.2f} node cores: {verdict}")
-        if not step["holds"]:
+        return bool(step["holds"])
+
+    stopped_by = "max_rate"
+    for rate in params.rates():
+        if not held(rate):
+            stopped_by = steps[-1]["why_not"]
             break
-    held = [s for s in steps if s["holds"]]
-    best = held[-1] if held else None
+    if steps and not steps[0]["holds"]:  # below the first rate: step down until one holds
+        rate = params.start - params.step
+        while rate > 0 and not held(rate):
+            rate -= params.step
+    holding = [s for s in steps if s["holds"]]
+    best = max(holding, key=lambda s: s["rate"]) if holding else None
     return {
         "params": asdict(params),
         "steps": steps,
@@ -98,7 +110,7 @@ def run_capacity(
         "cores": best["cores"] if best else None,
         "ops_s_per_core": best["ops_s_per_core"] if best else None,
         "all_delivered": all(s["on_every_node_in_the_end"] for s in steps),
-        "stopped_by": steps[-1]["why_not"] if steps and not steps[-1]["holds"] else "max_rate",
+        "stopped_by": stopped_by,
     }
 
 
@@ -113,10 +125,8 @@ def capacity_result(capacity: dict[str, Any]) -> str:
     """One line: the highest rate that held, and ops/s per core there."""
     params = capacity["params"]
     if capacity["rate"] is None:
-        return (
-            f"capacity: below {params['start']:,} ops/s "
-            f"(the first step did not hold: {capacity['stopped_by']})"
-        )
+        lowest = min(step["rate"] for step in capacity["steps"])
+        return f"capacity: below {lowest:,} ops/s (no step held: {capacity['stopped_by']})"
     return (
         f"capacity: {capacity['rate']:,} ops/s with p99 < {params['p99_limit_ms']:,.0f} ms; "
         f"the nodes kept {capacity['cores']:.2f} cores busy (first POST -> last op stored "

@@ -142,7 +142,8 @@ def _capacity_goal(params: dict[str, Any], capacity: dict[str, Any] | None) -> d
                      "not run (--no-capacity)")  # fmt: skip
     rate = capacity["rate"]
     if rate is None:
-        note = f"below {capacity['params']['start']:,} ops/s: the first step did not hold"
+        lowest = min(step["rate"] for step in capacity["steps"])
+        note = f"below {lowest:,} ops/s: no step held"
     else:
         note = f"{capacity['ops_s_per_core']:,.0f} ops/s per core"
     if params["nodes"] != GOAL_NODES:

@@ -161,17 +161,26 @@ def test_capacity_steps_until_p99_fails() -> None:
     assert tried == [1000, 1500, 2000]  # the first step that fails ends the stepping
     assert capacity["rate"] == 1500 and capacity["stopped_by"] == "p99 >= 1,000 ms"
     assert capacity["ops_s_per_core"] == pytest.approx(1000)
-    first_fails = run_capacity(
+    # the first step fails: the rate steps down until one holds (or none is left)
+    down = run_capacity(
+        Console(file=io.StringIO()),
+        CapacityParams(start=1000, step=300),
+        lambda r: fake_run(r, 1.0, 500.0 if r <= 400 else None, 900.0),
+    )
+    assert [s["rate"] for s in down["steps"]] == [1000, 700, 400]
+    assert down["rate"] == 400 and down["stopped_by"].startswith("not every op")
+    none_held = run_capacity(
         Console(file=io.StringIO()), CapacityParams(), lambda r: fake_run(r, 1.0, None, None)
     )
-    assert first_fails["rate"] is None and len(first_fails["steps"]) == 1
+    assert [s["rate"] for s in none_held["steps"]] == [1000, 500]
+    assert none_held["rate"] is None
 
 
 def test_goals_judged_at_the_goal_load() -> None:
     params = {"rate": 2000, "nodes": 5}
     batched = fake_run(2000, 150.0, 500.0, 700.0)
     floor = {"node_over_floor": 1.2}
-    capacity = {"rate": 2500, "cores": 1.5, "ops_s_per_core": 1700.0, "params": {"start": 1000}}
+    capacity = {"rate": 2500, "cores": 1.5, "ops_s_per_core": 1700.0, "steps": []}
     catchup = {"missed": 1_000_000, "catchup_s": 75.0, "rss_mb": [250.0, 260.0, 240.0]}
     goals = {g["id"]: g for g in build_goals(params, batched, floor, capacity, catchup)}
     assert list(goals) == GOAL_IDS
