@@ -211,7 +211,7 @@ def shown(value: float | None, unit: str) -> str:
     if value is None:
         return "∞" if unit == "ms" else "–"
     if unit == "x":
-        return f"x{value:.2f}"
+        return f"{value:.2f}x"
     if unit == "%":
         return f"{value:.1f} %"
     if unit in ("ms", "ops/s"):

@@ -1,4 +1,5 @@
-"""The gossip benchmark's report: goals met or missed, batched / unbatched ratios, the tables."""
+"""The gossip benchmark's report: the JSON document, batched / unbatched ratios, the floor beside
+the node, the tables (the goals: ``bench.gossip_goals``; the capacity steps: ``gossip_capacity``)."""
 
 from __future__ import annotations
 
