@@ -743,15 +743,23 @@ def _wait_counts(
     timeout_s: float,
     on_count: Callable[[int], object] | None = None,
 ) -> None:
-    """Until each of ``nodes`` holds ``expected`` messages (``on_count``: the least, each poll)."""
+    """Until each of ``nodes`` holds ``expected`` messages (``on_count``: the least, each poll).
+
+    A busy node may drop a poll (a dropped connection, a timeout): polled again; a node that
+    exited ends the wait with its exit code."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        least = min(cluster.status(i)["domains"]["messages"]["count"] for i in nodes)
-        if on_count is not None:
-            on_count(least)
-        if least >= expected:
-            return
-        time.sleep(0.2)
+    with httpx.Client(timeout=30) as http:
+        while time.monotonic() < deadline:
+            counts = [message_count(http, cluster.nodes[i].url) for i in nodes]
+            dead = [i for i in nodes if not cluster.nodes[i].alive]
+            if dead:
+                codes = [p.poll() for i in dead if (p := cluster.nodes[i].proc) is not None]
+                raise RuntimeError(f"nodes {dead} exited (codes {codes}) while storing ops")
+            if min(counts) >= 0 and on_count is not None:
+                on_count(min(counts))
+            if min(counts) >= expected:
+                return
+            time.sleep(0.2)
     raise TimeoutError(f"nodes {nodes} did not all reach {expected} messages in {timeout_s} s")
 
 
