@@ -165,7 +165,7 @@ def _capacity_goal(params: dict[str, Any], capacity: dict[str, Any] | None) -> d
 
 def _catchup_goals(catchup: dict[str, Any] | None) -> list[dict[str, Any]]:
     catchup_label = f"catch-up of {CATCHUP_MESSAGES:,} missed messages"
-    rss_label = f"RSS of a node holding {CATCHUP_MESSAGES:,} messages (max over nodes)"
+    rss_label = f"RSS of a node holding {CATCHUP_MESSAGES:,} messages (the max of those)"
     catchup_target = f"< {CATCHUP_MAX_S:,.0f} s"
     rss_target = f"<= {RSS_MAX_MB:,.0f} MB"
     if catchup is None:
@@ -178,7 +178,13 @@ def _catchup_goals(catchup: dict[str, Any] | None) -> list[dict[str, Any]]:
     at_goal = catchup["missed"] >= CATCHUP_MESSAGES
     short = None if at_goal else f"not measured at 1M: run with {catchup['missed']:,}"
     seconds = catchup["catchup_s"]
-    rss = max(catchup["rss_mb"]) if catchup.get("rss_mb") else None
+    # the nodes that hold every message (the restarted one only once it caught up)
+    holding = [
+        mb
+        for mb, count in zip(catchup["rss_mb"], catchup["node_counts"], strict=True)
+        if count >= catchup["expected_count"]
+    ]
+    rss = max(holding) if holding else None
     return [
         _goal(
             "catchup_s",
