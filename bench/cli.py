@@ -109,7 +109,7 @@ def gossip(
     seconds: Annotated[float, typer.Option(min=0.5, help="How long the load is offered.")] = 20.0,
     catchup: Annotated[
         int, typer.Option(min=0, help="Messages a stopped node misses, then catches up (0: skip).")
-    ] = 100_000,
+    ] = 1_000_000,
     unbatched: Annotated[
         bool,
         typer.Option(help="Also run the load with one op per gossip message (for the ratio)."),
@@ -118,6 +118,17 @@ def gossip(
         bool,
         typer.Option(help="Also measure bare py-libp2p peers and ed25519 at this load."),
     ] = True,
+    capacity: Annotated[
+        bool,
+        typer.Option(help="Also step the rate up on the batched cluster until p99 >= 1 s."),
+    ] = True,
+    capacity_start: Annotated[
+        int, typer.Option(min=1, help="Capacity: the first rate (ops/s).")
+    ] = 1000,
+    capacity_step: Annotated[int, typer.Option(min=1, help="Capacity: added per step.")] = 500,
+    capacity_seconds: Annotated[
+        float, typer.Option(min=0.5, help="Capacity: load per step (s).")
+    ] = 6.0,
     sync_interval: Annotated[
         float, typer.Option(min=0.5, help="Anti-entropy interval per peer (s).")
     ] = 10.0,
@@ -126,8 +137,9 @@ def gossip(
     ),
     data: NodesData = None,
 ) -> None:
-    """N node processes: sustained ops/s and latency to all nodes, batched vs unbatched; catch-up."""
+    """N node processes: ops/s and latency to all nodes, capacity, catch-up; issue 18's goals."""
     from bench.gossip_bench import GossipBenchParams, run_gossip_bench
+    from bench.gossip_capacity import CapacityParams
 
     params = GossipBenchParams(
         nodes=nodes,
@@ -136,6 +148,9 @@ def gossip(
         catchup=catchup,
         unbatched=unbatched,
         floor=floor,
+        capacity=CapacityParams(start=capacity_start, step=capacity_step, seconds=capacity_seconds)
+        if capacity
+        else None,
         sync_interval_s=sync_interval,
         out=out,
         data=data,

@@ -1,6 +1,7 @@
 """``chatsync bench gossip``: sustained ops/s and propagation latency over N real node processes.
 
-One run, four measurements, side by side:
+One run, five measurements, side by side, and issue 18's goals judged on them
+(``bench.gossip_goals``):
 
 batched    a ``Cluster`` of N ``chatsync node run`` processes (loopback, node defaults); a
            load generator offers ``rate`` ops/s for ``seconds``: every ``tick_ms`` one HTTP
@@ -9,9 +10,13 @@ batched    a ``Cluster`` of N ``chatsync node run`` processes (loopback, node de
 unbatched  the same load on a fresh cluster whose nodes publish one op per gossip message
            as soon as it comes (``gossip_batch_ops = 1``, ``gossip_min_interval_ms = 0``):
            the ratio batched / unbatched is what batching buys.
-catch-up   on the batched cluster: one node is stopped (SIGTERM), ``catchup`` messages are
-           posted to the others, the node is restarted; timed from its spawn until its
-           messages root equals the others' (anti-entropy: a node that was down gets no gossip).
+capacity   on the batched cluster after its load: the rate steps up (1,000, 1,500, ... ops/s,
+           a few seconds each) until p99 >= 1 s or an op is not everywhere in time; the
+           highest rate that held, and ops/s per node core there (``bench.gossip_capacity``).
+catch-up   on the batched cluster: one node is stopped (SIGTERM), ``catchup`` messages
+           (1,000,000 by default) are posted to the others, the node is restarted; timed from
+           its spawn until its messages root equals the others' (anti-entropy: a node that was
+           down gets no gossip). Then every node's RSS (/proc VmRSS), each holding them all.
 floor      ``bench.transport_floor``: N bare py-libp2p peers publish the batched run's
            bytes (same ops per message), accepting everything unread, and ``validate_op`` is
            timed on the same ops: the CPU any node on this stack spends per op, beside the
@@ -49,16 +54,19 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 from rich.console import Console
+from rich.progress import Progress
 
-from bench.console import bench_console, save_report
+from bench.console import bench_console, bench_progress, save_report, tracked
+from bench.gossip_capacity import CapacityParams, run_capacity
 from bench.gossip_report import build_report, print_report
-from bench.machine import loadavg, machine_busy_s, process_cpu_s
+from bench.machine import loadavg, machine_busy_s, process_cpu_s, rss_kib
 from bench.poster import Poster
 from bench.quantiles import quantile
 from bench.transport_floor import FloorParams, run_transport_floor
@@ -77,9 +85,11 @@ class GossipBenchParams:
     nodes: int = 5
     rate: int = 2000  # offered ops/s, all nodes together
     seconds: float = 20.0
-    catchup: int = 100_000  # messages the stopped node misses (0: skip the catch-up)
+    catchup: int = 1_000_000  # messages the stopped node misses (0: skip the catch-up)
     unbatched: bool = True  # also run the load with one op per gossip message
     floor: bool = True  # also measure bare py-libp2p and ed25519 at this load (transport_floor)
+    # step the rate on the batched cluster until p99 >= 1 s (gossip_capacity; None: skip)
+    capacity: CapacityParams | None = field(default_factory=CapacityParams)
     tick_ms: int = 50  # one POST per node per tick
     payload: int = 200
     chats: int = 100
@@ -591,34 +601,36 @@ def run_catchup(
         cluster.stop(victim)
     except subprocess.TimeoutExpired:
         stop_note = "SIGTERM did not stop the node within 30 s: killed"
-    console.print(f"[bold]catch-up[/]: node {victim} stopped; signing {params.catchup:,} messages")
+    console.print(
+        f"[bold]catch-up[/]: node {victim} stopped; {params.catchup:,} messages for the others"
+    )
     base_ms = int(time.time() * 1000)
-    fragments = [
-        json_fragment(signer.sign(10_000_000 + n, Hlc(base_ms + n // 1000, n % 1000)))
-        for n in range(params.catchup)
-    ]
-    expected = cluster.status(live[0])["domains"]["messages"]["count"] + params.catchup
-    t = time.monotonic()
-    shares = [fragments[j :: len(live)] for j in range(len(live))]
-
-    def post_share(node: int, share: list[str]) -> None:
-        poster = Poster(cluster.nodes[node].url)
-        try:
-            for s in range(0, len(share), MAX_OPS_PER_POST):
-                poster.post(share[s : s + MAX_OPS_PER_POST])
-        finally:
-            poster.close()
-
-    threads = [
-        threading.Thread(target=post_share, args=(node, share))
-        for node, share in zip(live, shares, strict=True)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    posted_s = time.monotonic() - t
-    _wait_counts(cluster, live, expected, params.catchup_timeout_s)
+    # the waits grow with the messages: the others' bulk ingest 1 s per 1,000 more, the
+    # catch-up 1 s per 2,000 more (its goal is < 60 s for 1M: a slower one is measured, not
+    # cut off)
+    ingest_timeout_s = params.catchup_timeout_s + params.catchup / 1000
+    catchup_timeout_s = params.catchup_timeout_s + params.catchup / 2000
+    with bench_progress(console, label_width=34) as progress:
+        fragments = [
+            json_fragment(signer.sign(10_000_000 + n, Hlc(base_ms + n // 1000, n % 1000)))
+            for n in tracked(progress, "sign (not timed)", range(params.catchup))
+        ]
+        console.print(f"  signed in {time.time() - base_ms / 1000:.1f} s (not timed)")
+        held = cluster.status(live[0])["domains"]["messages"]["count"]
+        expected = held + params.catchup
+        t = time.monotonic()
+        _post_shares(cluster, live, fragments, progress)
+        posted_s = time.monotonic() - t
+        del fragments
+        stored = progress.add_task(f"stored on all {len(live)} nodes", total=params.catchup)
+        _wait_counts(
+            cluster,
+            live,
+            expected,
+            ingest_timeout_s,
+            lambda count: progress.update(stored, completed=count - held),
+        )
+        progress.remove_task(stored)
     ingest_s = time.monotonic() - t
     console.print(
         f"  posted to {len(live)} nodes in {posted_s:.1f} s, on all {len(live)} in "
@@ -629,19 +641,33 @@ def run_catchup(
     cluster.restart(victim, timeout_s=params.catchup_timeout_s)
     ready_s = time.monotonic() - t0
     done_s: float | None = None
-    with httpx.Client(timeout=10) as http:
-        while time.monotonic() - t0 < params.catchup_timeout_s:
+    with (
+        httpx.Client(timeout=10) as http,
+        bench_progress(console, label_width=34) as progress,
+    ):
+        caught = progress.add_task(f"node {victim}: caught up", total=params.catchup)
+        while time.monotonic() - t0 < catchup_timeout_s:
             try:
                 status = http.get(f"{cluster.nodes[victim].url}/status").json()
             except (httpx.HTTPError, ValueError):
                 time.sleep(0.1)
                 continue
-            if status["domains"]["messages"]["root"] == target:
+            messages = status["domains"]["messages"]
+            progress.update(caught, completed=messages["count"] - (expected - params.catchup))
+            if messages["root"] == target:
                 done_s = time.monotonic() - t0
                 break
             time.sleep(0.1)
+        progress.remove_task(caught)
         metrics = _settled_counters(http, cluster.nodes[victim].url, params.catchup)
         status = http.get(f"{cluster.nodes[victim].url}/status").json()
+    # every node now holds the missed messages (and the loads'): its memory, from /proc
+    node_counts = [cluster.status(i)["domains"]["messages"]["count"] for i in cluster.live()]
+    rss_mb = [
+        round(rss_kib(node.proc.pid) * 1024 / 1e6, 1)
+        for node in cluster.nodes
+        if node.proc is not None and node.alive
+    ]
     sessions = [
         {k: v for k, v in outcome.items() if k != "peer"}
         for outcome in status["last_sync"].values()
@@ -661,6 +687,9 @@ def run_catchup(
         "expected_count": expected,
         "last_sessions": sessions,
         "stop": stop_note or "SIGTERM",
+        "node_counts": node_counts,
+        # VmRSS of every node after the catch-up (MB, 10^6 B), the restarted node last
+        "rss_mb": rss_mb,
     }
     verdict = f"{done_s:.1f} s" if done_s is not None else "not within the timeout"
     console.print(f"  node {victim} caught up with {params.catchup:,} messages: {verdict}")
@@ -680,13 +709,57 @@ def _settled_counters(http: httpx.Client, url: str, missed: int) -> dict[str, fl
         time.sleep(0.2)
 
 
-def _wait_counts(cluster: Cluster, nodes: list[int], expected: int, timeout_s: float) -> None:
+def _post_shares(
+    cluster: Cluster, live: list[int], fragments: list[str], progress: Progress
+) -> None:
+    """Post ``fragments`` to the ``live`` nodes, a share each, one thread per node."""
+    task = progress.add_task(f"post to {len(live)} nodes", total=len(fragments))
+
+    def post_share(node: int, share: list[str]) -> None:
+        poster = Poster(cluster.nodes[node].url)
+        try:
+            for s in range(0, len(share), MAX_OPS_PER_POST):
+                chunk = share[s : s + MAX_OPS_PER_POST]
+                poster.post(chunk)
+                progress.advance(task, len(chunk))
+        finally:
+            poster.close()
+
+    threads = [
+        threading.Thread(target=post_share, args=(node, fragments[j :: len(live)]))
+        for j, node in enumerate(live)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    progress.remove_task(task)
+
+
+def _wait_counts(
+    cluster: Cluster,
+    nodes: list[int],
+    expected: int,
+    timeout_s: float,
+    on_count: Callable[[int], object] | None = None,
+) -> None:
+    """Until each of ``nodes`` holds ``expected`` messages (``on_count``: the least, each poll).
+
+    A busy node may drop a poll (a dropped connection, a timeout): polled again; a node that
+    exited ends the wait with its exit code."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        counts = [cluster.status(i)["domains"]["messages"]["count"] for i in nodes]
-        if min(counts) >= expected:
-            return
-        time.sleep(0.2)
+    with httpx.Client(timeout=30) as http:
+        while time.monotonic() < deadline:
+            counts = [message_count(http, cluster.nodes[i].url) for i in nodes]
+            dead = [i for i in nodes if not cluster.nodes[i].alive]
+            if dead:
+                codes = [p.poll() for i in dead if (p := cluster.nodes[i].proc) is not None]
+                raise RuntimeError(f"nodes {dead} exited (codes {codes}) while storing ops")
+            if min(counts) >= 0 and on_count is not None:
+                on_count(min(counts))
+            if min(counts) >= expected:
+                return
+            time.sleep(0.2)
     raise TimeoutError(f"nodes {nodes} did not all reach {expected} messages in {timeout_s} s")
 
 
@@ -705,11 +778,18 @@ def run_gossip_bench(params: GossipBenchParams, console: Console | None = None) 
     runs: dict[str, Any] = {}
     catchup: dict[str, Any] | None = None
     floor: dict[str, Any] | None = None
+    capacity: dict[str, Any] | None = None
     notes: list[str] = []
     try:
         runs["batched"], cluster = run_load(console, params, base, batched=True, signer=signer)
         assert cluster is not None
         try:
+            if params.capacity is not None:
+                capacity = run_capacity(
+                    console,
+                    params.capacity,
+                    lambda rate: _capacity_step(console, cluster, params, signer, rate),
+                )
             if params.catchup > 0:
                 catchup = run_catchup(console, cluster, params, signer)
         finally:
@@ -725,10 +805,36 @@ def run_gossip_bench(params: GossipBenchParams, console: Console | None = None) 
         if params.data is None:
             shutil.rmtree(base, ignore_errors=True)
     params_out = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(params).items()}
-    report = build_report(params_out, runs, catchup, load_before, notes, floor)
+    report = build_report(params_out, runs, catchup, load_before, notes, floor, capacity)
     print_report(console, report)
     save_report(console, report, params.out)
     return report
+
+
+def _capacity_step(
+    console: Console, cluster: Cluster, params: GossipBenchParams, signer: Signer, rate: int
+) -> dict[str, Any]:
+    """One capacity step on the running cluster: ``rate`` ops/s for the step's seconds.
+
+    A step whose ops are not everywhere within its drain timeout is waited for up to the
+    bench's drain timeout more, so the next step (or the catch-up) starts on a quiet cluster
+    and no acknowledged op goes unchecked."""
+    assert params.capacity is not None
+    step = replace(
+        params,
+        rate=rate,
+        seconds=params.capacity.seconds,
+        drain_timeout_s=params.capacity.drain_timeout_s,
+    )
+    run = _offer(console, cluster, make_plan(signer, step), step)
+    run["on_every_node_in_the_end"] = run["all_on_every_node"]
+    if not run["all_on_every_node"]:
+        try:
+            _wait_counts(cluster, cluster.live(), run["expected_count"], params.drain_timeout_s)
+            run["on_every_node_in_the_end"] = cluster.converged()
+        except TimeoutError:
+            run["on_every_node_in_the_end"] = False
+    return run
 
 
 def _run_floor(

@@ -1,4 +1,5 @@
-"""The gossip benchmark's report: goals met or missed, batched / unbatched ratios, the tables."""
+"""The gossip benchmark's report: the JSON document, batched / unbatched ratios, the floor beside
+the node, the tables (the goals: ``bench.gossip_goals``; the capacity steps: ``gossip_capacity``)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from bench.gossip_capacity import print_capacity
+from bench.gossip_goals import build_goals, print_goals
 from bench.machine import machine_info
-
-RATE_GOAL = 2000.0  # ops/s reaching all of 5 nodes
-P99_GOAL_MS = 1000.0
-CATCHUP_GOAL_S = 30.0
-MAELSTROM_P50_MS = 400.0  # Maelstrom broadcast challenge (25 nodes): median < 400 ms
-MAELSTROM_MAX_MS = 600.0  # and max < 600 ms
 
 
 def build_report(
@@ -25,21 +22,27 @@ def build_report(
     load_before: list[float] | None,
     notes: list[str] | None = None,
     floor: dict[str, Any] | None = None,
+    capacity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     batched = runs["batched"]
+    floor_figures = _floor(params, batched, floor)
     return {
         "benchmark": "gossip",
         "params": params,
         "machine": _machine(load_before),
         "runs": runs,
         "catchup": catchup,
-        "floor": _floor(params, batched, floor),
+        "floor": floor_figures,
+        "capacity": capacity,
         "ratios": _ratios(runs),
-        "goals": _goals(params, batched, catchup),
+        "goals": build_goals(params, batched, floor_figures, capacity, catchup),
         "notes": notes or [],
-        # the node as configured (batched) and its catch-up; the unbatched run is a baseline
-        # that may not drain in time: its own verdict is printed beside
-        "all_delivered": _delivered(batched) and (catchup is None or catchup["caught_up"]),
+        # the node as configured (batched), its capacity steps (each op everywhere in the end,
+        # even a step that did not hold) and its catch-up; the unbatched run is a baseline that
+        # may not drain in time: its own verdict is printed beside
+        "all_delivered": _delivered(batched)
+        and (capacity is None or capacity["all_delivered"])
+        and (catchup is None or catchup["caught_up"]),
     }
 
 
@@ -76,50 +79,6 @@ def _ratios(runs: dict[str, Any]) -> dict[str, float | None]:
             u["node_cpu"]["us_per_op_per_node"], b["node_cpu"]["us_per_op_per_node"]
         ),
     }
-
-
-def _goals(
-    params: dict[str, Any], batched: dict[str, Any], catchup: dict[str, Any] | None
-) -> list[dict[str, Any]]:
-    p50 = _lat(batched, "end_to_end", "p50")
-    p99 = _lat(batched, "end_to_end", "p99")
-    top = _lat(batched, "end_to_end", "max")
-    goals = [
-        {
-            "goal": f"ops/s reaching all {params['nodes']} nodes",
-            "target": f">= {RATE_GOAL:,.0f}",
-            "measured": batched["delivered_ops_s"],
-            "met": batched["delivered_ops_s"] >= RATE_GOAL and batched["all_on_every_node"],
-        },
-        {
-            "goal": "latency to all nodes p99 (end to end)",
-            "target": f"< {P99_GOAL_MS:,.0f} ms",
-            "measured": p99,
-            "met": p99 is not None and p99 < P99_GOAL_MS,
-        },
-        {
-            "goal": "reference: Maelstrom median (25 nodes)",
-            "target": f"< {MAELSTROM_P50_MS:,.0f} ms",
-            "measured": p50,
-            "met": p50 is not None and p50 < MAELSTROM_P50_MS,
-        },
-        {
-            "goal": "reference: Maelstrom max (25 nodes)",
-            "target": f"< {MAELSTROM_MAX_MS:,.0f} ms",
-            "measured": top,
-            "met": top is not None and top < MAELSTROM_MAX_MS,
-        },
-    ]
-    if catchup is not None:
-        goals.append(
-            {
-                "goal": f"catch-up of {catchup['missed']:,} missed messages",
-                "target": f"< {CATCHUP_GOAL_S:,.0f} s",
-                "measured": catchup["catchup_s"],
-                "met": catchup["catchup_s"] is not None and catchup["catchup_s"] < CATCHUP_GOAL_S,
-            }
-        )
-    return goals
 
 
 def _floor(
@@ -273,6 +232,14 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
             "records applied by anti-entropy / by gossip",
             f"{catchup['sync_records_applied']:,.0f} / {catchup['gossip_ops_applied']:,.0f}",
         )
+        ctable.add_row(
+            "messages held per node, after catch-up",
+            " / ".join(f"{count:,}" for count in catchup["node_counts"]),
+        )
+        ctable.add_row(
+            "RSS per node, after catch-up (MB; the restarted node last)",
+            " / ".join(f"{mb:,.1f}" for mb in catchup["rss_mb"]),
+        )
         console.print(ctable)
 
     floor = report.get("floor")
@@ -311,27 +278,9 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
         if not floor["all_received"]:
             console.print("[yellow]note[/]: some floor peers did not get every message")
 
-    goals = Table(title="goals (issue 4 item 9)")
-    goals.add_column("goal")
-    goals.add_column("target", justify="right")
-    goals.add_column("measured", justify="right")
-    goals.add_column("", justify="center")
-    for goal in report["goals"]:
-        measured = goal["measured"]
-        shown = (
-            "–"
-            if measured is None
-            else f"{measured:,.1f}"
-            if measured < 100
-            else f"{measured:,.0f}"
-        )
-        goals.add_row(
-            goal["goal"],
-            goal["target"],
-            shown,
-            "[green]met[/]" if goal["met"] else "[red]missed[/]",
-        )
-    console.print(goals)
+    if report["capacity"] is not None:
+        print_capacity(console, report["capacity"], params["nodes"])
+    print_goals(console, report["goals"])
     for note in report["notes"]:
         console.print(f"[yellow]note[/]: {note}")
     for name, run in report["runs"].items():
@@ -344,6 +293,9 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
                 f"messages after the {report['params']['drain_timeout_s']:g} s drain)"
             )
         console.print(f"{name}: every acknowledged op reached every node: {verdict}")
+    if report["capacity"] is not None:
+        verdict = "[green]yes[/]" if report["capacity"]["all_delivered"] else "[red]NO[/]"
+        console.print(f"capacity steps: every acknowledged op reached every node: {verdict}")
     if report["catchup"] is not None:
         caught_up = "[green]yes[/]" if report["catchup"]["caught_up"] else "[red]NO[/]"
         console.print(f"catch-up: the restarted node holds every message: {caught_up}")
