@@ -60,9 +60,18 @@ class SyncOutcome:
     records_received: int
     records_applied: int
     passes: int = 0  # reconciliation passes the session ran
+    records_sent: int = 0
     # records other sessions applied while this one ran: they may have been the ones this
     # peer sent (the same catch-up from several peers), so "nothing new" is no one's fault
     applied_by_others: int = 0
+
+    def more_to_do(self, max_passes: int) -> bool:
+        """Ended cleanly, moved records either way and used up its passes: a catch-up with
+        more to come (the next session may start at once). Both ends of a catch-up say so:
+        the node behind, and the peer feeding it, whose session the node's own is refused
+        beside."""
+        moved = self.records_applied > 0 or self.records_sent > 0
+        return self.error is None and self.passes >= max_passes and moved
 
     @property
     def useless(self) -> bool:
@@ -272,6 +281,7 @@ def _outcome(
         records_received=stats.records_received,
         records_applied=stats.records_applied,
         passes=stats.passes,
+        records_sent=stats.records_sent,
     )
 
 

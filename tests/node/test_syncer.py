@@ -302,17 +302,17 @@ async def test_a_node_catching_up_from_three_peers_at_once_receives_each_record_
         ours = service(behind, metrics)
         received = 0
         for _ in range(5):  # rounds of three concurrent sessions, until caught up
-            outcomes = []
+            outcomes: list[SyncOutcome] = []
+
+            async def initiate(name: str, frames: TrioFrames, into: list[SyncOutcome]) -> None:
+                into.append(await ours.initiate(name, frames))
+
             async with trio.open_nursery() as nursery:
                 for i, peer in enumerate(peers):
                     left, right = trio.testing.memory_stream_pair()
                     theirs = service(peer, metrics)
                     nursery.start_soon(theirs.respond, "behind", TrioFrames(right, MAX_FRAME))
-
-                    async def initiate(name: str, frames: TrioFrames) -> None:
-                        outcomes.append(await ours.initiate(name, frames))
-
-                    nursery.start_soon(initiate, f"p{i}", TrioFrames(left, MAX_FRAME))
+                    nursery.start_soon(initiate, f"p{i}", TrioFrames(left, MAX_FRAME), outcomes)
             assert all(o.error is None for o in outcomes)
             received += sum(o.records_received for o in outcomes)
             if behind.tree(Domain.MESSAGES) == peers[0].tree(Domain.MESSAGES):
@@ -323,3 +323,19 @@ async def test_a_node_catching_up_from_three_peers_at_once_receives_each_record_
     finally:
         for db in dbs:
             db.close()
+
+
+def test_a_session_that_moved_records_either_way_and_used_its_passes_has_more_to_do() -> None:
+    def outcome(**fields: object) -> SyncOutcome:
+        base: dict[str, object] = dict(
+            peer="p", role="initiator", converged=False, error=None, started_ms=0,
+            duration_ms=1.0, frames=10, bytes_sent=1, bytes_received=1, records_received=0,
+            records_applied=0, passes=3, records_sent=0,
+        )  # fmt: skip
+        return SyncOutcome(**{**base, **fields})  # type: ignore[arg-type]
+
+    assert outcome(records_received=5, records_applied=5).more_to_do(3)  # the node behind
+    assert outcome(records_sent=5).more_to_do(3)  # the peer feeding it
+    assert not outcome().more_to_do(3)  # nothing moved (records neither side accepts)
+    assert not outcome(records_sent=5, passes=2).more_to_do(3)  # it ended on its own
+    assert not outcome(records_sent=5, error="timeout").more_to_do(3)
