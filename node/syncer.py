@@ -111,7 +111,7 @@ class SyncService:
         # down may verify the same records from two peers (bounded by max_sessions).
         self.slots = SessionSlots(max_sessions)
         # ...which split the buckets they find different: each missing record comes once
-        self.claims = BucketClaims()
+        self.claims = BucketClaims(stale_ms=self.config.idle_timeout_ms)
         self._applied_total = 0  # records applied by every session since start
         self.on_outcome = on_outcome
         # per peer, across its sessions: a peer cannot flood us by opening many of them

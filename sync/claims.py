@@ -13,7 +13,9 @@ when it chooses the leaves it sends cells for, the responder when it reads them 
 gives them back at its next pass and when it ends (``release``), whatever the reason.
 A bucket left to another session is only deferred: every session still ends with a
 full-width root comparison, and a session that dies frees its buckets for the next pass.
-Pure: no I/O, no time; a lock because sessions step in worker threads.
+A session that holds buckets and has brought no record for ``stale_ms`` (a stalled or
+hostile peer trickling empty frames) holds them no longer: the next session takes them.
+Pure: no I/O, time passed in; a lock because sessions step in worker threads.
 """
 
 from __future__ import annotations
@@ -25,21 +27,28 @@ from sync.frames import Domain
 
 
 class BucketClaims:
-    def __init__(self) -> None:
+    def __init__(self, stale_ms: int = 5_000) -> None:
+        self.stale_ms = stale_ms
         self._owner: dict[tuple[Domain, int], object] = {}
+        self._progress_ms: dict[int, int] = {}  # id(owner) -> when it last took or brought
         self._of: dict[int, list[tuple[Domain, int]]] = {}  # id(owner) -> its keys
         self._lock = threading.Lock()
 
-    def take(self, owner: object, domain: Domain, buckets: Iterable[int], limit: int) -> list[int]:
-        """Of ``buckets`` (in order), the first ``limit`` that no other owner holds; now
-        ``owner``'s. Buckets ``owner`` already holds count as free."""
+    def take(
+        self, owner: object, domain: Domain, buckets: Iterable[int], limit: int, now_ms: int
+    ) -> list[int]:
+        """Of ``buckets`` (in order), the first ``limit`` that no other owner holds, or whose
+        owner is stale; now ``owner``'s. Buckets ``owner`` already holds count as free."""
         taken: list[int] = []
         with self._lock:
+            self._progress_ms[id(owner)] = now_ms
             for bucket in buckets:
                 if len(taken) >= limit:
                     break
                 key = (domain, bucket)
                 holder = self._owner.get(key)
+                if holder is not None and holder is not owner and self._stale(holder, now_ms):
+                    holder = None
                 if holder is None:
                     self._owner[key] = owner
                     self._of.setdefault(id(owner), []).append(key)
@@ -47,9 +56,19 @@ class BucketClaims:
                     taken.append(bucket)
         return taken
 
+    def progress(self, owner: object, now_ms: int) -> None:
+        """``owner`` brought records at ``now_ms``: its buckets stay its own."""
+        with self._lock:
+            if id(owner) in self._of:
+                self._progress_ms[id(owner)] = now_ms
+
+    def _stale(self, holder: object, now_ms: int) -> bool:
+        return now_ms - self._progress_ms.get(id(holder), now_ms) > self.stale_ms
+
     def release(self, owner: object) -> None:
         """Give back every bucket ``owner`` holds."""
         with self._lock:
+            self._progress_ms.pop(id(owner), None)
             for key in self._of.pop(id(owner), ()):
                 if self._owner.get(key) is owner:
                     del self._owner[key]

@@ -602,7 +602,7 @@ class SyncSession:
         another session of this replica is reconciling now (``sync.claims``)."""
         if self._claims is None:
             return buckets[: self.config.max_cells]
-        return self._claims.take(self, domain, buckets, self.config.max_cells)
+        return self._claims.take(self, domain, buckets, self.config.max_cells, self._now_ms)
 
     def _reconcile_cell(
         self,
@@ -733,6 +733,8 @@ class SyncSession:
             checked = self._check_records(domain, dp, blobs)
         decoded, problem = checked
         dp.asked = max(0, dp.asked - len(blobs))
+        if decoded and self._claims is not None:
+            self._claims.progress(self, self._now_ms)
         valid: list[Record] = []
         for record, record_id, physical_ms in decoded:
             dp.moved.add(bucket_of(record_id))

@@ -24,15 +24,28 @@ MISSED = [message(n) for n in range(300)]
 
 def test_a_bucket_is_taken_by_one_owner_until_it_releases_it() -> None:
     claims, a, b = BucketClaims(), object(), object()
-    assert claims.take(a, Domain.MESSAGES, [1, 2, 3], limit=2) == [1, 2]
-    assert claims.take(b, Domain.MESSAGES, [1, 2, 3, 4], limit=10) == [3, 4]
-    assert claims.take(b, Domain.DELETES, [1], limit=10) == [1]  # per domain
-    assert claims.take(a, Domain.MESSAGES, [2, 4], limit=10) == [2]  # its own stay its own
+    assert claims.take(a, Domain.MESSAGES, [1, 2, 3], 2, now_ms=0) == [1, 2]
+    assert claims.take(b, Domain.MESSAGES, [1, 2, 3, 4], 10, now_ms=0) == [3, 4]
+    assert claims.take(b, Domain.DELETES, [1], 10, now_ms=0) == [1]  # per domain
+    assert claims.take(a, Domain.MESSAGES, [2, 4], 10, now_ms=0) == [2]  # its own stay its own
     assert claims.held() == 5
     claims.release(a)
-    assert claims.take(b, Domain.MESSAGES, [1, 2, 3], limit=10) == [1, 2, 3]
+    assert claims.take(b, Domain.MESSAGES, [1, 2, 3], 10, now_ms=0) == [1, 2, 3]
     claims.release(b)
     claims.release(b)  # twice: nothing left
+    assert claims.held() == 0
+
+
+def test_buckets_of_a_session_that_brings_nothing_for_stale_ms_go_to_the_next() -> None:
+    """A stalled (or hostile) peer's session cannot keep a catch-up's buckets from others."""
+    claims, stalled, honest = BucketClaims(stale_ms=5_000), object(), object()
+    assert claims.take(stalled, Domain.MESSAGES, [1, 2], 10, now_ms=0) == [1, 2]
+    claims.progress(stalled, now_ms=4_000)  # it brought records at 4 s
+    assert claims.take(honest, Domain.MESSAGES, [1, 2, 3], 10, now_ms=9_000) == [3]
+    assert claims.take(honest, Domain.MESSAGES, [1, 2, 3], 10, now_ms=9_001) == [1, 2, 3]
+    claims.release(stalled)  # what it held is the honest one's now: untouched
+    assert claims.take(stalled, Domain.MESSAGES, [1], 10, now_ms=9_002) == []
+    claims.release(honest)
     assert claims.held() == 0
 
 
