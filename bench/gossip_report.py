@@ -13,7 +13,16 @@ from bench.machine import machine_info
 
 RATE_GOAL = 2000.0  # ops/s reaching all of 5 nodes
 P99_GOAL_MS = 1000.0
-CATCHUP_GOAL_S = 30.0
+CATCHUP_GOAL_S = 30.0  # issue 4: 100,000 missed messages
+CATCHUP_1M_GOAL_S = 60.0  # issue 18: 1,000,000
+
+
+def catchup_goal_s(missed: int) -> float:
+    """The catch-up goal for ``missed`` messages: issue 4's up to 100,000, then issue 18's
+    60 s per 1,000,000."""
+    return CATCHUP_GOAL_S if missed <= 100_000 else CATCHUP_1M_GOAL_S * missed / 1_000_000
+
+
 MAELSTROM_P50_MS = 400.0  # Maelstrom broadcast challenge (25 nodes): median < 400 ms
 MAELSTROM_MAX_MS = 600.0  # and max < 600 ms
 
@@ -111,12 +120,13 @@ def _goals(
         },
     ]
     if catchup is not None:
+        goal_s = catchup_goal_s(catchup["missed"])
         goals.append(
             {
                 "goal": f"catch-up of {catchup['missed']:,} missed messages",
-                "target": f"< {CATCHUP_GOAL_S:,.0f} s",
+                "target": f"< {goal_s:,.0f} s",
                 "measured": catchup["catchup_s"],
-                "met": catchup["catchup_s"] is not None and catchup["catchup_s"] < CATCHUP_GOAL_S,
+                "met": catchup["catchup_s"] is not None and catchup["catchup_s"] < goal_s,
             }
         )
     return goals

@@ -84,3 +84,11 @@ def test_bench_gossip_tiny(tmp_path: Path) -> None:
     assert floor["transport_us_per_op_per_peer"] > 0 and floor["verify_us_per_op"] > 0
     cores = floor["cores_at_rate"]
     assert cores["transport_and_verify"] == pytest.approx(cores["transport"] + cores["verify"])
+
+
+def test_the_catch_up_goal_is_issue_4s_up_to_100k_then_60_s_per_million() -> None:
+    from bench.gossip_report import catchup_goal_s
+
+    assert catchup_goal_s(1_000) == catchup_goal_s(100_000) == 30.0
+    assert catchup_goal_s(1_000_000) == 60.0
+    assert catchup_goal_s(500_000) == 30.0
