@@ -111,7 +111,9 @@ class SyncService:
         # down may verify the same records from two peers (bounded by max_sessions).
         self.slots = SessionSlots(max_sessions)
         # ...which split the buckets they find different: each missing record comes once
-        self.claims = BucketClaims(stale_ms=self.config.idle_timeout_ms)
+        # a session that brings no record for 3 idle timeouts loses them (not 1: at 1,000,000
+        # missing, the id lists of a pass take a few record-less frames on a busy machine)
+        self.claims = BucketClaims(stale_ms=3 * self.config.idle_timeout_ms)
         self._applied_total = 0  # records applied by every session since start
         self.on_outcome = on_outcome
         # per peer, across its sessions: a peer cannot flood us by opening many of them
