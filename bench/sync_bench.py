@@ -205,9 +205,14 @@ class BenchReplica:
         return sorted(shared + extra) if extra else list(shared)
 
     def get_records(
-        self, domain: Domain, ids: list[bytes], cutoff_ms: int | None
+        self,
+        domain: Domain,
+        ids: list[bytes],
+        cutoff_ms: int | None,
+        settled_ms: int | None = None,
     ) -> list[bytes | None]:
         _no_cutoff(cutoff_ms)
+        _no_cutoff(settled_ms)
         out: list[bytes | None] = []
         for record_id in ids:
             msg = self.extras.get(record_id) if domain is Domain.MESSAGES else None

@@ -35,6 +35,7 @@ from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
 from node.gossip.settings import OPS_TOPIC as OPS_TOPIC  # the topic of ops, re-exported
+from node.libp2p_costs import take_out_per_rpc_costs
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ async def start_host(
 
     ``on_dropped(reason)`` is called for every outbound RPC py-libp2p drops ("queue_full",
     "oversized")."""
+    take_out_per_rpc_costs()
     addrs = [multiaddr.Multiaddr(listen)]
     host = new_host(key_pair=key_pair, listen_addrs=addrs)
     await stack.enter_async_context(host.run(listen_addrs=addrs))

@@ -137,6 +137,7 @@ def sync_config(config: NodeConfig, verifier: Verifier) -> SyncConfig:
         max_payload=config.max_payload,
         authenticate=True,
         max_offset_ms=config.max_offset_ms,
+        settle_ms=round(config.sync_settle_s * 1000),
         idle_timeout_ms=round(config.sync_idle_timeout_s * 1000),
         min_bytes_per_s=config.sync_min_bytes_per_s,
         verify_messages=verifier,

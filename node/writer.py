@@ -10,7 +10,8 @@ every write, so an acknowledged op survives kill -9.
 
 A request is a list of ops. The ops of all the requests in a batch go through
 ``DbReplica.apply_ops`` together — one WriteBatch per domain, the Merkle trees updated in
-the same step, then the chat lists (CF user_inbox) of the chats that got new messages. The
+the same step; the chat lists (CF user_inbox) of the chats that got new messages follow
+once enough wait, or when the writer has been idle for ``CHAT_LISTS_IDLE_S``. The
 answer: per op, whether it changed the store, and whether it is a message the chat's member
 ops do not admit yet (held in the replica's waiting room).
 
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from trio_typing import TaskStatus
 
 log = logging.getLogger(__name__)
+
+CHAT_LISTS_IDLE_S = 0.25  # this long without a write request: refresh the waiting chat lists
 
 
 class WriteFailed(ChatsyncError):
@@ -137,8 +140,28 @@ class DbWriter:
     async def run(self, *, task_status: TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         async with self._receive:
-            async for first in self._receive:
+            while True:
+                with trio.move_on_after(CHAT_LISTS_IDLE_S) as idle:
+                    try:
+                        first = await self._receive.receive()
+                    except trio.EndOfChannel:
+                        break
+                if idle.cancelled_caught:
+                    await self._flush_chat_lists()
+                    continue
                 await self._apply_each_or_all(self._batch_after(first))
+        await self._flush_chat_lists()
+
+    async def _flush_chat_lists(self) -> None:
+        """Nothing to write: the chat-list moves that wait are written now (store.inbox)."""
+        if not self.db.chat_lists_stale():
+            return
+        try:
+            async with self.db_lock:
+                await trio.to_thread.run_sync(self.db.flush_chat_lists)
+        except Exception as exc:  # they still wait: the next read or idle moment retries
+            log.warning("chat-list refresh failed: %s: %s", type(exc).__name__, exc)
+            self.metrics.inc("write_errors", help="write batches that failed")
 
     def _batch_after(self, first: WriteRequest) -> list[WriteRequest]:
         """``first`` and the requests waiting behind it, up to ``batch_max`` ops."""

@@ -17,7 +17,7 @@ from rocksdict import WriteBatch
 from store.errors import ClockDriftError, InvalidInput
 from store.events import Event, EventKind
 from store.hidden import HiddenIndex
-from store.hlc import Hlc
+from store.hlc import MAX_PHYSICAL, Hlc
 from store.keys import (
     CHAT_ID_LEN,
     MESSAGES_KEY_LEN,
@@ -453,18 +453,18 @@ class MessageStore(HiddenIndex):
         return take_until(self.get_messages_cbor_by_ids(ids, cutoff_ts), max_bytes)
 
     def get_messages_cbor_by_ids(
-        self, ids: list[bytes], cutoff_ts: int | None = None
+        self, ids: list[bytes], cutoff_ts: int | None = None, settled_ts: int | None = None
     ) -> list[bytes | None]:
-        """Encoded message per id (None: unknown, or not newer than ``cutoff_ts``).
+        """Encoded message per id (None: unknown, not newer than ``cutoff_ts``, or stamped
+        after ``settled_ts``).
 
         Two multi-gets: seen_msg for the keys, then messages for the values.
         """
+        low = -1 if cutoff_ts is None else cutoff_ts
+        high = MAX_PHYSICAL if settled_ts is None else settled_ts
         keys = self.multi_get("seen_msg", ids)
         wanted = [
-            key
-            if key
-            and (cutoff_ts is None or (extract_hlc_physical_from_seen_value(key) or 0) > cutoff_ts)
-            else None
+            key if key and low < (extract_hlc_physical_from_seen_value(key) or 0) <= high else None
             for key in keys
         ]
         present = [key for key in wanted if key is not None]

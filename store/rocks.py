@@ -11,6 +11,7 @@ stop at a prefix boundary.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,6 +155,10 @@ class RocksBase:
         self._write_opts.sync = config.write_sync
         self._meta_cache: dict[bytes, ChatMeta] = {}
         self._inbox_keys: dict[bytes, bytes] = {}  # user | chat -> user_inbox key (store.inbox)
+        # chats whose lists wait for their refresh, and the lock of every user_inbox write
+        self._stale_lists: dict[bytes, Any] = {}  # chat -> store.inbox.StaleList
+        self._stale_messages = 0
+        self._inbox_lock = threading.RLock()
         self._histories: dict[bytes, MemberHistory] = {}  # chat | user -> ops' stamps (members)
         self._closed = False
 

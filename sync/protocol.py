@@ -105,6 +105,10 @@ class SyncConfig:
     cutoff_ms: int | None = None  # retention soft-filter for messages (see RETENTION.md)
     authenticate: bool = False  # check member ops' signature and authority, identity docs
     max_offset_ms: int | None = None  # skip records this far ahead of now_ms (a node: 120 s)
+    # Messages stamped less than this before now_ms are not sent: gossip is still carrying
+    # them, and a session racing it would move (and verify, and write) them twice — that
+    # race, not loss, was most of what sync delivered under load. None: send everything.
+    settle_ms: int | None = None
     max_payload: int = DEFAULT_MAX_PAYLOAD
     # Checks the signatures of one frame's messages: an error (BadSignature) or None per
     # message. Sequential by default; a node passes one that spreads the work over threads
@@ -828,9 +832,11 @@ class SyncSession:
     ) -> tuple[list[bytes], int]:
         """Take records for ids at the head of the outbox while they fit in ``budget`` bytes."""
         out: list[bytes] = []
+        settle = self.config.settle_ms
+        settled = None if settle is None or domain is not Domain.MESSAGES else self._now_ms - settle
         while dp.outbox and len(out) < max_records:
             chunk = [dp.outbox.popleft() for _ in range(min(FETCH_CHUNK, len(dp.outbox)))]
-            blobs = self.replica.get_records(domain, chunk, self._cutoff(domain))
+            blobs = self.replica.get_records(domain, chunk, self._cutoff(domain), settled)
             for i, blob in enumerate(blobs):
                 if blob is None or chunk[i] in dp.shipped:
                     continue  # gone since (superseded, aged out), or already sent

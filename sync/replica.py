@@ -16,6 +16,8 @@ is decided from the ops as well, when reading.
 
 ``cutoff_ms`` is the retention soft-filter: messages whose HLC physical time is
 at or below it are neither listed nor returned (members and identity have no cutoff).
+``settled_ms`` holds back the newest: messages stamped after it are listed but not
+returned (a session leaves them to gossip, which is still carrying them).
 """
 
 from __future__ import annotations
@@ -56,7 +58,11 @@ class Replica(Protocol):
     def bucket_ids(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]: ...
 
     def get_records(
-        self, domain: Domain, ids: list[bytes], cutoff_ms: int | None
+        self,
+        domain: Domain,
+        ids: list[bytes],
+        cutoff_ms: int | None,
+        settled_ms: int | None = None,
     ) -> list[bytes | None]: ...
 
     def apply(self, domain: Domain, records: list[Record]) -> int:
@@ -148,14 +154,20 @@ class MemoryReplica:
         return sorted(i for i in known if i in msgs and msgs[i].hlc.physical_ms > cutoff_ms)
 
     def get_records(
-        self, domain: Domain, ids: list[bytes], cutoff_ms: int | None
+        self,
+        domain: Domain,
+        ids: list[bytes],
+        cutoff_ms: int | None,
+        settled_ms: int | None = None,
     ) -> list[bytes | None]:
         out: list[bytes | None] = []
         for record_id in ids:
             if domain is MESSAGES:
                 msg = self.messages.get(record_id)
-                old = msg is not None and cutoff_ms is not None and msg.hlc.physical_ms <= cutoff_ms
-                out.append(None if msg is None or old else msg.encoded)
+                stamp = 0 if msg is None else msg.hlc.physical_ms
+                old = cutoff_ms is not None and stamp <= cutoff_ms
+                new = settled_ms is not None and stamp > settled_ms
+                out.append(None if msg is None or old or new else msg.encoded)
             elif domain is MEMBERS:
                 op = self.member_ops.get(record_id)
                 out.append(None if op is None else op.encode())
@@ -484,10 +496,14 @@ class DbReplica:
         return self.db.get_bucket_identity_ids(bucket)
 
     def get_records(
-        self, domain: Domain, ids: list[bytes], cutoff_ms: int | None
+        self,
+        domain: Domain,
+        ids: list[bytes],
+        cutoff_ms: int | None,
+        settled_ms: int | None = None,
     ) -> list[bytes | None]:
         if domain is Domain.MESSAGES:
-            return self.db.get_messages_cbor_by_ids(ids, cutoff_ms)
+            return self.db.get_messages_cbor_by_ids(ids, cutoff_ms, settled_ms)
         if domain is Domain.MEMBERS:
             return self.db.get_member_records_by_ids(ids)
         if domain is Domain.DELETES:

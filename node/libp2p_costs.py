@@ -1,0 +1,62 @@
+"""Two per-RPC costs of py-libp2p 0.8.1 that buy nothing, taken out (``chatsync bench gossip``).
+
+Profiled on bare peers gossiping 20-op messages, these were a third of py-libp2p's CPU:
+
+* **A WINDOW_UPDATE per read.** Its yamux streams give back receive credit after every
+  read (``PY_YAMUX_RELEASE_ON_READ``, on by default): one more encrypted frame written per
+  frame read. Off, credit goes back once half the window is used, as go-yamux does. An
+  operator's own setting of the variable is kept.
+* **A signature check of the same record in every RPC.** Each pubsub RPC carries the
+  sender's signed peer record, and ``maybe_consume_signed_record`` parses it and checks
+  its signature every time — twice per RPC (pubsub, then the router). A record whose bytes
+  were accepted from that peer in the last ``RECHECK_S`` is not checked again (the peerstore
+  keeps a record 2 h from its last check); any other bytes go the whole way.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import libp2p.pubsub.gossipsub as gossipsub_module
+import libp2p.pubsub.pubsub as pubsub_module
+
+RECORDS_REMEMBERED = 4096  # (peer, record bytes) pairs accepted: one or two per peer
+RECHECK_S = 600.0
+
+Consume = Callable[..., bool]
+
+
+def take_out_per_rpc_costs() -> None:
+    """Apply both, once per process (the node and the benchmark's bare peers alike)."""
+    os.environ.setdefault("PY_YAMUX_RELEASE_ON_READ", "0")
+    for module in (pubsub_module, gossipsub_module):
+        consume = module.maybe_consume_signed_record
+        if not isinstance(consume, RememberedRecords):
+            module.maybe_consume_signed_record = RememberedRecords(consume)  # type: ignore[attr-defined]
+
+
+class RememberedRecords:
+    """``maybe_consume_signed_record``, skipped for the bytes it last accepted from a peer."""
+
+    def __init__(self, consume: Consume, clock: Callable[[], float] = time.monotonic) -> None:
+        self.consume = consume
+        self.clock = clock
+        self.accepted: OrderedDict[tuple[Any, bytes], float] = OrderedDict()  # -> when
+
+    def __call__(self, msg: Any, host: Any, peer_id: Any) -> bool:
+        if not msg.HasField("senderRecord"):
+            return self.consume(msg, host, peer_id)
+        key, now = (peer_id, bytes(msg.senderRecord)), self.clock()
+        if now - self.accepted.get(key, -RECHECK_S) < RECHECK_S:
+            return True
+        ok = self.consume(msg, host, peer_id)
+        if ok:
+            self.accepted[key] = now
+            self.accepted.move_to_end(key)
+            while len(self.accepted) > RECORDS_REMEMBERED:
+                self.accepted.popitem(last=False)
+        return ok
