@@ -132,6 +132,10 @@ def gossip(
     sync_interval: Annotated[
         float, typer.Option(min=0.5, help="Anti-entropy interval per peer (s).")
     ] = 10.0,
+    catchup_timeout: Annotated[
+        float,
+        typer.Option(min=1.0, help="Catch-up: limit for the bulk ingest and for the catch-up (s)."),
+    ] = 300.0,
     out: Annotated[Path, typer.Option(help="JSON file to write.")] = Path(
         "bench-results/gossip.json"
     ),
@@ -152,6 +156,7 @@ def gossip(
         if capacity
         else None,
         sync_interval_s=sync_interval,
+        catchup_timeout_s=catchup_timeout,
         out=out,
         data=data,
     )

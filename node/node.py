@@ -242,10 +242,12 @@ class RunningNode:
     # --- sync over libp2p streams ---
 
     async def _initiate_sync(self, peer: Any) -> bool:
-        """One session with ``peer``; True if it ended cleanly, brought records, and used up its
-        passes (a catch-up with more to come): then the next one starts at once (the
-        scheduler caps such runs). A pair that differs in records neither side accepts
-        (expired, far-future) applies none: it keeps the normal interval."""
+        """One session with ``peer``; True if it ended cleanly, moved records (either way), and
+        used up its passes (a catch-up with more to come): then the next one starts at once
+        (the scheduler caps such runs). The peer that feeds a node catching up follows up
+        too: the node's own sessions with it are refused while this one runs. A pair that
+        differs in records neither side sends nor accepts (expired) moves none: it keeps the
+        normal interval."""
         sync = self.services.sync
         name = peer.to_base58()
         if name in self.services.blocklist or not sync.may_initiate(name):
@@ -255,8 +257,7 @@ class RunningNode:
                 stream = await self.host.new_stream(peer, [SYNC_PROTOCOL])
         frames = Libp2pFrames(stream, self.config.sync_max_frame)
         outcome = await sync.initiate(name, frames)
-        used_up = outcome.passes >= sync.config.max_passes
-        return outcome.error is None and used_up and outcome.records_applied > 0
+        return outcome.more_to_do(sync.config.max_passes)
 
     async def _respond_sync(self, stream: Any) -> None:
         peer = peer_id_of(stream)

@@ -3,9 +3,14 @@
 Several sessions run at once, with different peers: one per peer, whichever side opened
 it, and at most ``max_sessions`` in each direction (``node/sync_slots.py``), so a peer that
 holds a silent stream, or opens one after another, holds its own slot and nobody else's.
-A session step (``session.receive``) reads and writes RocksDB and the trees, so it runs in
-a worker thread under the node's ``db_lock`` — the same lock the DB writer holds — keeping
-one writer at a time; sessions interleave frame by frame, as they did with the writer.
+The sessions share one ``BucketClaims`` (``sync/claims.py``): each reconciles differing
+buckets no other one holds, so a node catching up from four peers at once receives and
+verifies each missing record once, not four times. A frame is taken in two steps, both in
+worker threads: ``session.check`` (decode, signatures: no replica) without the lock, then
+``session.receive_checked`` (apply, answer: reads and writes RocksDB and the trees) under the
+node's ``db_lock`` — the same lock the DB writer holds — keeping one writer at a time. So one
+session's records are checked on the verify threads while another's are written; sessions
+interleave frame by frame, as they do with the writer.
 Between frames the driver sleeps until the session's ``next_deadline()`` (its idle timeout,
 ``SyncConfig.idle_timeout_ms``, longer while a big frame is in flight) and then lets
 ``handle_timeout`` end it. A bad frame ends that session with a reason (sent to the peer as
@@ -28,6 +33,7 @@ from node.framing import FrameStream, FrameTooLarge, StreamClosed
 from node.limits import TokenBuckets
 from node.metrics import Metrics
 from node.sync_slots import BUSY, DUPLICATE, SessionSlots
+from sync.claims import BucketClaims
 from sync.errors import RemoteProtocolError
 from sync.frames import Abort, encode_frame
 from sync.protocol import SessionRole, SyncConfig, SyncSession
@@ -54,9 +60,18 @@ class SyncOutcome:
     records_received: int
     records_applied: int
     passes: int = 0  # reconciliation passes the session ran
+    records_sent: int = 0
     # records other sessions applied while this one ran: they may have been the ones this
     # peer sent (the same catch-up from several peers), so "nothing new" is no one's fault
     applied_by_others: int = 0
+
+    def more_to_do(self, max_passes: int) -> bool:
+        """Ended cleanly, moved records either way and used up its passes: a catch-up with
+        more to come (the next session may start at once). Both ends of a catch-up say so:
+        the node behind, and the peer feeding it, whose session the node's own is refused
+        beside."""
+        moved = self.records_applied > 0 or self.records_sent > 0
+        return self.error is None and self.passes >= max_passes and moved
 
     @property
     def useless(self) -> bool:
@@ -95,6 +110,10 @@ class SyncService:
         # one silent stream stop all anti-entropy. The price of concurrency: a node that was
         # down may verify the same records from two peers (bounded by max_sessions).
         self.slots = SessionSlots(max_sessions)
+        # ...which split the buckets they find different: each missing record comes once
+        # a session that brings no record for 3 idle timeouts loses them (not 1: at 1,000,000
+        # missing, the id lists of a pass take a few record-less frames on a busy machine)
+        self.claims = BucketClaims(stale_ms=3 * self.config.idle_timeout_ms)
         self._applied_total = 0  # records applied by every session since start
         self.on_outcome = on_outcome
         # per peer, across its sessions: a peer cannot flood us by opening many of them
@@ -108,7 +127,7 @@ class SyncService:
     async def initiate(self, peer: str, frames: FrameStream) -> SyncOutcome:
         session = SyncSession(
             SessionRole.INITIATOR, self.replica, now_ms=self.clock.wall_ms(),
-            salt_seed=self._salt(), config=self.config,
+            salt_seed=self._salt(), config=self.config, claims=self.claims,
         )  # fmt: skip
         if self.slots.claim(peer, session.role.value) is not None:  # retried next interval
             await _close(frames)
@@ -120,8 +139,9 @@ class SyncService:
 
     async def respond(self, peer: str, frames: FrameStream) -> SyncOutcome:
         session = SyncSession(
-            SessionRole.RESPONDER, self.replica, now_ms=self.clock.wall_ms(), config=self.config
-        )
+            SessionRole.RESPONDER, self.replica, now_ms=self.clock.wall_ms(), config=self.config,
+            claims=self.claims,
+        )  # fmt: skip
         refused = self.slots.claim(peer, session.role.value)
         if refused is not None:
             await _try_send(frames, encode_frame(Abort(refused)))
@@ -150,6 +170,7 @@ class SyncService:
         try:
             error = await self._exchange(peer, session, frames)
         finally:
+            session.release_claims()  # however it ended: its buckets go to other sessions
             await _close(frames)
         outcome = _outcome(peer, session, error, started, (self.clock.now() - t0) * 1000)
         outcome.applied_by_others = self._applied_total - applied_before - outcome.records_applied
@@ -193,11 +214,15 @@ class SyncService:
             return "stream_closed"
 
     async def _receive(self, session: SyncSession, data: bytes) -> bytes | None:
-        """One step of the session, in a worker thread under ``db_lock``; counts what it applied."""
+        """One step of the session: checked in a worker thread (signatures on the verify
+        threads) without ``db_lock``, applied in one under it; counts what it applied."""
+        checked = await trio.to_thread.run_sync(session.check, data)
         before = session.stats.records_applied
         try:
             async with self.db_lock:
-                return await trio.to_thread.run_sync(session.receive, data, self.clock.wall_ms())
+                return await trio.to_thread.run_sync(
+                    session.receive_checked, checked, self.clock.wall_ms()
+                )
         finally:  # a frame that ends the session may still have applied its valid records
             self._applied_total += session.stats.records_applied - before
 
@@ -258,6 +283,7 @@ def _outcome(
         records_received=stats.records_received,
         records_applied=stats.records_applied,
         passes=stats.passes,
+        records_sent=stats.records_sent,
     )
 
 

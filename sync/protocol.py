@@ -59,6 +59,7 @@ from store.records import (
     decode_identity_record,
     decode_msg,
 )
+from sync.claims import BucketClaims
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.frames import (
     CELL_LEN,
@@ -121,6 +122,20 @@ def _apply_order(item: tuple[Domain, Any]) -> int:
 
 APPLY_ORDER = (Domain.MEMBERS, Domain.IDENTITY, Domain.DELETES, Domain.MESSAGES)
 MESSAGE_DOMAINS = frozenset({Domain.MESSAGES, Domain.DELETES})  # records are signed MsgV1
+
+
+# One domain's records of a frame, decoded and authenticated (record, id, physical ms),
+# and the first problem among them (raised once the valid ones are applied).
+CheckedRecords = tuple[list[tuple[Record, bytes, int]], RemoteProtocolError | None]
+
+
+@dataclass(frozen=True)
+class CheckedFrame:
+    """A frame from the peer that ``SyncSession.check`` decoded: what ``receive_checked`` takes."""
+
+    size: int
+    frame: Frame
+    records: dict[Domain, CheckedRecords]
 
 
 def verify_each(msgs: Sequence[MsgV1]) -> list[InvalidInput | None]:
@@ -201,7 +216,10 @@ class _DomainPass:
     outbox: deque[bytes] = field(default_factory=deque)  # ids of records to push
     shipped: set[bytes] = field(default_factory=set)  # pushed this pass: never twice
     moved: set[int] = field(default_factory=set)  # buckets a record travelled in, either way
-    truncated: bool = False  # more leaves differed than max_cells (initiator)
+    truncated: bool = False  # more leaves differed than we took this pass (initiator)
+    asked: int = 0  # ids we asked for (wants, prefix wants) and have not received since
+    ask_window: int = 100_000  # at most this many asked and unanswered: max_outbox // 2
+    id_list_asks: dict[int, int] = field(default_factory=dict)  # bucket -> records it asks
     wants: list[bytes] = field(default_factory=list)
     prefix_wants: list[PrefixWant] = field(default_factory=list)
     id_lists: list[IdList] = field(default_factory=list)
@@ -250,7 +268,10 @@ class SyncSession:
         now_ms: int,
         salt_seed: bytes = b"",
         config: SyncConfig | None = None,
+        claims: BucketClaims | None = None,
     ) -> None:
+        """``claims``: shared by the sessions a node runs at once, so that they split the
+        differing buckets instead of each moving the same records (``sync.claims``)."""
         self.role = role
         self.replica = replica
         self.config = config or SyncConfig()
@@ -269,6 +290,8 @@ class SyncSession:
         self._session_cutoff = self.config.cutoff_ms  # the later of both sides' (RETENTION.md)
         self._now_ms = now_ms  # the clock of the frame at hand: receive() sets it
         self._moved = 0  # records sent or received in this pass
+        self._claims = claims
+        self._checked: dict[Domain, CheckedRecords] = {}  # the frame at hand's, from check()
 
     # --- driver API ---
 
@@ -280,23 +303,68 @@ class SyncSession:
         return self._send(self._begin_pass())
 
     def receive(self, data: bytes, now_ms: int) -> bytes | None:
-        """Handle one frame from the peer; return the frame to send back (None: session over)."""
-        if self.state in (State.DONE, State.ABORTED, State.START):
-            raise LocalProtocolError(f"receive() in state {self.state.value}")
-        self._last_activity_ms = now_ms
-        self._now_ms = now_ms
-        self._in_flight = 0
+        """Handle one frame from the peer; return the frame to send back (None: session over).
+
+        The same as ``receive_checked(check(data))``: a driver that runs sessions at once
+        calls ``check`` outside its writer lock (decoding and signature checks touch no
+        replica) and ``receive_checked`` under it."""
+        return self.receive_checked(self.check(data), now_ms)
+
+    def check(self, data: bytes) -> CheckedFrame:
+        """Decode one frame from the peer and, for an expected TRANSFER, decode and
+        authenticate its records. Reads no replica and changes nothing but the session's
+        end: a malformed frame aborts it (``RemoteProtocolError``). A bad record does not
+        raise here: ``receive_checked`` applies the frame's valid records first."""
+        self._live("check")
         try:
             frame = decode_frame(
                 data, max_frame=self.config.max_frame, max_ids=self.config.max_ids_per_frame
             )
-            self._count(data, frame, self.stats.bytes_received)
-            self.stats.frames_received += 1
-            reply = self._dispatch(frame)
+            records = {}
+            if isinstance(frame, Transfer) and self.state is State.TRANSFER:
+                records = {
+                    domain: self._check_records(domain, dp, frame.sections[domain].records)
+                    for domain, dp in self._domains.items()
+                    if domain in frame.sections
+                }
         except RemoteProtocolError as exc:
-            self.state, self.error = State.ABORTED, exc.reason
+            self._abort(exc.reason)
             raise
+        return CheckedFrame(len(data), frame, records)
+
+    def receive_checked(self, checked: CheckedFrame, now_ms: int) -> bytes | None:
+        """Handle a frame ``check`` passed: apply it; the frame to send back (None: over)."""
+        self._live("receive")
+        self._last_activity_ms = now_ms
+        self._now_ms = now_ms
+        self._in_flight = 0
+        self._checked = checked.records
+        try:
+            self._count(checked.size, checked.frame, self.stats.bytes_received)
+            self.stats.frames_received += 1
+            reply = self._dispatch(checked.frame)
+        except RemoteProtocolError as exc:
+            self._abort(exc.reason)
+            raise
+        finally:
+            self._checked = {}
+        if self.finished:
+            self.release_claims()
         return None if reply is None else self._send(reply)
+
+    def release_claims(self) -> None:
+        """Give back the buckets this session was reconciling (``sync.claims``); done at every
+        pass and at the end — a driver calls it too once a session is over, however it ended."""
+        if self._claims is not None:
+            self._claims.release(self)
+
+    def _live(self, what: str) -> None:
+        if self.state in (State.DONE, State.ABORTED, State.START):
+            raise LocalProtocolError(f"{what}() in state {self.state.value}")
+
+    def _abort(self, reason: str) -> None:
+        self.state, self.error = State.ABORTED, reason
+        self.release_claims()
 
     def sent(self, now_ms: int) -> None:
         """The driver finished sending our last frame at ``now_ms``: the peer's silence counts
@@ -324,7 +392,7 @@ class SyncSession:
         deadline = self.next_deadline()
         if deadline is None or now_ms < deadline:
             return None
-        self.state, self.error = State.ABORTED, "timeout"
+        self._abort("timeout")
         return self.abort_frame()
 
     def abort_frame(self) -> bytes:
@@ -351,7 +419,7 @@ class SyncSession:
 
     def _send(self, frame: Frame) -> bytes:
         data = encode_frame(frame)
-        self._count(data, frame, self.stats.bytes_sent)
+        self._count(len(data), frame, self.stats.bytes_sent)
         self.stats.frames_sent += 1
         self._in_flight = len(data)  # the peer digests this before it answers
         if self.role is INIT:
@@ -360,7 +428,7 @@ class SyncSession:
             self._last_sent_idle = frame.idle
         return data
 
-    def _count(self, data: bytes, frame: Frame, into: dict[str, int]) -> None:
+    def _count(self, size: int, frame: Frame, into: dict[str, int]) -> None:
         if isinstance(frame, Transfer):
             records = ids = 0
             for s in frame.sections.values():
@@ -370,13 +438,13 @@ class SyncSession:
                 ids += sum(len(x.prefixes) for x in s.prefix_wants)
             into["records"] += records
             into["ids"] += ids
-            into["control"] += len(data) - records - ids
+            into["control"] += size - records - ids
             if records and self.stats.round_trips_before_fetch is None:
                 self.stats.round_trips_before_fetch = self.stats.round_trips
         elif isinstance(frame, Hello | Nodes | Cells):
-            into["tree"] += len(data)
+            into["tree"] += size
         else:
-            into["control"] += len(data)
+            into["control"] += size
 
     def _tree(self, domain: Domain) -> MerkleTree:
         return self.replica.tree(domain)
@@ -391,6 +459,7 @@ class SyncSession:
     # --- passes ---
 
     def _begin_pass(self, *, final: bool = False) -> Hello:
+        self.release_claims()
         self._pass_no += 1
         self.stats.passes = self._pass_no
         seed = self.salt_seed + self._pass_no.to_bytes(2, "big")
@@ -414,6 +483,7 @@ class SyncSession:
             raise RemoteProtocolError(
                 "HELLO must carry a root for every domain", reason="missing_domain"
             )
+        self.release_claims()
         self._pass_no = self.stats.passes = hello.pass_no
         self._salt, self._width = hello.salt, hello.width
         self._session_cutoff = _later(self.config.cutoff_ms, hello.cutoff_ms)
@@ -421,7 +491,7 @@ class SyncSession:
         if not differing or hello.final or hello.pass_no > self.config.max_passes:
             self.state, self.converged = State.DONE, not differing
             return Done(not differing)
-        self._domains = {d: _DomainPass() for d in differing}
+        self._domains = {d: self._new_pass() for d in differing}
         top = list(range(FANOUT**TOP_DEPTH))
         sections = {}
         for domain, dp in self._domains.items():
@@ -432,6 +502,9 @@ class SyncSession:
             )
         self.state = State.AWAIT_MIDDLE
         return Nodes(sections, max(0, self._session_cutoff or 0))
+
+    def _new_pass(self) -> _DomainPass:
+        return _DomainPass(ask_window=self.config.max_outbox // 2)
 
     def _on_done(self, done: Done) -> None:
         self.state, self.converged = State.DONE, done.converged
@@ -482,7 +555,7 @@ class SyncSession:
 
     def _on_top(self, nodes: Nodes) -> Nodes:
         self._session_cutoff = _later(self.config.cutoff_ms, nodes.cutoff_ms)
-        self._domains = {d: _DomainPass() for d in nodes.sections}
+        self._domains = {d: self._new_pass() for d in nodes.sections}
         if not self._domains:
             raise RemoteProtocolError("NODES without any domain", reason="unexpected_domain")
         self.state = State.AWAIT_LEAVES
@@ -498,8 +571,10 @@ class SyncSession:
         for domain, (flags, hashes) in nodes.sections.items():
             dp = self._domains[domain]
             differ = self._descend(domain, flags, hashes, DEPTH)
-            dp.truncated = len(differ) > self.config.max_cells  # the rest: next pass
-            differ = differ[: self.config.max_cells]
+            taken = self._take(domain, differ)
+            # the rest (over max_cells, or another session's): a later pass
+            dp.truncated = len(taken) < len(differ)
+            differ = taken
             dp.diff_buckets = set(differ)
             tree = self._tree(domain)
             cells = b"".join(_encode_cell(*tree.cell(b)) for b in differ)
@@ -516,13 +591,22 @@ class SyncSession:
                 raise RemoteProtocolError(
                     f"{len(blob)} cell bytes for {len(buckets)} leaves", reason="bad_cells"
                 )
-            dp.diff_buckets = set(buckets)
+            dp.diff_buckets = set(self._take(domain, buckets))  # another session's: left alone
             tree = self._tree(domain)
             for i, bucket in enumerate(buckets):
+                if bucket not in dp.diff_buckets:
+                    continue
                 theirs = _decode_cell(blob[i * CELL_LEN : (i + 1) * CELL_LEN])
                 self._reconcile_cell(domain, dp, bucket, tree.cell(bucket), theirs)
         self.state = State.TRANSFER
         return self._next_transfer()
+
+    def _take(self, domain: Domain, buckets: list[int]) -> list[int]:
+        """The differing buckets this pass reconciles: at most ``max_cells``, none that
+        another session of this replica is reconciling now (``sync.claims``)."""
+        if self._claims is None:
+            return buckets[: self.config.max_cells]
+        return self._claims.take(self, domain, buckets, self.config.max_cells, self._now_ms)
 
     def _reconcile_cell(
         self,
@@ -536,6 +620,7 @@ class SyncSession:
         decoded = decode_pure_cell(bucket, mine, theirs)
         if decoded is None:
             dp.id_lists.append(self._id_list(domain, bucket))
+            dp.id_list_asks[bucket] = max(1, theirs[0] - mine[0])  # what the peer will push
         elif decoded[0] > 0:
             dp.wants.append(decoded[1])  # the peer has it, we do not
         else:
@@ -564,6 +649,9 @@ class SyncSession:
                 )
             self._take_requests(domain, dp, section)
             self._take_records(domain, dp, section.records)
+        if transfer.idle:  # the peer has nothing queued: it answered all we asked
+            for dp in self._domains.values():
+                dp.asked = 0
         reply = self._next_transfer()
         nothing_to_say = reply.idle and all(s.empty for s in reply.sections.values())
         if transfer.idle and nothing_to_say and self.role is INIT:
@@ -625,8 +713,8 @@ class SyncSession:
                 reason="unsolicited",
             )
 
-    def _take_records(self, domain: Domain, dp: _DomainPass, blobs: list[bytes]) -> None:
-        """Validate every record, apply the valid ones, then fail on the first invalid one."""
+    def _check_records(self, domain: Domain, dp: _DomainPass, blobs: list[bytes]) -> CheckedRecords:
+        """Decode and authenticate every record: the valid ones, and the first problem."""
         decoded: list[tuple[Record, bytes, int]] = []
         problem: RemoteProtocolError | None = None
         for blob in blobs:
@@ -639,6 +727,18 @@ class SyncSession:
             decoded.append((record, record_id, physical_ms))
         if domain in MESSAGE_DOMAINS:
             decoded, problem = self._verified(decoded, problem)
+        return decoded, problem
+
+    def _take_records(self, domain: Domain, dp: _DomainPass, blobs: list[bytes]) -> None:
+        """Apply the valid records (``check`` validated every one), then fail on the first
+        invalid one."""
+        checked = self._checked.get(domain)
+        if checked is None:
+            checked = self._check_records(domain, dp, blobs)
+        decoded, problem = checked
+        dp.asked = max(0, dp.asked - len(blobs))
+        if decoded and self._claims is not None:
+            self._claims.progress(self, self._now_ms)
         valid: list[Record] = []
         for record, record_id, physical_ms in decoded:
             dp.moved.add(bucket_of(record_id))
@@ -707,12 +807,16 @@ class SyncSession:
         for domain, dp in self._domains.items():
             records, budget = self._fill_records(domain, dp, budget, id_budget)
             id_budget -= len(records)
-            wants = dp.wants[:id_budget]
+            # asks wait while too many are unanswered: the peer's outbox stays within its
+            # max_outbox however many records this pass moves (a catch-up of 1,000,000)
+            room = dp.ask_window - dp.asked
+            wants = dp.wants[: max(0, min(id_budget, room))]
             del dp.wants[: len(wants)]
             id_budget -= len(wants)
-            id_lists = _take_within(dp.id_lists, id_budget)
+            dp.asked += len(wants)
+            id_lists = _take_within(dp.id_lists, id_budget, dp, dp.id_list_asks)
             id_budget -= sum(len(x.prefixes) // ID_PREFIX_LEN for x in id_lists)
-            prefix_wants = _take_within(dp.prefix_wants, id_budget)
+            prefix_wants = _take_within(dp.prefix_wants, id_budget, dp)
             id_budget -= sum(len(x.prefixes) // ID_PREFIX_LEN for x in prefix_wants)
             section = TransferSection(records, b"".join(wants), id_lists, prefix_wants)
             if not section.empty:
@@ -752,12 +856,24 @@ def _later(own: int | None, peer: int) -> int | None:
     return max(present) if present else None
 
 
-def _take_within(items: list[Any], budget: int) -> list[Any]:
-    """Pop items (IdList / PrefixWant) from the front while their prefixes fit in ``budget``."""
+def _take_within(
+    items: list[Any],
+    budget: int,
+    dp: _DomainPass | None = None,
+    asks: dict[int, int] | None = None,
+) -> list[Any]:
+    """Pop items (IdList / PrefixWant) from the front while their prefixes fit in ``budget``
+    and fewer than ``max_outbox // 2`` asked ids are unanswered (``dp.asked``, which grows by
+    what each item asks for: a prefix want's prefixes, an id list's ``asks[bucket]``)."""
     taken = []
-    while items and len(items[0].prefixes) // ID_PREFIX_LEN <= budget:
+    room = float("inf") if dp is None else dp.ask_window - dp.asked
+    while items and room > 0 and len(items[0].prefixes) // ID_PREFIX_LEN <= budget:
         item = items.pop(0)
         budget -= len(item.prefixes) // ID_PREFIX_LEN
+        cost = len(item.prefixes) // ID_PREFIX_LEN if asks is None else asks.pop(item.bucket, 1)
+        if dp is not None:
+            dp.asked += cost
+        room -= cost
         taken.append(item)
     return taken
 

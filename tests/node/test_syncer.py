@@ -285,3 +285,57 @@ async def test_the_idle_timeout_is_measured_on_trios_clock(
         assert trio.current_time() - started == pytest.approx(10.0, abs=0.01)
     finally:
         db.close()
+
+
+async def test_a_node_catching_up_from_three_peers_at_once_receives_each_record_once(
+    tmp_path: Path,
+) -> None:
+    """Its sessions split the differing buckets (sync/claims.py): before, each of the three
+    moved and verified every missing record."""
+    dbs = [small_db(tmp_path / name) for name in ("behind", "p0", "p1", "p2")]
+    try:
+        seed(dbs[0], [])
+        for db in dbs[1:]:
+            seed(db, messages(0, 200))
+        behind, *peers = [DbReplica(db) for db in dbs]
+        metrics = Metrics()
+        ours = service(behind, metrics)
+        received = 0
+        for _ in range(5):  # rounds of three concurrent sessions, until caught up
+            outcomes: list[SyncOutcome] = []
+
+            async def initiate(name: str, frames: TrioFrames, into: list[SyncOutcome]) -> None:
+                into.append(await ours.initiate(name, frames))
+
+            async with trio.open_nursery() as nursery:
+                for i, peer in enumerate(peers):
+                    left, right = trio.testing.memory_stream_pair()
+                    theirs = service(peer, metrics)
+                    nursery.start_soon(theirs.respond, "behind", TrioFrames(right, MAX_FRAME))
+                    nursery.start_soon(initiate, f"p{i}", TrioFrames(left, MAX_FRAME), outcomes)
+            assert all(o.error is None for o in outcomes)
+            received += sum(o.records_received for o in outcomes)
+            if behind.tree(Domain.MESSAGES) == peers[0].tree(Domain.MESSAGES):
+                break
+        assert behind.tree(Domain.MESSAGES).count == 200
+        assert received == 200
+        assert ours.claims.held() == 0
+    finally:
+        for db in dbs:
+            db.close()
+
+
+def test_a_session_that_moved_records_either_way_and_used_its_passes_has_more_to_do() -> None:
+    def outcome(**fields: object) -> SyncOutcome:
+        base: dict[str, object] = dict(
+            peer="p", role="initiator", converged=False, error=None, started_ms=0,
+            duration_ms=1.0, frames=10, bytes_sent=1, bytes_received=1, records_received=0,
+            records_applied=0, passes=3, records_sent=0,
+        )  # fmt: skip
+        return SyncOutcome(**{**base, **fields})  # type: ignore[arg-type]
+
+    assert outcome(records_received=5, records_applied=5).more_to_do(3)  # the node behind
+    assert outcome(records_sent=5).more_to_do(3)  # the peer feeding it
+    assert not outcome().more_to_do(3)  # nothing moved (records neither side accepts)
+    assert not outcome(records_sent=5, passes=2).more_to_do(3)  # it ended on its own
+    assert not outcome(records_sent=5, error="timeout").more_to_do(3)

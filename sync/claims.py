@@ -1,0 +1,79 @@
+"""Which session is reconciling which bucket: concurrent sessions split a catch-up.
+
+A node that was down misses the same records at every peer, and on reconnect it runs a
+session with several of them at once. Without coordination each session found the same
+differing buckets and moved the same records: the node received, decoded and verified
+every missing record once per session (4x with 4 peers), and the sessions competed for
+the one writer. With a shared ``BucketClaims`` a session takes the differing buckets no
+other live session holds (``take``), reconciles those, and leaves the rest for a later
+pass: the sessions split the buckets between them, and each record travels once.
+
+A session takes its buckets where it decides what the pass will move — the initiator
+when it chooses the leaves it sends cells for, the responder when it reads them — and
+gives them back at its next pass and when it ends (``release``), whatever the reason.
+A bucket left to another session is only deferred: every session still ends with a
+full-width root comparison, and a session that dies frees its buckets for the next pass.
+A session that holds buckets and has brought no record for ``stale_ms`` (a stalled or
+hostile peer trickling empty frames) holds them no longer: the next session takes them.
+Pure: no I/O, time passed in; a lock because sessions step in worker threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from sync.frames import Domain
+
+
+class BucketClaims:
+    def __init__(self, stale_ms: int = 5_000) -> None:
+        self.stale_ms = stale_ms
+        self._owner: dict[tuple[Domain, int], object] = {}
+        self._progress_ms: dict[int, int] = {}  # id(owner) -> when it last took or brought
+        self._of: dict[int, list[tuple[Domain, int]]] = {}  # id(owner) -> its keys
+        self._lock = threading.Lock()
+
+    def take(
+        self, owner: object, domain: Domain, buckets: Iterable[int], limit: int, now_ms: int
+    ) -> list[int]:
+        """Of ``buckets`` (in order), the first ``limit`` that no other owner holds, or whose
+        owner is stale; now ``owner``'s. Buckets ``owner`` already holds count as free."""
+        taken: list[int] = []
+        with self._lock:
+            self._progress_ms[id(owner)] = now_ms
+            for bucket in buckets:
+                if len(taken) >= limit:
+                    break
+                key = (domain, bucket)
+                holder = self._owner.get(key)
+                if holder is not None and holder is not owner and self._stale(holder, now_ms):
+                    holder = None
+                if holder is None:
+                    self._owner[key] = owner
+                    self._of.setdefault(id(owner), []).append(key)
+                if holder is None or holder is owner:
+                    taken.append(bucket)
+        return taken
+
+    def progress(self, owner: object, now_ms: int) -> None:
+        """``owner`` brought records at ``now_ms``: its buckets stay its own."""
+        with self._lock:
+            if id(owner) in self._of:
+                self._progress_ms[id(owner)] = now_ms
+
+    def _stale(self, holder: object, now_ms: int) -> bool:
+        return now_ms - self._progress_ms.get(id(holder), now_ms) > self.stale_ms
+
+    def release(self, owner: object) -> None:
+        """Give back every bucket ``owner`` holds."""
+        with self._lock:
+            self._progress_ms.pop(id(owner), None)
+            for key in self._of.pop(id(owner), ()):
+                if self._owner.get(key) is owner:
+                    del self._owner[key]
+
+    def held(self) -> int:
+        """Buckets held by some session now (statistics)."""
+        with self._lock:
+            return len(self._owner)

@@ -1,0 +1,136 @@
+"""Sessions a replica runs at once split the differing buckets (sync/claims.py), and a side
+that asks for many records paces its asks to the peer's outbox (sync/protocol.py).
+
+A node that was down misses the same records at every peer and syncs with several at once:
+without claims each session moved every missing record (4x the work with 4 peers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from sync.claims import BucketClaims
+from sync.frames import Domain
+from sync.loopback import run_session
+from sync.protocol import SessionRole, SyncConfig, SyncSession
+from sync.replica import MemoryReplica
+
+from sync_support import engine, fill, message
+
+MISSED = [message(n) for n in range(300)]
+
+
+def test_a_bucket_is_taken_by_one_owner_until_it_releases_it() -> None:
+    claims, a, b = BucketClaims(), object(), object()
+    assert claims.take(a, Domain.MESSAGES, [1, 2, 3], 2, now_ms=0) == [1, 2]
+    assert claims.take(b, Domain.MESSAGES, [1, 2, 3, 4], 10, now_ms=0) == [3, 4]
+    assert claims.take(b, Domain.DELETES, [1], 10, now_ms=0) == [1]  # per domain
+    assert claims.take(a, Domain.MESSAGES, [2, 4], 10, now_ms=0) == [2]  # its own stay its own
+    assert claims.held() == 5
+    claims.release(a)
+    assert claims.take(b, Domain.MESSAGES, [1, 2, 3], 10, now_ms=0) == [1, 2, 3]
+    claims.release(b)
+    claims.release(b)  # twice: nothing left
+    assert claims.held() == 0
+
+
+def test_buckets_of_a_session_that_brings_nothing_for_stale_ms_go_to_the_next() -> None:
+    """A stalled (or hostile) peer's session cannot keep a catch-up's buckets from others."""
+    claims, stalled, honest = BucketClaims(stale_ms=5_000), object(), object()
+    assert claims.take(stalled, Domain.MESSAGES, [1, 2], 10, now_ms=0) == [1, 2]
+    claims.progress(stalled, now_ms=4_000)  # it brought records at 4 s
+    assert claims.take(honest, Domain.MESSAGES, [1, 2, 3], 10, now_ms=9_000) == [3]
+    assert claims.take(honest, Domain.MESSAGES, [1, 2, 3], 10, now_ms=9_001) == [1, 2, 3]
+    claims.release(stalled)  # what it held is the honest one's now: untouched
+    assert claims.take(stalled, Domain.MESSAGES, [1], 10, now_ms=9_002) == []
+    claims.release(honest)
+    assert claims.held() == 0
+
+
+def _exchange(initiator: SyncSession, responder: SyncSession) -> Iterator[None]:
+    """One session, a frame per step (so that several can interleave)."""
+    frame: bytes | None = initiator.start(0)
+    receiver, other = responder, initiator
+    while frame is not None:
+        yield
+        frame = receiver.receive(frame, 0)
+        receiver, other = other, receiver
+
+
+def _interleaved(*exchanges: Iterator[None]) -> None:
+    live = list(exchanges)
+    while live:
+        for exchange in list(live):
+            if next(exchange, StopIteration) is StopIteration:
+                live.remove(exchange)
+
+
+def _catch_up(behind: MemoryReplica, peers: list[MemoryReplica], *, we_open: list[bool],
+              claims: BucketClaims | None) -> tuple[int, int]:  # fmt: skip
+    """Rounds of concurrent sessions, ``behind`` with every peer, until it holds what they
+    hold: (records ``behind`` received in all, rounds)."""
+    received = 0
+    for rounds in range(1, 20):
+        ours = []
+        exchanges = []
+        for i, (peer, opens) in enumerate(zip(peers, we_open, strict=True)):
+            role = SessionRole.INITIATOR if opens else SessionRole.RESPONDER
+            mine = SyncSession(role, behind, now_ms=0, salt_seed=bytes([rounds, i]), claims=claims)
+            other_role = SessionRole.RESPONDER if opens else SessionRole.INITIATOR
+            theirs = SyncSession(other_role, peer, now_ms=0, salt_seed=bytes([rounds, i, 1]))
+            pair = (mine, theirs) if opens else (theirs, mine)
+            exchanges.append(_exchange(*pair))
+            ours.append(mine)
+        _interleaved(*exchanges)
+        received += sum(s.stats.records_received for s in ours)
+        if set(behind.messages) == set(peers[0].messages):
+            assert claims is None or claims.held() == 0  # every session gave its buckets back
+            return received, rounds
+    raise AssertionError("no catch-up in 20 rounds")
+
+
+@pytest.mark.parametrize(
+    "we_open", [[True, True, True], [False, False, False], [True, False, True]],
+    ids=["we-open", "they-open", "mixed"],
+)  # fmt: skip
+def test_concurrent_sessions_move_each_missing_record_once(we_open: list[bool]) -> None:
+    peers = [fill(engine(), MISSED) for _ in we_open]
+    behind = engine()
+    received, _ = _catch_up(behind, peers, we_open=we_open, claims=BucketClaims())
+    assert received == len(MISSED)
+    assert behind.tree(Domain.MESSAGES) == peers[0].tree(Domain.MESSAGES)
+
+
+def test_without_claims_concurrent_sessions_move_the_same_records_again() -> None:
+    """The cost the claims remove (and what makes the test above able to fail)."""
+    peers = [fill(engine(), MISSED) for _ in range(3)]
+    received, _ = _catch_up(engine(), peers, we_open=[True] * 3, claims=None)
+    assert received == 3 * len(MISSED)
+
+
+def test_a_session_that_dies_gives_its_buckets_back() -> None:
+    claims = BucketClaims()
+    behind, peer = engine(), fill(engine(), MISSED)
+    mine = SyncSession(SessionRole.INITIATOR, behind, now_ms=0, salt_seed=b"x", claims=claims)
+    theirs = SyncSession(SessionRole.RESPONDER, peer, now_ms=0)
+    frame = mine.start(0)
+    for _ in range(3):  # HELLO, NODES, NODES: the next frame from us is CELLS
+        frame = mine.receive(theirs.receive(frame, 0) or b"", 0)
+    assert claims.held() > 0
+    assert mine.handle_timeout(10**9) is not None  # the peer went silent
+    assert claims.held() == 0
+
+
+def test_a_catch_up_larger_than_the_peers_outbox_paces_its_asks() -> None:
+    """The empty responder names every missing id (pure cells) and used to ask for them all
+    in one frame: over the peer's max_outbox, the peer ended the session (too_many_items),
+    as a 1,000,000-record catch-up did with the default limits. Now it keeps at most
+    max_outbox / 2 asks unanswered."""
+    full = fill(engine(), MISSED)
+    behind = engine()
+    config = SyncConfig(max_outbox=40)
+    result = run_session(full, behind, config=config)
+    assert result.converged and set(behind.messages) == set(full.messages)
+    assert result.responder.stats.records_received == len(MISSED)
