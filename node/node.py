@@ -328,6 +328,8 @@ def _db_config(cfg: NodeConfig) -> ChatDbConfig:
     return ChatDbConfig(
         path=cfg.data,
         write_sync=cfg.durable,
+        block_cache_mb=cfg.db_block_cache_mb,
+        memtable_mb=cfg.db_memtable_mb,
         max_payload=cfg.max_payload,
         max_offset_ms=cfg.max_offset_ms,
     )

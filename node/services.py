@@ -21,16 +21,16 @@ drives the same services over memory channels.
 from __future__ import annotations
 
 import functools
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import trio
 
+from node.arrivals import ArrivalLog
 from node.clock import Clock
 from node.config import NodeConfig
 from node.gc import RetentionGc
-from node.gossip import ARRIVAL_LOG, GossipService, GossipSettings, GossipValidator, Publisher
+from node.gossip import GossipService, GossipSettings, GossipValidator, Publisher
 from node.gossip.settings import OPS_TOPIC
 from node.intake import OpIntake, ops_not_held
 from node.limits import AuthorRates, GossipWaste
@@ -66,7 +66,7 @@ class Services:
     judge: PeerJudge
     blocklist: Blocklist
     # (packed HLC, arrival ms) of the newest messages sync stored (gossip keeps its own)
-    sync_arrivals: deque[tuple[int, int]]
+    sync_arrivals: ArrivalLog
 
     @property
     def db(self) -> ChatDb:
@@ -144,11 +144,11 @@ def sync_config(config: NodeConfig, verifier: Verifier) -> SyncConfig:
     )
 
 
-def _log_sync_arrivals(replica: DbReplica, clock: Clock) -> deque[tuple[int, int]]:
+def _log_sync_arrivals(replica: DbReplica, clock: Clock) -> ArrivalLog:
     """A log of the messages sync stores that are new here (GET /debug/latency?arrivals=1)."""
-    arrivals: deque[tuple[int, int]] = deque(maxlen=ARRIVAL_LOG)
+    arrivals = ArrivalLog()
 
-    def arrived(msgs: list[MsgV1]) -> None:  # the writing thread: deque.extend is atomic
+    def arrived(msgs: list[MsgV1]) -> None:  # the writing thread
         now = clock.wall_ms()
         arrivals.extend((msg.hlc.pack(), now) for msg in msgs)
 

@@ -4,7 +4,7 @@ It returns the node's gossip propagation latency quantiles (``Metrics.latency_qu
 now - op HLC time, for every op gossip delivered that was new here). With
 ``?arrivals=1`` it also lists ``[packed HLC, arrival ms]`` of the newest ops gossip
 delivered, and as ``sync_arrivals`` of the newest messages anti-entropy stored (at most
-``node.gossip.ARRIVAL_LOG`` each), so a benchmark that stamps every op with a distinct
+``node.arrivals.ARRIVAL_LOG`` each), so a benchmark that stamps every op with a distinct
 HLC can tell when, and by which path, each op reached each node.
 """
 

@@ -8,12 +8,11 @@
 """
 
 from node.gossip.batching import Batcher
-from node.gossip.service import ARRIVAL_LOG, GossipService, Publisher
+from node.gossip.service import GossipService, Publisher
 from node.gossip.settings import GossipSettings
 from node.gossip.validation import GossipValidator
 
 __all__ = [
-    "ARRIVAL_LOG",
     "Batcher",
     "GossipService",
     "GossipSettings",

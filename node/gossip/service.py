@@ -22,12 +22,13 @@ Outbound. ``publish`` queues ops; ``publish_loop`` gathers them into messages as
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sized
 from typing import Any, Protocol
 
 import trio
 
+from node.arrivals import ArrivalLog
 from node.clock import Clock
 from node.gossip.batching import PACE_POLL_S, Batcher, encode_messages
 from node.gossip.settings import GossipSettings
@@ -44,8 +45,6 @@ log = logging.getLogger(__name__)
 VALIDATED_CACHE = 4096
 OUTGOING_LISTS = 256  # publish() calls waiting for the publisher
 ACK_WINDOW = 4096  # gossip messages handed to the writer and not yet acknowledged
-# (packed HLC, arrival ms) of the newest ops gossip delivered, for GET /debug/latency
-ARRIVAL_LOG = 100_000
 # Refusals that do not spend the forwarder's budget: the origin is the one we blocked (an
 # honest relay cannot know our blocklist), or the validator failed (our bug).
 UNCHARGED = frozenset({"blocked_origin", "internal"})
@@ -89,7 +88,7 @@ class GossipService:
         self.waste = waste  # what each forwarder's refused messages may cost us
         self.on_applied = on_applied  # told of each message's new ops after their write
         self._validated: OrderedDict[bytes, list[Op]] = OrderedDict()
-        self.arrivals: deque[tuple[int, int]] = deque(maxlen=ARRIVAL_LOG)
+        self.arrivals = ArrivalLog()
         # lists of ops, one per publish() call (an API request: at most 1,024 ops)
         self._outgoing_send, self._outgoing = trio.open_memory_channel[list[Op]](OUTGOING_LISTS)
         metrics.gauge(
