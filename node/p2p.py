@@ -35,7 +35,7 @@ from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
 from node.gossip.settings import OPS_TOPIC as OPS_TOPIC  # the topic of ops, re-exported
-from node.libp2p_costs import take_out_per_rpc_costs
+from node.libp2p_costs import take_out_costs
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ async def start_host(
 
     ``on_dropped(reason)`` is called for every outbound RPC py-libp2p drops ("queue_full",
     "oversized")."""
-    take_out_per_rpc_costs()
+    take_out_costs()
     addrs = [multiaddr.Multiaddr(listen)]
     host = new_host(key_pair=key_pair, listen_addrs=addrs)
     await stack.enter_async_context(host.run(listen_addrs=addrs))

@@ -1,4 +1,4 @@
-"""py-libp2p's per-RPC costs taken out (node/libp2p_costs.py), on real hosts' signed records.
+"""py-libp2p's costs taken out (node/libp2p_costs.py), on real hosts' records and a real router.
 
 A record is checked once per peer and bytes: the same bytes again cost nothing, other bytes
 (a new record, a forgery, another peer's) are checked in full, a refused one is never
@@ -10,17 +10,20 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import blake3
 import libp2p.pubsub.gossipsub as gossipsub_module
 import libp2p.pubsub.pubsub as pubsub_module
 import pytest
 from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.peerstore import env_to_send_in_RPC
+from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.utils import maybe_consume_signed_record
 
 import node.libp2p_costs as costs
 from node.libp2p_costs import RECHECK_S, RememberedRecords
+from node.p2p import GOSSIP_PROTOCOLS
 
 
 class Counted:
@@ -97,11 +100,29 @@ def test_window_updates_wait_for_half_the_window_unless_the_operator_says(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("PY_YAMUX_RELEASE_ON_READ", raising=False)
-    costs.take_out_per_rpc_costs()
+    costs.take_out_costs()
     assert os.environ["PY_YAMUX_RELEASE_ON_READ"] == "0"
     monkeypatch.setenv("PY_YAMUX_RELEASE_ON_READ", "1")
-    costs.take_out_per_rpc_costs()
+    costs.take_out_costs()
     assert os.environ["PY_YAMUX_RELEASE_ON_READ"] == "1"
     for module in (pubsub_module, gossipsub_module):  # wrapped once, however often applied
         assert isinstance(module.maybe_consume_signed_record, RememberedRecords)
         assert not isinstance(module.maybe_consume_signed_record.consume, RememberedRecords)
+
+
+def pubsub_message(data: bytes, topics: tuple[str, ...] = ("t",), seqno: bytes = b"\x01") -> Any:
+    return rpc_pb2.Message(from_id=b"\x00\x25peer", seqno=seqno, data=data, topicIDs=topics)
+
+
+def test_equivocation_is_caught_by_a_digest_not_by_keeping_the_message() -> None:
+    costs.take_out_costs()
+    router = GossipSub(GOSSIP_PROTOCOLS, degree=6, degree_low=4, degree_high=12)
+    big = bytes(300_000)
+    assert router._check_equivocation(pubsub_message(big))
+    assert router._check_equivocation(pubsub_message(big))  # the same again: fine
+    (kept,) = router.equivocation_detection.values()
+    assert kept == blake3.blake3(big + b"t").digest()  # 32 bytes, not the 300 KB message
+    assert not router._check_equivocation(pubsub_message(big + b"x"))  # other data
+    assert not router._check_equivocation(pubsub_message(big, ("t", "u")))  # other topics
+    assert router._check_equivocation(pubsub_message(big + b"x", seqno=b"\x02"))  # a new one
+    assert len(router.equivocation_detection) == 2
