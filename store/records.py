@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any
 
 import blake3
@@ -138,20 +138,6 @@ def _member_array(members: tuple[bytes, ...]) -> bytes | None:
             return None
         parts.append(b"\x54" + member if len(member) == USER_ID_LEN else _bstr(member))
     return b"".join(parts)
-
-
-@lru_cache(maxsize=4096)
-def _member_array_of(members: tuple[bytes, ...]) -> bytes | None:
-    return _member_array(members)
-
-
-def _member_array_cached(members: tuple[bytes, ...]) -> bytes | None:
-    """``_member_array``, remembered: a chat's meta is encoded with every message stored in
-    it, and its members (16 in the gossip benchmark) seldom change."""
-    try:
-        return _member_array_of(members)
-    except TypeError:  # an unhashable member: not bytes, and _member_array says so
-        return _member_array(members)
 
 
 def blake3_id(*parts: bytes) -> bytes:
@@ -715,7 +701,7 @@ class ChatMeta:
             and type(members) is tuple
         ):
             return self.encode_reference()
-        member_bytes = _member_array_cached(members) if members else b"\x80"  # empty array
+        member_bytes = _member_array(members) if members else b"\x80"  # b"\x80": empty array
         if member_bytes is None:
             return self.encode_reference()
         return b"".join(
