@@ -292,6 +292,17 @@ def counters(http: httpx.Client, url: str) -> dict[str, float]:
     return out
 
 
+def memory_parts_mb(http: httpx.Client, url: str) -> dict[str, float]:
+    """The node's ``memory_bytes`` gauge: ``{part: MB}`` (RSS, C heap, RocksDB's parts)."""
+    prefix = 'chatsync_memory_bytes{part="'
+    out: dict[str, float] = {}
+    for line in http.get(f"{url}/metrics").text.splitlines():
+        if line.startswith(prefix):
+            labels, _, value = line.rpartition(" ")
+            out[labels[len(prefix) : -2]] = round(float(value) / 1e6, 1)
+    return out
+
+
 # --- one load run --------------------------------------------------------------------------
 
 
@@ -668,6 +679,8 @@ def run_catchup(
         for node in cluster.nodes
         if node.proc is not None and node.alive
     ]
+    with httpx.Client(timeout=10) as http:
+        memory_mb = [memory_parts_mb(http, cluster.nodes[i].url) for i in cluster.live()]
     sessions = [
         {k: v for k, v in outcome.items() if k != "peer"}
         for outcome in status["last_sync"].values()
@@ -690,6 +703,8 @@ def run_catchup(
         "node_counts": node_counts,
         # VmRSS of every node after the catch-up (MB, 10^6 B), the restarted node last
         "rss_mb": rss_mb,
+        # what each node's /metrics says its memory holds (MB), same order
+        "memory_mb": memory_mb,
     }
     verdict = f"{done_s:.1f} s" if done_s is not None else "not within the timeout"
     console.print(f"  node {victim} caught up with {params.catchup:,} messages: {verdict}")

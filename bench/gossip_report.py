@@ -240,6 +240,12 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
             "RSS per node, after catch-up (MB; the restarted node last)",
             " / ".join(f"{mb:,.1f}" for mb in catchup["rss_mb"]),
         )
+        memory = catchup.get("memory_mb") or []
+        for part in sorted({part for parts in memory for part in parts} - {"rss"}):
+            ctable.add_row(
+                f"  of it: {part.replace('_', ' ')} (MB)",
+                " / ".join(_num(parts.get(part), ",.1f") for parts in memory),
+            )
         console.print(ctable)
 
     floor = report.get("floor")

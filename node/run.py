@@ -9,6 +9,7 @@ import signal
 import trio
 
 from node.config import NodeConfig
+from node.memory import tune_allocator
 from node.node import Node
 
 SLOW_SHUTDOWN_S = 10.0
@@ -73,4 +74,5 @@ def run_node(config: NodeConfig, log_level: str = "INFO") -> None:
         logging.getLogger(noisy).setLevel(
             logging.WARNING if log_level != "DEBUG" else logging.DEBUG
         )
+    tune_allocator()
     trio.run(run_until_signalled, config)

@@ -34,7 +34,8 @@ from node.gossip import GossipService, GossipSettings, GossipValidator, Publishe
 from node.gossip.settings import OPS_TOPIC
 from node.intake import OpIntake, ops_not_held
 from node.limits import AuthorRates, GossipWaste
-from node.metrics import Metrics
+from node.memory import c_heap_usage, rss_bytes
+from node.metrics import Labels, Metrics
 from node.penalties import Blocklist, PeerJudge, PeerPenalties
 from node.syncer import SyncService
 from node.writer import DbWriter
@@ -156,6 +157,14 @@ def _log_sync_arrivals(replica: DbReplica, clock: Clock) -> ArrivalLog:
     return arrivals
 
 
+def _memory_parts(replica: DbReplica) -> dict[Labels, float]:
+    parts: dict[str, int] = {**c_heap_usage(), **replica.db.memory_usage()}
+    rss = rss_bytes()
+    if rss is not None:
+        parts["rss"] = rss
+    return {(("part", name),): value for name, value in parts.items()}
+
+
 def _register_gauges(metrics: Metrics, replica: DbReplica, writer: DbWriter) -> None:
     metrics.gauge(
         "records",
@@ -164,6 +173,11 @@ def _register_gauges(metrics: Metrics, replica: DbReplica, writer: DbWriter) -> 
     )
     metrics.gauge(
         "write_queue", lambda: {(): writer.statistics().queued}, help="write requests waiting"
+    )
+    metrics.gauge(
+        "memory_bytes",
+        lambda: _memory_parts(replica),
+        help="resident set size; the C heap (RocksDB's parts are inside it)",
     )
     room = replica.waiting
     metrics.gauge(

@@ -189,6 +189,19 @@ class RocksBase:
     ) -> None:
         self.close()
 
+    def memory_usage(self) -> dict[str, int]:
+        """Bytes RocksDB holds in memory: memtables (all CFs), block cache, table readers
+        (index and filter blocks outside the cache)."""
+
+        def total(prop: str) -> int:
+            return sum(view.property_int_value(prop) or 0 for view in self._cf.values())
+
+        return {
+            "memtables": total("rocksdb.cur-size-all-mem-tables"),
+            "block_cache": self._db.property_int_value("rocksdb.block-cache-usage") or 0,
+            "table_readers": total("rocksdb.estimate-table-readers-mem"),
+        }
+
     def flush(self) -> None:
         for view in self._cf.values():
             view.flush()

@@ -159,6 +159,13 @@ async def test_every_endpoint_happy_path_with_pagination_and_unread(tmp_path: Pa
         metrics = (await http.get("/metrics")).text
         assert 'chatsync_records{domain="messages"} 9' in metrics
         assert "chatsync_ops_submitted_total" in metrics
+        memory = {
+            line.split('"')[1]: float(line.rpartition(" ")[2])
+            for line in metrics.splitlines()
+            if line.startswith("chatsync_memory_bytes{")
+        }
+        assert memory["rss"] > memory["c_heap_used"] > memory["block_cache"] >= 0
+        assert memory["memtables"] > 0  # the posts above sit in memtables
         assert (await http.get("/health")).json() == {"status": "ok"}
         schema = (await http.get("/openapi.json")).json()
         for path in (

@@ -1,0 +1,55 @@
+"""node/memory.py: glibc's settings taken, and what they change (in a fresh process each:
+the settings are process-wide and a heap already shaped stays so)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from node.memory import c_heap_usage, rss_bytes, trim_heap
+
+# Frees one 256 KiB block (glibc raises its mmap threshold above it), then allocates 400 more
+# interleaved with small blocks that stay, frees the big ones: without the pinned threshold
+# they were cut from the heap and their space stays there, free but held.
+CHURN = """
+import ctypes, json, sys
+from node.memory import c_heap_usage, tune_allocator
+if sys.argv[1] == "tuned":
+    assert tune_allocator()
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.free(libc.malloc(256 * 1024))
+big, small = [], []
+for _ in range(400):
+    big.append(libc.malloc(256 * 1024))
+    small.append(libc.malloc(64))
+    ctypes.memset(big[-1], 1, 256 * 1024)
+for block in big:
+    libc.free(block)
+print(json.dumps(c_heap_usage()))
+"""
+
+
+def churn(mode: str) -> dict[str, int]:
+    out = subprocess.run(
+        [sys.executable, "-c", CHURN, mode], capture_output=True, text=True, check=True
+    )
+    figures: dict[str, int] = json.loads(out.stdout)
+    return figures
+
+
+def test_pinned_threshold_keeps_freed_big_blocks_out_of_the_heap() -> None:
+    untuned, tuned = churn("default"), churn("tuned")
+    assert untuned["c_heap_free"] > 50 * 1024 * 1024  # most of 400 x 256 KiB held, free
+    assert tuned["c_heap_free"] < 4 * 1024 * 1024  # unmapped on free
+
+
+def test_figures_and_trim_in_this_process() -> None:
+    heap = c_heap_usage()
+    assert set(heap) == {"c_heap_used", "c_heap_free", "c_mapped"}
+    assert heap["c_heap_used"] > 0
+    rss = rss_bytes()
+    assert rss is not None and rss > heap["c_heap_used"] // 2
+    trim_heap()  # answers whether pages were released; either is fine here
