@@ -21,11 +21,11 @@ class NodeConfig:
     key: str | None = None  # libp2p identity file; default: <data>/node.key
     durable: bool = False  # acknowledge a write only once its WriteBatch is synced to the WAL
     # write pipeline
-    write_queue: int = 1024  # pending write requests before submitters wait
+    write_queue: int = 16384  # ops waiting to be written before submitters wait
     write_batch_max: int = 2048  # ops applied in one WriteBatch
     # RocksDB's block cache and memtables: a node holding 1,000,000 messages keeps its RSS
     # under 300 MB with these (the store's own defaults, seed 002's, are 512 and 512)
-    db_block_cache_mb: int = 64
+    db_block_cache_mb: int = 32
     db_memtable_mb: int = 64
     # gossip
     gossip_batch_ops: int = 1024  # ops per gossip message, at most

@@ -9,7 +9,7 @@ import signal
 import trio
 
 from node.config import NodeConfig
-from node.memory import tune_allocator
+from node.memory import trim_heap_periodically, tune_allocator
 from node.node import Node
 
 SLOW_SHUTDOWN_S = 10.0
@@ -21,6 +21,7 @@ async def run_until_signalled(config: NodeConfig) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             running = await nursery.start(node.run)
             freeze_startup_heap()
+            trio.lowlevel.spawn_system_task(trim_heap_periodically)
             print(f"peer id {running.peer_id}", flush=True)
             for address in running.listen_addrs:
                 print(f"listening {address}", flush=True)

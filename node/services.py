@@ -99,7 +99,7 @@ def build_services(
     judge = PeerJudge(penalties, blocklist, metrics, clock)
     author_rates = AuthorRates(config.author_ops_per_s, config.author_ops_burst)
     writer = DbWriter(
-        replica, db_lock, metrics, queue_size=config.write_queue,
+        replica, db_lock, metrics, queue_ops=config.write_queue,
         batch_max=config.write_batch_max, min_free_disk_mb=config.min_free_disk_mb,
     )  # fmt: skip
     sync = SyncService(
@@ -172,7 +172,7 @@ def _register_gauges(metrics: Metrics, replica: DbReplica, writer: DbWriter) -> 
         help="records per domain",
     )
     metrics.gauge(
-        "write_queue", lambda: {(): writer.statistics().queued}, help="write requests waiting"
+        "write_queue", lambda: {(): writer.statistics().queued}, help="ops waiting to be written"
     )
     metrics.gauge(
         "memory_bytes",

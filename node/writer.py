@@ -1,11 +1,12 @@
 """The DB writer: every write of the node's clients and gossip goes through one task.
 
-    handlers ──submit()──▶ [bounded channel] ──▶ writer task ──to_thread──▶ DbReplica.apply_ops
+    handlers ──submit()──▶ [queue, bounded in ops] ──▶ writer task ──to_thread──▶ DbReplica.apply_ops
 
-One task owns writes. It takes every request waiting in the channel (up to
-``batch_max`` ops), applies them in a worker thread under ``db_lock`` and only then
-acknowledges. A full channel makes ``submit`` wait (backpressure) and
-``submit_nowait`` raise ``trio.WouldBlock``. With ``durable`` the DB syncs its WAL on
+One task owns writes. It takes every request waiting in the queue (up to ``batch_max``
+ops), applies them in a worker thread under ``db_lock`` and only then acknowledges. A full
+queue makes ``submit`` wait (backpressure) and ``submit_nowait`` raise ``trio.WouldBlock``.
+The bound counts ops, not requests (``node.weighted_queue``): a request holds up to 1,024
+decoded ops. With ``durable`` the DB syncs its WAL on
 every write, so an acknowledged op survives kill -9.
 
 A request is a list of ops. The ops of all the requests in a batch go through
@@ -35,6 +36,7 @@ import trio
 
 from node.limits import check_free_disk
 from node.metrics import Metrics
+from node.weighted_queue import WeightedQueue
 from store.errors import ChatsyncError
 from store.ops import Op
 from store.records import MsgV1
@@ -68,8 +70,8 @@ class WriteRequest:
 
 @dataclass
 class WriterStatistics:
-    queued: int
-    capacity: int
+    queued: int  # ops waiting
+    capacity: int  # ops that may wait
     batches: int
     ops_applied: int
     ops_new: int
@@ -82,7 +84,7 @@ class DbWriter:
         db_lock: trio.Lock,
         metrics: Metrics,
         *,
-        queue_size: int = 1024,
+        queue_ops: int = 16384,
         batch_max: int = 2048,
         min_free_disk_mb: int = 0,
     ) -> None:
@@ -92,8 +94,7 @@ class DbWriter:
         self.metrics = metrics
         self.batch_max = batch_max
         self.min_free_disk_mb = min_free_disk_mb
-        self._capacity = queue_size
-        self._send, self._receive = trio.open_memory_channel[WriteRequest](queue_size)
+        self._queue = WeightedQueue[WriteRequest](queue_ops, weight=lambda r: r.size)
         self._batches = self._ops_applied = self._ops_new = 0
 
     # --- submitting ---
@@ -105,13 +106,13 @@ class DbWriter:
     async def enqueue(self, ops: list[Op]) -> WriteRequest:
         """Queue ``ops`` (waiting only while the queue is full); ``wait()`` on the result."""
         request = WriteRequest(ops)
-        await self._send.send(request)
+        await self._queue.put(request)
         return request
 
     def submit_nowait(self, ops: list[Op]) -> WriteRequest:
         """Queue ``ops`` or raise trio.WouldBlock at once; ``wait()`` on the result for the ack."""
         request = WriteRequest(ops)
-        self._send.send_nowait(request)
+        self._queue.put_nowait(request)
         return request
 
     @staticmethod
@@ -122,10 +123,9 @@ class DbWriter:
         return request.new
 
     def statistics(self) -> WriterStatistics:
-        stats = self._send.statistics()
         return WriterStatistics(
-            stats.current_buffer_used,
-            self._capacity,
+            self._queue.weight,
+            self._queue.capacity,
             self._batches,
             self._ops_applied,
             self._ops_new,
@@ -133,23 +133,25 @@ class DbWriter:
 
     def close(self) -> None:
         """No more submissions; ``run`` drains what is queued and returns."""
-        self._send.close()
+        self._queue.close()
 
     # --- the writer task ---
 
     async def run(self, *, task_status: TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        async with self._receive:
+        try:
             while True:
                 with trio.move_on_after(CHAT_LISTS_IDLE_S) as idle:
                     try:
-                        first = await self._receive.receive()
+                        first = await self._queue.get()
                     except trio.EndOfChannel:
                         break
                 if idle.cancelled_caught:
                     await self._flush_chat_lists()
                     continue
                 await self._apply_each_or_all(self._batch_after(first))
+        finally:
+            self._queue.close()  # submitters learn that nobody writes any more
         await self._flush_chat_lists()
 
     async def _flush_chat_lists(self) -> None:
@@ -169,7 +171,7 @@ class DbWriter:
         size = first.size
         while size < self.batch_max:
             try:
-                request = self._receive.receive_nowait()
+                request = self._queue.get_nowait()
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
             batch.append(request)

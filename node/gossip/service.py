@@ -36,6 +36,7 @@ from node.gossip.validation import GossipValidator
 from node.limits import GossipWaste
 from node.metrics import Metrics
 from node.penalties import Blocklist, PeerJudge
+from node.weighted_queue import WeightedQueue
 from node.writer import DbWriter, WriteRequest
 from store.errors import ChatsyncError, InvalidInput
 from store.ops import Op
@@ -43,7 +44,7 @@ from store.ops import Op
 log = logging.getLogger(__name__)
 
 VALIDATED_CACHE = 4096
-OUTGOING_LISTS = 256  # publish() calls waiting for the publisher
+OUTGOING_OPS = 8192  # ops of publish() calls waiting for the publisher (node.weighted_queue)
 ACK_WINDOW = 4096  # gossip messages handed to the writer and not yet acknowledged
 # Refusals that do not spend the forwarder's budget: the origin is the one we blocked (an
 # honest relay cannot know our blocklist), or the validator failed (our bug).
@@ -90,7 +91,7 @@ class GossipService:
         self._validated: OrderedDict[bytes, list[Op]] = OrderedDict()
         self.arrivals = ArrivalLog()
         # lists of ops, one per publish() call (an API request: at most 1,024 ops)
-        self._outgoing_send, self._outgoing = trio.open_memory_channel[list[Op]](OUTGOING_LISTS)
+        self._outgoing = WeightedQueue[list[Op]](OUTGOING_OPS, weight=len)
         metrics.gauge(
             "gossip_outbound_queue",
             lambda: {(): self.outbound_depth()},
@@ -202,15 +203,15 @@ class GossipService:
 
     async def publish(self, ops: list[Op]) -> None:
         """Queue ops for gossip (waits while the publisher is behind)."""
-        await self._outgoing_send.send(list(ops))
+        await self._outgoing.put(list(ops))
 
     async def publish_loop(self) -> None:
         """Gather queued ops into messages (``Batcher`` decides when one closes); publish them."""
         batcher = Batcher(self.settings)
-        async with self._outgoing:
+        try:
             while True:
                 if not batcher.pending:
-                    batcher.add(await self._outgoing.receive())
+                    batcher.add(await self._outgoing.get())
                 batcher.open(self.clock.now())
                 while True:
                     self._take_queued(batcher)
@@ -218,17 +219,19 @@ class GossipService:
                     if wake is None:
                         break
                     with trio.move_on_at(wake):
-                        batcher.add(await self._outgoing.receive())
+                        batcher.add(await self._outgoing.get())
                 batch = batcher.take()
                 await self._wait_for_room(batcher)
                 batcher.published(self.clock.now())
                 await self._publish(batch)
+        finally:
+            self._outgoing.close()  # publishers learn that nobody publishes any more
 
     def _take_queued(self, batcher: Batcher) -> None:
         """Take what is queued, without waiting, while the message wants more."""
         while batcher.wants_more():
             try:
-                batcher.add(self._outgoing.receive_nowait())
+                batcher.add(self._outgoing.get_nowait())
             except trio.WouldBlock:
                 break
 

@@ -63,7 +63,7 @@ async def test_waiting_requests_are_merged_into_one_batch(parts) -> None:  # typ
 
 
 async def test_a_full_queue_pushes_back(parts, autojump_clock: trio.testing.MockClock) -> None:  # type: ignore[no-untyped-def]
-    writer = make_writer(parts, queue_size=2)
+    writer = make_writer(parts, queue_ops=2)
     writer.submit_nowait(messages(0, 1))
     writer.submit_nowait(messages(1, 1))
     with pytest.raises(trio.WouldBlock):
@@ -127,3 +127,43 @@ async def test_a_write_that_fails_unexpectedly_is_a_write_failed(parts) -> None:
             await writer.submit(messages(0, 1))
         assert await writer.submit(messages(1, 2)) == [True, True]
         writer.close()
+
+
+async def test_the_queue_is_bounded_in_ops(parts) -> None:  # type: ignore[no-untyped-def]
+    """A request holds up to 1,024 decoded ops: the bound counts them, not requests."""
+    writer = make_writer(parts, queue_ops=100)
+    big = writer.submit_nowait(messages(0, 150))  # an empty queue takes any size
+    with pytest.raises(trio.WouldBlock):
+        writer.submit_nowait(messages(150, 1))
+    assert writer.statistics().queued == 150
+    blocked = trio.Event()
+
+    async def waiting_submitter() -> None:
+        request = await writer.enqueue(messages(151, 60))
+        blocked.set()
+        assert await writer.wait(request) == [True] * 60
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiting_submitter)
+        await trio.sleep(0.05)
+        assert not blocked.is_set()
+        await nursery.start(writer.run)  # takes the 150: room for the 60
+        await blocked.wait()
+        assert await writer.wait(big) == [True] * 150
+        writer.close()
+    assert writer.statistics().queued == 0
+
+
+async def test_a_submitter_waiting_for_room_learns_of_close(parts) -> None:  # type: ignore[no-untyped-def]
+    writer = make_writer(parts, queue_ops=1)
+    writer.submit_nowait(messages(0, 1))
+
+    async def waiting_submitter() -> None:
+        with pytest.raises(trio.ClosedResourceError):
+            await writer.enqueue(messages(1, 1))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiting_submitter)
+        await trio.sleep(0.05)
+        writer.close()
+    await writer.run()  # drains the one accepted
