@@ -9,44 +9,44 @@ import sys
 
 from node.memory import c_heap_usage, rss_bytes, trim_heap
 
-# Frees one 256 KiB block (glibc raises its mmap threshold above it), then allocates 400 more
-# interleaved with small blocks that stay, frees the big ones: without the pinned threshold
-# they were cut from the heap and their space stays there, free but held.
-CHURN = """
-import ctypes, json, sys
-from node.memory import c_heap_usage, tune_allocator
-if sys.argv[1] == "tuned":
-    assert tune_allocator()
+# Every script below starts with this. Allocates ``count`` blocks of ``size`` bytes, each followed by a small block that stays, and
+# frees the big ones: the small ones keep the heap from shrinking from its top.
+HOLES_BETWEEN_SMALL_BLOCKS = """
+import ctypes
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
+
+def holes(count, size):
+    big, small = [], []
+    for _ in range(count):
+        big.append(libc.malloc(size))
+        small.append(libc.malloc(64))
+        ctypes.memset(big[-1], 1, size)
+    for block in big:
+        libc.free(block)
+    return small
+"""
+
+# Frees one 256 KiB block first (glibc raises its mmap threshold above it): without the
+# pinned threshold the 400 big blocks are cut from the heap and their space stays there,
+# free but held.
+CHURN = """
+import json, sys
+from node.memory import c_heap_usage, tune_allocator
+if sys.argv[1] == "tuned":
+    assert tune_allocator()
 libc.free(libc.malloc(256 * 1024))
-big, small = [], []
-for _ in range(400):
-    big.append(libc.malloc(256 * 1024))
-    small.append(libc.malloc(64))
-    ctypes.memset(big[-1], 1, 256 * 1024)
-for block in big:
-    libc.free(block)
+kept = holes(400, 256 * 1024)
 print(json.dumps(c_heap_usage()))
 """
 
 
-# Frees 100 MB of 64 KiB blocks (under the threshold: in the heap) between small blocks that
-# stay, so the heap cannot shrink from its top: only a trim gives those pages back.
+# 100 MB of 64 KiB holes (under the threshold: in the heap): only a trim gives their pages back.
 HOLES = """
-import ctypes, json, trio
+import json, trio
 from node.memory import c_heap_usage, rss_bytes, trim_heap_periodically
-libc = ctypes.CDLL("libc.so.6")
-libc.malloc.restype = ctypes.c_void_p
-libc.free.argtypes = [ctypes.c_void_p]
-big, small = [], []
-for _ in range(1600):
-    big.append(libc.malloc(64 * 1024))
-    small.append(libc.malloc(64))
-    ctypes.memset(big[-1], 1, 64 * 1024)
-for block in big:
-    libc.free(block)
+kept = holes(1600, 64 * 1024)
 before = rss_bytes()
 async def one_round():
     with trio.move_on_after(0.5):
@@ -58,7 +58,10 @@ print(json.dumps({"before": before, "after": rss_bytes(), **c_heap_usage()}))
 
 def run_script(script: str, *args: str) -> dict[str, int]:
     out = subprocess.run(
-        [sys.executable, "-c", script, *args], capture_output=True, text=True, check=True
+        [sys.executable, "-c", HOLES_BETWEEN_SMALL_BLOCKS + script, *args],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     figures: dict[str, int] = json.loads(out.stdout)
     return figures
