@@ -123,8 +123,8 @@ def peers_without_sync(base: Path, peers: int, window_s: float, sync_interval_s:
     """Log lines while ``peers`` peers that do not speak the sync protocol stay connected: in
     the first ``2 × sync interval + 5 s`` (each peer looked at, one line per peer and reason
     allowed) and then per minute over ``window_s`` (the steady state)."""
-    crowd = {**CROWD, "inbound_max": peers + 16}  # this attack is about logs, not the cap
-    with fresh_nodes(base, sync_interval_s=sync_interval_s, node_config=crowd) as cluster:
+    roomy = {**CROWD, "inbound_max": peers + 16}  # this attack is about logs, not the cap
+    with fresh_nodes(base, sync_interval_s=sync_interval_s, node_config=roomy) as cluster:
         first_s = 2 * sync_interval_s + 5
         config = {"target": cluster.nodes[0].multiaddr, "peers": peers,
                   "seconds": first_s + window_s + 30}  # fmt: skip
