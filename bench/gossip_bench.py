@@ -68,6 +68,7 @@ from bench.gossip_capacity import CapacityParams, run_capacity
 from bench.gossip_report import build_report, print_report
 from bench.machine import loadavg, machine_busy_s, process_cpu_s, rss_kib
 from bench.poster import Poster
+from bench.prometheus import metric
 from bench.quantiles import quantile
 from bench.transport_floor import FloorParams, run_transport_floor
 from cluster.local import Cluster
@@ -294,13 +295,11 @@ def counters(http: httpx.Client, url: str) -> dict[str, float]:
 
 def memory_parts_mb(http: httpx.Client, url: str) -> dict[str, float]:
     """The node's ``memory_bytes`` gauge: ``{part: MB}`` (RSS, C heap, RocksDB's parts)."""
-    prefix = 'chatsync_memory_bytes{part="'
-    out: dict[str, float] = {}
-    for line in http.get(f"{url}/metrics").text.splitlines():
-        if line.startswith(prefix):
-            labels, _, value = line.rpartition(" ")
-            out[labels[len(prefix) : -2]] = round(float(value) / 1e6, 1)
-    return out
+    samples = metric(http.get(f"{url}/metrics").text, "memory_bytes")
+    return {
+        labels.removeprefix('part="').removesuffix('"'): round(value / 1e6, 1)
+        for labels, value in samples.items()
+    }
 
 
 # --- one load run --------------------------------------------------------------------------
@@ -679,8 +678,7 @@ def run_catchup(
         for node in cluster.nodes
         if node.proc is not None and node.alive
     ]
-    with httpx.Client(timeout=10) as http:
-        memory_mb = [memory_parts_mb(http, cluster.nodes[i].url) for i in cluster.live()]
+    memory_mb = [memory_parts_mb(cluster.http, cluster.nodes[i].url) for i in cluster.live()]
     sessions = [
         {k: v for k, v in outcome.items() if k != "peer"}
         for outcome in status["last_sync"].values()

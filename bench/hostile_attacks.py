@@ -17,6 +17,7 @@ from typing import Any
 
 from bench.js_peer import JsPeer, last, run_js_peer
 from bench.machine import rss_kib
+from bench.prometheus import metric
 from cluster.local import Cluster
 from cluster.scenario import Authors
 from node.p2p import OPS_TOPIC
@@ -142,17 +143,6 @@ def peers_without_sync(base: Path, peers: int, window_s: float, sync_interval_s:
                 "first_s": first_s, "first_log_lines": len(first), "window_s": window_s,
                 "log_lines": len(lines), "log_lines_per_minute": round(len(lines) * 60 / window_s, 1),
                 "sample": (first + lines)[:12]}  # fmt: skip
-
-
-def metric(text: str, name: str) -> dict[str, float]:
-    """One Prometheus metric's samples by label set (``""`` for none) from /metrics text."""
-    samples: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith(f"chatsync_{name}"):
-            series, _, value = line.rpartition(" ")
-            labels = series.partition("{")[2].rstrip("}")
-            samples[labels] = float(value)
-    return samples
 
 
 def replay_flood(base: Path, rate: int, seconds: float, honest_ops: int) -> Figures:
