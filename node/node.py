@@ -85,7 +85,7 @@ class Node:
     async def run(self, *, task_status: TaskStatus[RunningNode] = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
         clock = Clock.system()
-        db = await trio.to_thread.run_sync(ChatDb, _db_config(cfg))
+        db = await trio.to_thread.run_sync(ChatDb, db_config(cfg))
         recorder: OpRecorder | None = None
         try:
             if cfg.trace_out:
@@ -324,12 +324,14 @@ class RunningNode:
         }
 
 
-def _db_config(cfg: NodeConfig) -> ChatDbConfig:
+def db_config(cfg: NodeConfig) -> ChatDbConfig:
+    """The store's configuration from the node's."""
     return ChatDbConfig(
         path=cfg.data,
         write_sync=cfg.durable,
         block_cache_mb=cfg.db_block_cache_mb,
         memtable_mb=cfg.db_memtable_mb,
+        compression=cfg.db_compression,
         max_payload=cfg.max_payload,
         max_offset_ms=cfg.max_offset_ms,
     )

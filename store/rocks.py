@@ -1,6 +1,7 @@
 """Opening RocksDB with seed 002's column families and options; the shared read/write plumbing.
 
-Every CF is Zstd-compressed with a 10 bits/key bloom filter. The CFs that are
+Every CF is compressed (``ChatDbConfig.compression``: seed 002's Zstd, or LZ4, which a node
+uses: half the compaction CPU) with a 10 bits/key bloom filter. The CFs that are
 scanned by prefix get a fixed-prefix extractor and a memtable prefix bloom
 (ratio 0.1); the seen_* sync indexes keep whole-key filtering on so their
 point lookups (dedup) still use the bloom filter. Full scans set
@@ -88,11 +89,29 @@ class ChatDbConfig:
     max_payload: int = DEFAULT_MAX_PAYLOAD
     max_offset_ms: int = DEFAULT_MAX_OFFSET_MS
     meta_cache_size: int = 65_536
+    # one of COMPRESSION; a database written with another opens fine (blocks name their own)
+    compression: str = "zstd"
+
+    def __post_init__(self) -> None:
+        if self.compression not in COMPRESSION:
+            raise ValueError(
+                f"compression {self.compression!r}: one of {', '.join(sorted(COMPRESSION))}"
+            )
+
+
+# Block compression of every CF. Applying 1,000,000 messages to an empty store, RocksDB's
+# flushes and compactions cost 16.0 us of CPU per message with Zstd, 7.9 with LZ4 (files 6 %
+# larger), 4.9 with none (2.1x larger).
+COMPRESSION = {
+    "zstd": DBCompressionType.zstd,
+    "lz4": DBCompressionType.lz4,
+    "none": DBCompressionType.none,
+}
 
 
 def _cf_options(config: ChatDbConfig, cache: Cache, name: str) -> Options:
     opts = Options(raw_mode=True)
-    opts.set_compression_type(DBCompressionType.zstd())
+    opts.set_compression_type(COMPRESSION[config.compression]())
     opts.set_write_buffer_size(config.cf_memtable_mb * 1024 * 1024)
     table = BlockBasedOptions()
     table.set_bloom_filter(config.bloom_bits_per_key, False)

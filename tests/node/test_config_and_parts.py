@@ -13,6 +13,7 @@ import trio.testing
 
 from node.config import NodeConfig, load_config
 from node.metrics import Metrics
+from node.node import db_config
 from node.p2p import SYNC_PROTOCOL
 from node.peers import PeerManager, backoff_delays
 from node.penalties import Blocklist
@@ -39,6 +40,15 @@ def test_unknown_keys_are_an_error(tmp_path: Path) -> None:
     toml.write_text("[node]\ndatta = 1\n")
     with pytest.raises(ValueError, match="datta"):
         load_config(str(toml), {})
+
+
+def test_db_compression_is_checked_and_reaches_the_store(tmp_path: Path) -> None:
+    toml = tmp_path / "node.toml"
+    toml.write_text('[node]\ndb_compression = "brotli"\n')
+    with pytest.raises(ValueError, match="db_compression 'brotli': one of lz4, none, zstd"):
+        load_config(str(toml), {})
+    assert db_config(NodeConfig()).compression == "lz4"
+    assert db_config(NodeConfig(db_compression="zstd")).compression == "zstd"
 
 
 def test_a_renamed_key_is_refused_with_its_new_name(tmp_path: Path) -> None:

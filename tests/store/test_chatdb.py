@@ -809,6 +809,39 @@ def test_extract_hlc_physical_empty_is_zero(db: ChatDb) -> None:
 # --- persistence --------------------------------------------------------------------------
 
 
+def _table_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.glob("*.sst"))
+
+
+def test_compression_is_applied_and_a_store_reopens_under_another(tmp_path: Path) -> None:
+    msgs = [make_msg(CHAT, Hlc(i), b"compressible " * 40, author=i % 3) for i in range(2_000)]
+    sizes = {}
+    for name in ("none", "zstd", "lz4"):
+        with ChatDb(small_config(str(tmp_path / name), compression=name)) as db:
+            db.put_messages(msgs)
+            db.flush()
+            db.compact()
+        sizes[name] = _table_bytes(tmp_path / name)
+    assert sizes["zstd"] < sizes["none"] / 2 and sizes["lz4"] < sizes["none"] / 2, sizes
+    # blocks name their compression: a Zstd store opens as LZ4, is written, opens as Zstd
+    path = str(tmp_path / "zstd")
+    with ChatDb(small_config(path, compression="lz4")) as db:
+        before = dump_all(db)
+        db.put_message(make_msg(CHAT2, Hlc(5), b"later"))
+        db.flush()
+        db.compact()
+        after = dump_all(db)
+    assert all(rows.items() <= after[cf].items() for cf, rows in before.items())
+    with ChatDb(small_config(path, compression="zstd")) as db:
+        assert dump_all(db) == after
+        assert len(msg_ids(db)) == 2_001
+
+
+def test_an_unknown_compression_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="'brotli': one of lz4, none, zstd"):
+        small_config(str(tmp_path / "db"), compression="brotli")
+
+
 def test_data_persists_across_close_and_reopen(tmp_path: Path) -> None:
     config = small_config(str(tmp_path / "db"))
     msgs = [make_msg(CHAT, Hlc(i), author=1) for i in range(5)]
