@@ -52,7 +52,8 @@ class NodeConfig:
     # messages younger than this are left to gossip (SyncConfig.settle_ms): at 2,000 ops/s a
     # session moved a fifth of them twice, racing gossip. Gossip's max latency there: ~1 s
     sync_settle_s: float = 3.0
-    verify_threads: int = 2  # threads checking a sync frame's signatures (catch-up speed)
+    # processes checking a big sync frame's signatures (catch-up speed; node/verify.py); 0: none
+    verify_processes: int = 2
     # peers
     reconnect_min_s: float = 0.5
     reconnect_max_s: float = 30.0
@@ -103,7 +104,10 @@ class NodeConfig:
 
 
 # Keys a config file may still hold under an older name: refused, with the new name.
-RENAMED = {"sync_read_timeout_s": "sync_idle_timeout_s"}
+RENAMED = {
+    "sync_read_timeout_s": "sync_idle_timeout_s",
+    "verify_threads": "verify_processes",
+}
 
 
 def load_config(path: str | None, overrides: dict[str, Any]) -> NodeConfig:

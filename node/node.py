@@ -51,7 +51,7 @@ from node.peers import PeerManager, forget_after_failed_dials
 from node.protocol_peers import HOST_LOGGER, StreamFailureFilter, skip_peers_without_gossip
 from node.services import Services, build_services
 from node.sync_peers import SyncCandidates
-from node.verify import ParallelVerifier
+from node.verify import ProcessVerifier
 from store.chatdb import ChatDb
 from store.ops import Op
 from store.retention import RetentionPolicy
@@ -118,7 +118,7 @@ class Node:
         metrics = Metrics()
         with trio.CancelScope() as network:
             async with AsyncExitStack() as stack:
-                verifier = ParallelVerifier(cfg.verify_threads)
+                verifier = ProcessVerifier(cfg.verify_processes)
                 stack.callback(verifier.close)  # closed last: after the host and its sessions
                 host, pubsub = await start_host(
                     stack, load_or_create_key(cfg.key_path), cfg.listen, cfg.gossip_heartbeat_s,

@@ -11,7 +11,7 @@ trees) and what comes from outside:
 * ``pubsub`` — what gossip publishes through: py-libp2p's ``Pubsub`` in a node, a
   stand-in in the in-process replay (``Publisher``: ``publish`` and ``peer_queues``);
 * ``own_peer_id`` — our raw libp2p id (our own publishes are not validated again);
-* ``verifier`` — how a sync frame's signatures are checked (``ParallelVerifier``).
+* ``verifier`` — how a sync frame's signatures are checked (``ProcessVerifier``).
 
 No libp2p host is needed: ``Node`` (``node/node.py``) adds the host, the peer manager
 and the HTTP API around the result; the in-process replay of the differential test

@@ -330,9 +330,22 @@ class MsgV1:
 
     def verify(self) -> None:
         """Raise BadSignature unless the author's key signed this message and owns ``sender``."""
-        if signing.user_id_from_key(self.author_key) != self.sender:
-            raise BadSignature("sender is not the id of author_key")
-        signing.verify(self.author_key, MSG_DOMAIN, self.signed_body(), self.sig)
+        check_signature(*self.signature_parts())
+
+    def signature_parts(self) -> SignatureParts:
+        """What ``verify`` checks, as bytes: for a check in another process."""
+        return (self.sender, self.author_key, self.signed_body(), self.sig)
+
+
+# A message's sender, author key, signed body and signature (MsgV1.signature_parts)
+SignatureParts = tuple[bytes, bytes, bytes, bytes]
+
+
+def check_signature(sender: bytes, author_key: bytes, signed_body: bytes, sig: bytes) -> None:
+    """Raise BadSignature unless ``author_key`` owns ``sender`` and signed ``signed_body``."""
+    if signing.user_id_from_key(author_key) != sender:
+        raise BadSignature("sender is not the id of author_key")
+    signing.verify(author_key, MSG_DOMAIN, signed_body, sig)
 
 
 # MsgV1.encoded: array head, version, chat id (bytes(32)), then the sender behind a one-byte

@@ -20,7 +20,7 @@ from node.config import NodeConfig
 from node.gossip.validation import GossipValidator
 from node.limits import GossipWaste
 from node.services import build_services
-from node.verify import ParallelVerifier
+from node.verify import ProcessVerifier
 from store.ops import encode_ops
 from sync.replica import DbReplica
 
@@ -57,7 +57,7 @@ async def test_a_replay_flood_is_throttled_then_banned_while_an_honest_relay_get
     seed(db, held)
     services = build_services(
         NodeConfig(), DbReplica(db), clock=Clock.system(), pubsub=_Pubsub(),
-        own_peer_id=b"me", verifier=ParallelVerifier(1),
+        own_peer_id=b"me", verifier=ProcessVerifier(1),
     )  # fmt: skip
     decoded = _count_decodes(services.gossip.validator)
     flooder, relay = _peer(), _peer()

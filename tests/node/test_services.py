@@ -15,7 +15,7 @@ from node.clock import Clock
 from node.config import NodeConfig
 from node.framing import TrioFrames
 from node.services import Services, build_services
-from node.verify import ParallelVerifier
+from node.verify import ProcessVerifier
 from store.ops import encode_ops
 from sync.frames import Domain
 from sync.replica import DbReplica
@@ -40,7 +40,7 @@ def services(tmp_path: Path, name: str, pubsub: Published) -> Services:
     replica = DbReplica(small_db(tmp_path / name))
     return build_services(
         NodeConfig(), replica, clock=Clock.system(), pubsub=pubsub,
-        own_peer_id=name.encode(), verifier=ParallelVerifier(1),
+        own_peer_id=name.encode(), verifier=ProcessVerifier(1),
     )  # fmt: skip
 
 

@@ -32,7 +32,7 @@ from node.config import NodeConfig
 from node.metrics import Metrics
 from node.services import Services, build_services
 from node.syncer import SyncService
-from node.verify import ParallelVerifier
+from node.verify import ProcessVerifier
 from store.chatdb import ChatDb
 from store.hlc import HlcClock
 from store.kinds import ChatView
@@ -150,7 +150,7 @@ class InProcessNode:
         self.alive = False
         self.db: ChatDb | None = None
         self.services: Services | None = None  # while the node is up
-        self._verifier: ParallelVerifier | None = None
+        self._verifier: ProcessVerifier | None = None
         self._inbox: trio.MemorySendChannel[GossipMessage] | None = None
         self._acks = _Acks()
         self._scope = trio.CancelScope()
@@ -199,7 +199,9 @@ class InProcessNode:
             )
         )
         self.db.expire_before_ms = self.policy.age_cutoff(self.clock_ms())
-        self._verifier = ParallelVerifier(cfg.verify_threads)
+        # in the calling thread: the same answers (tests/node/test_verify.py), and no worker
+        # processes for each of the replay's nodes
+        self._verifier = ProcessVerifier(0)
         self.services = build_services(
             cfg,
             DbReplica(self.db),
