@@ -66,12 +66,12 @@ from rich.progress import Progress
 from bench.console import bench_console, bench_progress, save_report, tracked
 from bench.gossip_capacity import CapacityParams, run_capacity
 from bench.gossip_report import build_report, print_report
-from bench.machine import loadavg, machine_busy_s, process_cpu_s, rss_kib
+from bench.machine import child_pids, loadavg, machine_busy_s, process_cpu_s, rss_kib
 from bench.poster import Poster
 from bench.prometheus import metric
 from bench.quantiles import quantile
 from bench.transport_floor import FloorParams, run_transport_floor
-from cluster.local import Cluster
+from cluster.local import Cluster, NodeProcess
 from store import Hlc, MsgV1
 from store.authz import new_group
 from store.ops import MembershipAction, MembershipOp, Op
@@ -656,7 +656,9 @@ def run_catchup(
         bench_progress(console, label_width=34) as progress,
     ):
         caught = progress.add_task(f"node {victim}: caught up", total=params.catchup)
+        peak_kib = 0  # the restarted node's, its signature workers included
         while time.monotonic() - t0 < catchup_timeout_s:
+            peak_kib = max(peak_kib, _rss_or_zero(cluster.nodes[victim]))
             try:
                 status = http.get(f"{cluster.nodes[victim].url}/status").json()
             except (httpx.HTTPError, ValueError):
@@ -671,7 +673,9 @@ def run_catchup(
         progress.remove_task(caught)
         metrics = _settled_counters(http, cluster.nodes[victim].url, params.catchup)
         status = http.get(f"{cluster.nodes[victim].url}/status").json()
-    # every node now holds the missed messages (and the loads'): its memory, from /proc
+    workers_s = _wait_workers_gone(cluster.nodes[victim])
+    # every node now holds the missed messages (and the loads'): its memory at rest, from /proc
+    # (children included: the multiprocessing helper that outlives the signature workers)
     node_counts = [cluster.status(i)["domains"]["messages"]["count"] for i in cluster.live()]
     rss_mb = [
         round(rss_kib(node.proc.pid) * 1024 / 1e6, 1)
@@ -699,14 +703,45 @@ def run_catchup(
         "last_sessions": sessions,
         "stop": stop_note or "SIGTERM",
         "node_counts": node_counts,
-        # VmRSS of every node after the catch-up (MB, 10^6 B), the restarted node last
+        # VmRSS of every node and its children after the catch-up, once the restarted node's
+        # signature workers have exited (MB, 10^6 B), the restarted node last
         "rss_mb": rss_mb,
+        # the restarted node's, workers included, sampled during the catch-up
+        "catchup_peak_rss_mb": round(peak_kib * 1024 / 1e6, 1),
+        "workers_exit_s": workers_s,  # after the catch-up: how long they took to go
         # what each node's /metrics says its memory holds (MB), same order
         "memory_mb": memory_mb,
     }
     verdict = f"{done_s:.1f} s" if done_s is not None else "not within the timeout"
     console.print(f"  node {victim} caught up with {params.catchup:,} messages: {verdict}")
     return result
+
+
+def _rss_or_zero(node: NodeProcess) -> int:
+    try:
+        return rss_kib(node.proc.pid) if node.proc is not None else 0
+    except (OSError, ValueError):
+        return 0
+
+
+def _wait_workers_gone(node: NodeProcess, timeout_s: float = 60.0) -> float | None:
+    """Seconds until the node's signature workers exit (they do when idle: node/verify.py);
+    None if they still run after ``timeout_s``. Its other children stay (multiprocessing's
+    resource tracker)."""
+    t = time.monotonic()
+    while time.monotonic() - t < timeout_s:
+        assert node.proc is not None
+        if not any(_is_worker(pid) for pid in child_pids(node.proc.pid)):
+            return time.monotonic() - t
+        time.sleep(0.2)
+    return None
+
+
+def _is_worker(pid: int) -> bool:
+    try:
+        return b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def _settled_counters(http: httpx.Client, url: str, missed: int) -> dict[str, float]:

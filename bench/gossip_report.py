@@ -237,9 +237,15 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
             " / ".join(f"{count:,}" for count in catchup["node_counts"]),
         )
         ctable.add_row(
-            "RSS per node, after catch-up (MB; the restarted node last)",
+            "RSS per node at rest after catch-up, child processes included "
+            "(MB; the restarted node last)",
             " / ".join(f"{mb:,.1f}" for mb in catchup["rss_mb"]),
         )
+        if "catchup_peak_rss_mb" in catchup:
+            ctable.add_row(
+                "restarted node's peak RSS during catch-up, signature workers included (MB)",
+                f"{catchup['catchup_peak_rss_mb']:,.1f}",
+            )
         memory = catchup.get("memory_mb") or []
         for part in sorted({part for parts in memory for part in parts} - {"rss"}):
             ctable.add_row(

@@ -40,17 +40,42 @@ def machine_busy_s() -> float:
 
 
 def process_cpu_s(pid: int) -> float:
-    """utime + stime of a process, in seconds (Linux /proc)."""
+    """utime + stime of a process and of its children (a node's signature workers), in
+    seconds (Linux /proc): of those it has waited for, and of those still running."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return math.nan
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return ticks + sum(cpu for c in child_pids(pid) if not math.isnan(cpu := process_cpu_s(c)))
 
 
 def rss_kib(pid: int) -> int:
-    """A process's resident set (VmRSS, KiB; Linux /proc)."""
+    """A process's resident set (VmRSS, KiB; Linux /proc) and its children's: a node's signature
+    workers are its memory too (shared library pages are counted in each)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
-            return int(line.split()[1])
+            return int(line.split()[1]) + sum(_child_rss_kib(c) for c in child_pids(pid))
     raise ValueError(f"no VmRSS for process {pid}")
+
+
+def _child_rss_kib(pid: int) -> int:
+    try:
+        return rss_kib(pid)
+    except (OSError, ValueError):  # it exited meanwhile
+        return 0
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes any thread of ``pid`` started and that still run ([]: none, or it is gone)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tasks:
+        try:
+            out += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+        except OSError:
+            continue
+    return out

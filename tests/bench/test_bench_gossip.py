@@ -97,6 +97,9 @@ def test_bench_gossip_tiny(tmp_path: Path) -> None:
     # every node's memory after the catch-up, each holding every message
     assert catchup["node_counts"] == [catchup["expected_count"]] * 3
     assert len(catchup["rss_mb"]) == 3 and min(catchup["rss_mb"]) > 0
+    # measured at rest: the restarted node's signature workers (if its frames started any) gone
+    assert catchup["workers_exit_s"] is not None
+    assert catchup["catchup_peak_rss_mb"] > 0
     assert [parts["rss"] > parts["block_cache"] for parts in catchup["memory_mb"]] == [True] * 3
     capacity = saved["capacity"]  # stepped 150, 300 ops/s on the batched cluster
     assert [s["rate"] for s in capacity["steps"]][:1] == [150]
