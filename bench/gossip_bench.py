@@ -70,6 +70,7 @@ from bench.machine import child_pids, loadavg, machine_busy_s, process_cpu_s, rs
 from bench.poster import Poster
 from bench.prometheus import metric
 from bench.quantiles import quantile
+from bench.store_floor import store_us_per_op
 from bench.transport_floor import FloorParams, run_transport_floor
 from cluster.local import Cluster, NodeProcess
 from store import Hlc, MsgV1
@@ -79,6 +80,7 @@ from store.signing import key_from_seed, public_key, user_id_from_key
 
 MAX_OPS_PER_POST = 1000  # the API takes at most 1,024 ops per request
 STATUS_EVERY_S = 0.25
+STORE_FLOOR_OPS = 40_000  # ops stored to measure what storing one costs (bench.store_floor)
 
 
 @dataclass(frozen=True)
@@ -848,7 +850,7 @@ def run_gossip_bench(params: GossipBenchParams, console: Console | None = None) 
             )
             notes += _close(cluster, "unbatched")
         if params.floor:
-            floor = _run_floor(console, params, runs["batched"])
+            floor = _run_floor(console, params, runs["batched"], signer)
     finally:
         if params.data is None:
             shutil.rmtree(base, ignore_errors=True)
@@ -886,15 +888,16 @@ def _capacity_step(
 
 
 def _run_floor(
-    console: Console, params: GossipBenchParams, batched: dict[str, Any]
+    console: Console, params: GossipBenchParams, batched: dict[str, Any], signer: Signer
 ) -> dict[str, Any]:
-    """Bare py-libp2p peers moving the batched run's bytes, and the ed25519 checks it made."""
+    """Bare py-libp2p peers moving the batched run's bytes, and the ed25519 checks it made;
+    beside it, what storing those ops costs (``bench.store_floor``)."""
     per_message = max(1, round(batched["ops_per_gossip_message"]))
     console.print(
         f"floor: {params.nodes} bare py-libp2p peers, {params.rate:,} ops/s in messages of "
         f"{per_message} ops, {params.seconds:g} s"
     )
-    return run_transport_floor(
+    floor = run_transport_floor(
         FloorParams(
             peers=params.nodes,
             rate=params.rate,
@@ -903,6 +906,13 @@ def _run_floor(
             payload=params.payload,
         )
     )
+    count = max(per_message, min(STORE_FLOOR_OPS, round(params.rate * params.seconds)))
+    base_ms = int(time.time() * 1000)
+    ops: list[Op] = [signer.sign(n, Hlc(base_ms + n // 1000, n % 1000)) for n in range(count)]
+    console.print(f"beyond the floor: decoding and storing {count:,} ops, {per_message} at a time")
+    floor["store_us_per_op"] = store_us_per_op(signer.joins, ops, per_message)
+    floor["store_ops"] = count
+    return floor
 
 
 def _close(cluster: Cluster | None, label: str) -> list[str]:

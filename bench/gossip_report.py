@@ -81,24 +81,34 @@ def _ratios(runs: dict[str, Any]) -> dict[str, float | None]:
     }
 
 
+def cores_per_us(params: dict[str, Any]) -> float:
+    """Cores that one µs per op per node takes at the offered rate on all the nodes."""
+    return float(params["rate"] * params["nodes"] / 1e6)
+
+
 def _floor(
     params: dict[str, Any], batched: dict[str, Any], floor: dict[str, Any] | None
 ) -> dict[str, Any] | None:
     """The floor's figures beside the node's, and the cores each needs at the offered rate."""
     if floor is None:
         return None
-    cores_per_us = params["rate"] * params["nodes"] / 1e6  # µs per op per node -> cores
+    per_us = cores_per_us(params)
     node_us = batched["node_cpu"]["us_per_op_per_node"]
     floor_us = floor["transport_us_per_op_per_peer"] + floor["verify_us_per_op"]
+    # the floor plus storing the op: the least a node that stores every op can spend on it
+    stored_us = floor_us + floor["store_us_per_op"] if "store_us_per_op" in floor else None
     return {
         **floor,
         "node_us_per_op_per_node": node_us,
         "node_over_floor": node_us / floor_us if floor_us else None,
+        "floor_and_store_us": stored_us,
+        "floor_and_store_over_floor": stored_us / floor_us if stored_us and floor_us else None,
+        "node_over_floor_and_store": node_us / stored_us if stored_us else None,
         "cores_at_rate": {
-            "transport": floor["transport_us_per_op_per_peer"] * cores_per_us,
-            "verify": floor["verify_us_per_op"] * cores_per_us,
-            "transport_and_verify": floor_us * cores_per_us,
-            "node": node_us * cores_per_us,
+            "transport": floor["transport_us_per_op_per_peer"] * per_us,
+            "verify": floor["verify_us_per_op"] * per_us,
+            "transport_and_verify": floor_us * per_us,
+            "node": node_us * per_us,
         },
         "cores_available": os.cpu_count(),
     }
@@ -281,8 +291,26 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
             _num(floor["transport_us_per_op_per_peer"] + floor["verify_us_per_op"]),
             _num(cores["transport_and_verify"], ".2f"),
         )
+        if floor.get("floor_and_store_us") is not None:
+            ftable.add_row(
+                f"decoding and storing an op ({floor['store_ops']:,} ops, "
+                f"{floor['ops_per_message']} at a time; RocksDB's threads included)",
+                _num(floor["store_us_per_op"]),
+                _num(floor["store_us_per_op"] * cores_per_us(report["params"]), ".2f"),
+            )
+            ftable.add_row(
+                f"floor + storing: the least a node storing every op spends "
+                f"(x{_num(floor['floor_and_store_over_floor'], '.2f')} the floor)",
+                _num(floor["floor_and_store_us"]),
+                _num(floor["floor_and_store_us"] * cores_per_us(report["params"]), ".2f"),
+            )
         ftable.add_row(
-            f"the node, batched run (x{_num(floor['node_over_floor'], '.2f')} the floor)",
+            f"the node, batched run (x{_num(floor['node_over_floor'], '.2f')} the floor"
+            + (
+                f", x{_num(floor['node_over_floor_and_store'], '.2f')} floor + storing)"
+                if floor.get("node_over_floor_and_store") is not None
+                else ")"
+            ),
             _num(floor["node_us_per_op_per_node"]),
             _num(cores["node"], ".2f"),
         )

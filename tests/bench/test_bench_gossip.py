@@ -133,6 +133,14 @@ def test_bench_gossip_tiny(tmp_path: Path) -> None:
     assert floor["transport_us_per_op_per_peer"] > 0 and floor["verify_us_per_op"] > 0
     cores = floor["cores_at_rate"]
     assert cores["transport_and_verify"] == pytest.approx(cores["transport"] + cores["verify"])
+    # beside it, storing the same kind of ops: floor + storing, and the node over that
+    base = floor["transport_us_per_op_per_peer"] + floor["verify_us_per_op"]
+    assert floor["store_us_per_op"] > 0 and floor["store_ops"] == 300
+    assert floor["floor_and_store_us"] == pytest.approx(base + floor["store_us_per_op"])
+    assert floor["node_over_floor_and_store"] == pytest.approx(
+        floor["node_us_per_op_per_node"] / floor["floor_and_store_us"]
+    )
+    assert "floor + storing" in log
 
 
 # --- the goals and the capacity stepping, on made-up figures (fast) ---------------------------
