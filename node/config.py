@@ -52,7 +52,8 @@ class NodeConfig:
     # messages younger than this are left to gossip (SyncConfig.settle_ms): at 2,000 ops/s a
     # session moved a fifth of them twice, racing gossip. Gossip's max latency there: ~1 s
     sync_settle_s: float = 3.0
-    # processes checking a big sync frame's signatures (catch-up speed; node/verify.py); 0: none
+    # processes checking a big sync frame's signatures (catch-up speed; node/verify.py); 0: the
+    # calling thread does
     verify_processes: int = 2
     # peers
     reconnect_min_s: float = 0.5

@@ -57,7 +57,7 @@ async def test_a_replay_flood_is_throttled_then_banned_while_an_honest_relay_get
     seed(db, held)
     services = build_services(
         NodeConfig(), DbReplica(db), clock=Clock.system(), pubsub=_Pubsub(),
-        own_peer_id=b"me", verifier=ProcessVerifier(1),
+        own_peer_id=b"me", verifier=ProcessVerifier(0),
     )  # fmt: skip
     decoded = _count_decodes(services.gossip.validator)
     flooder, relay = _peer(), _peer()

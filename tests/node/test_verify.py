@@ -97,3 +97,11 @@ def test_a_killed_worker_costs_no_answer() -> None:
         assert workers.running()
     finally:
         workers.close()
+
+
+def test_zero_processes_check_in_the_caller() -> None:
+    before = _children()
+    inline = ProcessVerifier(processes=0)
+    forged = [_forge(m, 0) if i == 3 else m for i, m in enumerate(GOOD)]
+    assert [i for i, e in enumerate(inline(forged)) if e is not None] == [3]
+    assert not inline.running() and _children() <= before
