@@ -677,7 +677,6 @@ def run_catchup(
         status = http.get(f"{cluster.nodes[victim].url}/status").json()
     workers_s = _wait_workers_gone(cluster.nodes[victim])
     # every node now holds the missed messages (and the loads'): its memory at rest, from /proc
-    # (children included: the multiprocessing helper that outlives the signature workers)
     node_counts = [cluster.status(i)["domains"]["messages"]["count"] for i in cluster.live()]
     rss_mb = [
         round(rss_kib(node.proc.pid) * 1024 / 1e6, 1)
@@ -728,8 +727,7 @@ def _rss_or_zero(node: NodeProcess) -> int:
 
 def _wait_workers_gone(node: NodeProcess, timeout_s: float = 60.0) -> float | None:
     """Seconds until the node's signature workers exit (they do when idle: node/verify.py);
-    None if they still run after ``timeout_s``. Its other children stay (multiprocessing's
-    resource tracker)."""
+    None if they still run after ``timeout_s``."""
     t = time.monotonic()
     while time.monotonic() - t < timeout_s:
         assert node.proc is not None
@@ -741,7 +739,7 @@ def _wait_workers_gone(node: NodeProcess, timeout_s: float = 60.0) -> float | No
 
 def _is_worker(pid: int) -> bool:
     try:
-        return b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"node.signature_worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 
