@@ -73,6 +73,7 @@ from bench.quantiles import quantile
 from bench.store_floor import store_us_per_op
 from bench.transport_floor import FloorParams, run_transport_floor
 from cluster.local import Cluster, NodeProcess
+from node.verify import WORKER_MODULE
 from store import Hlc, MsgV1
 from store.authz import new_group
 from store.ops import MembershipAction, MembershipOp, Op
@@ -739,7 +740,7 @@ def _wait_workers_gone(node: NodeProcess, timeout_s: float = 60.0) -> float | No
 
 def _is_worker(pid: int) -> bool:
     try:
-        return b"node.signature_worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return WORKER_MODULE.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 

@@ -9,6 +9,7 @@ the process writes to it, so unpickling trusts no one else.
 from __future__ import annotations
 
 import pickle
+import signal
 import sys
 from typing import IO, cast
 
@@ -49,6 +50,8 @@ def read_frame(pipe: IO[bytes]) -> object:
 
 
 def main() -> None:
+    # Ctrl-C reaches the whole process group: the node stops, then closes our stdin
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
         try:
             parts = read_frame(sys.stdin.buffer)

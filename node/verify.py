@@ -36,12 +36,13 @@ log = logging.getLogger(__name__)
 
 MIN_PARALLEL = 64  # fewer messages than this: shipping them costs more than it saves
 IDLE_S = 10.0  # workers exit after this long without a frame to check
+WORKER_MODULE = "node.signature_worker"  # run as python -m: how a worker is told apart
 
 
 class _Worker:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "node.signature_worker"],
+            [sys.executable, "-m", WORKER_MODULE],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
