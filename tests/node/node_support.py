@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import errno
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -85,18 +86,37 @@ def ops_body(*ops: Op) -> dict[str, Any]:
 async def running_node(
     tmp_path: Path, **config: Any
 ) -> AsyncIterator[tuple[RunningNode, httpx.AsyncClient]]:
-    port = free_port()
-    node = Node(
-        NodeConfig(
-            data=str(tmp_path / "node"), listen="/ip4/127.0.0.1/tcp/0",
-            http=f"127.0.0.1:{port}", **{"sync_interval_s": 3600, **config},
-        )
-    )  # fmt: skip
     async with trio.open_nursery() as nursery:
-        running = await nursery.start(node.run)
+        for attempt in range(START_ATTEMPTS):
+            # free_port closes its socket: another bind (the node's own libp2p listener on
+            # port 0, a client's connection) may take the port before the HTTP server does
+            port = free_port()
+            node = Node(
+                NodeConfig(
+                    data=str(tmp_path / "node"), listen="/ip4/127.0.0.1/tcp/0",
+                    http=f"127.0.0.1:{port}", **{"sync_interval_s": 3600, **config},
+                )
+            )  # fmt: skip
+            try:
+                running = await nursery.start(node.run)
+                break
+            except BaseException as exc:
+                if attempt + 1 == START_ATTEMPTS or not _address_in_use(exc):
+                    raise
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=20) as http:
             yield running, http
         node.stop()
+
+
+START_ATTEMPTS = 3
+
+
+def _address_in_use(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_address_in_use(inner) for inner in exc.exceptions)
+    return False
 
 
 async def counts(http: httpx.AsyncClient) -> dict[str, int]:
