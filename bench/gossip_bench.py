@@ -66,7 +66,14 @@ from rich.progress import Progress
 from bench.console import bench_console, bench_progress, save_report, tracked
 from bench.gossip_capacity import CapacityParams, run_capacity
 from bench.gossip_report import build_report, print_report
-from bench.machine import child_pids, loadavg, machine_busy_s, process_cpu_s, rss_kib
+from bench.machine import (
+    child_pids,
+    loadavg,
+    machine_busy_s,
+    process_cpu_s,
+    rss_kib,
+    rss_kib_or_zero,
+)
 from bench.poster import Poster
 from bench.prometheus import metric
 from bench.quantiles import quantile
@@ -661,7 +668,8 @@ def run_catchup(
         caught = progress.add_task(f"node {victim}: caught up", total=params.catchup)
         peak_kib = 0  # the restarted node's, its signature workers included
         while time.monotonic() - t0 < catchup_timeout_s:
-            peak_kib = max(peak_kib, _rss_or_zero(cluster.nodes[victim]))
+            restarted = cluster.nodes[victim].proc
+            peak_kib = max(peak_kib, rss_kib_or_zero(restarted.pid) if restarted else 0)
             try:
                 status = http.get(f"{cluster.nodes[victim].url}/status").json()
             except (httpx.HTTPError, ValueError):
@@ -717,13 +725,6 @@ def run_catchup(
     verdict = f"{done_s:.1f} s" if done_s is not None else "not within the timeout"
     console.print(f"  node {victim} caught up with {params.catchup:,} messages: {verdict}")
     return result
-
-
-def _rss_or_zero(node: NodeProcess) -> int:
-    try:
-        return rss_kib(node.proc.pid) if node.proc is not None else 0
-    except (OSError, ValueError):
-        return 0
 
 
 def _wait_workers_gone(node: NodeProcess, timeout_s: float = 60.0) -> float | None:

@@ -55,14 +55,15 @@ def rss_kib(pid: int) -> int:
     workers are its memory too (shared library pages are counted in each)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
-            return int(line.split()[1]) + sum(_child_rss_kib(c) for c in child_pids(pid))
+            return int(line.split()[1]) + sum(rss_kib_or_zero(c) for c in child_pids(pid))
     raise ValueError(f"no VmRSS for process {pid}")
 
 
-def _child_rss_kib(pid: int) -> int:
+def rss_kib_or_zero(pid: int) -> int:
+    """``rss_kib``, or 0 for a process that has exited meanwhile."""
     try:
         return rss_kib(pid)
-    except (OSError, ValueError):  # it exited meanwhile
+    except (OSError, ValueError):
         return 0
 
 
