@@ -9,7 +9,7 @@ from typing import Any
 
 from store.hlc import DEFAULT_MAX_OFFSET_MS
 from store.records import DEFAULT_MAX_PAYLOAD
-from store.rocks import COMPRESSION
+from store.rocks import check_compression
 from sync.protocol import SyncConfig
 
 
@@ -128,8 +128,5 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> NodeConfig:
     if "bootstrap" in values:
         values["bootstrap"] = tuple(values["bootstrap"])
     config = replace(NodeConfig(), **values)
-    if config.db_compression not in COMPRESSION:
-        raise ValueError(
-            f"db_compression {config.db_compression!r}: one of {', '.join(sorted(COMPRESSION))}"
-        )
+    check_compression(config.db_compression, "db_compression")
     return config

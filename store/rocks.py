@@ -93,10 +93,7 @@ class ChatDbConfig:
     compression: str = "zstd"
 
     def __post_init__(self) -> None:
-        if self.compression not in COMPRESSION:
-            raise ValueError(
-                f"compression {self.compression!r}: one of {', '.join(sorted(COMPRESSION))}"
-            )
+        check_compression(self.compression)
 
 
 # Block compression of every CF. Applying 1,000,000 messages to an empty store, RocksDB's
@@ -107,6 +104,12 @@ COMPRESSION = {
     "lz4": DBCompressionType.lz4,
     "none": DBCompressionType.none,
 }
+
+
+def check_compression(name: str, setting: str = "compression") -> None:
+    """ValueError unless ``name`` is one of COMPRESSION (``setting``: what the error calls it)."""
+    if name not in COMPRESSION:
+        raise ValueError(f"{setting} {name!r}: one of {', '.join(sorted(COMPRESSION))}")
 
 
 def _cf_options(config: ChatDbConfig, cache: Cache, name: str) -> Options:
