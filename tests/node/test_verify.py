@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.machine import child_pids
 from node.verify import MIN_PARALLEL, ProcessVerifier
 from store.hlc import Hlc
 from store.records import MsgV1
@@ -57,8 +58,7 @@ def test_workers_agree_with_the_sequential_check(
 
 
 def _children() -> set[int]:
-    with open(f"/proc/self/task/{os.getpid()}/children") as f:
-        return {int(pid) for pid in f.read().split()}
+    return set(child_pids(os.getpid()))
 
 
 def test_workers_start_with_a_big_frame_and_stop_when_idle() -> None:
