@@ -9,8 +9,9 @@ import sys
 
 from node.memory import c_heap_usage, rss_bytes, trim_heap
 
-# Every script below starts with this. Allocates ``count`` blocks of ``size`` bytes, each followed by a small block that stays, and
-# frees the big ones: the small ones keep the heap from shrinking from its top.
+# Every script below starts with this. ``holes`` allocates ``count`` blocks of ``size`` bytes,
+# each followed by a small block that stays, and frees the big ones: the small ones keep the
+# heap from shrinking from its top.
 HOLES_BETWEEN_SMALL_BLOCKS = """
 import ctypes
 libc = ctypes.CDLL("libc.so.6")
