@@ -5,11 +5,11 @@ from a ``Rules`` object; ``rules_for(None)`` is the project's real code
 (``store.merge``, ``store.access``, ``HlcClock``'s drift check, the retention
 cutoff, ``sync.merkle.MerkleTree``).
 Each planted bug swaps one piece for a broken wrapper here, in ``sim/``, so
-``store/`` and ``sync/`` never carry a bug switch (``SimReplica`` takes the merge
-functions and the message rule from ``Rules`` through ``MemoryReplica``'s hooks, and the
-two message-kind bugs are switches ``SimReplica`` reads: who ``admins()`` says may delete, and
-how ``view()`` picks an edit). ``chatsync sim bugs``,
-``tests/sim/test_engine.py`` and ``tests/sim/test_spark_run.py`` show that each one is caught.
+``store/`` and ``sync/`` never carry a bug switch (``SimReplica`` hands the node's planner,
+``store.plan``, the predicates ``Rules.plan_rules`` names — the message rule, identity LWW
+and who may delete — and reads the other switches itself: the member-row merge, the drift
+and retention checks, the verdicts frozen on arrival, how ``view()`` picks an edit).
+``chatsync sim bugs``, ``tests/sim/test_engine.py`` and ``tests/sim/test_spark_run.py`` show that each one is caught.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from sim.trees import SimTree
 from store.access import Access, admissible, visible
 from store.hlc import Hlc
 from store.keys import NUM_BUCKETS, RECORD_ID_LEN
+from store.kinds import IsAdmin
 from store.merge import identity_wins, merge_member_states
+from store.plan import AdminState, RuleSet, admin_rule
 from store.records import MemberInfo, MsgV1
 from sync.merkle import DEPTH, FANOUT_BITS, MerkleTree, check_hash
 
@@ -49,6 +51,11 @@ def _active(info: MemberInfo) -> bool:
     return info.active
 
 
+def _everyone_admin(state: AdminState) -> IsAdmin:
+    """BUG: everyone is an admin to delete validity (claims are still checked)."""
+    return lambda user, hlc: True
+
+
 @dataclass(frozen=True)
 class Rules:
     """What a simulated node runs. The defaults are the project's own functions."""
@@ -67,6 +74,12 @@ class Rules:
     anyone_may_delete: bool = False
     # BUG switch: a view shows the edit that arrived last (SimReplica.view)
     edit_by_arrival: bool = False
+
+    def plan_rules(self) -> RuleSet:
+        """The predicates the node's planner (``store.plan``) decides a simulated node's
+        batches by: the project's own, or one planted bug's."""
+        admins = _everyone_admin if self.anyone_may_delete else admin_rule
+        return RuleSet(self.admissible, self.visible, self.identity_wins, admins)
 
 
 # --- the broken pieces ---------------------------------------------------------------------

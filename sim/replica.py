@@ -1,11 +1,13 @@
 """A simulated node's replica: ``sync.replica.MemoryReplica`` with what a simulation needs.
 
-``SimReplica`` is a ``MemoryReplica`` — the same dicts, record-id index, merge
-steps and trees in step — with its hooks set for the simulator:
+``SimReplica`` is a ``MemoryReplica`` — the same dicts, record-id index and trees
+in step, every batch planned by the node's own planner (``store.plan``) — with its
+hooks set for the simulator:
 
-* **Rules**: merges and the message rule (admissible: stored; visible: shown)
-  through ``Rules`` (``store.merge`` and ``store.access`` unless a planted bug
-  swaps a piece, ``sim/bugs.py``), and the message tree is ``Rules.message_tree``.
+* **Rules**: the planner's predicates (the message rule, identity LWW, who may
+  delete) are ``Rules.plan_rules()``, the member-row merge ``Rules.merge_member``
+  (the project's own unless a planted bug swaps a piece, ``sim/bugs.py``), and the
+  message tree is ``Rules.message_tree``.
 * **Drift check on every record a session applies** (``HlcClock.check_drift``
   against the node's local physical time). Sessions skip far-future records
   themselves (``SyncConfig.max_offset_ms``); this check is a second line.
@@ -16,8 +18,8 @@ steps and trees in step — with its hooks set for the simulator:
 * **Retention**: ``collect_messages`` (the GC, ``sim/retention_model.py``) and
   the resurrection counter. The replica itself refuses nothing as too old
   (``expire_before_ms`` stays None): the cutoff is applied at ingress, and to
-  messages leaving the waiting room, so that a planted bug that skips it shows
-  as resurrections.
+  messages leaving the waiting room (``waiting_in``), so that a planted bug that
+  skips it shows as resurrections.
 * **The divergence metric**: records entering and leaving honest live replicas
   are counted shard-wide (``ShardContext.holders``).
 * **Memory for hundreds of replicas per process**: decoded messages are shared
@@ -42,15 +44,14 @@ from sim.trees import SparseMerkleTree
 from store.access import NO_HISTORY, MemberHistory
 from store.authz import DmProof
 from store.errors import ClockDriftError
-from store.hlc import Hlc, HlcClock
-from store.kinds import ChatView, IsAdmin, MessageView, edit_applies
+from store.hlc import HlcClock
+from store.kinds import ChatView, MessageView, edit_applies
 from store.ops import MembershipAction, MembershipOp
+from store.plan import NO_ADMINS, admin_state_of
 from store.records import (
     MemberInfo,
     MessageKind,
     MsgV1,
-    Role,
-    blake3_id,
     compute_identity_record_id,
     member_record_id,
 )
@@ -112,29 +113,6 @@ class Counters:
     resurrected_deleted: int = 0  # a message stored again after this replica erased it
 
 
-class _Waiting(WaitingRoom):
-    """The waiting room, where a message leaving it at or below its replica's GC horizon is
-    dropped: it passed the retention cutoff when it arrived, the GC may have passed it since,
-    and a node's store refuses it then (``expire_before_ms``). Other paths in are filtered at
-    ingress, so that a planted bug that skips the cutoff shows as resurrections."""
-
-    def __init__(self, replica: SimReplica) -> None:
-        super().__init__()
-        self.replica = replica
-
-    def release_chats(self, chat_ids: set[bytes]) -> list[MsgV1]:
-        released = super().release_chats(chat_ids)
-        replica = self.replica
-        if not replica.rules.retention_filter:
-            return released
-        # deletes never expire (MESSAGES.md): only what the GC collects is dropped
-        return [
-            m
-            for m in released
-            if m.kind is MessageKind.DELETE or m.hlc.physical_ms > replica.horizon
-        ]
-
-
 class SimReplica(MemoryReplica):
     """One node's replica within one shard."""
 
@@ -145,9 +123,10 @@ class SimReplica(MemoryReplica):
             IDENTITY: SparseMerkleTree(),
             DELETES: SparseMerkleTree(),
         }
-        super().__init__(trees, ctx.buckets, _Waiting(self))
+        super().__init__(trees, ctx.buckets)
         self.ctx = ctx
         self.rules = rules
+        self.plan_rules = rules.plan_rules()
         self.clock = clock
         self.now_ms = 0  # local physical time of the current event (drift checks)
         self.horizon = 0  # retention: highest cutoff collected at
@@ -173,14 +152,25 @@ class SimReplica(MemoryReplica):
             return False
         return True
 
+    def waiting_in(self, chats: set[bytes]) -> list[MsgV1]:
+        """What leaves the room at or below this replica's GC horizon is dropped: it passed
+        the retention cutoff when it arrived, the GC may have passed it since, and a node's
+        store refuses it then (``expire_before_ms``). Other paths in are filtered at ingress,
+        so that a planted bug that skips the cutoff shows as resurrections."""
+        waiting = super().waiting_in(chats)
+        if not self.rules.retention_filter:
+            return waiting
+        # deletes never expire (MESSAGES.md): only what the GC collects is dropped
+        horizon = self.horizon
+        return [m for m in waiting if m.kind is MessageKind.DELETE or m.hlc.physical_ms > horizon]
+
     # --- MemoryReplica's hooks ---
 
-    def _put_message(self, msg: MsgV1) -> bool:
+    def _put_message(self, msg: MsgV1) -> None:
         msg = self.ctx.interned.setdefault(msg.msg_id, msg)
         if msg.msg_id in self.erased:  # the rule refuses it before: only a planted bug gets here
             self.counters.resurrected_deleted += 1
-        if not super()._put_message(msg):
-            return False
+        super()._put_message(msg)
         if self.rules.edit_by_arrival:
             self._arrival[msg.msg_id] = len(self._arrival)
         physical = msg.hlc.physical_ms
@@ -189,29 +179,14 @@ class SimReplica(MemoryReplica):
         heapq.heappush(self._by_time, (physical, msg.msg_id))
         if self.rules.decide_on_arrival:
             self._shown_on_arrival[msg.msg_id] = self.member_active((msg.chat_id, msg.sender))
-        return True
 
-    def _add_member_op(
-        self, op: MembershipOp, promoted: set[tuple[bytes, bytes]] | None = None
-    ) -> bool:
-        op_id = blake3_id(op.encode())
-        op = self.ctx.member_ops.setdefault(op_id, op)
-        if not super()._add_member_op(op, promoted):
-            return False
+    def _add_member_op(self, op_id: bytes, op: MembershipOp) -> None:
+        super()._add_member_op(op_id, self.ctx.member_ops.setdefault(op_id, op))
         self._undo.append((self.t_ms, MEMBERS, op_id, None))
-        return True
 
-    def _erased_on_arrival(self, msg: MsgV1) -> bool:
-        known = msg.msg_id in self.erased
-        erased = super()._erased_on_arrival(msg)
-        if erased and not known:  # a crash takes it back out with the delete that erased it
-            self._undo.append((self.t_ms, ERASED, msg.msg_id, None))
-        return erased
-
-    def admins(self, chat_id: bytes) -> IsAdmin:
-        if self.rules.anyone_may_delete:
-            return lambda user, hlc: True
-        return super().admins(chat_id)
+    def _mark_erased(self, msg_id: bytes) -> None:
+        super()._mark_erased(msg_id)  # a crash takes it back out with the delete that erased it
+        self._undo.append((self.t_ms, ERASED, msg_id, None))
 
     def view(self, chat_id: bytes) -> ChatView:
         view = super().view(chat_id)
@@ -240,16 +215,10 @@ class SimReplica(MemoryReplica):
     ) -> MemberInfo | None:
         return self.rules.merge_member(local, remote)
 
-    def _identity_wins(self, incoming: tuple[Hlc, bytes], stored: tuple[Hlc, bytes] | None) -> bool:
-        return self.rules.identity_wins(incoming, stored)
-
-    def _admissible(self, msg: MsgV1) -> bool:
-        return self.rules.admissible(msg, self.access(msg.chat_id, msg.sender))
-
     def _visible(self, msg: MsgV1) -> bool:
         if self.rules.decide_on_arrival:
             return self._shown_on_arrival.get(msg.msg_id, False)
-        return self.rules.visible(msg, self.access(msg.chat_id, msg.sender))
+        return super()._visible(msg)
 
     def _listed(self, domain: Domain, record_id: bytes) -> None:
         super()._listed(domain, record_id)  # into the shard-wide bucket index
@@ -298,7 +267,7 @@ class SimReplica(MemoryReplica):
         self._undo.clear()
         self._refold(refold)
         self.counters.waiting_lost += len(self.waiting)
-        self.waiting = _Waiting(self)
+        self.waiting = WaitingRoom()
         self.counters.rolled_back += undone
         return undone
 
@@ -344,26 +313,15 @@ class SimReplica(MemoryReplica):
                 self.histories[key] = history
         for chat in chats:
             if chat in parties:
-                self.dm_parties[chat] = parties[chat]
+                self.parties[chat] = parties[chat]
             else:
-                self.dm_parties.pop(chat, None)
-        self._refold_admins(keys, chats)
-
-    def _refold_admins(self, keys: set[Key], chats: set[bytes]) -> None:
-        """Who may delete others' messages, from the ops still held (a crash took some)."""
-        for key in keys:
-            self.admin_since.pop(key, None)
-        for chat in chats:
-            self.creators.pop(chat, None)
-        for op in self.member_ops.values():
-            key = (op.chat_id, op.user_id)
-            proof = op.proof
-            if op.chat_id in chats and proof is not None and not isinstance(proof, DmProof):
-                self.creators.setdefault(op.chat_id, proof.creator)
-            if key in keys and op.action is MembershipAction.ADD and op.role is Role.ADMIN:
-                first = self.admin_since.get(key)
-                if first is None or op.hlc < first:
-                    self.admin_since[key] = op.hlc
+                self.parties.pop(chat, None)
+            # who may delete others' messages, from the ops still held (a crash took some)
+            admins = admin_state_of(op for op in self.member_ops.values() if op.chat_id == chat)
+            if admins == NO_ADMINS:
+                self.admin_states.pop(chat, None)
+            else:
+                self.admin_states[chat] = admins
 
     # --- retention ---
 

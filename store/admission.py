@@ -1,47 +1,98 @@
-"""Admission: the message rule of ``store.access`` applied to the store.
+"""Admission: a ChatDb planned (``store.plan``) and carrying its plans out.
 
-``put_authorized`` stores the messages their chat's ops admit — marking the
-ones their sender was not active to send as hidden — and hands back the rest
-to wait (``store.waiting``; the ``waiting`` column family keeps them across a
-restart). ``reconsider`` runs after member ops changed some
-senders' histories: it re-decides those senders' messages stamped at or after
-the earliest new op, and when a chat's hidden set changed, points the chat's
-preview (ChatMeta's newest message, the members' chat-list entries) at its
-newest shown message again.
+``apply_ops`` plans a batch of validated ops against ``DbView`` — the planner's
+read view of the store and of the waiting room beside it — and carries the plan
+out: member ops (rows and chat lists follow), identities, deletes and their
+erasures (``store.deletes``), the admitted messages — the hidden ones marked —
+with the chat lists pointed at what is new, the waiting room (its ``waiting``
+column family keeps it across a restart), and ``reconsider`` for the senders
+whose histories grew: their messages stamped at or after the earliest new op
+are shown or hidden again, and when a chat's hidden set changed, its preview
+(ChatMeta's newest message, the members' chat-list entries) points at its newest
+shown message again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from store.access import Access, admissible, visible
+from store.access import Access, MemberHistory, visible
 from store.deletes import DeleteStore
 from store.events import Event, EventKind
 from store.hlc import LOGICAL_BITS, Hlc
+from store.identity import IdentityStore
 from store.inbox import InboxStore
-from store.keys import key_hidden, key_messages, prefix_end, seq_of
+from store.keys import CHAT_ID_LEN, MSG_ID_LEN, key_hidden, key_messages, prefix_end, seq_of
 from store.kinds import CONTENT
 from store.members import MemberOpsApplied
 from store.messages import Direction, PutResult
-from store.ops import MembershipOp
+from store.ops import MembershipOp, Op
+from store.plan import CHAT_RULES, AdminState, MessageRule, Plan, RuleSet, plan_ops
 from store.records import ChatKind, InboxEntry, MessageKind, MsgV1, decode_msg, make_chat_meta
+from store.waiting import WaitingRoom
 
 ZERO_ID = bytes(32)
 
 
-@dataclass(frozen=True, slots=True)
-class Admitted:
-    """What ``put_authorized`` did: per message its result (a delete's: seq 0; a message a
-    delete erased before it came: duplicate), or None if it waits; the waiting messages;
-    the ids of held messages that a delete of the batch erased."""
+class DbView:
+    """The ``store.plan.HeldView`` of a ChatDb (and of the waiting room beside it)."""
 
-    results: Sequence[PutResult | None]
-    waiting: list[MsgV1]
-    erased: list[bytes]
+    def __init__(self, db: AdmissionStore, room: WaitingRoom | None) -> None:
+        self.db = db
+        self.room = room
+        self.expire_before_ms = db.expire_before_ms
+
+    def held(self, msgs: Sequence[MsgV1]) -> set[bytes]:
+        db = self.db
+        deletes = [m.msg_id for m in msgs if m.kind is MessageKind.DELETE]
+        others = [m.msg_id for m in msgs if m.kind is not MessageKind.DELETE]
+        out = {i for i, v in zip(others, db.multi_get("seen_msg", others), strict=True) if v}
+        if deletes:
+            marks = db.multi_get("seen_delete", deletes)
+            out.update(i for i, v in zip(deletes, marks, strict=True) if v)
+        return out
+
+    def held_member_ops(self, op_ids: Sequence[bytes]) -> set[bytes]:
+        marks = self.db.multi_get("seen_member", list(op_ids))
+        return {i for i, v in zip(op_ids, marks, strict=True) if v is not None}
+
+    def identity(self, user: bytes) -> tuple[Hlc, bytes] | None:
+        return self.db.get_identity(user)
+
+    def history(self, chat: bytes, user: bytes) -> MemberHistory:
+        return self.db.member_history(chat, user)
+
+    def dm_parties(self, chat: bytes) -> bytes | None:
+        return self.db.load_meta(chat).identity
+
+    def admin_state(self, chat: bytes) -> AdminState:
+        return self.db.admin_state(chat)
+
+    def has_deletes(self, chat: bytes) -> bool:
+        return chat in self.db.delete_chats()
+
+    def deletes_of(self, chat: bytes) -> list[MsgV1]:
+        return self.db.deletes_of(chat)
+
+    def deletes_referring(self, chat: bytes, ref: bytes) -> list[MsgV1]:
+        return self.db.deletes_of(chat, ref)
+
+    def referrers(self, chat: bytes, ref: bytes) -> list[bytes]:
+        return [
+            row[CHAT_ID_LEN + MSG_ID_LEN :] for row, _ in self.db.iter_prefix("refs", chat + ref)
+        ]
+
+    def held_message(self, msg_id: bytes) -> MsgV1 | None:
+        return self.db.get_message(msg_id)
+
+    def is_erased(self, msg_id: bytes) -> bool:
+        return self.db.is_erased(msg_id)
+
+    def waiting_in(self, chats: set[bytes]) -> list[MsgV1]:
+        return self.room.of_chats(chats) if self.room is not None else []
 
 
-class AdmissionStore(DeleteStore, InboxStore):
+class AdmissionStore(DeleteStore, InboxStore, IdentityStore):
     def apply_member_ops(self, ops: list[MembershipOp]) -> MemberOpsApplied:
         """``MemberStore.apply_member_ops``, and the chat lists follow: a user who stops being
         an active member loses the chat's entry, one who becomes one gets it (MESSAGES.md)."""
@@ -58,62 +109,56 @@ class AdmissionStore(DeleteStore, InboxStore):
     def access_of(self, chat_id: bytes, user_id: bytes) -> Access:
         return Access(self.member_history(chat_id, user_id), self.load_meta(chat_id).identity)
 
-    def put_authorized(
-        self, msgs: list[MsgV1], *, now_ms: int | None = None, admit_all: bool = False
-    ) -> Admitted:
-        """Store the admissible messages — the deletes among them first, which may erase
-        held messages (``store.deletes``) — and point the chat lists of their chats at
-        what is new; per message its result, or None if it must wait. ``admit_all``: store
-        and show every message (the sync engine on its own, as protocol tests and the sync
-        benchmark drive it)."""
-        admitted, hidden, waiting = (msgs, set(), []) if admit_all else self._admit(msgs)
-        deletes = [m for m in admitted if m.kind is MessageKind.DELETE]
-        new_deletes, erased = self.put_deletes(deletes) if deletes else ([], [])
-        if deletes:
-            admitted = [m for m in admitted if m.kind is not MessageKind.DELETE]
-        # what a held delete erases is neither stored nor left to wait: it could never be stored
-        later = [m for m in waiting if m.kind is not MessageKind.DELETE]
-        gone = self.erased_on_arrival(admitted + later)
-        if gone:
-            admitted = [m for m in admitted if m.msg_id not in gone]
-            waiting = [m for m in waiting if m.msg_id not in gone]
-        stored = self._store_admitted(admitted, hidden, now_ms)
-        if erased:
-            self.refresh_previews({m.chat_id for m in deletes})
-        if len(stored) == len(msgs):
-            return Admitted(stored, waiting, erased)
-        waits = {m.msg_id for m in waiting}
-        stored_left, deletes_left = iter(stored), iter(new_deletes)
-        results: list[PutResult | None] = []
-        for m in msgs:  # the lists above keep the batch's order
-            if m.msg_id in waits:
-                results.append(None)
-            elif m.kind is MessageKind.DELETE:
-                results.append(PutResult(m.msg_id, 0, not next(deletes_left)))
-            elif m.msg_id in gone:
-                results.append(PutResult(m.msg_id, 0, True))
-            else:
-                results.append(next(stored_left))
-        return Admitted(results, waiting, erased)
+    def apply_ops(
+        self,
+        ops: Sequence[Op],
+        room: WaitingRoom | None = None,
+        rules: RuleSet = CHAT_RULES,
+        *,
+        now_ms: int | None = None,
+    ) -> Plan:
+        """Plan validated ops against what is held (``store.plan``) and carry the plan out:
+        the member ops, the identities, the deletes and what they erase, the messages (the
+        chat lists kept in step), the waiting room (``room``: kept in the store too, for a
+        restart; without one, what must wait is only reported in ``Plan.park``), and the
+        held messages whose senders' histories grew, shown or hidden again."""
+        plan = plan_ops(ops, DbView(self, room), rules)
+        self._carry_out(plan, room, rules, now_ms)
+        return plan
 
-    def _admit(self, msgs: list[MsgV1]) -> tuple[list[MsgV1], set[bytes], list[MsgV1]]:
-        """(admissible, the ids of those not to show, those that must wait): store.access."""
-        access: dict[tuple[bytes, bytes], Access] = {}
-        admitted: list[MsgV1] = []
-        hidden: set[bytes] = set()
-        waiting: list[MsgV1] = []
-        for msg in msgs:
-            pair = (msg.chat_id, msg.sender)
-            known = access.get(pair)
-            if known is None:
-                known = access[pair] = self.access_of(*pair)
-            if not admissible(msg, known):
-                waiting.append(msg)
-                continue
-            admitted.append(msg)
-            if known.history.removes and not visible(msg, known):  # no removal: it shows
-                hidden.add(msg.msg_id)
-        return admitted, hidden, waiting
+    def put_authorized(self, msgs: list[MsgV1], *, now_ms: int | None = None) -> Plan:
+        """Messages alone under the message rule (tools and tests): ``apply_ops``."""
+        return self.apply_ops(msgs, now_ms=now_ms)
+
+    def _carry_out(
+        self, plan: Plan, room: WaitingRoom | None, rules: RuleSet, now_ms: int | None
+    ) -> None:
+        if plan.member_ops:
+            self.apply_member_ops(list(plan.member_ops.values()))
+        self.remember_admins(plan.admins)
+        if plan.identities:
+            self.set_identities({u: (b, (r.hlc, r.blob)) for u, (b, r) in plan.identities.items()})
+        if plan.deletes or plan.erase or plan.refused_erased:
+            self.write_deletes(list(plan.deletes.values()), plan.erase, plan.refused_erased)
+        self._store_admitted(list(plan.store.values()), plan.hidden, now_ms)
+        if plan.erase:
+            self.refresh_previews({m.chat_id for m in plan.erase.values()})
+        if room is not None:
+            self._keep_waiting(plan, room)
+        if plan.redecide:
+            self.reconsider(plan.redecide, rules.visible)
+
+    def _keep_waiting(self, plan: Plan, room: WaitingRoom) -> None:
+        """The room follows the plan, and the store keeps what it holds (for a restart)."""
+        released = room.release_chats(plan.released_chats)
+        evicted = [msg_id for msg in plan.park for msg_id in room.park(msg)]
+        discarded = room.discard(plan.discard)
+        if released or plan.park or discarded:
+            self.save_waiting(
+                [m for m in plan.park if m.msg_id in room],
+                [i for i in {*(m.msg_id for m in released), *evicted, *discarded}
+                 if i not in room],
+            )  # fmt: skip
 
     def _store_admitted(
         self, msgs: list[MsgV1], hidden: set[bytes], now_ms: int | None = None
@@ -155,20 +200,24 @@ class AdmissionStore(DeleteStore, InboxStore):
         """The messages waiting when the store was last written (verified when they came)."""
         return [decode_msg(value, trusted=True) for _, value in self.iter_all("waiting")]
 
-    def reconsider(self, touched: dict[tuple[bytes, bytes], Hlc]) -> set[bytes]:
-        """Re-decide the messages of each (chat, sender) from the stamp given; returns the
-        chats whose hidden set changed (their previews were refreshed)."""
+    def reconsider(
+        self, touched: dict[tuple[bytes, bytes], Hlc], shown: MessageRule = visible
+    ) -> set[bytes]:
+        """Re-decide the messages of each (chat, sender) from the stamp given (``shown``:
+        the rule); returns the chats whose hidden set changed (previews refreshed)."""
         by_chat: dict[bytes, dict[bytes, Hlc]] = {}
         for (chat, user), since in touched.items():
             by_chat.setdefault(chat, {})[user] = since
         changed = {
-            chat for chat, senders in by_chat.items() if self._reconsider_chat(chat, senders)
+            chat for chat, senders in by_chat.items() if self._reconsider_chat(chat, senders, shown)
         }
         for chat in changed:
             self._refresh_preview(chat)
         return changed
 
-    def _reconsider_chat(self, chat_id: bytes, senders: dict[bytes, Hlc]) -> bool:
+    def _reconsider_chat(
+        self, chat_id: bytes, senders: dict[bytes, Hlc], visible: MessageRule
+    ) -> bool:
         start = key_messages(chat_id, min(senders.values()).pack(), 0)
         meta = self.load_meta(chat_id)
         access = {

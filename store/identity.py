@@ -57,6 +57,17 @@ class IdentityStore(RocksBase):
         self._write_identity_rows(stored, current)
         return changes
 
+    def set_identities(
+        self, changes: dict[bytes, tuple[tuple[Hlc, bytes] | None, tuple[Hlc, bytes]]]
+    ) -> None:
+        """Write what ``store.plan`` decided: user -> (the identity stored, the one replacing
+        it)."""
+        keys = {key_identity(user): change for user, change in changes.items()}
+        self._write_identity_rows(
+            {key: before for key, (before, _) in keys.items()},
+            {key: after for key, (_, after) in keys.items()},
+        )
+
     def _write_identity_rows(
         self,
         stored: dict[bytes, tuple[Hlc, bytes] | None],

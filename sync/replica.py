@@ -4,9 +4,10 @@
 of one bucket, encoded records by id, and "apply these validated records".
 ``MemoryReplica`` keeps everything in dicts (tests, benchmarks; the simulator's
 ``SimReplica`` is one with its hooks overridden); ``DbReplica`` drives a ``ChatDb``
-handed to it. Both apply records through the store's rules and keep their trees in
-step with what they store, and a test asserts they agree (same roots, same visible
-messages after the same ops).
+handed to it. Neither decides anything: ``store.plan`` plans every batch from the
+replica's held state, and each carries the plan out and keeps its trees in step
+(``tree_changes``); a test asserts they agree (same roots, same visible messages
+after the same ops).
 
 The MEMBERS domain is the grow-only set of signed member ops (record id: BLAKE3 of
 the op's bytes); the member rows are folded from them. A message is stored only
@@ -23,24 +24,25 @@ returned (a session leaves them to gossip, which is still carrying them).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from store.access import NO_HISTORY, Access, MemberHistory, admin_adds, admissible, visible
-from store.authz import DmProof
+from store.access import NO_HISTORY, Access, MemberHistory
 from store.hlc import Hlc
-from store.kinds import ChatView, IsAdmin, delete_is_valid, erases, fold_chat
-from store.merge import identity_wins, merge_member_states
-from store.ops import MembershipAction, MembershipOp, Op, member_op_id
-from store.records import (
-    IdentityRecord,
-    MemberInfo,
-    MessageKind,
-    MsgV1,
-    Role,
-    compute_identity_record_id,
+from store.kinds import ChatView, IsAdmin, fold_chat
+from store.merge import merge_member_states
+from store.ops import MembershipOp, Op
+from store.plan import (
+    ADMIT_ALL,
+    CHAT_RULES,
+    NO_ADMINS,
+    AdminState,
+    Plan,
+    RuleSet,
+    plan_ops,
 )
+from store.records import IdentityRecord, MemberInfo, MsgV1, compute_identity_record_id
 from store.retention import expire_seen, iter_seen_aged, trim_chats
 from store.waiting import WaitingRoom
 from sync.frames import Domain
@@ -89,14 +91,16 @@ def new_bucket_index() -> BucketIndex:
 
 
 class MemoryReplica:
-    """A whole replica in dicts, under the same rules as ChatDb.
+    """A whole replica in dicts. It decides nothing itself: ``store.plan`` plans each batch
+    from what it holds (it is its own ``HeldView``), and it carries the plan out.
 
     The simulator's replica (``sim.replica.SimReplica``) is this class with its hooks
-    overridden: the merge rules (``_merge_member_states``, ``_identity_wins``), the
-    message rule (``_admissible``, ``_visible``), what a record id entering or leaving
-    the replica does (``_listed``, ``_unlisted``), and ``_wrote`` (told of every
-    change with the row's state before it). ``trees`` and ``buckets`` replace the
-    default storage.
+    overridden: the member-row merge (``_merge_member_states``), the rule set handed to
+    the planner (``plan_rules``), what a record id entering or leaving the replica does
+    (``_listed``, ``_unlisted``), what storing a message or member op or marking an id
+    erased does (``_put_message``, ``_add_member_op``, ``_mark_erased``), the shown
+    rule when reading (``_visible``), and ``_wrote`` (told of every change with the
+    row's state before it). ``trees`` and ``buckets`` replace the default storage.
     """
 
     def __init__(
@@ -107,21 +111,22 @@ class MemoryReplica:
         *,
         admit_all: bool = False,
     ) -> None:
-        self.admit_all = admit_all  # every message stored and shown: the sync engine alone
+        # admit_all: every message stored and shown: the sync engine alone
+        self.plan_rules: RuleSet = ADMIT_ALL if admit_all else CHAT_RULES
         self.expire_before_ms: int | None = None  # retention: older messages are refused
         self.trees = trees if trees is not None else {d: MerkleTree() for d in Domain}
         self.messages: dict[bytes, MsgV1] = {}
         self.member_ops: dict[bytes, MembershipOp] = {}  # op id -> op: the MEMBERS domain
         self.members: dict[tuple[bytes, bytes], MemberInfo] = {}  # rows, folded from the ops
         self.histories: dict[tuple[bytes, bytes], MemberHistory] = {}
-        self.dm_parties: dict[bytes, bytes] = {}  # chat -> its two parties (from a DmProof)
+        self.parties: dict[bytes, bytes] = {}  # chat -> its two parties (from a DmProof)
         self.identities: dict[bytes, tuple[Hlc, bytes]] = {}
         self.deletes: dict[bytes, MsgV1] = {}  # DELETE messages: the DELETES domain
         self.deletes_by_ref: dict[bytes, list[MsgV1]] = {}
+        self.delete_chats: set[bytes] = set()  # chats that held a delete
         self.refs: dict[bytes, set[bytes]] = {}  # message id -> held messages that refer to it
         self.erased: set[bytes] = set()  # held once, erased by a delete: refused from now on
-        self.creators: dict[bytes, bytes] = {}  # group chat -> its creator's user id
-        self.admin_since: dict[tuple[bytes, bytes], Hlc] = {}  # the first admin add's stamp
+        self.admin_states: dict[bytes, AdminState] = {}  # group chat -> creator, admins
         self.waiting = waiting if waiting is not None else WaitingRoom()
         # record id -> row key: the user for identity (messages and ops are their own index)
         self._rows: dict[Domain, dict[bytes, Any]] = {IDENTITY: {}}
@@ -184,145 +189,112 @@ class MemoryReplica:
     def apply(self, domain: Domain, records: Sequence[Record]) -> int:
         return self.apply_ops(records).changed
 
-    # --- applying ops: member ops first, so a batch may carry a message and its op ---
-
     def apply_ops(self, ops: Sequence[Op | Record]) -> Applied:
-        """Merge validated ops; per op whether it changed the replica (a message: stored),
-        and how many changes in all (messages released from waiting included)."""
-        new = [False] * len(ops)
-        chats: set[bytes] = set()
-        promoted: set[tuple[bytes, bytes]] = set()  # (chat, user) who may delete more now
-        for i, op in enumerate(ops):
-            if isinstance(op, MembershipOp):
-                new[i] = self._add_member_op(op, promoted)
-                if new[i]:
-                    chats.add(op.chat_id)
-            elif isinstance(op, IdentityRecord):
-                new[i] = self._put_identity(op.user_id, op.hlc, op.blob)
-        released = self.waiting.release_chats(chats)
-        for i, op in enumerate(ops):
-            if isinstance(op, MsgV1):
-                new[i] = self._admit(op)
-        changed = sum(new) + sum(self._admit(msg) for msg in released)
-        for d in [d for d in self.deletes.values() if (d.chat_id, d.sender) in promoted]:
-            self._erase_for(d)
-        chats = {
-            op.chat_id for op in ops if isinstance(op, MsgV1) and op.kind is MessageKind.DELETE
-        }
-        if chats:  # a waiting message a delete erases could never be stored: it goes
-            self.waiting.discard(
-                {m.msg_id for m in self.waiting.of_chats(chats) if self.erased_by_a_delete(m)}
-            )
-        return Applied(new, changed)
+        """Merge validated ops: plan them (``store.plan``), carry the plan out."""
+        plan = plan_ops(ops, self, self.plan_rules)
+        self._carry_out(plan)
+        return Applied(plan.new, plan.changed, plan.stored)
 
     def apply_record(self, record: Record) -> bool:
         """Merge one validated record; True if it changed the replica."""
         return self.apply_ops([record]).new[0]
 
-    def _admit(self, msg: MsgV1) -> bool:
-        if msg.msg_id in self.messages or msg.msg_id in self.deletes:
-            return False
-        if not self._admissible(msg):
-            if not self.erased_by_a_delete(msg):  # nothing waits that could never be stored
-                self.waiting.park(msg)
-            return False
-        if msg.kind is MessageKind.DELETE:
-            return self._put_delete(msg)
-        if self._erased_on_arrival(msg):
-            return False
-        return self._put_message(msg)
+    # --- the HeldView the planner reads ---
 
-    # --- deletes (MESSAGES.md): a valid delete erases its target, its edits, its reactions ---
+    def held(self, msgs: Sequence[MsgV1]) -> set[bytes]:
+        return {m.msg_id for m in msgs if m.msg_id in self.messages or m.msg_id in self.deletes}
 
-    def _put_delete(self, delete: MsgV1) -> bool:
+    def held_member_ops(self, op_ids: Sequence[bytes]) -> set[bytes]:
+        return {i for i in op_ids if i in self.member_ops}
+
+    def identity(self, user: bytes) -> tuple[Hlc, bytes] | None:
+        return self.identities.get(user)
+
+    def history(self, chat: bytes, user: bytes) -> MemberHistory:
+        return self.histories.get((chat, user), NO_HISTORY)
+
+    def dm_parties(self, chat: bytes) -> bytes | None:
+        return self.parties.get(chat)
+
+    def admin_state(self, chat: bytes) -> AdminState:
+        return self.admin_states.get(chat, NO_ADMINS)
+
+    def has_deletes(self, chat: bytes) -> bool:
+        return chat in self.delete_chats
+
+    def deletes_of(self, chat: bytes) -> list[MsgV1]:
+        return [d for d in self.deletes.values() if d.chat_id == chat]
+
+    def deletes_referring(self, chat: bytes, ref: bytes) -> list[MsgV1]:
+        return [d for d in self.deletes_by_ref.get(ref, ()) if d.chat_id == chat]
+
+    def referrers(self, chat: bytes, ref: bytes) -> list[bytes]:
+        return list(self.refs.get(ref, ()))
+
+    def held_message(self, msg_id: bytes) -> MsgV1 | None:
+        return self.messages.get(msg_id)
+
+    def is_erased(self, msg_id: bytes) -> bool:
+        return msg_id in self.erased
+
+    def waiting_in(self, chats: set[bytes]) -> list[MsgV1]:
+        return self.waiting.of_chats(chats)
+
+    # --- carrying a plan out ---
+
+    def _carry_out(self, plan: Plan) -> None:
+        for op_id, op in plan.member_ops.items():
+            self._add_member_op(op_id, op)
+        self.histories.update(plan.histories)
+        self.parties.update(plan.dm_parties)
+        self.admin_states.update(plan.admins)
+        for user, (before, record) in plan.identities.items():
+            self._set_identity(user, before, (record.hlc, record.blob))
+            self._wrote(IDENTITY, user, before)
+        self.waiting.release_chats(plan.released_chats)
+        for delete in plan.deletes.values():
+            self._put_delete(delete)
+        for msg_id, msg in plan.erase.items():
+            self.erased.add(msg_id)
+            self._wrote(MESSAGES, msg_id, msg)
+            self._drop_message(msg_id)
+        for msg_id in sorted(plan.refused_erased):
+            self._mark_erased(msg_id)
+        for msg in plan.store.values():
+            self._put_message(msg)
+        for msg in plan.park:
+            self.waiting.park(msg)
+        self.waiting.discard(plan.discard)
+
+    def _put_delete(self, delete: MsgV1) -> None:
         assert delete.ref is not None
         self.deletes[delete.msg_id] = delete
         self.deletes_by_ref.setdefault(delete.ref, []).append(delete)
+        self.delete_chats.add(delete.chat_id)
         self._index(DELETES, None, delete.msg_id, delete.msg_id)
         self._wrote(DELETES, delete.msg_id, None)
-        self._erase_for(delete)
-        return True
 
-    def _erase_for(self, delete: MsgV1) -> None:
-        """Erase the held messages this delete erases (if it is valid, now or later)."""
-        if not delete_is_valid(delete, self.admins(delete.chat_id)):
-            return
-        assert delete.ref is not None
-        for msg_id in sorted({delete.ref, *self.refs.get(delete.ref, ())}):
-            msg = self.messages.get(msg_id)
-            if msg is not None and erases(delete, msg):
-                self.erased.add(msg_id)
-                self._wrote(MESSAGES, msg_id, msg)
-                self._drop_message(msg_id)
-
-    def _erased_on_arrival(self, msg: MsgV1) -> bool:
-        """A message a held delete erases is not stored (and remembered as erased)."""
-        if msg.msg_id in self.erased:
-            return True
-        if self.erased_by_a_delete(msg):
-            self.erased.add(msg.msg_id)
-            return True
-        return False
-
-    def erased_by_a_delete(self, msg: MsgV1) -> bool:
-        is_admin = self.admins(msg.chat_id)
-        return any(
-            delete_is_valid(delete, is_admin) and erases(delete, msg)
-            for ref in (msg.msg_id, msg.ref)
-            for delete in self.deletes_by_ref.get(ref or b"", ())
-        )
+    def _mark_erased(self, msg_id: bytes) -> None:
+        """A message that came after the delete erasing it: remembered, never stored."""
+        self.erased.add(msg_id)
 
     def admins(self, chat_id: bytes) -> IsAdmin:
-        """Who may delete others' messages in the chat, from when (store.kinds.IsAdmin): the
-        group's creator, and each user from their first admin add on."""
-        creator, since = self.creators.get(chat_id), self.admin_since
+        """Who may delete others' messages in the chat, from when (store.kinds.IsAdmin)."""
+        return self.plan_rules.admins(self.admin_state(chat_id))
 
-        def is_admin(user: bytes, hlc: Hlc) -> bool:
-            first = since.get((chat_id, user))
-            return user == creator or (first is not None and first <= hlc)
-
-        return is_admin
-
-    def _put_message(self, msg: MsgV1) -> bool:
+    def _put_message(self, msg: MsgV1) -> None:
         msg_id = msg.msg_id
-        if msg_id in self.messages:
-            return False
-        expire = self.expire_before_ms
-        if expire is not None and msg.hlc.physical_ms <= expire:
-            return False  # GC removed (or would remove) it: never store it again
         self.messages[msg_id] = msg
         if msg.ref is not None:
             self.refs.setdefault(msg.ref, set()).add(msg_id)
         self._index(MESSAGES, None, msg_id, msg_id)
         self._wrote(MESSAGES, msg_id, None)
-        return True
 
-    def _add_member_op(
-        self, op: MembershipOp, promoted: set[tuple[bytes, bytes]] | None = None
-    ) -> bool:
-        """Store a new op; ``promoted`` gets the (chat, user) it lets delete more."""
-        op_id = member_op_id(op.encode())
-        if op_id in self.member_ops:
-            return False
+    def _add_member_op(self, op_id: bytes, op: MembershipOp) -> None:
+        """Store a new op and fold it into its row."""
         self.member_ops[op_id] = op
         self._index(MEMBERS, None, op_id, op_id)
-        key = (op.chat_id, op.user_id)
-        is_add = op.action is MembershipAction.ADD
-        self.histories[key] = self.histories.get(key, NO_HISTORY).with_op(op.hlc, is_add)
-        proof = op.proof
-        if isinstance(proof, DmProof):  # the chat's two parties
-            self.dm_parties.setdefault(op.chat_id, proof.parties())
-        elif proof is not None and op.chat_id not in self.creators:
-            self.creators[op.chat_id] = proof.creator
-            if promoted is not None:
-                promoted.add((op.chat_id, proof.creator))
-        first = self.admin_since.get(key)
-        if is_add and op.role is Role.ADMIN and (first is None or op.hlc < first):
-            self.admin_since[key] = op.hlc
-            if promoted is not None:
-                promoted.add(key)
-        self._merge_member(key, op.state())
-        return True
+        self._merge_member((op.chat_id, op.user_id), op.state())
 
     def _merge_member(self, key: tuple[bytes, bytes], info: MemberInfo) -> bool:
         before = self.members.get(key)
@@ -333,19 +305,11 @@ class MemoryReplica:
         self._wrote(MEMBERS, key, before)
         return True
 
-    def _put_identity(self, user: bytes, hlc: Hlc, blob: bytes) -> bool:
-        stored = self.identities.get(user)
-        if stored == (hlc, blob) or not self._identity_wins((hlc, blob), stored):
-            return False
-        self._set_identity(user, stored, (hlc, blob))
-        self._wrote(IDENTITY, user, stored)
-        return True
-
     # --- what readers see ---
 
     def access(self, chat_id: bytes, user_id: bytes) -> Access:
         history = self.histories.get((chat_id, user_id), NO_HISTORY)
-        return Access(history, self.dm_parties.get(chat_id))
+        return Access(history, self.parties.get(chat_id))
 
     def is_visible(self, msg: MsgV1) -> bool:
         return msg.msg_id in self.messages and self._visible(msg)
@@ -407,14 +371,8 @@ class MemoryReplica:
     ) -> MemberInfo | None:
         return merge_member_states(local, remote)
 
-    def _identity_wins(self, incoming: tuple[Hlc, bytes], stored: tuple[Hlc, bytes] | None) -> bool:
-        return identity_wins(incoming, stored)
-
-    def _admissible(self, msg: MsgV1) -> bool:
-        return self.admit_all or admissible(msg, self.access(msg.chat_id, msg.sender))
-
     def _visible(self, msg: MsgV1) -> bool:
-        return self.admit_all or visible(msg, self.access(msg.chat_id, msg.sender))
+        return self.plan_rules.visible(msg, self.access(msg.chat_id, msg.sender))
 
     def _listed(self, domain: Domain, record_id: bytes) -> None:
         self._buckets[domain][_bucket(record_id)].add(record_id)
@@ -452,7 +410,7 @@ class DbReplica:
         """``admit_all``: store and show every message, members or not — the sync engine on
         its own, as protocol tests and the sync benchmark drive it (a node never does)."""
         self.db = db
-        self.admit_all = admit_all
+        self.plan_rules = ADMIT_ALL if admit_all else CHAT_RULES
         self.waiting = waiting if waiting is not None else WaitingRoom()
         # told of every message sync stored that was new here (from the applying thread)
         self.on_new_messages: Callable[[list[MsgV1]], None] | None = None
@@ -524,83 +482,12 @@ class DbReplica:
     def apply_ops(self, ops: Sequence[Op | Record]) -> Applied:
         """Merge validated ops of any domain into the store and the trees; per op, whether it
         changed the store. The node's writer applies its batches here, sync (``apply``) its
-        frames: one path from the store to the trees.
-
-        Member ops first (one WriteBatch), then identities, then the messages — the batch's
-        and those waiting in chats whose ops just grew — through the message rule
-        (``ChatDb.put_authorized``: one WriteBatch, the chat lists kept in step); what the
-        rule does not admit yet waits, in the room and in the store (for a restart). Last,
-        the senders whose history grew have their stored messages re-decided
-        (``ChatDb.reconsider``).
-        """
-        member_ops = [op for op in ops if isinstance(op, MembershipOp)]
-        applied = self.db.apply_member_ops(member_ops) if member_ops else None
-        member_new = self._insert(Domain.MEMBERS, applied.op_ids, applied.new) if applied else []
-        ident_new = self._store_identities([op for op in ops if isinstance(op, IdentityRecord)])
-        msgs = [op for op in ops if isinstance(op, MsgV1)]
-        released = []
-        if applied is not None:
-            released = self.waiting.release_chats(applied.chats)
-        admitted = self.db.put_authorized(msgs + released, admit_all=self.admit_all)
-        results, waiting = admitted.results, admitted.waiting
-        evicted = [msg_id for msg in waiting for msg_id in self.waiting.park(msg)]
-        erased_waiting = self._discard_erased_waiting(msgs)
-        if released or waiting or erased_waiting:
-            room = self.waiting
-            self.db.save_waiting(
-                [m for m in waiting if m.msg_id in room],
-                [i for i in {*(m.msg_id for m in released), *evicted, *erased_waiting}
-                 if i not in room],
-            )  # fmt: skip
-        stored = [r is not None and not r.duplicate for r in results]
-        trees = self.trees
-        for msg, is_new in zip(msgs + released, stored, strict=True):
-            if is_new:
-                domain = Domain.DELETES if msg.kind is MessageKind.DELETE else Domain.MESSAGES
-                trees[domain].insert(msg.msg_id)
-        erased = list(admitted.erased)
-        if applied is not None:
-            self.db.forget_admins(applied.chats)
-            if promoted := admin_adds(member_ops, applied.new):
-                erased += self.db.erase_for_senders(promoted)
-                self.db.refresh_previews({chat for chat, _ in promoted})
-        for msg_id in erased:
-            trees[Domain.MESSAGES].remove(msg_id)
-        if applied is not None and applied.touched:
-            self.db.reconsider(applied.touched)
-        fresh = [m for m, is_new in zip(msgs + released, stored, strict=True) if is_new]
-        flags = {
-            Domain.MESSAGES: iter(stored[: len(msgs)]),
-            Domain.MEMBERS: iter(member_new),
-            Domain.IDENTITY: iter(ident_new),
-        }
-        new = [next(flags[_domain_of(op)]) for op in ops]
-        return Applied(new, sum(member_new) + sum(ident_new) + sum(stored), fresh)
-
-    def _discard_erased_waiting(self, msgs: list[MsgV1]) -> list[bytes]:
-        """What the batch's deletes erase among the waiting messages leaves the room (and its
-        payload the store): it could never be stored."""
-        chats = {m.chat_id for m in msgs if m.kind is MessageKind.DELETE}
-        if not chats:
-            return []
-        candidates = self.waiting.of_chats(chats)
-        return self.waiting.discard(self.db.erased_on_arrival(candidates)) if candidates else []
-
-    def _insert(self, domain: Domain, ids: list[bytes], new: list[bool]) -> list[bool]:
-        tree = self.trees[domain]
-        for record_id, is_new in zip(ids, new, strict=True):
-            if is_new:
-                tree.insert(record_id)
-        return new
-
-    def _store_identities(self, records: list[IdentityRecord]) -> list[bool]:
-        if not records:
-            return []
-        changes = self.db.put_identities(records)
-        tree = self.trees[Domain.IDENTITY]
-        for change in changes:
-            tree.replace(change.old_id, change.new_id)
-        return [c.old_id != c.new_id for c in changes]
+        frames: one path from the store to the trees. The ChatDb plans the batch from what
+        it holds (``store.plan``) and carries the plan out; the trees follow the plan."""
+        plan = self.db.apply_ops(ops, self.waiting, self.plan_rules)
+        for domain, old, new in tree_changes(plan):
+            self.trees[domain].replace(old, new)
+        return Applied(plan.new, plan.changed, plan.stored)
 
     # --- what readers see ---
 
@@ -627,7 +514,16 @@ class DbReplica:
             cursor = page.next_cursor
 
 
-def _domain_of(op: Op | Record) -> Domain:
-    if isinstance(op, MsgV1):
-        return Domain.MESSAGES
-    return Domain.MEMBERS if isinstance(op, MembershipOp) else Domain.IDENTITY
+def tree_changes(plan: Plan) -> Iterator[tuple[Domain, bytes | None, bytes | None]]:
+    """The Merkle trees' changes a plan makes: (domain, id leaving, id entering)."""
+    for op_id in plan.member_ops:
+        yield MEMBERS, None, op_id
+    for user, (before, record) in plan.identities.items():
+        old = None if before is None else compute_identity_record_id(user, *before)
+        yield IDENTITY, old, record.record_id
+    for delete_id in plan.deletes:
+        yield DELETES, None, delete_id
+    for msg_id in plan.erase:
+        yield MESSAGES, msg_id, None
+    for msg_id in plan.store:
+        yield MESSAGES, None, msg_id

@@ -109,11 +109,11 @@ def _state(replica: MemoryReplica) -> tuple[object, ...]:
         replica.member_ops,
         replica.members,
         replica.histories,
-        replica.dm_parties,
+        replica.parties,
         replica.identities,
         replica.deletes,
         replica.erased,
-        replica.admin_since,
+        replica.admin_states,
         [replica.view(chat) for chat in CHATS],
         replica.visible_ids(),
     )
