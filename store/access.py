@@ -23,12 +23,11 @@ parties. A message whose chat or sender has no fitting op yet waits
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from store.hlc import Hlc
-from store.ops import MembershipAction, MembershipOp
-from store.records import MsgV1, Role
+from store.records import MsgV1
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +90,3 @@ def visible(msg: MsgV1, access: Access) -> bool:
 def is_party(user: bytes, parties: bytes) -> bool:
     half = len(parties) // 2
     return user == parties[:half] or user == parties[half:]
-
-
-def admin_adds(ops: Sequence[MembershipOp], new: Sequence[bool]) -> set[tuple[bytes, bytes]]:
-    """The (chat, user) that new ops made admins: their deletes may erase more now."""
-    return {
-        (op.chat_id, op.user_id)
-        for op, is_new in zip(ops, new, strict=True)
-        if is_new and op.action is MembershipAction.ADD and op.role is Role.ADMIN
-    }

@@ -64,14 +64,11 @@ class MemberChange:
 
 @dataclass(frozen=True, slots=True)
 class MemberOpsApplied:
-    """What ``apply_member_ops`` did: per op whether it was new, and per (chat, user) that had
-    been added before and whose history grew, the earliest new stamp (its messages from there
-    on may change fate)."""
+    """What ``apply_member_ops`` did: per op whether it was new (``store.plan`` decides what
+    the new ops change for messages: what is admitted, shown, erased)."""
 
     new: list[bool]
     op_ids: list[bytes]
-    touched: dict[tuple[bytes, bytes], Hlc]
-    chats: set[bytes]  # the chats of the new ops
     # (chat, user, active now) for each user who became, or stopped being, an active member
     toggled: list[tuple[bytes, bytes, bool]] = field(default_factory=list)
 
@@ -95,7 +92,6 @@ class MemberStore(EventLog):
             new.append(is_new)
             if is_new:
                 fresh[op_id] = (op, data)
-        touched: dict[tuple[bytes, bytes], Hlc] = {}
         toggled: list[tuple[bytes, bytes, bool]] = []
         if fresh:
             batch = self.new_batch()
@@ -107,11 +103,8 @@ class MemberStore(EventLog):
                 batch.put(key, flag + data, ops_cf)
                 batch.put(op_id, key, seen_cf)
                 events.append((EventKind.MEMBER, key))
-                pair = (op.chat_id, op.user_id)
-                touched[pair] = min(touched.get(pair, op.hlc), op.hlc)
-            histories = {pair: self.member_history(*pair) for pair in touched}
-            # a (chat, user) never added before has no stored message to decide again
-            touched = {pair: t for pair, t in touched.items() if histories[pair].adds}
+            pairs = {(op.chat_id, op.user_id) for op, _ in fresh.values()}
+            histories = {pair: self.member_history(*pair) for pair in pairs}
             metas = self._dm_parties([op for op, _ in fresh.values()])
             states = [(op.chat_id, op.user_id, op.state()) for op, _ in fresh.values()]
             self._fold_rows(states, batch, metas, toggled, events)
@@ -121,8 +114,7 @@ class MemberStore(EventLog):
                 histories[pair] = histories[pair].with_op(op.hlc, op.action is MembershipAction.ADD)
             for (chat, user), history in histories.items():
                 self._cache_history(chat + user, history)
-        chats = {op.chat_id for op, _ in fresh.values()}
-        return MemberOpsApplied(new, ids, touched, chats, toggled)
+        return MemberOpsApplied(new, ids, toggled)
 
     def _dm_parties(self, ops: list[MembershipOp]) -> dict[bytes, ChatMeta]:
         """ChatMeta.identity := the two parties, for DM chats not known to be DMs yet."""

@@ -201,6 +201,7 @@ class _Planner:
         self._delete_refs: dict[tuple[bytes, bytes], list[MsgV1]] = {}  # batch deletes
         self._referrers: dict[bytes, list[bytes]] = {}  # ref -> batch messages referring
         self._chats_with_deletes: dict[bytes, bool] = {}
+        self._stored_then_erased: set[bytes] = set()  # by a delete its sender may now make
 
     def plan(self, ops: Sequence[Op]) -> Plan:
         plan = self.p = Plan([False] * len(ops))
@@ -220,13 +221,18 @@ class _Planner:
         )
         for j in deletes_first:
             self._admit(candidates[j], already)
-        for i, msg in msgs:
-            plan.new[i] = msg.msg_id in plan.store or msg.msg_id in plan.deletes
         if promoted:
             self._erase_again(promoted)
         self._discard_erased_waiting(released)
-        plan.changed = sum(plan.new) + sum(m.msg_id in plan.store for m in released)
+        for i, msg in msgs:
+            plan.new[i] = self._stored(msg)
+        plan.changed = sum(plan.new) + sum(self._stored(m) for m in released)
         return plan
+
+    def _stored(self, msg: MsgV1) -> bool:
+        """Did the plan store ``msg`` (a message erased by the batch was stored, then erased)."""
+        p, msg_id = self.p, msg.msg_id
+        return msg_id in p.store or msg_id in p.deletes or msg_id in self._stored_then_erased
 
     # --- member ops and identities ---
 
@@ -370,6 +376,7 @@ class _Planner:
             if plan.store.pop(msg_id, None) is not None:  # stored by this plan: never is
                 plan.hidden.discard(msg_id)
                 plan.refused_erased[msg_id] = msg.chat_id
+                self._stored_then_erased.add(msg_id)
             else:
                 plan.erase[msg_id] = msg
 
