@@ -1,6 +1,6 @@
 """Who is asking: users sign in with their ed25519 key, the operator with the admin token.
 
-Sign-in, without passwords (README, "Clients"):
+Sign-in, without passwords (docs/OPERATING.md, "Clients"):
 
 1. ``challenge(user)``: 16 random bytes, bound to this node and the user, valid for
    ``challenge_ttl_s``. The bytes to sign are ``CHALLENGE_TAG | node id | user | nonce |

@@ -61,7 +61,7 @@ class NodeConfig:
     # connections (SECURITY.md, "Limits"): inbound ones are strangers' until they prove useful
     # inbound connections at once (py-libp2p's own cap: 250). Each costs ~60 KB of Python
     # objects while it lasts, and a flood leaves that much as Python's allocator high-water
-    # (README, "Hostile peers"): 64 held, +4-5 MB after; 200 held, +13 MB.
+    # (docs/BENCHMARKS.md, "hostile peers"): 64 held, +4-5 MB after; 200 held, +13 MB.
     inbound_max: int = 64
     inbound_per_ip: int = 16  # inbound connections at once from one IP address
     max_failed_dials: int = 3  # py-libp2p's auto-connector forgets a peer after this many

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dm3 interop (issue 17, README "dm3 interop") on a local 3-node cluster:
+# dm3 interop (issue 17, docs/DM3.md) on a local 3-node cluster:
 #
 #   1. a dm3 client made of the real dm3 libraries (npm, tests/interop/dm3) submits an envelope
 #      to node N0 by JSON-RPC; N0 is killed; Bob's dm3 client falls back to N1 (the libraries'

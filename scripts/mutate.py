@@ -28,7 +28,7 @@ margin) are killed and counted as timed out; an endless loop is caught, not a bu
 Hypothesis runs derandomized and without its example database, so a run is reproducible and
 leaves nothing behind.
 
-The JSON summary (``mutation-results/mutation.json`` by default) keeps one entry per module:
+The JSON summary (``docs/mutation-results/mutation.json`` by default) keeps one entry per module:
 mutants, killed, timed out, survived, equivalent, the score and every survivor with
 ``file:line``, the function, the mutation and, for an equivalent one, the reason. Running one
 module updates only its entry.
@@ -58,7 +58,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENTS_FILE = ROOT / "scripts" / "mutation_equivalents.toml"
-DEFAULT_OUT = ROOT / "mutation-results" / "mutation.json"
+DEFAULT_OUT = ROOT / "docs" / "mutation-results" / "mutation.json"
 
 _STORE_TESTS = "tests/store/"
 _SYNC_TESTS = "tests/sync/"

@@ -1,4 +1,4 @@
-"""dm3's delivery service API on the node's HTTP port (README, "dm3 interop").
+"""dm3's delivery service API on the node's HTTP port (docs/DM3.md).
 
 * ``POST /rpc`` — JSON-RPC 2.0: ``dm3_submitMessage`` ([envelope JSON, token]),
   ``dm3_getDeliveryServiceProperties`` ([]), ``dm3_getProfileExtension`` ([name]). Every

@@ -1,7 +1,7 @@
 """Every fuzz harness's property on its seed corpus and a few thousand seeded random inputs.
 
 No atheris needed: the harnesses' ``one_input`` is plain Python. The real runs (a million
-inputs per target, coverage-guided) are ``scripts/fuzz.sh``; see README.md, "Fuzzing".
+inputs per target, coverage-guided) are ``scripts/fuzz.sh``; see docs/TESTING.md, "Fuzzing".
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def test_an_honest_peer_connects_after_a_300_connection_flood(
 ) -> None:
     """The node holds its total cap of inbound connections (``inbound_max``), refuses the
     rest, and its RSS returns near the baseline: what stays is Python's allocator high-water
-    of the connections held at once (README, "Hostile peers")."""
+    of the connections held at once (docs/BENCHMARKS.md, "hostile peers")."""
     figures = attacks.connection_flood(tmp_path, connections=300, hold_s=5, settle_s=10)
     print(figures)
     cap = NodeConfig().inbound_max

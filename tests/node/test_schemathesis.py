@@ -7,9 +7,9 @@ run it) then fuzzes every operation twice, with the ``not_a_server_error`` check
 
 1. against ``/openapi.json`` exactly as the node serves it;
 2. against the same schema with the documented id formats added to the path parameters
-   (``chat_id``: 64 hex digits, ``user_id``: 40; README "HTTP API") and the stored chat, user
-   and a real cursor as examples — so generated requests also get past the id check and reach
-   the store, while negative cases still send every kind of malformed id.
+   (``chat_id``: 64 hex digits, ``user_id``: 40; docs/OPERATING.md "HTTP API") and the stored
+   chat, user and a real cursor as examples — so generated requests also get past the id check
+   and reach the store, while negative cases still send every kind of malformed id.
 
 The second run signs in as Alice (a member of the group) and sends her token with every
 request, so the generated requests get past the 401 to her chat list, read state, events and
@@ -21,7 +21,7 @@ fuzzed by ``tests/fuzz/fuzz_http.py`` and ``fuzz_ops.py`` instead.
 
 Budget: ``MAX_EXAMPLES`` per operation and phase, ``MAX_TIME_S`` per run (about 2 minutes in
 all); ``SCHEMATHESIS_MAX_EXAMPLES`` and ``SCHEMATHESIS_MAX_TIME`` raise them for the larger run
-by hand (README.md, "Fuzzing").
+by hand (docs/TESTING.md, "Fuzzing").
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from store.records import MsgV1
 
 pytestmark = pytest.mark.slow
 
-# The larger run by hand sets these (README.md, "Fuzzing").
+# The larger run by hand sets these (docs/TESTING.md, "Fuzzing").
 MAX_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "25"))
 MAX_TIME_S = int(os.environ.get("SCHEMATHESIS_MAX_TIME", "40"))
 ALICE = UserKey.from_seed(b"\x41" * 32)
@@ -83,7 +83,8 @@ def node_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def with_id_formats(schema: dict[str, Any], cursor: str) -> dict[str, Any]:
-    """The served schema plus what README documents: ids are fixed-length lowercase hex."""
+    """The served schema plus what docs/OPERATING.md documents: ids are fixed-length lowercase
+    hex."""
     schema = json.loads(json.dumps(schema))
     for operations in schema["paths"].values():
         for operation in operations.values():

@@ -3,7 +3,8 @@
 ``repr`` of an integer over 4,300 digits raises ValueError in Python 3.11+, so a record or
 op whose version (or op kind) was such a bignum (CBOR tag 2 over ~1,800 bytes) escaped every
 decoder as a ValueError instead of DecodeError — through ``POST /ops`` a 500, through gossip
-an "internal" rejection. Found while writing the fuzz targets (tests/fuzz/, README "Fuzzing").
+an "internal" rejection. Found while writing the fuzz targets (tests/fuzz/, docs/TESTING.md,
+"Fuzzing").
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 An unknown frame type or an out-of-range bucket that was an integer over 4,300 digits made
 the error message itself raise ValueError (``repr`` of such an int), so ``decode_frame`` and
 ``SyncSession.receive`` raised ValueError instead of ``RemoteProtocolError``. Found while
-writing the fuzz targets (tests/fuzz/, README "Fuzzing").
+writing the fuzz targets (tests/fuzz/, docs/TESTING.md "Fuzzing").
 """
 
 from __future__ import annotations

@@ -276,8 +276,8 @@ def test_a_peer_asking_for_more_than_max_outbox_is_refused() -> None:
 
 
 def test_the_defaults_are_the_bounds_the_documents_promise() -> None:
-    """SYNC.md ("Bounded memory per session"), SECURITY.md's limits table and README.md's
-    idle timeout quote these numbers: a change here is a change there."""
+    """SYNC.md ("Bounded memory per session"), SECURITY.md's limits table and
+    docs/ARCHITECTURE.md's idle timeout quote these numbers: a change here is a change there."""
     assert SyncConfig() == SyncConfig(
         hash_width=4,
         max_frame=4 * 1024 * 1024,
