@@ -32,7 +32,8 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 from bench.machine import process_cpu_s
 from node.p2p import OPS_TOPIC, start_host
 from store import Hlc, MsgV1
-from store.ops import Op, encode_ops, validate_op
+from store.ingress import validate_op
+from store.ops import Op, encode_ops
 from store.signing import key_from_seed
 
 SETTLE_S = 4.0  # after the last peer is up: connections and GossipSub meshes form

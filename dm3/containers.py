@@ -25,7 +25,7 @@ over ``max_chunk_bytes`` (500 kB..10 MB, dm3's recommendation).
 
 ``open_containers`` checks everything before anyone writes anything: every file there,
 every container opens (the AEAD tag catches a flipped or cut byte), every shape, every op's
-encoding and signature (``store.ops.validate_op``), the chunk list and the time order.
+encoding and signature (``store.ingress.validate_op``), the chunk list and the time order.
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ from dm3.crypto import (
     unb64,
 )
 from store.errors import InvalidInput
+from store.ingress import validate_op
 from store.keys import CHAT_ID_LEN
-from store.ops import MembershipOp, Op, OpKind, decode_op, encode_op, op_kind, validate_op
+from store.ops import MembershipOp, Op, OpKind, decode_op, encode_op, op_kind
 from store.records import IdentityRecord, MessageKind, MsgV1
 from store.signing import public_key, user_id_from_key
 

@@ -1,8 +1,9 @@
 """The intake: ops from the node's clients (``POST /ops``, ``PUT /identity``) on their way in.
 
-``OpIntake.submit`` checks the ops this replica does not hold yet — signature, author
-id, authorization, HLC drift (``store.ops.validate_op``), a message's sender removed
-at its stamp (``refuse_removed_senders``), then the authors' rate
+``OpIntake.submit`` checks the ops this replica does not hold yet — what can never be
+valid, as every ingress does (``store.ingress``: HLC drift, signature, author id,
+authorization), a message's sender removed at its stamp (``refuse_removed_senders``),
+what the held state forbids (``refuse_what_kinds_forbid``), then the authors' rate
 (``AuthorRates``, the budget gossip shares) — hands all of them to the writer, and once
 they are written gossips the ones that were new (and records them with ``--trace-out``).
 All or nothing: if one op is refused, none is written.
@@ -25,8 +26,9 @@ from node.writer import DbWriter
 from store.access import admissible, visible
 from store.chatdb import ChatDb
 from store.errors import InvalidInput
+from store.ingress import Limits, refuse_never_valid
 from store.kinds import Claims, claims_of, decode_receipt, delete_is_valid
-from store.ops import MembershipAction, MembershipOp, Op, validate_op
+from store.ops import MembershipAction, MembershipOp, Op
 from store.records import MessageKind, MsgV1
 
 
@@ -123,7 +125,7 @@ def refuse_what_kinds_forbid(db: ChatDb, ops: list[Op]) -> None:
 def refuse_receipt(db: ChatDb, receipt: MsgV1, target: MsgV1 | None) -> None:
     """KindRefused for a receipt whose position is not its held message's stamp, or is not
     ahead of the reader's known position (it would change nothing: positions only grow)."""
-    position = decode_receipt(receipt)  # well formed: validate_op checked the payload
+    position = decode_receipt(receipt)  # well formed: refuse_never_valid checked it
     if target is not None and target.hlc != position:
         raise KindRefused("bad_position", "a receipt's position is the stamp of its message")
     known = db.read_position(receipt.chat_id, receipt.sender)
@@ -153,7 +155,7 @@ class OpIntake:
         self.author_rates = author_rates
         self.metrics = metrics
         self.clock = clock
-        self.max_offset_ms = max_offset_ms
+        self.limits = Limits(max_offset_ms)
         self.record = record  # --trace-out: (now_ms, the ops that were new)
 
     async def submit(self, ops: list[Op], *, wait_for_room: bool = True) -> Submitted:
@@ -182,8 +184,7 @@ class OpIntake:
         """InvalidInput (counted by reason) unless every op not held here is acceptable."""
         unheld = ops_not_held(self.db, ops)
         try:
-            for op in unheld:
-                validate_op(op, now_ms=now_ms, max_offset_ms=self.max_offset_ms)
+            refuse_never_valid(unheld, now_ms=now_ms, limits=self.limits)
             refuse_removed_senders(self.db, unheld)
             refuse_what_kinds_forbid(self.db, unheld)
             self.author_rates.check(unheld, now_ms)

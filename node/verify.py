@@ -29,8 +29,8 @@ from typing import IO, cast
 
 from node.signature_worker import read_frame, write_frame
 from store.errors import BadSignature, InvalidInput
+from store.ingress import verify_each
 from store.records import MsgV1
-from sync.protocol import verify_each
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ live node runs a ``SyncSession`` pair with its hashed peer through
 ``sync.loopback.run_session``), the heal at ``heal_ms``, and a final **GC** and
 **check** at ``end_ms``.
 
-Ingress on a node runs the project's code: ``store.ops.validate_op`` at the
+Ingress on a node runs the project's code: ``store.ingress.validate_op`` at the
 origin (signature, authorization, drift), ``HlcClock.update`` on every gossip
 receipt (drift check), the retention cutoff, and the merge rules and the
 message rule (``store.access``) inside ``SimReplica``. Nothing
@@ -50,8 +50,9 @@ from sim.shards import Expected, content_item, shard_of, tombstone_item, view_di
 from store import trace as tr
 from store.errors import ClockDriftError, InvalidInput
 from store.hlc import HlcClock
+from store.ingress import validate_op
 from store.kinds import ChatView, MessageView, delete_is_valid, erases
-from store.ops import MembershipOp, decode_op, validate_op
+from store.ops import MembershipOp, decode_op
 from store.records import IdentityRecord, MessageKind, MsgV1
 from sync.loopback import run_session
 from sync.protocol import KINDS, SyncConfig

@@ -1,7 +1,7 @@
 """The storage layer: HLC, keys, records (CBOR), CRDT merge rules — all pure — and ChatDb on rocksdict.
 
 Pure modules (no I/O, importable anywhere, no rocksdict): ``hlc``, ``keys``,
-``records``, ``merge``, ``signing``, ``ops``, ``errors``. ``ChatDb`` and its result
+``records``, ``merge``, ``signing``, ``ops``, ``ingress``, ``errors``. ``ChatDb`` and its result
 types are loaded on first use, so ``import store`` stays pure for sync/ and sim/.
 """
 

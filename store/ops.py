@@ -26,10 +26,9 @@ from nacl.signing import SigningKey
 
 from store import signing
 from store.authz import AdminGrant, ChatProof, Unauthorized, authorize, decode_grant, decode_proof
-from store.errors import BadSignature, ClockDriftError, DecodeError, shown
+from store.errors import BadSignature, DecodeError, shown
 from store.hlc import HLC_ZERO, Hlc
 from store.keys import CHAT_ID_LEN, USER_ID_LEN, check_len
-from store.kinds import check_public_payload
 from store.merge import add_op_state, remove_op_state
 from store.records import (
     DEFAULT_MAX_PAYLOAD,
@@ -312,19 +311,3 @@ def decode_ops(
             raise DecodeError("op must be [kind, bytes]", reason="wrong_type")
         ops.append(decode_op(item[0], item[1], max_payload=max_payload))
     return ops
-
-
-def validate_op(op: Op, *, now_ms: int, max_offset_ms: int) -> None:
-    """Signature and clock drift: raises BadSignature, ClockDriftError or DecodeError."""
-    hlc = op.hlc
-    ahead = hlc.physical_ms - now_ms
-    if ahead > max_offset_ms:
-        raise ClockDriftError(f"op HLC is {ahead} ms ahead of local time (max {max_offset_ms} ms)")
-    if isinstance(op, IdentityRecord):
-        verify_identity(op)
-    elif isinstance(op, MembershipOp):
-        op.verify()
-        op.authorize()
-    else:
-        check_public_payload(op)  # cheaper than the signature: first
-        op.verify()

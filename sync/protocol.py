@@ -31,7 +31,9 @@ pass, never a silent divergence.
 
 Every frame from the peer is validated (``sync.frames`` for shape, this module
 for state: expected frame type, bitmap and hash lengths, buckets under
-reconciliation, record ids, signatures). Anything wrong raises
+reconciliation, record ids; ``store.ingress`` for what no record may ever be: the list
+every ingress shares, a frame's message signatures checked together as its last check).
+Anything wrong raises
 ``RemoteProtocolError`` with a reason and the session is over; valid records
 that arrived in the same frame are still applied. Records are only accepted
 from buckets this pass found different, and are applied through the store's
@@ -49,9 +51,9 @@ from typing import Any
 import blake3
 
 from store.errors import DecodeError, InvalidInput
+from store.ingress import Limits, refuse_never_valid, verify_each
 from store.keys import RECORD_ID_LEN, bucket_of
-from store.kinds import check_public_payload
-from store.ops import decode_membership_op, member_op_id, verify_identity
+from store.ops import decode_membership_op, member_op_id
 from store.records import (
     DEFAULT_MAX_PAYLOAD,
     MessageKind,
@@ -84,6 +86,9 @@ from sync.replica import Record, Replica
 
 TOP_DEPTH = 2  # R's first NODES frame: every depth-2 node (256 hashes)
 FETCH_CHUNK = 256  # ids looked up per replica call while filling a frame
+# What a record is refused for (store.ingress) — not its stamp: one too far ahead is skipped
+# (``SyncConfig.max_offset_ms``), not refused, since our clock may be the one behind.
+RECORD_LIMITS = Limits()
 
 
 @dataclass(frozen=True)
@@ -136,19 +141,6 @@ class CheckedFrame:
     size: int
     frame: Frame
     records: dict[Domain, CheckedRecords]
-
-
-def verify_each(msgs: Sequence[MsgV1]) -> list[InvalidInput | None]:
-    """The default ``verify_messages``: one after the other."""
-    return [_verify_one(m) for m in msgs]
-
-
-def _verify_one(msg: MsgV1) -> InvalidInput | None:
-    try:
-        msg.verify()
-    except InvalidInput as exc:
-        return exc
-    return None
 
 
 class SessionRole(Enum):
@@ -762,7 +754,9 @@ class SyncSession:
     def _verified(
         self, decoded: list[tuple[Record, bytes, int]], problem: RemoteProtocolError | None
     ) -> tuple[list[tuple[Record, bytes, int]], RemoteProtocolError | None]:
-        """The decoded messages whose signatures verify, and the first problem."""
+        """The decoded messages whose signatures verify, and the first problem: the last
+        check of ``refuse_never_valid``, left out in ``_decode_record`` to be made here for
+        the whole frame at once (``verify_messages``: worker processes on a node)."""
         verify = self.config.verify_messages or verify_each
         errors = verify([record for record, _, _ in decoded if isinstance(record, MsgV1)])
         kept = []
@@ -774,27 +768,31 @@ class SyncSession:
         return kept, problem
 
     def _decode_record(self, domain: Domain, blob: bytes) -> tuple[Record, bytes, int]:
-        """Decode one record (a message's signature is checked afterwards, a frame at a time;
-        member ops and identities are authenticated here): the record, its id — computed
+        """Decode one record and refuse what it can never be (``store.ingress``; a message's
+        signature is checked afterwards, a frame at a time): the record, its id — computed
         here, never taken from the peer — and the physical time of its stamp (for the
         drift check)."""
         try:
+            record: Record
             if domain in MESSAGE_DOMAINS:
-                msg = decode_msg(blob, max_payload=self.config.max_payload)
-                if (msg.kind is MessageKind.DELETE) != (domain is Domain.DELETES):
-                    raise DecodeError(f"a {msg.kind.name} message in the {domain.name} domain")
-                check_public_payload(msg)
-                return msg, msg.msg_id, msg.hlc.physical_ms
-            if domain is Domain.MEMBERS:
-                op = decode_membership_op(blob)
-                if self.config.authenticate:
-                    op.verify()
-                    op.authorize()
-                return op, member_op_id(blob), op.hlc.physical_ms
-            identity = decode_identity_record(blob)
-            if self.config.authenticate:
-                verify_identity(identity)
-            return identity, identity.record_id, identity.hlc.physical_ms
+                record = decode_msg(blob, max_payload=self.config.max_payload)
+                if (record.kind is MessageKind.DELETE) != (domain is Domain.DELETES):
+                    raise DecodeError(f"a {record.kind.name} message in the {domain.name} domain")
+                record_id = record.msg_id
+            elif domain is Domain.MEMBERS:
+                record = decode_membership_op(blob)
+                record_id = member_op_id(blob)
+            else:
+                record = decode_identity_record(blob)
+                record_id = record.record_id
+            refuse_never_valid(
+                [record],
+                now_ms=self._now_ms,
+                limits=RECORD_LIMITS,
+                message_signatures=False,
+                authenticate=self.config.authenticate,
+            )
+            return record, record_id, record.hlc.physical_ms
         except DecodeError as exc:
             raise RemoteProtocolError(f"record: {exc}", reason="invalid_record") from None
         except InvalidInput as exc:  # BadSignature, Unauthorized

@@ -11,8 +11,12 @@ most telling first, and returns the message's ops or raises ``InvalidInput`` who
 3. replay (``nothing_new``): a message whose ops this replica holds already is neither
    written nor forwarded. A held message has these very bytes (its id hashes them,
    signature included) and was checked when stored, so only the others go on;
-4. signatures, authorization and drift of each of those ops (``validate_op``'s reasons);
+4. drift, public payloads, signatures and authorization of each of those ops;
 5. the authors' rates (``rate_limited``): only ops new here count.
+
+2 and 4 are ``store.ingress.refuse_never_valid`` with gossip's limits (``Limits.relayed``):
+the list of what can never be valid that every ingress shares; 3 is the ``unheld`` it is
+handed, between them.
 
 A message validated again (``first_sight=False``: its ops left the service's cache
 before the receive loop took them) skips 3 and 5: it was charged once already.
@@ -28,7 +32,8 @@ from collections.abc import Callable
 from node.gossip.settings import GossipSettings
 from node.limits import AuthorRates
 from store.errors import InvalidInput, TooLarge
-from store.ops import Op, decode_ops, validate_op
+from store.ingress import Limits, refuse_never_valid
+from store.ops import Op, decode_ops
 
 MAX_OPS_PER_MESSAGE = 4096
 
@@ -44,6 +49,7 @@ class GossipValidator:
         self.settings = settings
         self.not_held = not_held  # the ops this replica does not hold yet
         self.author_rates = author_rates  # shared with the API: one budget per author
+        self.limits = Limits.relayed(settings.max_offset_ms)
 
     def check(self, data: bytes, now_ms: int, *, first_sight: bool = True) -> list[Op]:
         """The message's ops if it may be applied and forwarded; else InvalidInput (reason)."""
@@ -53,15 +59,10 @@ class GossipValidator:
         ops = decode_ops(
             data, max_bytes=s.max_bytes, max_ops=MAX_OPS_PER_MESSAGE, max_payload=s.max_payload
         )
-        if ops and max(op.hlc.physical_ms for op in ops) - now_ms > 2 * s.max_offset_ms:
-            raise InvalidInput("an op stamped far ahead of our clock", reason="far_future")
-        fresh = ops
-        if first_sight and self.not_held is not None:
-            fresh = self.not_held(ops)
-            if not fresh:
-                raise InvalidInput("every op of the message is held here", reason="nothing_new")
-        for op in fresh:
-            validate_op(op, now_ms=now_ms, max_offset_ms=s.max_offset_ms)
+        unheld = self.not_held if first_sight else None
+        fresh = refuse_never_valid(ops, now_ms=now_ms, limits=self.limits, unheld=unheld)
+        if unheld is not None and not fresh:
+            raise InvalidInput("every op of the message is held here", reason="nothing_new")
         if first_sight and self.author_rates is not None:
             self.author_rates.check(fresh, now_ms)
         return ops

@@ -53,6 +53,7 @@ with instrumented(__name__ == "__main__"):
     from store.chatdb import ChatDb
     from store.errors import InvalidInput
     from store.hlc import DEFAULT_MAX_OFFSET_MS, Hlc
+    from store.ingress import validate_op
     from store.keys import encode_cursor, key_messages
     from store.messages import Direction
     from store.ops import (
@@ -61,7 +62,6 @@ with instrumented(__name__ == "__main__"):
         encode_op,
         make_identity,
         op_kind,
-        validate_op,
     )
     from store.records import DEFAULT_MAX_PAYLOAD, MessageKind, MsgV1
     from store.rocks import ChatDbConfig

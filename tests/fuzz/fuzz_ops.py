@@ -26,6 +26,7 @@ with instrumented(__name__ == "__main__"):
     from store.authz import AdminGrant, DmProof, grant_admin, new_group
     from store.errors import InvalidInput
     from store.hlc import DEFAULT_MAX_OFFSET_MS, Hlc
+    from store.ingress import validate_op
     from store.merge import merge_member_states, remove_op_state
     from store.ops import (
         MembershipAction,
@@ -35,7 +36,6 @@ with instrumented(__name__ == "__main__"):
         encode_op,
         encode_ops,
         make_identity,
-        validate_op,
         verify_identity,
         verify_member_record,
     )

@@ -8,6 +8,7 @@ import subprocess
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import cbor2
 import httpx
@@ -29,7 +30,7 @@ from node.metrics import Metrics
 from node.p2p import OPS_TOPIC, SYNC_PROTOCOL, start_host
 from node.penalties import Blocklist, PeerJudge, PeerPenalties
 from store import ChatDb, ChatDbConfig, MsgV1
-from store.ops import encode_ops
+from store.ops import Op, encode_ops
 
 from node_support import counts, messages, now_ms, ops_body, running_node
 
@@ -118,13 +119,13 @@ async def test_a_resent_batch_checks_only_the_ops_not_held(
     costs neither a signature check nor the author's budget (burst 6: the join, 3 + 2 new
     ops fit)."""
     checked: list[object] = []
-    real_validate = intake_module.validate_op
+    real_refuse = intake_module.refuse_never_valid
 
-    def counting_validate(op: object, **limits: int) -> None:
-        checked.append(op)
-        real_validate(op, **limits)  # type: ignore[arg-type]
+    def counting_refuse(ops: list[Op], **kwargs: Any) -> list[Op]:
+        checked.extend(ops)
+        return real_refuse(ops, **kwargs)
 
-    monkeypatch.setattr(intake_module, "validate_op", counting_validate)
+    monkeypatch.setattr(intake_module, "refuse_never_valid", counting_refuse)
     authors = Authors(1)  # its one author signs its own join too: burst 1 + 5
     first, then = authors.messages(3, "a"), authors.messages(2, "b", start=10)
     async with running_node(tmp_path, author_ops_per_s=0.01, author_ops_burst=6.0) as (_, http):

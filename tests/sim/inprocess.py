@@ -66,7 +66,8 @@ from sim.schedule import (
 from sim.shards import views_digest
 from store import trace as tr
 from store.errors import InvalidInput
-from store.ops import MembershipOp, Op, decode_op, encode_ops, validate_op
+from store.ingress import validate_op
+from store.ops import MembershipOp, Op, decode_op, encode_ops
 from store.records import MsgV1
 from store.retention import DAY_MS
 from sync.frames import Domain

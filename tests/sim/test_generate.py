@@ -9,8 +9,9 @@ import pyarrow.parquet as pq
 
 from sim.generate import FAULTS, GenParams, generate, parse_faults
 from store import trace as tr
+from store.ingress import validate_op
 from store.kinds import Claims, decode_reaction
-from store.ops import MembershipOp, decode_op, validate_op
+from store.ops import MembershipOp, decode_op
 from store.records import MessageKind, MsgV1
 
 from sim_support import SMALL, small_trace

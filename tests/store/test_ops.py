@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from store import BadSignature, ClockDriftError, DecodeError, Hlc, MsgV1, Role
 from store.authz import DmProof, Unauthorized, grant_admin, new_group
+from store.ingress import validate_op
 from store.ops import (
     MembershipAction,
     MembershipOp,
@@ -21,7 +22,6 @@ from store.ops import (
     encode_ops,
     make_identity,
     op_author,
-    validate_op,
     verify_identity,
     verify_member_record,
 )

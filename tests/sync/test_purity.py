@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-PURE = ["store.hlc", "store.keys", "store.records", "store.merge", "store.ops", "store.retention",
+PURE = ["store.hlc", "store.keys", "store.records", "store.merge", "store.ops", "store.ingress", "store.retention",
         "sync.merkle", "sync.frames", "sync.protocol", "sync.replica", "sync.loopback", "sync.claims",
         "dm3.crypto", "dm3.containers"]  # fmt: skip
 FORBIDDEN = ["trio", "libp2p", "rocksdict", "pyspark"]
