@@ -55,6 +55,7 @@ from sync.loopback import LoopbackResult, run_session
 from sync.merkle import DEPTH, FANOUT, MerkleTree
 from sync.protocol import KINDS, TOP_DEPTH, SyncConfig
 from sync.replica import Record
+from sync.scope import EVERYTHING, Scope, require_everything
 
 SPAN_MS = 30 * 24 * 3600 * 1000  # the shared records' notional time range
 PAYLOAD = 200  # bytes per differing message
@@ -193,10 +194,14 @@ class BenchReplica:
 
     # --- Replica ---
 
-    def tree(self, domain: Domain) -> MerkleTree:
+    def tree(self, domain: Domain, scope: Scope = EVERYTHING) -> MerkleTree:
+        require_everything(scope)
         return self.trees[domain]
 
-    def bucket_ids(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]:
+    def bucket_ids(
+        self, domain: Domain, bucket: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
+    ) -> list[bytes]:
+        require_everything(scope)
         _no_cutoff(cutoff_ms)
         if domain is not Domain.MESSAGES:
             return []
@@ -210,7 +215,9 @@ class BenchReplica:
         ids: list[bytes],
         cutoff_ms: int | None,
         settled_ms: int | None = None,
+        scope: Scope = EVERYTHING,
     ) -> list[bytes | None]:
+        require_everything(scope)
         _no_cutoff(cutoff_ms)
         _no_cutoff(settled_ms)
         out: list[bytes | None] = []

@@ -2,23 +2,24 @@
 
 A cycle takes ``now_ms`` once and derives the cutoff from it (age and size).
 Each step that changes RocksDB — trimming chats, then each batch of aged
-seen_msg entries with the same ids taken out of the Merkle tree — runs in a
-worker thread under ``db_lock``, so the writer and sync sessions never see the
-store and the tree disagree. Compaction, which only frees disk, runs outside
-the lock. The new cutoff then becomes the sync sessions' message cutoff.
+seen_msg entries with the same ids taken out of the Merkle tree (``store.retention.
+Expiry`` sequences them) — is a job for the node's one writer, so writes of clients,
+gossip and sync interleave with the GC's and the trees never disagree with the store.
+Compaction, which only frees disk, runs beside it. The cutoff applied is the store's
+(``DbReplica.cutoff_ms``): sync sessions read it there when they start.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import trio
 
 from node.clock import Clock
 from node.metrics import Metrics
-from node.syncer import SyncService
-from store.retention import RetentionPolicy, expire_seen, iter_seen_aged, storage_bytes, trim_chats
+from node.writer import DbWriter
+from store.retention import RetentionPolicy, storage_bytes
 from sync.replica import DbReplica
 
 log = logging.getLogger(__name__)
@@ -40,22 +41,20 @@ class RetentionGc:
     def __init__(
         self,
         replica: DbReplica,
-        db_lock: trio.Lock,
+        writer: DbWriter,
         policy: RetentionPolicy,
         metrics: Metrics,
         clock: Clock,
         *,
-        sync: SyncService | None = None,
         interval_s: float = 300.0,
         batch: int = 10_000,
     ) -> None:
         self.replica = replica
         self.db = replica.db
-        self.db_lock = db_lock
+        self.writer = writer
         self.policy = policy
         self.metrics = metrics
         self.clock = clock
-        self.sync = sync  # its sessions' message cutoff follows ours
         self.interval_s = interval_s
         self.batch = batch
 
@@ -82,34 +81,16 @@ class RetentionGc:
         if cutoff is None:
             return cycle
         cycle.bytes_before = await trio.to_thread.run_sync(storage_bytes, db)
-        async with self.db_lock:
-            cycle.chats_trimmed = len(await trio.to_thread.run_sync(trim_chats, db, cutoff))
-        cycle.messages_expired = await self._expire_seen(cutoff)
-        if self.sync is not None:
-            self.sync.config = replace(self.sync.config, cutoff_ms=cutoff)
+        expiry = self.replica.expiry(cutoff, self.batch)
+        cycle.chats_trimmed = len(await self.writer.call(expiry.trim_chats))
+        while ids := await self.writer.call(expiry.next_batch, size=self.batch):
+            cycle.messages_expired += len(ids)  # one batch a job: other writes interleave
         if cycle.chats_trimmed or cycle.messages_expired:
             await trio.to_thread.run_sync(db.compact)
         cycle.bytes_after = await trio.to_thread.run_sync(storage_bytes, db)
         cycle.seconds = self.clock.now() - t0
         self._report(cycle)
         return cycle
-
-    async def _expire_seen(self, cutoff: int) -> int:
-        """Drop the aged seen_msg entries, one batch at a time, the same ids out of the tree."""
-        aged = iter_seen_aged(self.db, cutoff)
-
-        def step() -> int:
-            ids = expire_seen(aged, self.db, self.batch)
-            self.replica.remove_from_tree(ids)
-            return len(ids)
-
-        expired = 0
-        while True:
-            async with self.db_lock:  # one batch at a time: writers and sync sessions interleave
-                removed = await trio.to_thread.run_sync(step)
-            if not removed:
-                return expired
-            expired += removed
 
     def _report(self, cycle: GcCycle) -> None:
         self.metrics.inc("gc_cycles", help="retention GC cycles that had a cutoff")

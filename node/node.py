@@ -163,7 +163,7 @@ class RunningNode:
         self.config = config
         self.services = services
         self.auth, self.admin_token, self.commits = auth, admin_token, commits
-        self.acks = Acks(services.db)
+        self.acks = Acks(services.writer)
         self.dm3 = Dm3Gateway(
             load_dm3_key(Path(config.data)), services.db, auth,
             partial(self.submit_ops, wait_for_room=False), now_ms=services.clock.wall_ms,
@@ -229,7 +229,7 @@ class RunningNode:
             nursery.start_soon(self._lift_bans)
             if services.gc.enabled:
                 nursery.start_soon(services.gc.loop)
-            nursery.start_soon(compact_erasures, self.db, services.metrics)
+            nursery.start_soon(compact_erasures, services.writer, services.metrics)
             nursery.start_soon(self.acks.run)
             if cfg.http:
                 from node.api import serve_http  # loads FastAPI: only when serving

@@ -24,8 +24,6 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import trio
-
 from node.arrivals import ArrivalLog
 from node.clock import Clock
 from node.config import NodeConfig
@@ -57,7 +55,6 @@ class Services:
     clock: Clock
     metrics: Metrics
     replica: DbReplica
-    db_lock: trio.Lock  # one writer at a time: the writer task, sync sessions, the GC
     writer: DbWriter
     sync: SyncService
     gossip: GossipService
@@ -93,17 +90,17 @@ def build_services(
     ``on_gossip_applied``: told of each gossip message's new ops once written.
     """
     metrics = metrics or Metrics()
-    db_lock = trio.Lock()
     blocklist = Blocklist()
     penalties = PeerPenalties(config.penalty_threshold, ban_s=config.ban_s)
     judge = PeerJudge(penalties, blocklist, metrics, clock)
     author_rates = AuthorRates(config.author_ops_per_s, config.author_ops_burst)
     writer = DbWriter(
-        replica, db_lock, metrics, queue_ops=config.write_queue,
+        replica, metrics, queue_ops=config.write_queue,
         batch_max=config.write_batch_max, min_free_disk_mb=config.min_free_disk_mb,
     )  # fmt: skip
     sync = SyncService(
-        replica, db_lock, metrics, clock=clock, config=sync_config(config, verifier),
+        replica, writer.store_received, metrics, clock=clock,
+        config=sync_config(config, verifier), cutoff=lambda: replica.cutoff_ms,
         frames_per_s=config.peer_sync_frames_per_s, bytes_per_s=config.peer_sync_bytes_per_s,
         max_sessions=config.sync_max_sessions, on_outcome=judge.sync_ended,
     )  # fmt: skip
@@ -120,13 +117,11 @@ def build_services(
         max_offset_ms=config.max_offset_ms, record=record,
     )  # fmt: skip
     policy = RetentionPolicy(config.retention_days, config.max_storage_mb)
-    gc = RetentionGc(
-        replica, db_lock, policy, metrics, clock, sync=sync, interval_s=config.gc_interval_s
-    )
+    gc = RetentionGc(replica, writer, policy, metrics, clock, interval_s=config.gc_interval_s)
     sync_arrivals = _log_sync_arrivals(replica, clock)
     _register_gauges(metrics, replica, writer)
     return Services(
-        config, clock, metrics, replica, db_lock, writer, sync, gossip, intake, gc,
+        config, clock, metrics, replica, writer, sync, gossip, intake, gc,
         author_rates, judge, blocklist, sync_arrivals,
     )  # fmt: skip
 

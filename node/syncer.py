@@ -5,12 +5,13 @@ it, and at most ``max_sessions`` in each direction (``node/sync_slots.py``), so 
 holds a silent stream, or opens one after another, holds its own slot and nobody else's.
 The sessions share one ``BucketClaims`` (``sync/claims.py``): each reconciles differing
 buckets no other one holds, so a node catching up from four peers at once receives and
-verifies each missing record once, not four times. A frame is taken in two steps, both in
-worker threads: ``session.check`` (decode, signatures: no replica) without the lock, then
-``session.receive_checked`` (apply, answer: reads and writes RocksDB and the trees) under the
-node's ``db_lock`` — the same lock the DB writer holds — keeping one writer at a time. So one
-session's records are checked on the verify threads while another's are written; sessions
-interleave frame by frame, as they do with the writer.
+verifies each missing record once, not four times. A frame is taken in three steps:
+``session.check`` (decode, signatures: no replica) and ``session.receive_checked`` (reads
+the replica, returns the records the frame brought — a session never writes), both in
+worker threads; then the records go to the node's one writer (``store``: the DB writer's
+queue, ``node/writer.py``), and ``session.answer`` builds the reply once they are written
+(its roots must include them). So one session's records are checked on the verify threads
+while another's are written; sessions interleave frame by frame, as they do with the writer.
 Between frames the driver sleeps until the session's ``next_deadline()`` (its idle timeout,
 ``SyncConfig.idle_timeout_ms``, longer while a big frame is in flight) and then lets
 ``handle_timeout`` end it. A bad frame ends that session with a reason (sent to the peer as
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 
 import trio
 
@@ -36,7 +37,7 @@ from node.sync_slots import BUSY, DUPLICATE, SessionSlots
 from sync.claims import BucketClaims
 from sync.errors import RemoteProtocolError
 from sync.frames import Abort, encode_frame
-from sync.protocol import SessionRole, SyncConfig, SyncSession
+from sync.protocol import Received, SessionRole, SyncConfig, SyncSession
 from sync.replica import Replica
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,9 @@ log = logging.getLogger(__name__)
 CLOSE_TIMEOUT_S = 2.0
 MAX_SESSIONS = 4  # per direction (the node's setting: sync_max_sessions)
 REFUSALS = (BUSY, DUPLICATE)  # ABORT reasons of a session that never started
+
+# Writes the records a session received, in order (a node: its DB writer); how many changed.
+StoreReceived = Callable[[Received], Awaitable[int]]
 
 
 @dataclass
@@ -88,11 +92,12 @@ class SyncService:
     def __init__(
         self,
         replica: Replica,
-        db_lock: trio.Lock,
+        store: StoreReceived,
         metrics: Metrics,
         *,
         clock: Clock,
         config: SyncConfig | None = None,
+        cutoff: Callable[[], int | None] | None = None,
         salt: Callable[[], bytes] | None = None,
         frames_per_s: float = float("inf"),
         bytes_per_s: float = float("inf"),
@@ -100,9 +105,10 @@ class SyncService:
         on_outcome: Callable[[SyncOutcome], None] | None = None,
     ) -> None:
         self.replica = replica
-        self.db_lock = db_lock
+        self.store = store
         self.metrics = metrics
         self.config = config or SyncConfig()
+        self.cutoff = cutoff  # the retention cutoff now (the GC's), read as a session starts
         self.clock = clock
         self._salt = salt or (lambda: os.urandom(16))
         self.last_sync: dict[str, SyncOutcome] = {}
@@ -120,6 +126,12 @@ class SyncService:
         self._frames = TokenBuckets(frames_per_s, max(frames_per_s, 1.0) * 2)
         self._bytes = TokenBuckets(bytes_per_s, max(bytes_per_s, 1.0) * 2)
 
+    def session_config(self) -> SyncConfig:
+        """A new session's settings: ours, with the retention cutoff as it is now."""
+        if self.cutoff is None:
+            return self.config
+        return replace(self.config, cutoff_ms=self.cutoff())
+
     def may_initiate(self, peer: str) -> bool:
         """Whether a session we open with ``peer`` could start now (ask before opening a stream)."""
         return self.slots.refusal(peer, SessionRole.INITIATOR.value) is None
@@ -127,7 +139,7 @@ class SyncService:
     async def initiate(self, peer: str, frames: FrameStream) -> SyncOutcome:
         session = SyncSession(
             SessionRole.INITIATOR, self.replica, now_ms=self.clock.wall_ms(),
-            salt_seed=self._salt(), config=self.config, claims=self.claims,
+            salt_seed=self._salt(), config=self.session_config(), claims=self.claims,
         )  # fmt: skip
         if self.slots.claim(peer, session.role.value) is not None:  # retried next interval
             await _close(frames)
@@ -139,8 +151,8 @@ class SyncService:
 
     async def respond(self, peer: str, frames: FrameStream) -> SyncOutcome:
         session = SyncSession(
-            SessionRole.RESPONDER, self.replica, now_ms=self.clock.wall_ms(), config=self.config,
-            claims=self.claims,
+            SessionRole.RESPONDER, self.replica, now_ms=self.clock.wall_ms(),
+            config=self.session_config(), claims=self.claims,
         )  # fmt: skip
         refused = self.slots.claim(peer, session.role.value)
         if refused is not None:
@@ -183,8 +195,7 @@ class SyncService:
         """Frames back and forth until the session is over; the reason it failed, or None."""
         out = None
         if session.role is SessionRole.INITIATOR:
-            async with self.db_lock:  # the roots, read while no other session writes them
-                out = session.start(self.clock.wall_ms())
+            out = session.start(self.clock.wall_ms())
         try:
             while True:
                 if out is not None:
@@ -215,16 +226,15 @@ class SyncService:
 
     async def _receive(self, session: SyncSession, data: bytes) -> bytes | None:
         """One step of the session: checked in a worker thread (signatures on the verify
-        threads) without ``db_lock``, applied in one under it; counts what it applied."""
+        threads), taken in one (reads only), its records written by the node's writer, then
+        answered; counts what it applied."""
         checked = await trio.to_thread.run_sync(session.check, data)
-        before = session.stats.records_applied
-        try:
-            async with self.db_lock:
-                return await trio.to_thread.run_sync(
-                    session.receive_checked, checked, self.clock.wall_ms()
-                )
-        finally:  # a frame that ends the session may still have applied its valid records
-            self._applied_total += session.stats.records_applied - before
+        received = await trio.to_thread.run_sync(
+            session.receive_checked, checked, self.clock.wall_ms()
+        )
+        applied = await self.store(received) if received.records else 0
+        self._applied_total += applied  # a frame that ends the session applied these too
+        return await trio.to_thread.run_sync(session.answer, applied)
 
     async def _next_frame(self, session: SyncSession, frames: FrameStream) -> bytes | None:
         """The peer's next frame; None once the session's idle deadline has passed (then

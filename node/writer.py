@@ -1,36 +1,44 @@
-"""The DB writer: every write of the node's clients and gossip goes through one task.
+"""The DB writer: the one task that writes RocksDB and the Merkle trees.
 
-    handlers ──submit()──▶ [queue, bounded in ops] ──▶ writer task ──to_thread──▶ DbReplica.apply_ops
+    HTTP, gossip ──submit()──▶ ┐
+    sync records, GC steps,    ├─▶ [queue, bounded in ops] ──▶ writer task ──to_thread──▶ the store
+    acks, erasure ──call()───▶ ┘
 
-One task owns writes. It takes every request waiting in the queue (up to ``batch_max``
-ops), applies them in a worker thread under ``db_lock`` and only then acknowledges. A full
-queue makes ``submit`` wait (backpressure) and ``submit_nowait`` raise ``trio.WouldBlock``.
-The bound counts ops, not requests (``node.weighted_queue``): a request holds up to 1,024
-decoded ops. With ``durable`` the DB syncs its WAL on
-every write, so an acknowledged op survives kill -9.
+Every write of the node goes through this queue: the ops of clients and gossip
+(``submit``: batched, ``DbReplica.apply_ops``), and every other change as a job
+(``call``): the records a sync session received (the session only returns them),
+each step of the retention GC, the devices' acknowledgements, erasure compaction,
+the chat lists that wait. The writer takes what waits (up to ``batch_max`` ops),
+runs it in order in one worker thread, and only then acknowledges. There is no lock:
+nothing else writes, so the trees always match what is on disk once a job is done;
+readers (sync sessions, the HTTP API) read RocksDB concurrently, and a session that
+reads a tree mid-write at worst finds a difference the next pass settles.
+
+A full queue makes ``submit`` and ``call`` wait (backpressure) and ``submit_nowait``
+raise ``trio.WouldBlock``. The bound counts ops, not requests (``node.weighted_queue``):
+a request holds up to 1,024 decoded ops, a job weighs what it says. With ``durable``
+the DB syncs its WAL on every write, so an acknowledged op survives kill -9.
 
 A request is a list of ops. The ops of all the requests in a batch go through
-``DbReplica.apply_ops`` together — one WriteBatch per domain, the Merkle trees updated in
-the same step; the chat lists (CF user_inbox) of the chats that got new messages follow
-once enough wait, or when the writer has been idle for ``CHAT_LISTS_IDLE_S``. The
-answer: per op, whether it changed the store, and whether it is a message the chat's member
-ops do not admit yet (held in the replica's waiting room).
+``DbReplica.apply_ops`` together — planned once (``store.plan``), one WriteBatch per
+domain, the Merkle trees updated in the same step; the chat lists (CF user_inbox) of the
+chats that got new messages follow once enough wait, or when the writer has been idle
+for ``CHAT_LISTS_IDLE_S``. The answer: per op, whether it changed the store, and whether
+it is a message the chat's member ops do not admit yet (held in the replica's waiting room).
 
 A request whose write fails gets the error (``StorageFull`` and ``InvalidInput`` as
 raised; anything else, from RocksDB or a bug, as ``WriteFailed``); the other requests of
-its batch are written one by one and are not affected.
-
-Sync sessions and the retention GC write too (records they receive, aged messages).
-They take the same ``db_lock`` around each step, so there is one writer at a time and
-the trees always match what is on disk.
+its batch are written one by one and are not affected. A job that fails raises in its
+caller, the same way.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import trio
 
@@ -40,6 +48,7 @@ from node.weighted_queue import WeightedQueue
 from store.errors import ChatsyncError
 from store.ops import Op
 from store.records import MsgV1
+from sync.protocol import Received
 from sync.replica import DbReplica
 
 if TYPE_CHECKING:
@@ -68,6 +77,23 @@ class WriteRequest:
         return len(self.ops)
 
 
+R = TypeVar("R")
+
+
+@dataclass
+class WriteJob(Generic[R]):
+    """A change other than ops (``DbWriter.call``): run in the writer's thread, in turn."""
+
+    run: Callable[[], R]
+    size: int = 1
+    done: trio.Event = field(default_factory=trio.Event)
+    result: R | None = None
+    error: BaseException | None = None
+
+
+Work = WriteRequest | WriteJob[Any]
+
+
 @dataclass
 class WriterStatistics:
     queued: int  # ops waiting
@@ -75,13 +101,13 @@ class WriterStatistics:
     batches: int
     ops_applied: int
     ops_new: int
+    jobs: int  # changes other than ops: sync records, GC steps, acks, erasure
 
 
 class DbWriter:
     def __init__(
         self,
         replica: DbReplica,
-        db_lock: trio.Lock,
         metrics: Metrics,
         *,
         queue_ops: int = 16384,
@@ -90,12 +116,11 @@ class DbWriter:
     ) -> None:
         self.replica = replica
         self.db = replica.db
-        self.db_lock = db_lock
         self.metrics = metrics
         self.batch_max = batch_max
         self.min_free_disk_mb = min_free_disk_mb
-        self._queue = WeightedQueue[WriteRequest](queue_ops, weight=lambda r: r.size)
-        self._batches = self._ops_applied = self._ops_new = 0
+        self._queue = WeightedQueue[Work](queue_ops, weight=lambda w: w.size)
+        self._batches = self._ops_applied = self._ops_new = self._jobs = 0
 
     # --- submitting ---
 
@@ -115,6 +140,27 @@ class DbWriter:
         self._queue.put_nowait(request)
         return request
 
+    async def call(self, run: Callable[[], R], *, size: int = 1) -> R:
+        """Queue a change for the writer's thread (waiting while the queue is full), wait
+        until it ran, and return its result (or raise its error). ``size``: its weight in
+        the queue's bound, in ops (a job carrying records: how many)."""
+        job = WriteJob(run, max(1, min(size, self._queue.capacity)))
+        await self._queue.put(job)
+        await job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.result  # type: ignore[return-value]
+
+    async def store_received(self, received: Received) -> int:
+        """A sync session's records, written in their order (member ops first); how many
+        changed the store (``node.syncer.StoreReceived``)."""
+        size = sum(len(records) for _, records in received.records)
+        return await self.call(partial(self._apply_received, received), size=size)
+
+    def _apply_received(self, received: Received) -> int:
+        check_free_disk(self.db.config.path, self.min_free_disk_mb)
+        return sum(self.replica.apply(domain, records) for domain, records in received.records)
+
     @staticmethod
     async def wait(request: WriteRequest) -> list[bool]:
         await request.done.wait()
@@ -129,6 +175,7 @@ class DbWriter:
             self._batches,
             self._ops_applied,
             self._ops_new,
+            self._jobs,
         )
 
     def close(self) -> None:
@@ -149,7 +196,11 @@ class DbWriter:
                 if idle.cancelled_caught:
                     await self._flush_chat_lists()
                     continue
-                await self._apply_each_or_all(self._batch_after(first))
+                for run in _runs(self._batch_after(first)):
+                    if isinstance(run, WriteJob):
+                        await self._run_job(run)
+                    else:
+                        await self._apply_each_or_all(run)
         finally:
             self._queue.close()  # submitters learn that nobody writes any more
         await self._flush_chat_lists()
@@ -159,14 +210,13 @@ class DbWriter:
         if not self.db.chat_lists_stale():
             return
         try:
-            async with self.db_lock:
-                await trio.to_thread.run_sync(self.db.flush_chat_lists)
+            await trio.to_thread.run_sync(self.db.flush_chat_lists)
         except Exception as exc:  # they still wait: the next read or idle moment retries
             log.warning("chat-list refresh failed: %s: %s", type(exc).__name__, exc)
             self.metrics.inc("write_errors", help="write batches that failed")
 
-    def _batch_after(self, first: WriteRequest) -> list[WriteRequest]:
-        """``first`` and the requests waiting behind it, up to ``batch_max`` ops."""
+    def _batch_after(self, first: Work) -> list[Work]:
+        """``first`` and the work waiting behind it, up to ``batch_max`` ops."""
         batch = [first]
         size = first.size
         while size < self.batch_max:
@@ -178,12 +228,19 @@ class DbWriter:
             size += request.size
         return batch
 
-    async def _apply_each_or_all(self, requests: Sequence[WriteRequest]) -> None:
-        """Write ``requests`` in a worker thread under db_lock; if that fails, each request
-        alone, so that one bad request does not fail the others."""
+    async def _run_job(self, job: WriteJob[Any]) -> None:
         try:
-            async with self.db_lock:
-                await trio.to_thread.run_sync(self._apply_writes, requests)
+            job.result = await trio.to_thread.run_sync(job.run)
+        except Exception as exc:  # the caller gets it; the one writer goes on
+            job.error = exc
+        self._jobs += 1
+        job.done.set()
+
+    async def _apply_each_or_all(self, requests: Sequence[WriteRequest]) -> None:
+        """Write ``requests`` in a worker thread; if that fails, each request alone, so that
+        one bad request does not fail the others."""
+        try:
+            await trio.to_thread.run_sync(self._apply_writes, requests)
         except Exception as exc:  # the one writer outlives any failed request
             if len(requests) > 1:
                 for request in requests:
@@ -208,6 +265,19 @@ class DbWriter:
         self._ops_new += sum(new)
 
     def apply_ops(self, ops: list[Op]) -> list[bool]:
-        """Apply validated ops (worker thread, under db_lock); per op, whether it changed anything."""
+        """Apply validated ops (the writer's thread); per op, whether it changed anything."""
         check_free_disk(self.db.config.path, self.min_free_disk_mb)  # refuse, never half-write
         return self.replica.apply_ops(ops).new
+
+
+def _runs(batch: list[Work]) -> list[WriteJob[Any] | list[WriteRequest]]:
+    """The batch in order: each job alone, the requests between jobs together."""
+    runs: list[WriteJob[Any] | list[WriteRequest]] = []
+    for work in batch:
+        if isinstance(work, WriteJob):
+            runs.append(work)
+        elif runs and isinstance(runs[-1], list):
+            runs[-1].append(work)
+        else:
+            runs.append([work])
+    return runs

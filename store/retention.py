@@ -8,7 +8,8 @@ One GC cycle with cutoff ``c`` (every decision takes ``now_ms``; see RETENTION.m
    over the HLC prefix of the messages CF; a chat whose newest shown content message
    expired gets its ``chats_meta`` last-message fields and its members' inbox entries reset.
 3. ``expire_seen``: the aged ``seen_msg`` entries, found in one scan and deleted in
-   batches; the caller removes the same ids from its Merkle tree in the same step.
+   batches; the same ids leave the replica's Merkle tree in the same step (``Expiry``
+   sequences 2 and 3, whoever drives them).
 4. ``compact``: range tombstones only free disk once compacted.
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
@@ -131,6 +132,47 @@ def expire_seen(aged: Iterator[bytes], db: ChatDb, batch: int) -> list[bytes]:
     return ids
 
 
+class Expiry:
+    """One GC cycle's writes as steps (2 and 3 above), the only place they are sequenced:
+    ``trim_chats``, then ``next_batch`` until it returns nothing; ``on_expired`` is told
+    of each batch's ids in the same step (a replica takes them out of its Merkle tree).
+    ``run`` takes every step at once (tests, benchmarks, ``DbReplica.expire_messages``);
+    the node's GC hands each step to its writer, so that writes interleave."""
+
+    def __init__(
+        self,
+        db: ChatDb,
+        cutoff_ms: int,
+        batch: int = 10_000,
+        on_expired: Callable[[list[bytes]], None] | None = None,
+    ) -> None:
+        self.db = db
+        self.cutoff_ms = cutoff_ms
+        self.batch = batch
+        self.on_expired = on_expired
+        self._aged: Iterator[bytes] | None = None
+
+    def trim_chats(self) -> list[bytes]:
+        return trim_chats(self.db, self.cutoff_ms)
+
+    def next_batch(self) -> list[bytes]:
+        """The next batch of aged messages out (their ids; empty when the cycle is done)."""
+        if self._aged is None:
+            self._aged = iter_seen_aged(self.db, self.cutoff_ms)
+        ids = expire_seen(self._aged, self.db, self.batch)
+        if ids and self.on_expired is not None:
+            self.on_expired(ids)
+        return ids
+
+    def run(self) -> tuple[int, list[bytes]]:
+        """Every step: (chats trimmed, ids expired)."""
+        trimmed = len(self.trim_chats())
+        expired: list[bytes] = []
+        while ids := self.next_batch():
+            expired += ids
+        return trimmed, expired
+
+
 @dataclass
 class GcResult:
     cutoff_ms: int | None
@@ -141,14 +183,8 @@ class GcResult:
 def gc_messages(
     db: ChatDb, cutoff_ms: int | None, *, batch: int = 10_000
 ) -> tuple[GcResult, list[bytes]]:
-    """A whole cycle at once (tests, benchmarks; the node runs the steps under its lock)."""
-    result = GcResult(cutoff_ms)
+    """A whole cycle at once, on a store without trees (tests, benchmarks)."""
     if cutoff_ms is None:
-        return result, []
-    result.chats_trimmed = len(trim_chats(db, cutoff_ms))
-    aged = iter_seen_aged(db, cutoff_ms)
-    expired: list[bytes] = []
-    while ids := expire_seen(aged, db, batch):
-        expired += ids
-    result.messages_expired = len(expired)
-    return result, expired
+        return GcResult(cutoff_ms), []
+    trimmed, expired = Expiry(db, cutoff_ms, batch).run()
+    return GcResult(cutoff_ms, trimmed, len(expired)), expired

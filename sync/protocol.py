@@ -35,9 +35,15 @@ reconciliation, record ids; ``store.ingress`` for what no record may ever be: th
 every ingress shares, a frame's message signatures checked together as its last check).
 Anything wrong raises
 ``RemoteProtocolError`` with a reason and the session is over; valid records
-that arrived in the same frame are still applied. Records are only accepted
-from buckets this pass found different, and are applied through the store's
-merge rules, never trusted.
+that arrived in the same frame are still written. Records are only accepted
+from buckets this pass found different, and go through the store's rules
+(``store.plan``), never trusted.
+
+The session reads its replica and never writes it: ``receive_checked`` returns
+the records a frame brought (``Received``), the driver writes them — a node hands
+them to its one writer — and ``answer`` then builds the reply (a closing HELLO's
+roots include them). ``receive`` takes the three steps for a driver that owns its
+replica (tests, ``sync.loopback``, the simulator).
 """
 
 from __future__ import annotations
@@ -83,6 +89,7 @@ from sync.frames import (
 )
 from sync.merkle import DEPTH, FANOUT, MerkleTree, check_hash, children
 from sync.replica import Record, Replica
+from sync.scope import EVERYTHING, Scope
 
 TOP_DEPTH = 2  # R's first NODES frame: every depth-2 node (256 hashes)
 FETCH_CHUNK = 256  # ids looked up per replica call while filling a frame
@@ -108,6 +115,7 @@ class SyncConfig:
     idle_timeout_ms: int = 5_000
     min_bytes_per_s: int = 256 * 1024
     cutoff_ms: int | None = None  # retention soft-filter for messages (see RETENTION.md)
+    scope: Scope = EVERYTHING  # what the session reconciles (sync.scope; today: everything)
     authenticate: bool = False  # check member ops' signature and authority, identity docs
     max_offset_ms: int | None = None  # skip records this far ahead of now_ms (a node: 120 s)
     # Messages stamped less than this before now_ms are not sent: gossip is still carrying
@@ -141,6 +149,14 @@ class CheckedFrame:
     size: int
     frame: Frame
     records: dict[Domain, CheckedRecords]
+
+
+@dataclass(frozen=True)
+class Received:
+    """The valid records of a frame, per domain in the order to write them (member ops,
+    identities, deletes, messages): what the driver writes before ``SyncSession.answer``."""
+
+    records: tuple[tuple[Domain, list[Record]], ...] = ()
 
 
 class SessionRole(Enum):
@@ -284,6 +300,13 @@ class SyncSession:
         self._moved = 0  # records sent or received in this pass
         self._claims = claims
         self._checked: dict[Domain, CheckedRecords] = {}  # the frame at hand's, from check()
+        # the frame at hand's valid records for the driver to write, the first bad one's error,
+        # and what ``answer`` sends once they are written (a TRANSFER: the peer's, to answer)
+        self._received: list[tuple[Domain, list[Record]]] = []
+        self._problem: RemoteProtocolError | None = None
+        self._reply: Frame | None = None
+        self._taken: Transfer | None = None
+        self._answer_due = False
 
     # --- driver API ---
 
@@ -295,18 +318,21 @@ class SyncSession:
         return self._send(self._begin_pass())
 
     def receive(self, data: bytes, now_ms: int) -> bytes | None:
-        """Handle one frame from the peer; return the frame to send back (None: session over).
-
-        The same as ``receive_checked(check(data))``: a driver that runs sessions at once
-        calls ``check`` outside its writer lock (decoding and signature checks touch no
-        replica) and ``receive_checked`` under it."""
-        return self.receive_checked(self.check(data), now_ms)
+        """Handle one frame from the peer, its records written to the session's own replica;
+        the frame to send back (None: session over). For a driver that owns its replica
+        outright (tests, ``sync.loopback``, the simulator): ``check``, ``receive_checked``,
+        the replica's ``apply``, ``answer``. A node's syncer takes the steps itself and
+        hands the records to its one writer."""
+        received = self.receive_checked(self.check(data), now_ms)
+        applied = sum(self.replica.apply(domain, records) for domain, records in received.records)
+        return self.answer(applied)
 
     def check(self, data: bytes) -> CheckedFrame:
         """Decode one frame from the peer and, for an expected TRANSFER, decode and
         authenticate its records. Reads no replica and changes nothing but the session's
         end: a malformed frame aborts it (``RemoteProtocolError``). A bad record does not
-        raise here: ``receive_checked`` applies the frame's valid records first."""
+        raise here: ``receive_checked`` returns the frame's valid records first, and
+        ``answer`` raises once the driver wrote them."""
         self._live("check")
         try:
             frame = decode_frame(
@@ -324,22 +350,49 @@ class SyncSession:
             raise
         return CheckedFrame(len(data), frame, records)
 
-    def receive_checked(self, checked: CheckedFrame, now_ms: int) -> bytes | None:
-        """Handle a frame ``check`` passed: apply it; the frame to send back (None: over)."""
+    def receive_checked(self, checked: CheckedFrame, now_ms: int) -> Received:
+        """Take a frame ``check`` passed: the valid records it brought, for the driver to
+        write (in order: member ops first) before it calls ``answer``. The session reads its
+        replica here and never writes it, the way negentropy's ``reconcile`` returns the ids
+        to have and need and leaves storing them to the application."""
         self._live("receive")
+        if self._answer_due:
+            raise LocalProtocolError("receive_checked() before answer() for the last frame")
         self._last_activity_ms = now_ms
         self._now_ms = now_ms
         self._in_flight = 0
         self._checked = checked.records
+        self._received, self._problem = [], None
         try:
             self._count(checked.size, checked.frame, self.stats.bytes_received)
             self.stats.frames_received += 1
-            reply = self._dispatch(checked.frame)
+            self._reply = self._dispatch(checked.frame)
         except RemoteProtocolError as exc:
             self._abort(exc.reason)
             raise
         finally:
             self._checked = {}
+        self._answer_due = True
+        return Received(tuple(self._received))
+
+    def answer(self, applied: int) -> bytes | None:
+        """The frame to send back (None: session over), once the records ``receive_checked``
+        returned are written (``applied``: how many changed the replica): a pass's closing
+        HELLO carries roots that must include them. A bad record of the frame ends the
+        session here, after its valid records were written."""
+        if not self._answer_due:
+            raise LocalProtocolError("answer() without a frame taken by receive_checked()")
+        self._answer_due = False
+        self.stats.records_applied += applied
+        reply, taken, self._reply, self._taken = self._reply, self._taken, None, None
+        try:
+            if self._problem is not None:
+                raise self._problem
+            if taken is not None:  # the peer's TRANSFER: answered now that its records are in
+                reply = self._answer_transfer(taken)
+        except RemoteProtocolError as exc:
+            self._abort(exc.reason)
+            raise
         if self.finished:
             self.release_claims()
         return None if reply is None else self._send(reply)
@@ -439,7 +492,7 @@ class SyncSession:
             into["control"] += size
 
     def _tree(self, domain: Domain) -> MerkleTree:
-        return self.replica.tree(domain)
+        return self.replica.tree(domain, self.config.scope)
 
     def _section_domains(self, sections: dict[Domain, Any], what: str) -> None:
         if set(sections) != set(self._domains):
@@ -619,7 +672,7 @@ class SyncSession:
             dp.outbox.append(decoded[1])  # we have it, the peer does not
 
     def _id_list(self, domain: Domain, bucket: int) -> IdList:
-        ids = self.replica.bucket_ids(domain, bucket, self._cutoff(domain))
+        ids = self.replica.bucket_ids(domain, bucket, self._cutoff(domain), self.config.scope)
         prefixes = sorted(salted_prefix(self._salt, i) for i in ids)
         complete = len(prefixes) <= self.config.max_bucket_ids
         # An oversized (perhaps ground) bucket sends a salted sample; next pass samples anew.
@@ -630,7 +683,7 @@ class SyncSession:
 
     # --- transfer ---
 
-    def _on_transfer(self, transfer: Transfer) -> Frame:
+    def _on_transfer(self, transfer: Transfer) -> None:
         # member ops before messages: a frame that brings a message and the op that admits
         # it stores both, instead of parking the message until the next frame
         for domain, section in sorted(transfer.sections.items(), key=_apply_order):
@@ -640,7 +693,12 @@ class SyncSession:
                     f"TRANSFER for {domain.name} outside this pass", reason="unexpected_domain"
                 )
             self._take_requests(domain, dp, section)
-            self._take_records(domain, dp, section.records)
+            if not self._take_records(domain, dp, section.records):
+                break  # a bad record: what came before it is written, then the session ends
+        self._taken = transfer  # answered by ``answer`` once the records are written
+        return None
+
+    def _answer_transfer(self, transfer: Transfer) -> Frame:
         if transfer.idle:  # the peer has nothing queued: it answered all we asked
             for dp in self._domains.values():
                 dp.asked = 0
@@ -673,7 +731,9 @@ class SyncSession:
         for want in section.prefix_wants:
             self._check_bucket(dp, want.bucket, "prefix want")
             asked = set(_split(want.prefixes, ID_PREFIX_LEN))
-            for record_id in self.replica.bucket_ids(domain, want.bucket, self._cutoff(domain)):
+            for record_id in self.replica.bucket_ids(
+                domain, want.bucket, self._cutoff(domain), self.config.scope
+            ):
                 if salted_prefix(self._salt, record_id) in asked:
                     dp.outbox.append(record_id)
         for id_list in section.id_lists:
@@ -689,7 +749,9 @@ class SyncSession:
     def _compare_id_list(self, domain: Domain, dp: _DomainPass, id_list: IdList) -> None:
         mine = {
             salted_prefix(self._salt, i): i
-            for i in self.replica.bucket_ids(domain, id_list.bucket, self._cutoff(domain))
+            for i in self.replica.bucket_ids(
+                domain, id_list.bucket, self._cutoff(domain), self.config.scope
+            )
         }
         theirs = set(_split(id_list.prefixes, ID_PREFIX_LEN))
         if id_list.complete:
@@ -721,9 +783,9 @@ class SyncSession:
             decoded, problem = self._verified(decoded, problem)
         return decoded, problem
 
-    def _take_records(self, domain: Domain, dp: _DomainPass, blobs: list[bytes]) -> None:
-        """Apply the valid records (``check`` validated every one), then fail on the first
-        invalid one."""
+    def _take_records(self, domain: Domain, dp: _DomainPass, blobs: list[bytes]) -> bool:
+        """Keep the valid records for the driver (``check`` validated every one); False if
+        one was invalid (``answer`` raises its error once the valid ones are written)."""
         checked = self._checked.get(domain)
         if checked is None:
             checked = self._check_records(domain, dp, blobs)
@@ -747,9 +809,9 @@ class SyncSession:
         self.stats.records_received += len(blobs)
         self._moved += len(blobs)
         if valid:
-            self.stats.records_applied += self.replica.apply(domain, valid)
-        if problem is not None:
-            raise problem
+            self._received.append((domain, valid))
+        self._problem = problem
+        return problem is None
 
     def _verified(
         self, decoded: list[tuple[Record, bytes, int]], problem: RemoteProtocolError | None
@@ -834,7 +896,9 @@ class SyncSession:
         settled = None if settle is None or domain is not Domain.MESSAGES else self._now_ms - settle
         while dp.outbox and len(out) < max_records:
             chunk = [dp.outbox.popleft() for _ in range(min(FETCH_CHUNK, len(dp.outbox)))]
-            blobs = self.replica.get_records(domain, chunk, self._cutoff(domain), settled)
+            blobs = self.replica.get_records(
+                domain, chunk, self._cutoff(domain), settled, self.config.scope
+            )
             for i, blob in enumerate(blobs):
                 if blob is None or chunk[i] in dp.shipped:
                     continue  # gone since (superseded, aged out), or already sent

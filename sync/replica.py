@@ -43,10 +43,11 @@ from store.plan import (
     plan_ops,
 )
 from store.records import IdentityRecord, MemberInfo, MsgV1, compute_identity_record_id
-from store.retention import expire_seen, iter_seen_aged, trim_chats
+from store.retention import Expiry
 from store.waiting import WaitingRoom
 from sync.frames import Domain
 from sync.merkle import MerkleTree
+from sync.scope import EVERYTHING, Scope, require_everything
 
 if TYPE_CHECKING:  # a ChatDb is passed in; sync never imports rocksdict itself
     from store.chatdb import ChatDb
@@ -55,9 +56,14 @@ Record = MsgV1 | MembershipOp | IdentityRecord
 
 
 class Replica(Protocol):
-    def tree(self, domain: Domain) -> MerkleTree: ...
+    """What a session reads, per scope (``sync.scope``), and where a driver that owns the
+    replica writes what a session received (``apply``)."""
 
-    def bucket_ids(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]: ...
+    def tree(self, domain: Domain, scope: Scope = EVERYTHING) -> MerkleTree: ...
+
+    def bucket_ids(
+        self, domain: Domain, bucket: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
+    ) -> list[bytes]: ...
 
     def get_records(
         self,
@@ -65,6 +71,7 @@ class Replica(Protocol):
         ids: list[bytes],
         cutoff_ms: int | None,
         settled_ms: int | None = None,
+        scope: Scope = EVERYTHING,
     ) -> list[bytes | None]: ...
 
     def apply(self, domain: Domain, records: list[Record]) -> int:
@@ -134,7 +141,8 @@ class MemoryReplica:
 
     # --- the Replica protocol ---
 
-    def tree(self, domain: Domain) -> MerkleTree:
+    def tree(self, domain: Domain, scope: Scope = EVERYTHING) -> MerkleTree:
+        require_everything(scope)
         return self.trees[domain]
 
     def record_ids(self, domain: Domain) -> list[bytes]:
@@ -144,7 +152,10 @@ class MemoryReplica:
             return list(self.deletes)
         return list(self.member_ops) if domain is MEMBERS else list(self._rows[domain])
 
-    def bucket_ids(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]:
+    def bucket_ids(
+        self, domain: Domain, bucket: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
+    ) -> list[bytes]:
+        require_everything(scope)
         known = self._buckets[domain].get(bucket, ())
         if domain is MEMBERS:
             return sorted(i for i in known if i in self.member_ops)
@@ -164,7 +175,9 @@ class MemoryReplica:
         ids: list[bytes],
         cutoff_ms: int | None,
         settled_ms: int | None = None,
+        scope: Scope = EVERYTHING,
     ) -> list[bytes | None]:
+        require_everything(scope)
         out: list[bytes | None] = []
         for record_id in ids:
             if domain is MESSAGES:
@@ -424,25 +437,32 @@ class DbReplica:
             self.apply_ops(held)  # stored if admitted by now, else waits again
             db.save_waiting([], [m.msg_id for m in held if m.msg_id not in self.waiting])
 
-    def tree(self, domain: Domain) -> MerkleTree:
+    def tree(self, domain: Domain, scope: Scope = EVERYTHING) -> MerkleTree:
+        require_everything(scope)
         return self.trees[domain]
 
     def expire_messages(self, cutoff_ms: int, batch: int = 10_000) -> list[bytes]:
-        """Retention GC on the ChatDb, the tree kept in step (one caller at a time)."""
-        trim_chats(self.db, cutoff_ms)
-        aged = iter_seen_aged(self.db, cutoff_ms)
-        expired: list[bytes] = []
-        while ids := expire_seen(aged, self.db, batch):
-            self.remove_from_tree(ids)
-            expired += ids
-        return expired
+        """Retention GC on the ChatDb, the tree kept in step, every step at once."""
+        return self.expiry(cutoff_ms, batch).run()[1]
+
+    def expiry(self, cutoff_ms: int, batch: int = 10_000) -> Expiry:
+        """A GC cycle's steps on the ChatDb, each batch's ids out of the tree in its step."""
+        return Expiry(self.db, cutoff_ms, batch, on_expired=self.remove_from_tree)
+
+    @property
+    def cutoff_ms(self) -> int | None:
+        """The retention cutoff the GC last applied (sync sessions filter messages by it)."""
+        return self.db.expire_before_ms
 
     def remove_from_tree(self, msg_ids: list[bytes]) -> None:
         tree = self.trees[Domain.MESSAGES]
         for msg_id in msg_ids:
             tree.remove(msg_id)
 
-    def bucket_ids(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]:
+    def bucket_ids(
+        self, domain: Domain, bucket: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
+    ) -> list[bytes]:
+        require_everything(scope)
         if domain is Domain.MESSAGES:
             if cutoff_ms is None:
                 return self.db.get_bucket_msg_ids(bucket)
@@ -459,7 +479,9 @@ class DbReplica:
         ids: list[bytes],
         cutoff_ms: int | None,
         settled_ms: int | None = None,
+        scope: Scope = EVERYTHING,
     ) -> list[bytes | None]:
+        require_everything(scope)
         if domain is Domain.MESSAGES:
             return self.db.get_messages_cbor_by_ids(ids, cutoff_ms, settled_ms)
         if domain is Domain.MEMBERS:

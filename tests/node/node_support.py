@@ -17,11 +17,14 @@ from nacl.signing import SigningKey
 
 from node.config import NodeConfig
 from node.node import Node, RunningNode
+from node.syncer import StoreReceived
 from store import ChatDb, ChatDbConfig, Hlc, MsgV1
 from store.authz import new_group
 from store.ops import MembershipAction, MembershipOp, Op, encode_op, make_identity, op_kind
 from store.records import Role
 from store.signing import key_from_seed, public_key, user_id_from_key
+from sync.protocol import Received
+from sync.replica import Replica
 
 KEYS = [key_from_seed(bytes([i + 11]) * 32) for i in range(3)]
 USERS = [user_id_from_key(public_key(k)) for k in KEYS]
@@ -51,11 +54,21 @@ def add(user: int, hlc: int) -> MembershipOp:
 JOIN = add(0, 1)
 
 
+def store_directly(replica: Replica) -> StoreReceived:
+    """A test peer's sync writes, straight into its replica (a node's go through its one
+    writer, ``DbWriter.store_received``)."""
+
+    async def store(received: Received) -> int:
+        return sum(replica.apply(domain, records) for domain, records in received.records)
+
+    return store
+
+
 def seed(db: ChatDb, msgs: list[MsgV1], *ops: MembershipOp) -> None:
     """Fill ``db`` as a node would: JOIN and ``ops``, then ``msgs`` under the message rule
     (``ChatDb.put_authorized``); every message must be admitted."""
     db.apply_member_ops([JOIN, *ops])
-    waiting = db.put_authorized(msgs).waiting
+    waiting = db.put_authorized(msgs).park
     assert not waiting, f"{len(waiting)} messages not admitted"
 
 

@@ -26,7 +26,7 @@ from node.syncer import SyncService
 from sync.protocol import SyncConfig
 from sync.replica import MemoryReplica
 
-from node_support import JOIN, counts, messages, running_node
+from node_support import JOIN, counts, messages, running_node, store_directly
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,9 @@ async def _honest_sync_until_converged(host: Any, node: ID, name: str) -> tuple[
     outcomes of its attempts."""
     replica = MemoryReplica()
     replica.apply_ops([JOIN, *messages(0, 20)])
-    sync = SyncService(replica, trio.Lock(), Metrics(), clock=Clock.system(), config=SyncConfig())
+    sync = SyncService(
+        replica, store_directly(replica), Metrics(), clock=Clock.system(), config=SyncConfig()
+    )
     started, results = trio.current_time(), Counter[str | None]()
     while True:
         stream = await host.new_stream(node, [SYNC_PROTOCOL])

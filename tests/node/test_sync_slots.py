@@ -23,7 +23,7 @@ from sync.merkle import MerkleTree
 from sync.protocol import SyncConfig
 from sync.replica import DbReplica, MemoryReplica
 
-from node_support import JOIN, add, messages, small_db
+from node_support import JOIN, add, messages, small_db, store_directly
 
 MAX_FRAME = 1 << 22
 IDLE = SyncConfig(idle_timeout_ms=5_000)
@@ -51,8 +51,14 @@ def _node(db_path: Path, judge: PeerJudge | None = None) -> tuple[SyncService, l
             judge.sync_ended(outcome)
 
     db = small_db(db_path)
+    replica = DbReplica(db)
     service = SyncService(
-        DbReplica(db), trio.Lock(), Metrics(), clock=Clock(10_000), config=IDLE, on_outcome=ended
+        replica,
+        store_directly(replica),
+        Metrics(),
+        clock=Clock(10_000),
+        config=IDLE,
+        on_outcome=ended,
     )
     return service, outcomes
 
@@ -60,7 +66,9 @@ def _node(db_path: Path, judge: PeerJudge | None = None) -> tuple[SyncService, l
 def _honest_peer(ops: list[Op]) -> SyncService:
     replica = MemoryReplica()
     replica.apply_ops(ops)
-    return SyncService(replica, trio.Lock(), Metrics(), clock=Clock(10_000), config=IDLE)
+    return SyncService(
+        replica, store_directly(replica), Metrics(), clock=Clock(10_000), config=IDLE
+    )
 
 
 async def _sync(initiator: SyncService, responder: SyncService, names: tuple[str, str]) -> None:

@@ -18,7 +18,7 @@ from sync.frames import Domain
 from sync.protocol import SessionRole, SyncConfig, SyncSession
 from sync.replica import DbReplica, MemoryReplica, Replica
 
-from node_support import JOIN, add, identity, messages, seed, small_db
+from node_support import JOIN, add, identity, messages, seed, small_db, store_directly
 
 MAX_FRAME = 1 << 22
 
@@ -27,7 +27,7 @@ def service(
     replica: Replica, metrics: Metrics, *, timeout_s: float = 3600, **limits: float
 ) -> SyncService:
     return SyncService(
-        replica, trio.Lock(), metrics, clock=Clock(10_000),
+        replica, store_directly(replica), metrics, clock=Clock(10_000),
         config=SyncConfig(idle_timeout_ms=round(timeout_s * 1000)), **limits,
     )  # fmt: skip
 
@@ -178,7 +178,9 @@ async def test_a_peer_replaying_stale_versions_forever_is_penalized_to_a_ban(
             if outcome.useless and penalties.penalize("stubborn", SYNC_PENALTY["useless"], 0.0):
                 banned.append(outcome.peer)
 
-        ours = SyncService(mine, trio.Lock(), Metrics(), clock=Clock(10_000), on_outcome=judge)
+        ours = SyncService(
+            mine, store_directly(mine), Metrics(), clock=Clock(10_000), on_outcome=judge
+        )
         for _ in range(10):
             left, right = trio.testing.memory_stream_pair()
             async with trio.open_nursery() as nursery:

@@ -27,7 +27,7 @@ def parts(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def make_writer(parts, **kw) -> DbWriter:  # type: ignore[no-untyped-def]
     _, replica = parts
-    return DbWriter(replica, trio.Lock(), Metrics(), **kw)
+    return DbWriter(replica, Metrics(), **kw)
 
 
 async def test_ops_are_written_acknowledged_and_reflected_in_the_trees(parts) -> None:  # type: ignore[no-untyped-def]
