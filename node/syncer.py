@@ -36,7 +36,7 @@ from node.sync_slots import BUSY, DUPLICATE, SessionSlots
 from sync.claims import BucketClaims
 from sync.errors import RemoteProtocolError
 from sync.frames import Abort, encode_frame
-from sync.protocol import SessionRole, SyncConfig, SyncSession
+from sync.protocol import CheckedFrame, SessionRole, SyncConfig, SyncSession
 from sync.replica import Replica
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,17 @@ log = logging.getLogger(__name__)
 CLOSE_TIMEOUT_S = 2.0
 MAX_SESSIONS = 4  # per direction (the node's setting: sync_max_sessions)
 REFUSALS = (BUSY, DUPLICATE)  # ABORT reasons of a session that never started
+
+
+class PeerAborted(RemoteProtocolError):
+    """The peer ended the session with ABORT; ``peer_reason`` is the reason it sent (BUSY,
+    DUPLICATE: it had no slot for us)."""
+
+    reason = "peer_abort"
+
+    def __init__(self, message: str, *, peer_reason: str) -> None:
+        super().__init__(message)
+        self.peer_reason = peer_reason
 
 
 @dataclass
@@ -200,7 +211,7 @@ class SyncService:
                 out = await self._receive(session, data)
         except RemoteProtocolError as exc:
             # the peer had no slot for us: retried at the next interval
-            busy = any(str(exc).endswith(f": {reason}") for reason in REFUSALS)
+            busy = isinstance(exc, PeerAborted) and exc.peer_reason in REFUSALS
             (log.info if busy else log.warning)(
                 "sync with %s ended: %s (%s)", peer, exc.reason, exc
             )
@@ -223,6 +234,11 @@ class SyncService:
                 return await trio.to_thread.run_sync(
                     session.receive_checked, checked, self.clock.wall_ms()
                 )
+        except RemoteProtocolError as exc:
+            aborted = _peer_aborted(checked)
+            if aborted is None:
+                raise
+            raise aborted from exc  # the peer's reason as a field, not in the message only
         finally:  # a frame that ends the session may still have applied its valid records
             self._applied_total += session.stats.records_applied - before
 
@@ -285,6 +301,13 @@ def _outcome(
         passes=stats.passes,
         records_sent=stats.records_sent,
     )
+
+
+def _peer_aborted(checked: CheckedFrame) -> PeerAborted | None:
+    """The session's error for the peer's ABORT, with the peer's reason kept as a field."""
+    if not isinstance(checked.frame, Abort):
+        return None
+    return PeerAborted(f"peer aborted: {checked.frame.reason}", peer_reason=checked.frame.reason)
 
 
 async def _close(frames: FrameStream) -> None:
