@@ -20,7 +20,7 @@ from bench.machine import rss_kib
 from bench.prometheus import metric
 from cluster.local import Cluster
 from cluster.scenario import Authors
-from node.p2p import OPS_TOPIC
+from node.gossip.settings import OPS_TOPIC
 from store.ops import encode_ops
 
 Figures = dict[str, Any]

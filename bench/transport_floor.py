@@ -1,6 +1,6 @@
 """The floor under ``chatsync bench gossip``: what py-libp2p and ed25519 alone cost per op.
 
-transport  N bare peers — ``node.p2p.start_host``, so the node's own GossipSub settings —
+transport  N bare peers — ``node.p2p.host.open_host``, so the node's own GossipSub settings —
            fully connected on loopback, publish the bytes the nodes gossip: envelopes of
            ``ops_per_message`` real signed ops (``encode_ops``) at ``rate`` ops/s in all, for
            ``seconds``. Their validator accepts every message unread: no decoding, no
@@ -24,13 +24,11 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
-import multiaddr
 import trio
-from libp2p.crypto.ed25519 import create_new_key_pair
-from libp2p.peer.peerinfo import info_from_p2p_addr
 
 from bench.machine import process_cpu_s
-from node.p2p import OPS_TOPIC, start_host
+from node.gossip.settings import OPS_TOPIC
+from node.p2p.host import open_host
 from store import Hlc, MsgV1
 from store.ingress import validate_op
 from store.ops import Op, encode_ops
@@ -38,6 +36,7 @@ from store.signing import key_from_seed
 
 SETTLE_S = 4.0  # after the last peer is up: connections and GossipSub meshes form
 DRAIN_TIMEOUT_S = 60.0
+DIAL_TIMEOUT_S = 60.0  # a bootstrap peer of this run: up already, on a loaded machine
 
 
 @dataclass(frozen=True)
@@ -81,13 +80,13 @@ async def _peer(cfg: dict[str, Any]) -> None:
     received = 0
     all_in = trio.Event()
     async with AsyncExitStack() as stack:
-        host, pubsub = await start_host(stack, create_new_key_pair(), "/ip4/127.0.0.1/tcp/0", 1)
-        pubsub.set_topic_validator(OPS_TOPIC, lambda forwarder, msg: True, False)
+        host, pubsub = await open_host(stack, None, "/ip4/127.0.0.1/tcp/0", 1)  # a new identity
+        pubsub.set_validator(OPS_TOPIC, lambda forwarder, msg: True)
         subscription = await pubsub.subscribe(OPS_TOPIC)
-        me = host.get_id().to_bytes()
+        me = host.peer_id.to_bytes()
         for addr in cfg["bootstrap"]:
-            await host.connect(info_from_p2p_addr(multiaddr.Multiaddr(addr)))
-        print(json.dumps({"addr": f"{host.get_addrs()[0]}"}), flush=True)
+            await host.dial(host.parse_address(addr), DIAL_TIMEOUT_S)
+        print(json.dumps({"addr": host.listen_addrs()[0]}), flush=True)
         start_at = float(await trio.to_thread.run_sync(sys.stdin.readline))
 
         async def count() -> None:

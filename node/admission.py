@@ -1,12 +1,12 @@
 """Who may open an inbound connection: a total cap, a per-IP cap, addresses of banned peers.
 
-Pure: no libp2p, no trio. ``node/inbound.py`` asks ``admit(ip)`` before the security
+Pure: no libp2p, no trio. ``node/p2p/inbound.py`` asks ``admit(ip)`` before the security
 handshake — the cheapest point to say no, when only the remote IP is known — and calls
 ``release(ip)`` once that connection has closed. After the handshake it tells us which peer
 came from the IP (``remember``), so the next connection from an address that only banned
 peers have used is refused before the handshake too. An address shared with a peer in good
 standing (a NAT, loopback in tests) is not refused for a ban: that peer's id is refused
-after the handshake instead (``node/inbound.py``).
+after the handshake instead (``node/p2p/inbound.py``).
 
 Memory is bounded: at most ``MAX_IPS`` addresses with ``MAX_PEERS_PER_IP`` peer ids each,
 least recently seen forgotten first; an open connection's counter is kept while it lasts.

@@ -2,22 +2,26 @@
 
 httpcore's pattern: each edge runs its library calls under ``map_exceptions`` (library
 exception → ours); above the edge only our exceptions are caught, and anything else
-is a bug that propagates. The node's exceptions:
+is a bug that propagates. Only the edges import their libraries: what py-libp2p, multiaddr
+and trio's streams raise is mapped in ``node/p2p/errors.py``; this module imports none of
+them, so code above the edge (and the in-process replay) catches ours without loading them. The node's exceptions:
 
-* ``StreamClosed`` — a peer's stream ended, was reset or broke (``node/framing.py``: libp2p
-  and trio streams); ``FrameTooLarge``, one of them, when the peer announced a frame over
-  the size limit;
-* ``PeerUnreachable`` — dialling a peer or opening a stream to it failed (``node/peers.py``,
-  ``node/node.py``);
+* ``StreamClosed`` — a peer's stream ended, was reset or broke (``node/framing.py``: trio
+  streams; ``node/p2p``: libp2p streams); ``StreamReset``, one of them, when the peer (or its
+  connection) reset it; ``FrameTooLarge``, one of them, when the peer announced a frame
+  over the size limit;
+* ``PeerUnreachable`` — dialling a peer or opening a stream to it failed; ``DialFailed``
+  when no connection could be made (refused, timed out, handshake failed),
+  ``ProtocolNotSupported`` when the peer answered but agreed to none of our protocols;
+* ``InvalidAddress`` — an address we were given (configuration) does not parse;
 * ``StorageFull`` (``node/limits.py``), ``WriteFailed`` (``node/writer.py``) and the store's
   ``InvalidInput`` family for the rest.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 
 import trio
 
@@ -37,8 +41,24 @@ class FrameTooLarge(StreamClosed):
     hostile peer's doing — an honest one knows the limit)."""
 
 
+class StreamReset(StreamClosed):
+    """The peer, or its connection going away, reset the stream."""
+
+
 class PeerUnreachable(ChatsyncError):
     """A dial or a new stream to a peer failed (refused, timed out, negotiation failed)."""
+
+
+class DialFailed(PeerUnreachable):
+    """No connection to the peer: refused, timed out, or its handshake failed."""
+
+
+class ProtocolNotSupported(PeerUnreachable):
+    """The peer answered the protocol negotiation but agreed to none of our protocols."""
+
+
+class InvalidAddress(ChatsyncError, ValueError):
+    """An address we were given (a bootstrap multiaddr) does not parse: local misuse."""
 
 
 @contextmanager
@@ -51,18 +71,3 @@ def map_exceptions(mapping: dict[ExceptionTypes, type[ChatsyncError]]) -> Iterat
             if isinstance(exc, library_errors):
                 raise ours(f"{type(exc).__name__}: {exc}") from exc
         raise
-
-
-def dialling() -> AbstractContextManager[None]:
-    """Around a dial or a new stream: libp2p's failures and a timeout become PeerUnreachable."""
-    return map_exceptions({(*libp2p_errors(), trio.TooSlowError): PeerUnreachable})
-
-
-@functools.cache
-def libp2p_errors() -> tuple[type[BaseException], ...]:
-    """What py-libp2p raises when a peer or its stream is gone: its own exception family
-    (stream reset, EOF, msgio, multiselect, swarm, ...), OS errors of its sockets, and
-    trio's broken or closed resources. Imported on first use: libp2p loads slowly."""
-    from libp2p.exceptions import BaseLibp2pError
-
-    return (BaseLibp2pError, OSError, EOFError, *TRIO_STREAM_ERRORS)

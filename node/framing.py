@@ -2,30 +2,22 @@
 
 ``FrameStream`` is what the sync service needs: a frame read whole, or in two steps
 (``read_length`` then ``read_body``) so a reader can size its patience to the frame
-the peer announced. ``Libp2pFrames`` adapts a
-py-libp2p stream (varint length prefix, as libp2p's msgio); ``TrioFrames``
-adapts any trio stream (a u32 prefix) so tests can run sessions over
-``trio.testing.memory_stream_pair`` with the autojump clock. Errors of the
-underlying transport are mapped once, here, to ``StreamClosed`` (``node/errors.py``); a
-length over the limit is ``FrameTooLarge``, raised before any of the frame is read.
+the peer announced. ``TrioFrames`` adapts any trio stream (a u32 prefix) so tests can
+run sessions over ``trio.testing.memory_stream_pair`` with the autojump clock; its
+errors are mapped once, here, to ``StreamClosed`` (``node/errors.py``); a length over
+the limit is ``FrameTooLarge``, raised before any of the frame is read. Over libp2p
+the same is ``node.p2p.streams.Libp2pFrames`` (a varint prefix, as libp2p's msgio).
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Protocol
+from typing import Protocol
 
 import trio
 
-from node.errors import (
-    TRIO_STREAM_ERRORS,
-    FrameTooLarge,
-    StreamClosed,
-    libp2p_errors,
-    map_exceptions,
-)
+from node.errors import TRIO_STREAM_ERRORS, FrameTooLarge, StreamClosed, map_exceptions
 
-__all__ = ["FrameStream", "FrameTooLarge", "Libp2pFrames", "StreamClosed", "TrioFrames"]
+__all__ = ["FrameStream", "FrameTooLarge", "StreamClosed", "TrioFrames"]
 
 
 class FrameStream(Protocol):
@@ -79,36 +71,3 @@ class TrioFrames:
 
     async def aclose(self) -> None:
         await self.stream.aclose()
-
-
-class Libp2pFrames:
-    def __init__(self, stream: Any, max_frame: int) -> None:
-        from libp2p.io.msgio import VarIntLengthMsgReadWriter
-
-        self.stream = stream
-        self._rw = VarIntLengthMsgReadWriter(stream, max_msg_size=max_frame)
-
-    async def read_frame(self) -> bytes:
-        return await self.read_body(await self.read_length())
-
-    async def read_length(self) -> int:
-        from libp2p.io.exceptions import MessageTooLarge
-
-        with map_exceptions({MessageTooLarge: FrameTooLarge, libp2p_errors(): StreamClosed}):
-            size: int = await self._rw.next_msg_len()
-        return size
-
-    async def read_body(self, size: int) -> bytes:
-        from libp2p.io.utils import read_exactly
-
-        with map_exceptions({libp2p_errors(): StreamClosed}):
-            data: bytes = await read_exactly(self.stream, size)
-        return data
-
-    async def write_frame(self, data: bytes) -> None:
-        with map_exceptions({libp2p_errors(): StreamClosed}):
-            await self._rw.write_msg(data)
-
-    async def aclose(self) -> None:
-        with contextlib.suppress(*libp2p_errors()):  # an already-reset stream: nothing to do
-            await self.stream.close()

@@ -32,23 +32,17 @@ from node.delivery import Acks
 from node.dm3 import Dm3Gateway
 from node.dm3 import load_or_create_key as load_dm3_key
 from node.erasure import compact_erasures
-from node.errors import dialling
-from node.framing import Libp2pFrames
-from node.inbound import guard_inbound
+from node.gossip.settings import OPS_TOPIC
 from node.intake import Submitted
 from node.metrics import Metrics
 from node.notices import Notices
-from node.p2p import (
-    GOSSIP_PROTOCOLS,
-    OPS_TOPIC,
-    SYNC_PROTOCOL,
-    load_or_create_key,
-    peer_id_of,
-    safe_handler,
-    start_host,
-)
-from node.peers import PeerManager, forget_after_failed_dials
-from node.protocol_peers import HOST_LOGGER, StreamFailureFilter, skip_peers_without_gossip
+from node.p2p import GOSSIP_PROTOCOL_IDS, SYNC_PROTOCOL, PeerId
+from node.p2p.gossip_peers import HOST_LOGGER, StreamFailureFilter, skip_peers_without_gossip
+from node.p2p.host import Libp2pHost, Libp2pPubSub, open_host
+from node.p2p.inbound import guard_inbound
+from node.p2p.patches import forget_after_failed_dials
+from node.p2p.streams import Libp2pStream
+from node.peers import PeerManager
 from node.services import Services, build_services
 from node.sync_peers import SyncCandidates
 from node.verify import ProcessVerifier
@@ -69,8 +63,8 @@ log = logging.getLogger(__name__)
 BAN_CHECK_S = 1.0  # how often expired bans are lifted
 NOTICE_HELP = {
     "sync_skipped": "connected peers not synced with, by reason (node/sync_peers.py)",
-    "inbound_refused": "inbound connections refused, by reason (node/inbound.py)",
-    "peer_streams_failed": "streams to peers that could not be opened (node/protocol_peers.py)",
+    "inbound_refused": "inbound connections refused, by reason (node/p2p/inbound.py)",
+    "peer_streams_failed": "streams to peers that could not be opened (node/p2p/gossip_peers.py)",
 }
 
 
@@ -120,12 +114,12 @@ class Node:
             async with AsyncExitStack() as stack:
                 verifier = ProcessVerifier(cfg.verify_processes)
                 stack.callback(verifier.close)  # closed last: after the host and its sessions
-                host, pubsub = await start_host(
-                    stack, load_or_create_key(cfg.key_path), cfg.listen, cfg.gossip_heartbeat_s,
+                host, pubsub = await open_host(
+                    stack, cfg.key_path, cfg.listen, cfg.gossip_heartbeat_s,
                     lambda reason: _count_dropped(metrics, reason),
                 )  # fmt: skip
                 services = build_services(
-                    cfg, replica, clock=clock, pubsub=pubsub, own_peer_id=host.get_id().to_bytes(),
+                    cfg, replica, clock=clock, pubsub=pubsub, own_peer_id=host.peer_id.to_bytes(),
                     verifier=verifier, metrics=metrics,
                     record=recorder.record if recorder is not None else None,
                 )  # fmt: skip
@@ -133,7 +127,7 @@ class Node:
                 try:
                     secret, admin_token = load_or_create_secrets(Path(cfg.data))
                     auth = Authenticator(
-                        secret, host.get_id().to_bytes(), now_ms=clock.wall_ms,
+                        secret, host.peer_id.to_bytes(), now_ms=clock.wall_ms,
                         token_ttl_s=cfg.token_ttl_s,
                     )  # fmt: skip
                     commits = CommitSignal(replica.db, trio.lowlevel.current_trio_token())
@@ -154,8 +148,8 @@ class RunningNode:
         self,
         config: NodeConfig,
         services: Services,
-        host: Any,
-        pubsub: Any,
+        host: Libp2pHost,
+        pubsub: Libp2pPubSub,
         auth: Authenticator,
         admin_token: str,
         commits: CommitSignal,
@@ -170,10 +164,10 @@ class RunningNode:
             max_payload=config.max_payload, retention_days=config.retention_days,
             sender_ops_per_s=config.dm3_sender_per_s,
         )  # fmt: skip
-        self.host = host
-        self.pubsub = pubsub
-        self.peer_id: str = host.get_id().to_base58()
-        self.listen_addrs = [str(a) for a in host.get_addrs()]
+        self.p2p_host = host
+        self.p2p_pubsub = pubsub
+        self.peer_id: str = host.peer_id.to_base58()
+        self.listen_addrs = host.listen_addrs()
         self.peers = peers = PeerManager(
             host, services.blocklist, reconnect_min_s=config.reconnect_min_s,
             reconnect_max_s=config.reconnect_max_s, sync_interval_s=config.sync_interval_s,
@@ -183,11 +177,22 @@ class RunningNode:
         self.inbound = guard_inbound(
             host, config, services.blocklist, self._notices("inbound_refused")
         )
-        forget_after_failed_dials(host, config.max_failed_dials)
-        skip_peers_without_gossip(pubsub, host, GOSSIP_PROTOCOLS)
+        forget_after_failed_dials(host.raw, config.max_failed_dials)
+        skip_peers_without_gossip(pubsub, host, GOSSIP_PROTOCOL_IDS)
         services.metrics.gauge(
             "connected_peers", lambda: {(): len(peers.connected())}, help="connected peers"
         )
+
+    @property
+    def host(self) -> object:
+        """py-libp2p's own host, opaque here: for tests and diagnostics (the node uses
+        ``p2p_host``)."""
+        return self.p2p_host.raw
+
+    @property
+    def pubsub(self) -> object:
+        """py-libp2p's own ``Pubsub``, opaque here: for tests and diagnostics."""
+        return self.p2p_pubsub.raw
 
     def _notices(self, metric: str) -> Notices:
         return Notices(
@@ -215,11 +220,11 @@ class RunningNode:
     ) -> None:
         cfg, services = self.config, self.services
         gossip = services.gossip
-        self.host.set_stream_handler(
-            SYNC_PROTOCOL, safe_handler("sync", self._respond_sync, self._handler_failed)
+        self.p2p_host.set_stream_handler(
+            SYNC_PROTOCOL, "sync", self._respond_sync, self._handler_failed
         )
-        self.pubsub.set_topic_validator(OPS_TOPIC, gossip.validate, False)
-        subscription = await self.pubsub.subscribe(OPS_TOPIC)
+        self.p2p_pubsub.set_validator(OPS_TOPIC, gossip.validate)
+        subscription = await self.p2p_pubsub.subscribe(OPS_TOPIC)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(gossip.receive_loop, subscription)
             nursery.start_soon(gossip.publish_loop)
@@ -241,7 +246,7 @@ class RunningNode:
 
     # --- sync over libp2p streams ---
 
-    async def _initiate_sync(self, peer: Any) -> bool:
+    async def _initiate_sync(self, peer: PeerId) -> bool:
         """One session with ``peer``; True if it ended cleanly, moved records (either way), and
         used up its passes (a catch-up with more to come): then the next one starts at once
         (the scheduler caps such runs). The peer that feeds a node catching up follows up
@@ -252,19 +257,19 @@ class RunningNode:
         name = peer.to_base58()
         if name in self.services.blocklist or not sync.may_initiate(name):
             return False  # no stream opened: the peer's slot or our side is taken
-        with dialling():
-            with trio.fail_after(self.config.sync_idle_timeout_s):
-                stream = await self.host.new_stream(peer, [SYNC_PROTOCOL])
-        frames = Libp2pFrames(stream, self.config.sync_max_frame)
+        stream = await self.p2p_host.new_stream(
+            peer, SYNC_PROTOCOL, self.config.sync_idle_timeout_s
+        )  # PeerUnreachable
+        frames = stream.frames(self.config.sync_max_frame)
         outcome = await sync.initiate(name, frames)
         return outcome.more_to_do(sync.config.max_passes)
 
-    async def _respond_sync(self, stream: Any) -> None:
-        peer = peer_id_of(stream)
+    async def _respond_sync(self, stream: Libp2pStream) -> None:
+        peer = stream.peer_id
         if peer in self.services.blocklist:
             await stream.reset()
             return
-        await self.services.sync.respond(peer, Libp2pFrames(stream, self.config.sync_max_frame))
+        await self.services.sync.respond(peer, stream.frames(self.config.sync_max_frame))
 
     def _handler_failed(self, kind: str) -> None:
         self.metrics.inc("handler_errors", kind=kind, help="stream handlers that raised")

@@ -13,13 +13,11 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any
 
-import multiaddr
 import trio
-from libp2p.peer.peerinfo import info_from_p2p_addr
 
-from node.errors import PeerUnreachable, dialling, libp2p_errors
+from node.errors import PeerUnreachable
+from node.p2p import PeerAddress, PeerHost, PeerId
 from node.penalties import Blocklist
 from node.sync_peers import SyncCandidates, Verdict
 
@@ -39,42 +37,10 @@ def backoff_delays(min_s: float, max_s: float, rnd: random.Random) -> Callable[[
     return delay
 
 
-def forget_addresses(host: Any, peer: Any) -> None:
-    """Drop what the peerstore holds of ``peer``: py-libp2p's auto-connector dials every
-    peer it has addresses of, again and again; without them it leaves the peer alone."""
-    peerstore = host.get_peerstore()
-    if peerstore.has_peer(peer):
-        peerstore.clear_peerdata(peer)
-
-
-def forget_after_failed_dials(host: Any, max_failed: int) -> None:
-    """Make py-libp2p's auto-connector forget a peer after ``max_failed`` failed dials in a
-    row (it would redial every peer that ever left, forever, with a backoff capped at 5 min).
-    Our own bootstrap loop (``keep_connected``) re-adds a bootstrap peer's address per dial."""
-    connector = host.get_network().auto_connector
-    failures: dict[Any, int] = {}
-    failed, succeeded = connector.record_failed_connection, connector.record_successful_connection
-
-    def record_failed(peer: Any) -> None:
-        failed(peer)
-        failures[peer] = failures.get(peer, 0) + 1
-        if failures[peer] >= max_failed:
-            log.info("forgetting peer %s after %d failed dials", peer, failures.pop(peer))
-            forget_addresses(host, peer)
-            connector.clear_cooldown(peer)
-
-    def record_succeeded(peer: Any) -> None:
-        succeeded(peer)
-        failures.pop(peer, None)
-
-    connector.record_failed_connection = record_failed
-    connector.record_successful_connection = record_succeeded
-
-
 class PeerManager:
     def __init__(
         self,
-        host: Any,
+        host: PeerHost,
         blocklist: Blocklist,
         *,
         reconnect_min_s: float,
@@ -103,11 +69,8 @@ class PeerManager:
     async def _disconnect(self, peer_id: str) -> None:
         for peer in list(self.host.get_connected_peers()):
             if peer.to_base58() == peer_id:
-                forget_addresses(self.host, peer)  # so nothing dials a blocked peer back
-                try:
-                    await self.host.disconnect(peer)
-                except libp2p_errors() as exc:  # already gone
-                    log.debug("disconnect %s: %s", peer_id, exc)
+                self.host.forget(peer)  # so nothing dials a blocked peer back
+                await self.host.disconnect(peer)  # already gone: nothing to do
 
     def connected(self) -> list[str]:
         return [p.to_base58() for p in self.host.get_connected_peers()]
@@ -116,8 +79,8 @@ class PeerManager:
 
     async def keep_connected(self, address: str) -> None:
         """Dial ``address`` (a /p2p/ multiaddr) whenever we are not connected to it. Forever."""
-        info = info_from_p2p_addr(multiaddr.Multiaddr(address))
-        peer_id = info.peer_id.to_base58()
+        parsed = self.host.parse_address(address)
+        peer_id = parsed.peer_id
         attempt = 0
         while True:
             if peer_id in self.blocked or peer_id in self.connected():
@@ -125,7 +88,7 @@ class PeerManager:
                 await trio.sleep(1.0)
                 continue
             try:
-                await self._dial(info)
+                await self._dial(parsed)
                 log.info("connected to %s", peer_id)
                 attempt = 0
                 self.dial_failures[peer_id] = 0
@@ -136,14 +99,12 @@ class PeerManager:
                 log.debug("dial %s failed (%s); retry in %.1f s", peer_id, exc, wait)
                 await trio.sleep(wait)
 
-    async def _dial(self, info: Any) -> None:
-        with dialling():
-            with trio.fail_after(DIAL_TIMEOUT_S):
-                await self.host.connect(info)  # re-adds the address: peerstore entries expire
+    async def _dial(self, address: PeerAddress) -> None:
+        await self.host.dial(address, DIAL_TIMEOUT_S)  # DialFailed; re-adds the address
 
     # --- anti-entropy scheduling ---
 
-    async def schedule_syncs(self, run_sync: Callable[[Any], Awaitable[bool]]) -> None:
+    async def schedule_syncs(self, run_sync: Callable[[PeerId], Awaitable[bool]]) -> None:
         """Sync with each connected peer on connect and then periodically, one session per peer.
 
         ``run_sync`` answers whether to go on at once: a session that made progress but used up
@@ -174,7 +135,7 @@ class PeerManager:
                     nursery.start_soon(self._one_sync, run_sync, peer, running, next_at, follow_ups)
                 await trio.sleep(0.25)
 
-    def _sync_due(self, peer: Any, name: str, now: float, next_at: dict[str, float]) -> bool:
+    def _sync_due(self, peer: PeerId, name: str, now: float, next_at: dict[str, float]) -> bool:
         """Whether to open a session with ``peer`` now; if so, or if it is no sync peer, its
         next look is set an interval (+-25 %) away."""
         protocols = self._protocols(peer)
@@ -187,15 +148,15 @@ class PeerManager:
             next_at[name] = now + self.sync_interval_s * self.rnd.uniform(0.75, 1.25)
         return verdict is Verdict.OPEN
 
-    def _protocols(self, peer: Any) -> list[str]:
+    def _protocols(self, peer: PeerId) -> list[str]:
         """What the peer's identify listed ([] before it answered, or once forgotten)."""
         peerstore = self.host.get_peerstore()
         return list(peerstore.get_protocols(peer)) if peerstore.has_peer(peer) else []
 
     @staticmethod
     async def _one_sync(
-        run_sync: Callable[[Any], Awaitable[bool]],
-        peer: Any,
+        run_sync: Callable[[PeerId], Awaitable[bool]],
+        peer: PeerId,
         running: set[str],
         next_at: dict[str, float],
         follow_ups: dict[str, int],

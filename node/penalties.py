@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from node.clock import Clock
 from node.metrics import Metrics
+from node.p2p.ids import peer_id_text
 
 if TYPE_CHECKING:
     from node.syncer import SyncOutcome
@@ -135,9 +136,7 @@ class Blocklist:
         """Whether the peer whose libp2p id is ``peer_id`` (raw bytes) is blocked."""
         if not self._peers or not peer_id:
             return False
-        from libp2p.peer.id import ID  # only once someone is blocked: base58 of the raw id
-
-        return ID(peer_id).to_base58() in self._peers
+        return peer_id_text(peer_id) in self._peers  # loads libp2p once someone is blocked
 
 
 class PeerJudge:

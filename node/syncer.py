@@ -37,7 +37,7 @@ from node.sync_slots import BUSY, DUPLICATE, SessionSlots
 from sync.claims import BucketClaims
 from sync.errors import RemoteProtocolError
 from sync.frames import Abort, encode_frame
-from sync.protocol import Received, SessionRole, SyncConfig, SyncSession
+from sync.protocol import CheckedFrame, Received, SessionRole, SyncConfig, SyncSession
 from sync.replica import Replica
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,17 @@ REFUSALS = (BUSY, DUPLICATE)  # ABORT reasons of a session that never started
 
 # Writes the records a session received, in order (a node: its DB writer); how many changed.
 StoreReceived = Callable[[Received], Awaitable[int]]
+
+
+class PeerAborted(RemoteProtocolError):
+    """The peer ended the session with ABORT; ``peer_reason`` is the reason it sent (BUSY,
+    DUPLICATE: it had no slot for us)."""
+
+    reason = "peer_abort"
+
+    def __init__(self, message: str, *, peer_reason: str) -> None:
+        super().__init__(message)
+        self.peer_reason = peer_reason
 
 
 @dataclass
@@ -211,7 +222,7 @@ class SyncService:
                 out = await self._receive(session, data)
         except RemoteProtocolError as exc:
             # the peer had no slot for us: retried at the next interval
-            busy = any(str(exc).endswith(f": {reason}") for reason in REFUSALS)
+            busy = isinstance(exc, PeerAborted) and exc.peer_reason in REFUSALS
             (log.info if busy else log.warning)(
                 "sync with %s ended: %s (%s)", peer, exc.reason, exc
             )
@@ -229,9 +240,15 @@ class SyncService:
         threads), taken in one (reads only), its records written by the node's writer, then
         answered; counts what it applied."""
         checked = await trio.to_thread.run_sync(session.check, data)
-        received = await trio.to_thread.run_sync(
-            session.receive_checked, checked, self.clock.wall_ms()
-        )
+        try:
+            received = await trio.to_thread.run_sync(
+                session.receive_checked, checked, self.clock.wall_ms()
+            )
+        except RemoteProtocolError as exc:
+            aborted = _peer_aborted(checked)
+            if aborted is None:
+                raise
+            raise aborted from exc  # the peer's reason as a field, not in the message only
         applied = await self.store(received) if received.records else 0
         self._applied_total += applied  # a frame that ends the session applied these too
         return await trio.to_thread.run_sync(session.answer, applied)
@@ -295,6 +312,13 @@ def _outcome(
         passes=stats.passes,
         records_sent=stats.records_sent,
     )
+
+
+def _peer_aborted(checked: CheckedFrame) -> PeerAborted | None:
+    """The session's error for the peer's ABORT, with the peer's reason kept as a field."""
+    if not isinstance(checked.frame, Abort):
+        return None
+    return PeerAborted(f"peer aborted: {checked.frame.reason}", peer_reason=checked.frame.reason)
 
 
 async def _close(frames: FrameStream) -> None:

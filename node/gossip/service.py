@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sized
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import trio
 
@@ -35,6 +35,7 @@ from node.gossip.settings import GossipSettings
 from node.gossip.validation import GossipValidator
 from node.limits import GossipWaste
 from node.metrics import Metrics
+from node.p2p import GossipMessage, PeerId, PeerKey, PeerQueues, Subscription
 from node.penalties import Blocklist, PeerJudge
 from node.weighted_queue import WeightedQueue
 from node.writer import DbWriter, WriteRequest
@@ -55,7 +56,7 @@ class Publisher(Protocol):
     """What gossip uses of py-libp2p's ``Pubsub`` (or of a stand-in)."""
 
     @property
-    def peer_queues(self) -> Mapping[Any, Sized]:
+    def peer_queues(self) -> PeerQueues:
         """RPCs waiting to be sent, per peer (py-libp2p drops what does not fit in 32)."""
         ...
 
@@ -100,7 +101,7 @@ class GossipService:
 
     # --- inbound ---
 
-    def validate(self, forwarder: Any, msg: Any) -> bool:
+    def validate(self, forwarder: PeerKey | None, msg: GossipMessage) -> bool:
         """py-libp2p topic validator (synchronous). Never raises.
 
         Our own publishes (forwarder = us: only ``Pubsub.publish`` passes that) carry ops
@@ -119,7 +120,7 @@ class GossipService:
         self._charge(forwarder, msg, reason)
         return False
 
-    def _charge(self, forwarder: Any, msg: Any, reason: str) -> None:
+    def _charge(self, forwarder: PeerKey | None, msg: GossipMessage, reason: str) -> None:
         """The forwarder of a refused message pays: budget, and the points ``reason`` costs."""
         key = _peer_bytes(forwarder)
         if key and self.waste is not None and reason not in UNCHARGED:
@@ -128,7 +129,7 @@ class GossipService:
         if peer and self.judge is not None:
             self.judge.gossip_rejected(peer, reason)
 
-    def _check(self, forwarder: Any, msg: Any) -> str | None:
+    def _check(self, forwarder: PeerKey | None, msg: GossipMessage) -> str | None:
         """None if the message is valid (its ops then wait in the cache), else the reason."""
         try:
             blocked, key = self.blocklist.has_bytes, _peer_bytes(forwarder)
@@ -150,7 +151,7 @@ class GossipService:
             self._validated.popitem(last=False)
         return None
 
-    async def receive_loop(self, subscription: Any) -> None:
+    async def receive_loop(self, subscription: Subscription) -> None:
         """Apply every validated message from the subscription (our own are skipped).
 
         Messages are handed to the writer without waiting for each write: py-libp2p drops
@@ -256,18 +257,15 @@ class GossipService:
             self.metrics.inc("gossip_ops_published", count, help="ops published by gossip")
 
 
-def _msg_key(msg: Any) -> bytes:
+def _msg_key(msg: GossipMessage) -> bytes:
     return bytes(msg.from_id) + bytes(msg.seqno)
 
 
-def _peer_base58(peer: Any) -> str:
-    try:
-        return str(peer.to_base58()) if peer is not None else ""
-    except AttributeError:
-        return ""
+def _peer_base58(peer: PeerKey | None) -> str:
+    return str(peer.to_base58()) if isinstance(peer, PeerId) else ""  # a stand-in may lack it
 
 
-def _peer_bytes(peer: Any) -> bytes:
+def _peer_bytes(peer: PeerKey | None) -> bytes:
     if peer is None:
         return b""
     try:

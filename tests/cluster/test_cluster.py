@@ -17,8 +17,10 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 
 from cluster.local import Cluster
 from cluster.scenario import Authors
-from node.framing import Libp2pFrames
-from node.p2p import OPS_TOPIC, SYNC_PROTOCOL, start_host
+from node.gossip.settings import OPS_TOPIC
+from node.p2p import SYNC_PROTOCOL
+from node.p2p.host import start_host
+from node.p2p.streams import Libp2pFrames
 from store import ChatDb, ChatDbConfig
 from store.ops import encode_ops
 

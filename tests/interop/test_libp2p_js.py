@@ -15,7 +15,7 @@ import pytest
 from bench.js_peer import JsPeer, install_js_packages
 from cluster.local import Cluster
 from cluster.scenario import Authors
-from node.p2p import OPS_TOPIC
+from node.gossip.settings import OPS_TOPIC
 from store.ops import decode_ops, encode_ops
 from store.records import MsgV1
 

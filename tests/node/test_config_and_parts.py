@@ -152,7 +152,7 @@ async def test_dropped_gossip_rpcs_are_counted() -> None:
     from libp2p.crypto.ed25519 import create_new_key_pair
     from libp2p.pubsub.pb import rpc_pb2
 
-    from node.p2p import start_host
+    from node.p2p.host import start_host
 
     reasons: list[str] = []
     async with AsyncExitStack() as stack:

@@ -29,7 +29,7 @@ from node.admission import (
     InboundAdmission,
 )
 from node.metrics import Metrics
-from node.protocol_peers import StreamFailureFilter
+from node.p2p.gossip_peers import StreamFailureFilter
 from node.sync_peers import IDENTIFY_GRACE_S, NO_IDENTIFY, NO_SYNC_PROTOCOL, SyncCandidates, Verdict
 
 from node_support import notices, running_node

@@ -19,7 +19,8 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 
 from cluster.local import Cluster
 from cluster.scenario import Authors
-from node.p2p import OPS_TOPIC, start_host
+from node.gossip.settings import OPS_TOPIC
+from node.p2p.host import start_host
 from store.ops import encode_ops
 
 log = logging.getLogger(__name__)

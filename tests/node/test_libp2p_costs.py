@@ -21,9 +21,9 @@ from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.utils import maybe_consume_signed_record
 
-import node.libp2p_costs as costs
-from node.libp2p_costs import RECHECK_S, RememberedRecords
-from node.p2p import GOSSIP_PROTOCOLS
+import node.p2p.costs as costs
+from node.p2p.costs import RECHECK_S, RememberedRecords
+from node.p2p.host import GOSSIP_PROTOCOLS
 
 
 class Counted:

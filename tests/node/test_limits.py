@@ -24,10 +24,12 @@ import node.intake as intake_module
 from cluster.local import Cluster
 from cluster.scenario import GROUP, Authors
 from node.clock import Clock
-from node.framing import Libp2pFrames
+from node.gossip.settings import OPS_TOPIC
 from node.limits import AuthorRates, RateLimited, TokenBuckets
 from node.metrics import Metrics
-from node.p2p import OPS_TOPIC, SYNC_PROTOCOL, start_host
+from node.p2p import SYNC_PROTOCOL
+from node.p2p.host import start_host
+from node.p2p.streams import Libp2pFrames
 from node.penalties import Blocklist, PeerJudge, PeerPenalties
 from store import ChatDb, ChatDbConfig, MsgV1
 from store.ops import Op, encode_ops

@@ -20,7 +20,7 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 
 from node.config import NodeConfig
 from node.node import Node
-from node.p2p import start_host
+from node.p2p.host import start_host
 
 STOP_WITHIN_S = 10.0
 

@@ -19,9 +19,10 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
 from node.clock import Clock
-from node.framing import Libp2pFrames
 from node.metrics import Metrics
-from node.p2p import SYNC_PROTOCOL, start_host
+from node.p2p import SYNC_PROTOCOL
+from node.p2p.host import start_host
+from node.p2p.streams import Libp2pFrames
 from node.syncer import SyncService
 from sync.protocol import SyncConfig
 from sync.replica import MemoryReplica

@@ -16,27 +16,32 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+
+from libp2p.peer.id import ID
 
 from node.notices import Notices
+from node.p2p.host import Libp2pHost, Libp2pPubSub
 
 STREAM_FAILURE_PREFIX = "Failed to open stream to peer "
 HOST_LOGGER = "libp2p.host.basic_host"
 
 
-def skip_peers_without_gossip(pubsub: Any, host: Any, protocols: Sequence[str]) -> None:
-    """Make ``pubsub`` open no stream to a peer whose identify lists none of ``protocols``."""
-    original: Callable[[Any], Awaitable[None]] = pubsub._handle_new_peer
+def skip_peers_without_gossip(
+    pubsub: Libp2pPubSub, host: Libp2pHost, protocols: Sequence[str]
+) -> None:
+    """Make ``pubsub`` open no stream to a peer whose identify lists none of ``protocols``
+    (``Pubsub._handle_new_peer``, private: see the module doc for why)."""
+    original: Callable[[ID], Awaitable[None]] = pubsub.raw._handle_new_peer
     wanted = set(protocols)
 
-    async def handle_new_peer(peer_id: Any) -> None:
-        peerstore = host.get_peerstore()
+    async def handle_new_peer(peer_id: ID) -> None:
+        peerstore = host.raw.get_peerstore()
         listed = set(peerstore.get_protocols(peer_id)) if peerstore.has_peer(peer_id) else set()
         if listed and not listed & wanted:
             return  # identify answered without gossip: no stream, and no retry
         await original(peer_id)
 
-    pubsub._handle_new_peer = handle_new_peer
+    pubsub.raw._handle_new_peer = handle_new_peer  # type: ignore[method-assign]
 
 
 class StreamFailureFilter(logging.Filter):

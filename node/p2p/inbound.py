@@ -31,8 +31,9 @@ from libp2p.network.connection.raw_connection import RawConnection
 
 from node.admission import AdmissionLimits, InboundAdmission
 from node.config import NodeConfig
-from node.errors import libp2p_errors
 from node.notices import Notices
+from node.p2p.errors import LIBP2P_ERRORS
+from node.p2p.host import Libp2pHost
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class InboundGuard:
     async def _upgrade_and_hold(self, raw_conn: RawConnection, maddr: Any, ip: str) -> None:
         try:
             muxed = await self.swarm.upgrade_inbound_raw_conn(raw_conn, maddr)
-        except libp2p_errors() as exc:  # the swarm closed it: a failed handshake, over a cap
+        except LIBP2P_ERRORS as exc:  # the swarm closed it: a failed handshake, over a cap
             log.debug("inbound upgrade from %s failed: %s", ip, exc)
             self.notices.count(UPGRADE_FAILED)
             return
@@ -102,7 +103,7 @@ class InboundGuard:
 
 
 def _remote_ip(read_write_closer: Any) -> str:
-    with contextlib.suppress(*libp2p_errors()):
+    with contextlib.suppress(*LIBP2P_ERRORS):
         remote = read_write_closer.get_remote_address()
         if remote is not None:
             return str(remote[0])
@@ -111,15 +112,16 @@ def _remote_ip(read_write_closer: Any) -> str:
 
 async def _close(closable: Any) -> None:
     """Close a connection we refuse; it may be half gone already."""
-    with contextlib.suppress(*libp2p_errors()):
+    with contextlib.suppress(*LIBP2P_ERRORS):
         await closable.close()
 
 
 def guard_inbound(
-    host: Any, config: NodeConfig, blocked: Container[str], notices: Notices
+    host: Libp2pHost, config: NodeConfig, blocked: Container[str], notices: Notices
 ) -> InboundGuard:
     """Put an ``InboundGuard`` with ``config``'s caps in place of ``host``'s swarm handler."""
     limits = AdmissionLimits(max_inbound=config.inbound_max, max_per_ip=config.inbound_per_ip)
-    guard = InboundGuard(host.get_network(), InboundAdmission(limits, blocked), blocked, notices)
+    swarm = host.raw.get_network()
+    guard = InboundGuard(swarm, InboundAdmission(limits, blocked), blocked, notices)
     guard.install()
     return guard
