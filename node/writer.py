@@ -38,7 +38,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import trio
 
@@ -149,7 +149,7 @@ class DbWriter:
         await job.done.wait()
         if job.error is not None:
             raise job.error
-        return job.result  # type: ignore[return-value]
+        return cast(R, job.result)  # set by the writer: run() returned it
 
     async def store_received(self, received: Received) -> int:
         """A sync session's records, written in their order (member ops first); how many

@@ -267,8 +267,8 @@ class _Planner:
             if after is not admins:
                 plan.admins[op.chat_id] = after
                 self._is_admin.pop(op.chat_id, None)
-                if after.creator != admins.creator:
-                    promoted.add((op.chat_id, after.creator))  # type: ignore[arg-type]
+                if after.creator is not None and after.creator != admins.creator:
+                    promoted.add((op.chat_id, after.creator))
                 if after.since is not admins.since:
                     promoted.add(pair)
 

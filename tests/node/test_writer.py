@@ -167,3 +167,44 @@ async def test_a_submitter_waiting_for_room_learns_of_close(parts) -> None:  # t
         await trio.sleep(0.05)
         writer.close()
     await writer.run()  # drains the one accepted
+
+
+async def test_jobs_run_in_turn_with_the_ops_and_a_failing_one_fails_its_caller_only(parts) -> None:  # type: ignore[no-untyped-def]
+    """Every write is the writer's: a job queued between two requests sees the first written
+    and not the second; a job that raises raises in its caller, and the writer goes on."""
+    db, _ = parts
+    writer = make_writer(parts, batch_max=10_000)
+    first = writer.submit_nowait(messages(0, 5))
+    seen: list[int] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: writer.call(lambda: seen.append(len(list(db.iter_msg_ids())))))
+        await trio.testing.wait_all_tasks_blocked()
+        second = writer.submit_nowait(messages(5, 5))
+        await nursery.start(writer.run)
+        assert await writer.wait(first) == [True] * 5
+
+        def broken() -> None:
+            raise WriteFailed("a job that fails")
+
+        with pytest.raises(WriteFailed):
+            await writer.call(broken)
+        assert await writer.wait(second) == [True] * 5
+        writer.close()
+    assert seen == [5]  # between the two requests
+    assert writer.statistics().jobs == 2
+
+
+async def test_a_sync_sessions_records_are_written_by_the_writer(parts) -> None:  # type: ignore[no-untyped-def]
+    from sync.protocol import Received
+
+    db, replica = parts
+    writer = make_writer(parts)
+    msgs = messages(0, 4)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        received = Received(((Domain.MEMBERS, [add(1, 5)]), (Domain.MESSAGES, list(msgs))))
+        assert await writer.store_received(received) == 5
+        assert await writer.store_received(received) == 0  # held: nothing changes
+        writer.close()
+    assert DbReplica(db).trees[Domain.MESSAGES] == replica.trees[Domain.MESSAGES]
+    assert writer.statistics().jobs == 2
