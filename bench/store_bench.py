@@ -152,8 +152,9 @@ class RawWriter:
 
     def __init__(self, path: Path, wl: Workload, *, meta_each: bool = False) -> None:
         self.db = ChatDb(path=path)
-        self.rdict, self.opts = self.db._db, self.db._write_opts
-        handle = self.db._handle
+        rocks = self.db.rocks
+        self.rdict, self.opts = rocks._db, rocks._write_opts
+        handle = rocks.handle
         self.cfs = (handle["messages"], handle["seen_msg"], handle["chats_meta"])
         self.rows, self.metas, self.meta_each = wl.raw_rows, wl.meta_bytes, meta_each
 
@@ -438,11 +439,11 @@ def _walk(pages_of: Callable[..., Any], page: int, chat: bytes) -> tuple[int, in
 def walk_chatdb_unfiltered(db: ChatDb, page: int, chat: bytes) -> tuple[int, int]:
     """``walk_chatdb`` on the range path as it was before the hidden index: the same code with
     the per-page lookup of the chat's hidden messages taken out."""
-    db.__dict__["hidden_seqs"] = _no_hidden
+    db.hidden.__dict__["seqs"] = _no_hidden  # what ``Messages.range`` asks
     try:
         return walk_chatdb(db, page, chat)
     finally:
-        del db.__dict__["hidden_seqs"]
+        del db.hidden.__dict__["seqs"]
 
 
 def _no_hidden(chat_id: bytes) -> set[int]:

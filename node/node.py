@@ -46,6 +46,7 @@ from node.peers import PeerManager
 from node.services import Services, build_services
 from node.sync_peers import SyncCandidates
 from node.verify import ProcessVerifier
+from store.chat_reads import ChatReads
 from store.chatdb import ChatDb
 from store.ops import Op
 from store.retention import RetentionPolicy
@@ -130,7 +131,7 @@ class Node:
                         secret, host.peer_id.to_bytes(), now_ms=clock.wall_ms,
                         token_ttl_s=cfg.token_ttl_s,
                     )  # fmt: skip
-                    commits = CommitSignal(replica.db, trio.lowlevel.current_trio_token())
+                    commits = CommitSignal(replica.db.events, trio.lowlevel.current_trio_token())
                     running = RunningNode(cfg, services, host, pubsub, auth, admin_token, commits)
                     async with trio.open_nursery() as nursery:
                         await nursery.start(running.serve, self._stop.wait)
@@ -284,7 +285,12 @@ class RunningNode:
 
     @property
     def db(self) -> ChatDb:
+        """The store (the node's own parts; the HTTP layer gets ``reads``)."""
         return self.services.db
+
+    @property
+    def reads(self) -> ChatReads:
+        return self.services.db.reads
 
     @property
     def metrics(self) -> Metrics:

@@ -17,97 +17,130 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from store.access import Access, MemberHistory, visible
-from store.deletes import DeleteStore
-from store.events import Event, EventKind
+from store.deletes import Deletes
+from store.events import Event, EventKind, EventLog
+from store.hidden import Hidden
 from store.hlc import LOGICAL_BITS, Hlc
-from store.identity import IdentityStore
-from store.inbox import InboxStore
+from store.identity import Identities
+from store.inbox import Inbox
 from store.keys import CHAT_ID_LEN, MSG_ID_LEN, key_hidden, key_messages, prefix_end, seq_of
 from store.kinds import CONTENT
-from store.members import MemberOpsApplied
-from store.messages import Direction, PutResult
+from store.members import MemberOpsApplied, Members
+from store.messages import Direction, Messages, PutResult
+from store.metas import Metas
 from store.ops import MembershipOp, Op
 from store.plan import CHAT_RULES, AdminState, MessageRule, Plan, RuleSet, plan_ops
 from store.records import ChatKind, InboxEntry, MessageKind, MsgV1, decode_msg, make_chat_meta
+from store.rocks import Rocks
 from store.waiting import WaitingRoom
 
 ZERO_ID = bytes(32)
 
 
 class DbView:
-    """The ``store.plan.HeldView`` of a ChatDb (and of the waiting room beside it)."""
+    """The ``store.plan.HeldView`` of the row stores (and of the waiting room beside them):
+    reads only, made by ``Admission`` for each batch it plans."""
 
-    def __init__(self, db: AdmissionStore, room: WaitingRoom | None) -> None:
-        self.db = db
+    def __init__(
+        self,
+        rocks: Rocks,
+        metas: Metas,
+        messages: Messages,
+        members: Members,
+        deletes: Deletes,
+        identities: Identities,
+        room: WaitingRoom | None,
+    ) -> None:
+        self._rocks, self._metas, self._messages = rocks, metas, messages
+        self._members, self._deletes, self._identities = members, deletes, identities
         self.room = room
-        self.expire_before_ms = db.expire_before_ms
+        self.expire_before_ms = self._messages.expire_before_ms
 
     def held(self, msgs: Sequence[MsgV1]) -> set[bytes]:
-        db = self.db
+        multi_get = self._rocks.multi_get
         deletes = [m.msg_id for m in msgs if m.kind is MessageKind.DELETE]
         others = [m.msg_id for m in msgs if m.kind is not MessageKind.DELETE]
-        out = {i for i, v in zip(others, db.multi_get("seen_msg", others), strict=True) if v}
+        out = {i for i, v in zip(others, multi_get("seen_msg", others), strict=True) if v}
         if deletes:
-            marks = db.multi_get("seen_delete", deletes)
+            marks = multi_get("seen_delete", deletes)
             out.update(i for i, v in zip(deletes, marks, strict=True) if v)
         return out
 
     def held_member_ops(self, op_ids: Sequence[bytes]) -> set[bytes]:
-        marks = self.db.multi_get("seen_member", list(op_ids))
+        marks = self._rocks.multi_get("seen_member", list(op_ids))
         return {i for i, v in zip(op_ids, marks, strict=True) if v is not None}
 
     def identity(self, user: bytes) -> tuple[Hlc, bytes] | None:
-        return self.db.get_identity(user)
+        return self._identities.get_identity(user)
 
     def history(self, chat: bytes, user: bytes) -> MemberHistory:
-        return self.db.member_history(chat, user)
+        return self._members.member_history(chat, user)
 
     def dm_parties(self, chat: bytes) -> bytes | None:
-        return self.db.load_meta(chat).identity
+        return self._metas.load(chat).identity
 
     def admin_state(self, chat: bytes) -> AdminState:
-        return self.db.admin_state(chat)
+        return self._deletes.admin_state(chat)
 
     def has_deletes(self, chat: bytes) -> bool:
-        return chat in self.db.delete_chats()
+        return chat in self._deletes.delete_chats()
 
     def deletes_of(self, chat: bytes) -> list[MsgV1]:
-        return self.db.deletes_of(chat)
+        return self._deletes.deletes_of(chat)
 
     def deletes_referring(self, chat: bytes, ref: bytes) -> list[MsgV1]:
-        return self.db.deletes_of(chat, ref)
+        return self._deletes.deletes_of(chat, ref)
 
     def referrers(self, chat: bytes, ref: bytes) -> list[bytes]:
-        return [
-            row[CHAT_ID_LEN + MSG_ID_LEN :] for row, _ in self.db.iter_prefix("refs", chat + ref)
-        ]
+        rows = self._rocks.iter_prefix("refs", chat + ref)
+        return [row[CHAT_ID_LEN + MSG_ID_LEN :] for row, _ in rows]
 
     def held_message(self, msg_id: bytes) -> MsgV1 | None:
-        return self.db.get_message(msg_id)
+        return self._messages.get_message(msg_id)
 
     def is_erased(self, msg_id: bytes) -> bool:
-        return self.db.is_erased(msg_id)
+        return self._deletes.is_erased(msg_id)
 
     def waiting_in(self, chats: set[bytes]) -> list[MsgV1]:
         return self.room.of_chats(chats) if self.room is not None else []
 
 
-class AdmissionStore(DeleteStore, InboxStore, IdentityStore):
+class Admission:
+    """Plans and carries them out, over the row stores it is given (their writes are theirs:
+    this one writes only the hidden index's re-decisions, the previews and the waiting room)."""
+
+    def __init__(
+        self,
+        rocks: Rocks,
+        metas: Metas,
+        log: EventLog,
+        hidden: Hidden,
+        messages: Messages,
+        members: Members,
+        deletes: Deletes,
+        inbox: Inbox,
+        identities: Identities,
+    ) -> None:
+        self._rocks, self._metas, self._log, self._hidden = rocks, metas, log, hidden
+        self._messages, self._members, self._deletes = messages, members, deletes
+        self._inbox, self._identities = inbox, identities
+
     def apply_member_ops(self, ops: list[MembershipOp]) -> MemberOpsApplied:
-        """``MemberStore.apply_member_ops``, and the chat lists follow: a user who stops being
+        """``Members.apply_member_ops``, and the chat lists follow: a user who stops being
         an active member loses the chat's entry, one who becomes one gets it (MESSAGES.md)."""
-        applied = super().apply_member_ops(ops)
+        applied = self._members.apply_member_ops(ops)
         for chat, user, active in applied.toggled:
             if not active:
-                self.delete_user_inbox_entry(user, chat)
+                self._inbox.delete_user_inbox_entry(user, chat)
                 continue
             entry = self._preview_entry(chat)
             if entry is not None:
-                self.upsert_inbox_for_members(chat, [user], entry)
+                self._inbox.upsert_inbox_for_members(chat, [user], entry)
         return applied
 
     def access_of(self, chat_id: bytes, user_id: bytes) -> Access:
-        return Access(self.member_history(chat_id, user_id), self.load_meta(chat_id).identity)
+        history = self._members.member_history(chat_id, user_id)
+        return Access(history, self._metas.load(chat_id).identity)
 
     def apply_ops(
         self,
@@ -122,7 +155,11 @@ class AdmissionStore(DeleteStore, InboxStore, IdentityStore):
         chat lists kept in step), the waiting room (``room``: kept in the store too, for a
         restart; without one, what must wait is only reported in ``Plan.park``), and the
         held messages whose senders' histories grew, shown or hidden again."""
-        plan = plan_ops(ops, DbView(self, room), rules)
+        view = DbView(
+            self._rocks, self._metas, self._messages, self._members, self._deletes,
+            self._identities, room,
+        )  # fmt: skip
+        plan = plan_ops(ops, view, rules)
         self._carry_out(plan, room, rules, now_ms)
         return plan
 
@@ -135,11 +172,13 @@ class AdmissionStore(DeleteStore, InboxStore, IdentityStore):
     ) -> None:
         if plan.member_ops:
             self.apply_member_ops(list(plan.member_ops.values()))
-        self.remember_admins(plan.admins)
+        self._deletes.remember_admins(plan.admins)
         if plan.identities:
-            self.set_identities({u: (b, (r.hlc, r.blob)) for u, (b, r) in plan.identities.items()})
+            identities = {u: (b, (r.hlc, r.blob)) for u, (b, r) in plan.identities.items()}
+            self._identities.set_identities(identities)
         if plan.deletes or plan.erase or plan.refused_erased:
-            self.write_deletes(list(plan.deletes.values()), plan.erase, plan.refused_erased)
+            deletes = list(plan.deletes.values())
+            self._deletes.write_deletes(deletes, plan.erase, plan.refused_erased)
         self._store_admitted(list(plan.store.values()), plan.hidden, now_ms)
         if plan.erase:
             self.refresh_previews({m.chat_id for m in plan.erase.values()})
@@ -164,41 +203,42 @@ class AdmissionStore(DeleteStore, InboxStore, IdentityStore):
         self, msgs: list[MsgV1], hidden: set[bytes], now_ms: int | None = None
     ) -> list[PutResult]:
         """One put_messages batch; the chat lists then point at the new shown messages."""
-        previous = {m.chat_id: self.load_meta(m.chat_id).last_ts for m in msgs}
-        stored = self.put_messages(msgs, now_ms=now_ms, hidden=hidden)
+        load_meta = self._metas.load
+        previous = {m.chat_id: load_meta(m.chat_id).last_ts for m in msgs}
+        stored = self._messages.put_messages(msgs, now_ms=now_ms, hidden=hidden)
         shown = [
             m
             for m, r in zip(msgs, stored, strict=True)
             if not r.duplicate and m.msg_id not in hidden
         ]
         if shown:
-            self.refresh_inboxes(shown, previous)
+            self._inbox.refresh_inboxes(shown, previous)
         return stored
 
     def chat_messages(self, chat_id: bytes) -> list[tuple[MsgV1, bool]]:
         """Every held message of the chat, oldest first, and whether it is shown."""
-        hidden = self.hidden_seqs(chat_id)
+        hidden = self._hidden.seqs(chat_id)
         return [
             (decode_msg(value, trusted=True), seq_of(key) not in hidden)
-            for key, value in self.iter_prefix("messages", chat_id)
+            for key, value in self._rocks.iter_prefix("messages", chat_id)
         ]
 
     # --- what waits (store.waiting), kept so that a restart loses none of it ---
 
     def save_waiting(self, held: list[MsgV1], dropped: list[bytes]) -> None:
         """The waiting room's change: ``held`` now waits, the ids ``dropped`` no longer do."""
-        batch = self.new_batch()
-        waiting_cf = self._handle["waiting"]
+        batch = self._rocks.new_batch()
+        waiting_cf = self._rocks.handle["waiting"]
         for msg_id in dropped:
             batch.delete(msg_id, waiting_cf)
         for msg in held:
             batch.put(msg.msg_id, msg.encoded, waiting_cf)
         if batch.len():
-            self.write(batch)
+            self._rocks.write(batch)
 
     def load_waiting(self) -> list[MsgV1]:
         """The messages waiting when the store was last written (verified when they came)."""
-        return [decode_msg(value, trusted=True) for _, value in self.iter_all("waiting")]
+        return [decode_msg(value, trusted=True) for _, value in self._rocks.iter_all("waiting")]
 
     def reconsider(
         self, touched: dict[tuple[bytes, bytes], Hlc], shown: MessageRule = visible
@@ -219,16 +259,15 @@ class AdmissionStore(DeleteStore, InboxStore, IdentityStore):
         self, chat_id: bytes, senders: dict[bytes, Hlc], visible: MessageRule
     ) -> bool:
         start = key_messages(chat_id, min(senders.values()).pack(), 0)
-        meta = self.load_meta(chat_id)
-        access = {
-            user: Access(self.member_history(chat_id, user), meta.identity) for user in senders
-        }
-        hidden = self.hidden_seqs(chat_id)
-        batch = self.new_batch()
+        meta = self._metas.load(chat_id)
+        history = self._members.member_history
+        access = {user: Access(history(chat_id, user), meta.identity) for user in senders}
+        hidden = self._hidden.seqs(chat_id)
+        batch = self._rocks.new_batch()
         added: list[bytes] = []
         events: list[Event] = []  # shown after all, or hidden now: for this node's event log
-        hidden_cf = self._handle["hidden"]
-        for key, value in self.iter_range("messages", start, prefix_end(chat_id)):
+        hidden_cf = self._rocks.handle["hidden"]
+        for key, value in self._rocks.iter_range("messages", start, prefix_end(chat_id)):
             msg = decode_msg(value, trusted=True)
             since = senders.get(msg.sender)
             if since is None or msg.hlc < since:
@@ -244,8 +283,8 @@ class AdmissionStore(DeleteStore, InboxStore, IdentityStore):
                 events.append((EventKind.HIDDEN, key))
         if batch.len() == 0:
             return False
-        self.write(batch, events)
-        self._note_hidden_chats(added)
+        self._log.write(batch, events)
+        self._hidden.note(added)
         return True
 
     def refresh_previews(self, chat_ids: set[bytes]) -> None:
@@ -256,8 +295,8 @@ class AdmissionStore(DeleteStore, InboxStore, IdentityStore):
     def _refresh_preview(self, chat_id: bytes) -> None:
         """ChatMeta's newest message := the chat's newest shown content message; the members'
         entries too."""
-        meta = self.load_meta(chat_id)
-        page = self.range(chat_id, limit=1, direction=Direction.BACKWARD, kinds=CONTENT)
+        meta = self._metas.load(chat_id)
+        page = self._messages.range(chat_id, limit=1, direction=Direction.BACKWARD, kinds=CONTENT)
         newest = page.items[0].msg if page.items else None
         packed, msg_id = (newest.hlc.pack(), newest.msg_id) if newest else (0, ZERO_ID)
         # meta_after_messages only moves forward; a preview may move back to an older message
@@ -265,20 +304,22 @@ class AdmissionStore(DeleteStore, InboxStore, IdentityStore):
             packed >> LOGICAL_BITS, meta.last_seq, msg_id, meta.members, packed,
             meta.last_announced_ms, meta.identity, meta.membership_hash,
         )  # fmt: skip
-        batch = self.new_batch()
-        self.put_metas(batch, {chat_id: fresh})
-        self.write(batch)
-        self.remember_meta({chat_id: fresh})
+        batch = self._rocks.new_batch()
+        self._metas.put(batch, {chat_id: fresh})
+        self._rocks.write(batch)
+        self._metas.remember({chat_id: fresh})
         entry = self._preview_entry(chat_id)
         if entry is not None:
-            self.upsert_inbox_for_members(
+            self._inbox.upsert_inbox_for_members(
                 chat_id, meta.members, entry, previous_last_ts=meta.last_ts
             )
 
     def _preview_entry(self, chat_id: bytes) -> InboxEntry | None:
         """The chat's chat-list entry as its meta stands (None: no message to show yet)."""
-        meta = self.load_meta(chat_id)
-        newest = self.get_message(meta.last_msg_id) if meta.last_msg_id != ZERO_ID else None
+        meta = self._metas.load(chat_id)
+        newest = (
+            self._messages.get_message(meta.last_msg_id) if meta.last_msg_id != ZERO_ID else None
+        )
         if newest is None:
             return None
         kind = ChatKind.DM if meta.identity is not None else ChatKind.GROUP

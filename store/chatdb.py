@@ -1,16 +1,46 @@
-"""ChatDb: seed 002's store on rocksdict — one object, one concern per mixin module."""
+"""ChatDb: seed 002's store on rocksdict — the composition root of the row stores.
+
+One object per concern, each owning its state, each given what it needs when it is built
+(imports point down; no row store inherits from another):
+
+- ``rocks`` (``store.rocks.Rocks``): the Rdict, its CFs, batches, gets and scans;
+- ``metas`` (``store.metas``): each chat's ChatMeta and its cache;
+- ``events`` (``store.events``): this node's event log — the stores whose writes make
+  something readable write through it;
+- ``hidden``, ``messages``, ``receipts`` (``store.reads``), ``members``, ``deletes``,
+  ``inbox``, ``identities``, ``views``, ``feeds``, ``originals``: the row stores;
+- ``admission`` (``store.admission``): plans (``store.plan``) carried out over them;
+- ``reads`` (``store.chat_reads.ChatReads``): the HTTP API's typed, read-only facade.
+
+The rest of the code base (the node's writer, sync, the GC, the simulator, the tests) calls
+a ChatDb as it always did: the calls it makes are the row stores' own methods, bound here
+once (``_bind``) — no wrapper, so the hot path (``apply_ops`` -> ``put_messages``) costs
+what a method of the old mixin class did. Each behaviour is written once, in its row store.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import TracebackType
 
-from store.feed import FeedStore
-from store.identity import IdentityStore
-from store.originals import OriginalsStore
-from store.rocks import ChatDbConfig
+from store.admission import Admission
+from store.chat_reads import ChatReads
+from store.deletes import Deletes
+from store.events import EventLog
+from store.feed import Feeds
+from store.hidden import Hidden
+from store.identity import Identities
+from store.inbox import Inbox
+from store.members import Members
+from store.messages import Messages
+from store.metas import Metas
+from store.originals import Originals
+from store.reads import Receipts
+from store.rocks import ChatDbConfig, Rocks
+from store.views import Views
 
 
-class ChatDb(FeedStore, IdentityStore, OriginalsStore):
+class ChatDb:
     """Seed 002's column families (its read progress gave way to signed receipts) and eleven
     more: the member ops, the hidden index, the messages waiting for their member op, the
     deletes and their sync index, references and the messages referred to, the erased ids,
@@ -22,10 +52,154 @@ class ChatDb(FeedStore, IdentityStore, OriginalsStore):
     """
 
     def __init__(self, config: ChatDbConfig | None = None, *, path: str | Path | None = None):
-        super().__init__(config, path=path)
-        if {"referred", "receipts"} & self.created_families:  # written by an earlier version
-            self.rebuild_reference_indexes()
-            self.refresh_previews({chat for chat, _ in self.iter_all("chats_meta")})
+        self.rocks = rocks = Rocks(config, path=path)
+        self.config = rocks.config
+        self.created_families = rocks.created_families
+        self.metas = metas = Metas(rocks)
+        self.events = events = EventLog(rocks)
+        self.hidden = hidden = Hidden(rocks)
+        self.messages = messages = Messages(rocks, metas, events, hidden)
+        self.receipts = receipts = Receipts(rocks, metas, hidden)
+        self.members = members = Members(rocks, metas, events)
+        self.deletes = deletes = Deletes(rocks, events)
+        self.inbox = inbox = Inbox(rocks, metas, receipts)
+        self.identities = identities = Identities(rocks)
+        self.admission = Admission(
+            rocks, metas, events, hidden, messages, members, deletes, inbox, identities
+        )
+        self.views = views = Views(rocks, messages, hidden, deletes)
+        self.feeds = feeds = Feeds(rocks, metas, events, members, hidden, receipts)
+        self.originals = originals = Originals(rocks)
+        self.reads = ChatReads(
+            messages, views, inbox, receipts, feeds, events, identities, members, originals
+        )
+        self._bind()
+        if {"referred", "receipts"} & rocks.created_families:  # written by an earlier version
+            messages.rebuild_reference_indexes()
+            self.admission.refresh_previews(set(metas.chat_ids()))
+
+    def _bind(self) -> None:
+        """The row stores' methods the rest of the code base calls on a ChatDb."""
+        rocks, metas, events, messages = self.rocks, self.metas, self.events, self.messages
+        # plumbing (tools and tests)
+        self.memory_usage, self.flush, self.compact = rocks.memory_usage, rocks.flush, rocks.compact
+        self.new_batch, self.write = rocks.new_batch, events.write
+        self.get, self.multi_get = rocks.get, rocks.multi_get
+        self.iter_all, self.iter_prefix = rocks.iter_all, rocks.iter_prefix
+        self.load_meta, self.get_chat_meta = metas.load, metas.get
+        # the event log
+        self.add_listener = events.add_listener
+        # messages
+        self.put_message, self.put_messages = messages.put_message, messages.put_messages
+        self.has_message, self.held_messages = messages.has_message, messages.held_messages
+        self.get_message, self.range = messages.get_message, messages.range
+        self.iter_msg_ids, self.for_each_msg_id = messages.iter_msg_ids, messages.for_each_msg_id
+        self.get_bucket_msg_ids = messages.get_bucket_msg_ids
+        self.get_bucket_msg_ids_filtered = messages.get_bucket_msg_ids_filtered
+        self.get_messages_cbor_batch = messages.get_messages_cbor_batch
+        self.get_messages_cbor_batch_filtered = messages.get_messages_cbor_batch_filtered
+        self.get_messages_cbor_by_ids = messages.get_messages_cbor_by_ids
+        self.for_each_chat_id = messages.for_each_chat_id
+        self.range_delete_old_messages = messages.range_delete_old_messages
+        self.scan_seen_msg_aged = messages.scan_seen_msg_aged
+        self.delete_seen_msg_batch = messages.delete_seen_msg_batch
+        # the hidden index, read positions
+        self.hidden_chats = self.hidden.chats
+        self.read_position = self.receipts.read_position
+        self.unread_count = self.receipts.unread_count
+        # members (``apply_member_ops``: admission's, the chat lists following)
+        members = self.members
+        self.add_member_synced = members.add_member_synced
+        self.remove_member_synced = members.remove_member_synced
+        self.apply_member_record_synced = members.apply_member_record_synced
+        self.apply_member_states = members.apply_member_states
+        self.chat_proof = members.chat_proof
+        self.get_member_record, self.get_member_info = (
+            members.get_member_record,
+            members.get_member_info,
+        )
+        self.is_member, self.list_members = members.is_member, members.list_members
+        self.list_members_with_info = members.list_members_with_info
+        self.iter_member_record_ids = members.iter_member_record_ids
+        self.for_each_member_record_id = members.for_each_member_record_id
+        self.get_bucket_member_ids = members.get_bucket_member_ids
+        self.get_member_records_batch = members.get_member_records_batch
+        self.get_member_records_by_ids = members.get_member_records_by_ids
+        # deletes
+        deletes = self.deletes
+        self.delete_chats, self.admin_state = deletes.delete_chats, deletes.admin_state
+        self.admins, self.deletes_of, self.is_erased = (
+            deletes.admins,
+            deletes.deletes_of,
+            deletes.is_erased,
+        )
+        self.erasure_pending, self.compact_erased = deletes.erasure_pending, deletes.compact_erased
+        self.iter_delete_ids = deletes.iter_delete_ids
+        self.get_bucket_delete_ids = deletes.get_bucket_delete_ids
+        self.get_deletes_by_ids = deletes.get_deletes_by_ids
+        # chat lists
+        inbox = self.inbox
+        self.upsert_inbox_for_members = inbox.upsert_inbox_for_members
+        self.refresh_inboxes = inbox.refresh_inboxes
+        self.chat_lists_stale, self.flush_chat_lists = (
+            inbox.chat_lists_stale,
+            inbox.flush_chat_lists,
+        )
+        self.delete_user_inbox_entry = inbox.delete_user_inbox_entry
+        self.list_user_chats = inbox.list_user_chats
+        # identities
+        identities = self.identities
+        self.put_identity, self.put_identities = identities.put_identity, identities.put_identities
+        self.get_identity = identities.get_identity
+        self.iter_identity_record_ids = identities.iter_identity_record_ids
+        self.for_each_identity_record_id = identities.for_each_identity_record_id
+        self.get_bucket_identity_ids = identities.get_bucket_identity_ids
+        self.get_identity_records_batch = identities.get_identity_records_batch
+        self.get_identity_records_by_ids = identities.get_identity_records_by_ids
+        # admission: plans carried out
+        admission = self.admission
+        self.apply_ops, self.put_authorized = admission.apply_ops, admission.put_authorized
+        self.apply_member_ops, self.access_of = admission.apply_member_ops, admission.access_of
+        self.chat_messages = admission.chat_messages
+        self.save_waiting, self.load_waiting = admission.save_waiting, admission.load_waiting
+        # views, feeds, originals
+        self.folded_range = self.views.folded_range
+        feeds = self.feeds
+        self.may_read, self.acknowledge = feeds.may_read, feeds.acknowledge
+        self.delivered, self.delivery, self.feed = feeds.delivered, feeds.delivery, feeds.feed
+        self.shown_messages, self.log_page = feeds.shown_messages, feeds.log_page
+        self.member_ops_page = self.originals.member_ops_page
+        self.deletes_page = self.originals.deletes_page
+
+    @property
+    def expire_before_ms(self) -> int | None:
+        """The retention cutoff: ``Messages.expire_before_ms`` (``store.retention`` moves it)."""
+        return self.messages.expire_before_ms
+
+    @expire_before_ms.setter
+    def expire_before_ms(self, cutoff_ms: int | None) -> None:
+        self.messages.expire_before_ms = cutoff_ms
+
+    @property
+    def last_position(self) -> int:
+        """The newest event's position (0: none yet)."""
+        return self.events.last_position
+
+    def close(self) -> None:
+        """Point the chat lists at what waits for them, then close RocksDB (twice: a no-op)."""
+        try:
+            if not self.rocks.closed:
+                self.inbox.flush_chat_lists()
+        finally:
+            self.rocks.close()
 
     def __enter__(self) -> ChatDb:
         return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

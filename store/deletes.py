@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 from rocksdict import BottommostLevelCompaction, CompactOptions, WriteBatch
 
-from store.events import Event, EventKind
+from store.events import Event, EventKind, EventLog
 from store.keys import (
     CHAT_ID_LEN,
     bucket_prefix,
@@ -33,19 +32,21 @@ from store.keys import (
     seq_of,
 )
 from store.kinds import CHANGES_TARGET, IsAdmin
-from store.members import MemberStore
-from store.messages import MessageStore
 from store.ops import decode_membership_op
 from store.plan import AdminState, admin_rule, admin_state_of
 from store.records import MsgV1, decode_msg
+from store.rocks import Rocks
 
 
-class DeleteStore(MessageStore, MemberStore):
-    _admin_cache: dict[bytes, AdminState] | None = None
-    _delete_chats: set[bytes] | None = None  # chats with a delete (loaded on first use)
+class Deletes:
+    """The deletes, the erasures they make, and their state: the chats with a delete, each
+    chat's admins (cached), the erased keys not compacted yet."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, rocks: Rocks, log: EventLog) -> None:
+        self._rocks, self._log = rocks, log
+        self._handle = rocks.handle
+        self._admin_cache: dict[bytes, AdminState] | None = None
+        self._delete_chats: set[bytes] | None = None  # chats with a delete (loaded on first use)
         # messages keys erased and not compacted yet: written by the applying thread, taken by
         # whoever compacts (the node's erasure task)
         self._uncompacted: list[bytes] = []
@@ -54,7 +55,7 @@ class DeleteStore(MessageStore, MemberStore):
     def delete_chats(self) -> set[bytes]:
         """The chats that hold a delete: a message elsewhere needs no erasure check."""
         if self._delete_chats is None:
-            self._delete_chats = {key[:CHAT_ID_LEN] for key, _ in self.iter_all("deletes")}
+            self._delete_chats = {key[:CHAT_ID_LEN] for key, _ in self._rocks.iter_all("deletes")}
         return self._delete_chats
 
     # --- who may delete others' messages ---
@@ -67,7 +68,10 @@ class DeleteStore(MessageStore, MemberStore):
             cache = self._admin_cache = {}
         state = cache.get(chat_id)
         if state is None:
-            ops = (decode_membership_op(v[1:]) for _, v in self.iter_prefix("member_ops", chat_id))
+            ops = (
+                decode_membership_op(v[1:])
+                for _, v in self._rocks.iter_prefix("member_ops", chat_id)
+            )
             state = cache[chat_id] = admin_state_of(ops)
         return state
 
@@ -87,7 +91,7 @@ class DeleteStore(MessageStore, MemberStore):
         """Store new DELETE messages, erase the held messages ``erase`` names, and remember as
         erased ``refused`` (id -> chat: they came after the delete erasing them) — one
         WriteBatch."""
-        batch = self.new_batch()
+        batch = self._rocks.new_batch()
         deletes_cf, seen_cf = self._handle["deletes"], self._handle["seen_delete"]
         events: list[Event] = []
         for d in deletes:
@@ -99,7 +103,7 @@ class DeleteStore(MessageStore, MemberStore):
         rewrite = self._erase(list(erase.values()), batch)
         for msg_id, chat_id in sorted(refused.items()):
             batch.put(msg_id, chat_id, self._handle["erased"])
-        self.write(batch, events)
+        self._log.write(batch, events)
         self.delete_chats().update(d.chat_id for d in deletes)
         self._note_erased(rewrite)
 
@@ -107,17 +111,19 @@ class DeleteStore(MessageStore, MemberStore):
         """Add to ``batch`` the erasure of these held messages; returns the messages keys
         whose rows (in ``messages`` and ``referred``) held what went: ``compact_erased``
         rewrites them."""
-        keys = self.multi_get("seen_msg", [m.msg_id for m in msgs])
+        keys = self._rocks.multi_get("seen_msg", [m.msg_id for m in msgs])
         referred = self._handle["referred"]
         rewrite: list[bytes] = []
         for msg, key in zip(msgs, keys, strict=True):
             assert key is not None, "erasing a message not held"
             self._erase_one(msg, key, batch)
             rewrite.append(key)
-            for row, _ in self.iter_prefix("referred", key):  # its edits' and reactions' bytes
+            for row, _ in self._rocks.iter_prefix(
+                "referred", key
+            ):  # its edits' and reactions' bytes
                 batch.delete(row, referred)
             if msg.kind in CHANGES_TARGET and msg.ref is not None:
-                target = self.get("seen_msg", msg.ref)
+                target = self._rocks.get("seen_msg", msg.ref)
                 if target is not None:  # the target's row holding this one's bytes
                     batch.delete(target + key, referred)
                     rewrite.append(target)
@@ -155,33 +161,33 @@ class DeleteStore(MessageStore, MemberStore):
             keys, self._uncompacted = sorted(set(self._uncompacted)), []
         if not keys:
             return 0
-        self.flush()
+        self._rocks.flush()
         options = CompactOptions()
         options.set_bottommost_level_compaction(BottommostLevelCompaction.force())
-        self._cf["messages"].compact_range(keys[0], keys[-1] + b"\x00", options)
-        self._cf["referred"].compact_range(keys[0], referred_end(keys[-1]), options)
+        self._rocks.cf["messages"].compact_range(keys[0], keys[-1] + b"\x00", options)
+        self._rocks.cf["referred"].compact_range(keys[0], referred_end(keys[-1]), options)
         return len(keys)
 
     def deletes_of(self, chat_id: bytes, ref: bytes = b"") -> list[MsgV1]:
         """The chat's DELETE messages (valid or not); of one target if ``ref`` is given."""
         return [
             decode_msg(value, trusted=True)
-            for _, value in self.iter_prefix("deletes", chat_id + ref)
+            for _, value in self._rocks.iter_prefix("deletes", chat_id + ref)
         ]
 
     def is_erased(self, msg_id: bytes) -> bool:
-        return self.get("erased", msg_id) is not None
+        return self._rocks.get("erased", msg_id) is not None
 
     # --- sync helpers (the DELETES domain) ---
 
     def iter_delete_ids(self) -> Iterator[bytes]:
-        for delete_id, _ in self.iter_all("seen_delete"):
+        for delete_id, _ in self._rocks.iter_all("seen_delete"):
             yield delete_id
 
     def get_bucket_delete_ids(self, bucket: int) -> list[bytes]:
-        return [i for i, _ in self.iter_prefix("seen_delete", bucket_prefix(bucket))]
+        return [i for i, _ in self._rocks.iter_prefix("seen_delete", bucket_prefix(bucket))]
 
     def get_deletes_by_ids(self, ids: list[bytes]) -> list[bytes | None]:
-        keys = self.multi_get("seen_delete", ids)
-        values = iter(self.multi_get("deletes", [key for key in keys if key]))
+        keys = self._rocks.multi_get("seen_delete", ids)
+        values = iter(self._rocks.multi_get("deletes", [key for key in keys if key]))
         return [next(values) if key else None for key in keys]

@@ -18,11 +18,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from enum import IntEnum
-from typing import Any
 
 from rocksdict import WriteBatch
 
-from store.rocks import RocksBase
+from store.rocks import Rocks
 
 POSITION_LEN = 8
 
@@ -38,12 +37,16 @@ Event = tuple[EventKind, bytes]  # (kind, the record's key)
 _KINDS = {kind.value: kind for kind in EventKind}
 
 
-class EventLog(RocksBase):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+class EventLog:
+    """The log and its position: every row store whose writes make something readable writes
+    through ``write`` (given this log when it is built); the others write to ``Rocks``."""
+
+    def __init__(self, rocks: Rocks) -> None:
+        self._rocks = rocks
+        self._handle = rocks.handle
         self._event_lock = threading.Lock()
         self._listeners: list[Callable[[int], None]] = []
-        last = next(self.iter_range("events", b"", None, reverse=True), None)
+        last = next(rocks.iter_range("events", b"", None, reverse=True), None)
         self._last_position = 0 if last is None else int.from_bytes(last[0], "big")
 
     @property
@@ -59,7 +62,7 @@ class EventLog(RocksBase):
     def write(self, batch: WriteBatch, events: Sequence[Event] = ()) -> None:
         """Write ``batch``, with ``events`` logged in it after the last position."""
         if not events:
-            super().write(batch)
+            self._rocks.write(batch)
             return
         events_cf, event_at = self._handle["events"], self._handle["event_at"]
         with self._event_lock:
@@ -70,20 +73,20 @@ class EventLog(RocksBase):
                 batch.put(at, bytes([kind]) + ref, events_cf)
                 if kind is EventKind.MESSAGE:
                     batch.put(ref, at, event_at)  # where a shown message entered the log
-            super().write(batch)
+            self._rocks.write(batch)
             self._last_position = position
         for listener in self._listeners:
             listener(position)
 
     def event_position(self, messages_key: bytes) -> int | None:
         """Where the message entered the log as shown (None: not as shown, or not here)."""
-        at = self.get("event_at", messages_key)
+        at = self._rocks.get("event_at", messages_key)
         return None if at is None else int.from_bytes(at, "big")
 
     def events_after(self, position: int, limit: int) -> Iterator[tuple[int, EventKind, bytes]]:
         """Up to ``limit`` events after ``position``: (position, kind, the record's key)."""
         start = (position + 1).to_bytes(POSITION_LEN, "big")
-        for n, (key, value) in enumerate(self.iter_range("events", start, None)):
+        for n, (key, value) in enumerate(self._rocks.iter_range("events", start, None)):
             if n == limit:
                 return
             yield int.from_bytes(key, "big"), _KINDS[value[0]], value[1:]

@@ -15,13 +15,17 @@ become a member: the member event is their cue to page the chat's history.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
-from store.events import POSITION_LEN, EventKind
+from store.events import POSITION_LEN, EventKind, EventLog
+from store.hidden import Hidden
 from store.keys import CHAT_ID_LEN, USER_ID_LEN, seq_of
+from store.members import Members
+from store.metas import Metas
 from store.ops import MembershipOp, decode_membership_op
+from store.reads import Receipts
 from store.records import MsgV1, decode_msg
-from store.views import ViewStore
+from store.rocks import Rocks
 
 FEED_SCAN = 4096  # events looked at per call, kept or not: a bound on one call's work
 FEED_BYTES = 256 * 1024  # records per call, about: a page (a stream's frame) stays small
@@ -65,53 +69,69 @@ class FeedPage:
     position: int  # go on after this one (the last event looked at)
 
 
-class FeedStore(ViewStore):
+class Feeds:
+    """The users' feeds over this node's event log, and the devices' acknowledged positions
+    (``delivered``: the one write here, a local view the node's ``Acks`` makes)."""
+
+    def __init__(
+        self,
+        rocks: Rocks,
+        metas: Metas,
+        log: EventLog,
+        members: Members,
+        hidden: Hidden,
+        receipts: Receipts,
+    ) -> None:
+        self._rocks, self._metas, self._log = rocks, metas, log
+        self._members, self._hidden, self._receipts = members, hidden, receipts
+
     def may_read(self, chat_id: bytes, user_id: bytes) -> bool:
         """A chat's history is for its active members (a group's) or its two parties (a DM's)."""
-        parties = self.load_meta(chat_id).identity
+        parties = self._metas.load(chat_id).identity
         if parties is not None and len(parties) == 2 * USER_ID_LEN:
             return user_id in (parties[:USER_ID_LEN], parties[USER_ID_LEN:])
-        return self.is_member(chat_id, user_id)
+        return self._members.is_member(chat_id, user_id)
 
     def acknowledge(self, acks: dict[tuple[bytes, str], int]) -> None:
         """Each (user, device) has the user's feed up to its position (never moves back). A
         local view, not replicated: written here, outside the writer (node/delivery.py)."""
         keys = [user + device.encode() for user, device in acks]
-        batch = self.new_batch()
+        rocks = self._rocks
+        batch = rocks.new_batch()
         for key, position, held in zip(
-            keys, acks.values(), self.multi_get("delivered", keys), strict=True
+            keys, acks.values(), rocks.multi_get("delivered", keys), strict=True
         ):
             if held is None or int.from_bytes(held, "big") < position:
-                batch.put(key, position.to_bytes(POSITION_LEN, "big"), self._handle["delivered"])
+                batch.put(key, position.to_bytes(POSITION_LEN, "big"), rocks.handle["delivered"])
         if batch.len():
-            self.write(batch)
+            rocks.write(batch)
 
     def delivered(self, user_id: bytes) -> dict[str, int]:
         """Device -> the position it acknowledged last."""
         return {
             key[USER_ID_LEN:].decode(errors="replace"): int.from_bytes(value, "big")
-            for key, value in self.iter_prefix("delivered", user_id)
+            for key, value in self._rocks.iter_prefix("delivered", user_id)
         }
 
     def delivery(self, msg_id: bytes) -> tuple[MsgV1, list[Recipient]] | None:
         """The message and its delivery to every reader of its chat but its sender (None: not
         held, or hidden). Delivered is this node's knowledge — a device counts where it
         streams from; read comes from the signed receipts, the same on every node."""
-        key = self.get("seen_msg", msg_id)
-        raw = None if key is None else self.get("messages", key)
-        position = None if key is None else self.event_position(key)
+        key = self._rocks.get("seen_msg", msg_id)
+        raw = None if key is None else self._rocks.get("messages", key)
+        position = None if key is None else self._log.event_position(key)
         if key is None or raw is None or position is None:
             return None
         msg = decode_msg(raw, trusted=True)
-        parties = self.load_meta(msg.chat_id).identity
+        parties = self._metas.load(msg.chat_id).identity
         if parties is not None and len(parties) == 2 * USER_ID_LEN:
             readers = [parties[:USER_ID_LEN], parties[USER_ID_LEN:]]
         else:
-            readers = self.list_members(msg.chat_id)
+            readers = self._members.list_members(msg.chat_id)
         out = []
         for user in (u for u in readers if u != msg.sender):
             devices = {d: p >= position for d, p in self.delivered(user).items()}
-            read = self.read_position(msg.chat_id, user)
+            read = self._receipts.read_position(msg.chat_id, user)
             state: DeliveryState = "read" if read is not None and read >= msg.hlc else "pending"
             if state == "pending" and any(devices.values()):
                 state = "delivered"
@@ -133,7 +153,7 @@ class FeedStore(ViewStore):
         out: list[FeedEvent] = []
         size = 0
         position = after
-        for position, kind, ref in self.events_after(after, scan):
+        for position, kind, ref in self._log.events_after(after, scan):
             readable = reader.reads_chat(ref[:CHAT_ID_LEN], kind)
             if not readable and kind is not EventKind.MEMBER:
                 continue  # (a member op may be about the user: decoded to see)
@@ -149,13 +169,13 @@ class FeedStore(ViewStore):
         """For each id, whether this replica holds the message and shows it."""
         hidden: dict[bytes, set[int]] = {}
         out = []
-        for key in self.multi_get("seen_msg", msg_ids):
+        for key in self._rocks.multi_get("seen_msg", msg_ids):
             if key is None:
                 out.append(False)
                 continue
             chat = key[:CHAT_ID_LEN]
             if chat not in hidden:
-                hidden[chat] = self.hidden_seqs(chat)
+                hidden[chat] = self._hidden.seqs(chat)
             out.append(seq_of(key) not in hidden[chat])
         return out
 
@@ -164,7 +184,7 @@ class FeedStore(ViewStore):
         stream at the log's end filters for its user (``FeedEvent.about``, ``may_read``)."""
         out: list[FeedEvent] = []
         position = after
-        for position, kind, ref in self.events_after(after, limit):
+        for position, kind, ref in self._log.events_after(after, limit):
             event = self.log_event(position, kind, ref)
             if event is not None:
                 out.append(event)
@@ -174,29 +194,35 @@ class FeedStore(ViewStore):
         """The event with its record (None: gone — erased, expired — or hidden now)."""
         chat = ref[:CHAT_ID_LEN]
         if kind is EventKind.MEMBER:
-            raw = self.get("member_ops", ref)
+            raw = self._rocks.get("member_ops", ref)
             return (
                 None
                 if raw is None
                 else FeedEvent(position, kind, chat, member_op=decode_membership_op(raw[1:]))
             )
         if kind is EventKind.DELETE:
-            raw = self.get("deletes", ref)
+            raw = self._rocks.get("deletes", ref)
         else:  # MESSAGE, HIDDEN: held, and shown unless it is the HIDDEN event
-            raw = self.get("messages", ref)
-            if kind is EventKind.MESSAGE and seq_of(ref) in self.hidden_seqs(chat):
+            raw = self._rocks.get("messages", ref)
+            if kind is EventKind.MESSAGE and seq_of(ref) in self._hidden.seqs(chat):
                 return None
         if raw is None:
             return None
         return FeedEvent(position, kind, chat, msg=decode_msg(raw, trusted=True))
 
 
+class ChatReaders(Protocol):
+    """What ``Reader`` asks: ``Feeds.may_read`` (or the API's ``store.chat_reads.ChatReads``)."""
+
+    def may_read(self, chat_id: bytes, user_id: bytes) -> bool: ...
+
+
 class Reader:
     """Which events one user may read (the module's rule): those of the chats they may read
-    (``FeedStore.may_read``, asked once per chat, and again after a member event of that chat,
+    (``Feeds.may_read``, asked once per chat, and again after a member event of that chat,
     which may have changed who reads it), and the member ops about them anywhere."""
 
-    def __init__(self, db: FeedStore, user_id: bytes) -> None:
+    def __init__(self, db: ChatReaders, user_id: bytes) -> None:
         self._db, self.user_id = db, user_id
         self._readable: dict[bytes, bool] = {}
 

@@ -11,28 +11,32 @@ nothing there.
 
 from __future__ import annotations
 
-from store.events import EventLog
 from store.keys import CHAT_ID_LEN, check_len
+from store.rocks import Rocks
 
 
-class HiddenIndex(EventLog):
-    _hidden_chats: set[bytes] | None = None  # chats with a hidden message (loaded on first use)
+class Hidden:
+    """The hidden index's reads, and the set of chats that have hidden messages (its state).
+    The writes are the writers' (``store.messages``, ``store.admission``): they put the keys
+    in their own WriteBatch and call ``note`` once it is written."""
 
-    def hidden_chats(self) -> set[bytes]:
-        if self._hidden_chats is None:
-            self._hidden_chats = {key[:CHAT_ID_LEN] for key, _ in self.iter_all("hidden")}
-        return self._hidden_chats
+    def __init__(self, rocks: Rocks) -> None:
+        self._rocks = rocks
+        self._chats: set[bytes] | None = None  # chats with a hidden message (loaded on first use)
 
-    def hidden_seqs(self, chat_id: bytes) -> set[int]:
+    def chats(self) -> set[bytes]:
+        if self._chats is None:
+            self._chats = {key[:CHAT_ID_LEN] for key, _ in self._rocks.iter_all("hidden")}
+        return self._chats
+
+    def seqs(self, chat_id: bytes) -> set[int]:
         """The seqs of the chat's hidden messages (empty for most chats, without a read)."""
-        if chat_id not in self.hidden_chats():
+        if chat_id not in self.chats():
             return set()
-        return {
-            int.from_bytes(key[CHAT_ID_LEN:], "big")
-            for key, _ in self.iter_prefix("hidden", check_len(chat_id, CHAT_ID_LEN, "chat_id"))
-        }
+        rows = self._rocks.iter_prefix("hidden", check_len(chat_id, CHAT_ID_LEN, "chat_id"))
+        return {int.from_bytes(key[CHAT_ID_LEN:], "big") for key, _ in rows}
 
-    def _note_hidden_chats(self, keys: list[bytes]) -> None:
+    def note(self, keys: list[bytes]) -> None:
         """After a batch that added hidden keys was written."""
-        chats = self.hidden_chats()
+        chats = self.chats()
         chats.update(key[:CHAT_ID_LEN] for key in keys)

@@ -16,7 +16,7 @@ from store.records import (
     decode_identity_value,
     encode_identity_value,
 )
-from store.rocks import RocksBase
+from store.rocks import Rocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,12 @@ class IdentityChange:
         return self.old_id != self.new_id
 
 
-class IdentityStore(RocksBase):
+class Identities:
+    """The identity rows and their sync index (no state of their own)."""
+
+    def __init__(self, rocks: Rocks) -> None:
+        self._rocks = rocks
+
     def put_identity(self, user_id: bytes, hlc: Hlc, blob: bytes) -> IdentityChange:
         """Store ``blob`` if (hlc, blob) is newer than what is stored (LWW, ties by blob bytes)."""
         return self.put_identities([IdentityRecord(user_id, hlc, blob)])[0]
@@ -41,7 +46,7 @@ class IdentityStore(RocksBase):
             check_identity_blob(record.blob)
         keys = [key_identity(r.user_id) for r in records]
         current: dict[bytes, tuple[Hlc, bytes] | None] = {}
-        for key, raw in zip(keys, self.multi_get("identity", keys), strict=True):
+        for key, raw in zip(keys, self._rocks.multi_get("identity", keys), strict=True):
             current.setdefault(key, None if raw is None else decode_identity_value(raw))
         stored = dict(current)
         changes = []
@@ -73,8 +78,9 @@ class IdentityStore(RocksBase):
         stored: dict[bytes, tuple[Hlc, bytes] | None],
         current: dict[bytes, tuple[Hlc, bytes] | None],
     ) -> None:
-        batch = self.new_batch()
-        identity_cf, seen_cf = self._handle["identity"], self._handle["seen_identity"]
+        rocks = self._rocks
+        batch = rocks.new_batch()
+        identity_cf, seen_cf = rocks.handle["identity"], rocks.handle["seen_identity"]
         for user, after in current.items():
             before = stored[user]
             if after is None or after == before:
@@ -84,17 +90,17 @@ class IdentityStore(RocksBase):
             batch.put(user, encode_identity_value(*after), identity_cf)
             batch.put(compute_identity_record_id(user, *after), user, seen_cf)
         if batch.len():
-            self.write(batch)
+            rocks.write(batch)
 
     def get_identity(self, user_id: bytes) -> tuple[Hlc, bytes] | None:
         """(hlc, blob) of the user's current identity; the blob without its HLC prefix."""
-        raw = self.get("identity", key_identity(user_id))
+        raw = self._rocks.get("identity", key_identity(user_id))
         return None if raw is None else decode_identity_value(raw)
 
     # --- sync helpers ---
 
     def iter_identity_record_ids(self) -> Iterator[bytes]:
-        for record_id, _ in self.iter_all("seen_identity"):
+        for record_id, _ in self._rocks.iter_all("seen_identity"):
             yield record_id
 
     def for_each_identity_record_id(self, callback: Callable[[bytes], None]) -> None:
@@ -102,7 +108,7 @@ class IdentityStore(RocksBase):
             callback(record_id)
 
     def get_bucket_identity_ids(self, bucket: int) -> list[bytes]:
-        return [rid for rid, _ in self.iter_prefix("seen_identity", bucket_prefix(bucket))]
+        return [rid for rid, _ in self._rocks.iter_prefix("seen_identity", bucket_prefix(bucket))]
 
     def get_identity_records_batch(
         self, ids: list[bytes], max_bytes: int
@@ -111,9 +117,9 @@ class IdentityStore(RocksBase):
 
     def get_identity_records_by_ids(self, ids: list[bytes]) -> list[bytes | None]:
         """Encoded IdentityRecord per record id (None: not a current record id)."""
-        users = self.multi_get("seen_identity", ids)
+        users = self._rocks.multi_get("seen_identity", ids)
         present = [user for user in users if user]
-        rows = iter(self.multi_get("identity", present))
+        rows = iter(self._rocks.multi_get("identity", present))
         out: list[bytes | None] = []
         for user in users:
             raw = next(rows) if user else None

@@ -16,6 +16,7 @@ at its older place until its next message); the messages themselves were written
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -32,8 +33,10 @@ from store.keys import (
     rev_ts,
 )
 from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
-from store.reads import ReadStore
+from store.metas import Metas
+from store.reads import Receipts
 from store.records import ChatKind, InboxEntry, MsgV1, decode_inbox_entry, decode_msg, is_dm_chat
+from store.rocks import Rocks
 
 INBOX_KEY_CACHE = 1 << 17  # (user, chat) pairs whose inbox key is remembered (~25 MB)
 STALE_MESSAGES_MAX = 2048  # stored messages whose chat-list moves may wait, at most
@@ -61,22 +64,30 @@ class ChatListPage:
 
 @dataclass
 class StaleList:
-    """A chat whose members' entries wait for a refresh (``InboxStore.refresh_inboxes``)."""
+    """A chat whose members' entries wait for a refresh (``Inbox.refresh_inboxes``)."""
 
     previous_last_ts: int | None  # the chat's last_ts when its entries were last written
     senders: dict[bytes, bytes] = field(default_factory=dict)  # msg id -> sender, since then
 
 
-class InboxStore(ReadStore):
+class Inbox:
     """Chat lists. Every user_inbox write goes through here, under ``_inbox_lock`` (the
     writer and API readers refresh them from their own threads), so ``_inbox_keys`` (user |
     chat -> the entry's current key, filled after each successful write) stays true to the
-    disk."""
+    disk. The unread counts come from ``receipts``."""
+
+    def __init__(self, rocks: Rocks, metas: Metas, receipts: Receipts) -> None:
+        self._rocks, self._metas, self._receipts = rocks, metas, receipts
+        self._inbox_keys: dict[bytes, bytes] = {}  # user | chat -> its user_inbox key
+        # the chats whose lists wait for their refresh, and the lock of every user_inbox write
+        self._stale_lists: dict[bytes, StaleList] = {}
+        self._stale_messages = 0
+        self._inbox_lock = threading.RLock()
 
     def _scan_inbox_key(self, user_id: bytes, chat_id: bytes) -> bytes | None:
         """The user's entry for the chat, by a prefix scan of the user's inbox (ids checked
         by the caller: a shorter chat id would match a key's suffix)."""
-        for key, _ in self.iter_prefix("user_inbox", user_id):
+        for key, _ in self._rocks.iter_prefix("user_inbox", user_id):
             if key[-CHAT_ID_LEN:] == chat_id:
                 return key
         return None
@@ -116,13 +127,6 @@ class InboxStore(ReadStore):
             if self._stale_messages >= STALE_MESSAGES_MAX:
                 self.flush_chat_lists()
 
-    def close(self) -> None:
-        try:
-            if not self._closed:
-                self.flush_chat_lists()
-        finally:
-            super().close()
-
     def chat_lists_stale(self) -> bool:
         """Whether some chat's entries wait for ``flush_chat_lists``."""
         return bool(self._stale_lists)
@@ -144,7 +148,7 @@ class InboxStore(ReadStore):
 
     def _list_update(self, chat_id: bytes, chat: StaleList) -> _InboxUpdate:
         """The entry the chat's participants get, from its meta as it stands."""
-        meta = self.load_meta(chat_id)  # cached by put_messages
+        meta = self._metas.load(chat_id)  # cached by put_messages
         sender = chat.senders.get(meta.last_msg_id) or self._sender_of(meta.last_msg_id)
         senders = set(chat.senders.values())
         parties = sorted(set(meta.members) | senders)
@@ -185,14 +189,14 @@ class InboxStore(ReadStore):
                     pair = user + chat_id
                     if pair not in self._inbox_keys:
                         guesses.setdefault(pair, key_user_inbox(user, previous_rev, chat_id))
-        found = self.multi_get("user_inbox", list(guesses.values()))
+        found = self._rocks.multi_get("user_inbox", list(guesses.values()))
         guessed = {
             pair: key
             for (pair, key), value in zip(guesses.items(), found, strict=True)
             if value is not None
         }
-        batch = self.new_batch()
-        inbox_cf = self._handle["user_inbox"]
+        batch = self._rocks.new_batch()
+        inbox_cf = self._rocks.handle["user_inbox"]
         written: dict[bytes, bytes] = {}
         for chat_id, users, entry, _ in updates:
             encoded = entry.encode()
@@ -211,7 +215,7 @@ class InboxStore(ReadStore):
                 batch.put(new_key, encoded, inbox_cf)
                 written[pair] = new_key
         if batch.len():
-            self.write(batch)
+            self._rocks.write(batch)
             self._remember_inbox_keys(written)
 
     def _remember_inbox_keys(self, written: dict[bytes, bytes]) -> None:
@@ -221,8 +225,8 @@ class InboxStore(ReadStore):
         self._inbox_keys.update(written)
 
     def _sender_of(self, msg_id: bytes) -> bytes | None:
-        raw = self.get("seen_msg", msg_id)
-        stored = self.get("messages", raw) if raw else None
+        raw = self._rocks.get("seen_msg", msg_id)
+        stored = self._rocks.get("messages", raw) if raw else None
         return None if stored is None else decode_msg(stored, trusted=True).sender
 
     def delete_user_inbox_entry(self, user_id: bytes, chat_id: bytes) -> bool:
@@ -235,9 +239,9 @@ class InboxStore(ReadStore):
             key = self._inbox_keys.get(user_id + chat_id) or self._scan_inbox_key(user_id, chat_id)
             if key is None:
                 return False
-            batch = self.new_batch()
-            batch.delete(key, self._handle["user_inbox"])
-            self.write(batch)
+            batch = self._rocks.new_batch()
+            batch.delete(key, self._rocks.handle["user_inbox"])
+            self._rocks.write(batch)
             self._inbox_keys.pop(user_id + chat_id, None)
             return True
 
@@ -256,7 +260,7 @@ class InboxStore(ReadStore):
             start = after + b"\x00"
         self.flush_chat_lists()  # every stored message is in the list it reads
         rows: list[tuple[bytes, InboxEntry]] = []
-        for key, raw in self.iter_range("user_inbox", start, prefix_end(user_id)):
+        for key, raw in self._rocks.iter_range("user_inbox", start, prefix_end(user_id)):
             if len(rows) == limit:
                 return ChatListPage(self._with_unread(user_id, rows), encode_cursor(rows[-1][0]))
             rows.append((key, decode_inbox_entry(raw, trusted=True)))  # our own rows
@@ -268,10 +272,11 @@ class InboxStore(ReadStore):
         items: list[ChatListItem] = []
         append = items.append
         set_entry, set_unread = _SET_ITEM
+        unread_count, read_position = self._receipts.unread_count, self._receipts.read_position
         for _, entry in rows:
             chat = entry.chat_id
             item = _new(ChatListItem)  # ChatListItem(entry, unread), through its slots
             set_entry(item, entry)
-            set_unread(item, self.unread_count(chat, user_id, self.read_position(chat, user_id)))
+            set_unread(item, unread_count(chat, user_id, read_position(chat, user_id)))
             append(item)
         return items

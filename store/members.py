@@ -34,6 +34,7 @@ from store.keys import (
 )
 from store.merge import add_op_state, merge_member_states, meta_after_membership, remove_op_state
 from store.messages import take_until
+from store.metas import Metas
 from store.ops import MembershipAction, MembershipOp, decode_membership_op, member_op_id
 from store.records import (
     ChatMeta,
@@ -42,6 +43,7 @@ from store.records import (
     decode_member_info,
     member_record_id,
 )
+from store.rocks import Rocks
 
 HISTORY_CACHE = 1 << 16  # (chat, user) histories kept in memory
 _ADD, _REMOVE = b"\x01", b"\x00"  # a member_ops value: this flag, then the op's bytes
@@ -73,7 +75,14 @@ class MemberOpsApplied:
     toggled: list[tuple[bytes, bytes, bool]] = field(default_factory=list)
 
 
-class MemberStore(EventLog):
+class Members:
+    """The member ops, the rows folded from them, and the (chat, user) histories' cache."""
+
+    def __init__(self, rocks: Rocks, metas: Metas, log: EventLog) -> None:
+        self._rocks, self._metas, self._log = rocks, metas, log
+        self._handle = rocks.handle
+        self._histories: dict[bytes, MemberHistory] = {}  # chat | user -> its ops' stamps
+
     # --- the replicated ops ---
 
     def apply_member_ops(self, ops: list[MembershipOp]) -> MemberOpsApplied:
@@ -84,7 +93,7 @@ class MemberStore(EventLog):
         """
         encoded = [op.encode() for op in ops]
         ids = [member_op_id(e) for e in encoded]
-        held = self.multi_get("seen_member", ids)
+        held = self._rocks.multi_get("seen_member", ids)
         new: list[bool] = []
         fresh: dict[bytes, tuple[MembershipOp, bytes]] = {}
         for op, data, op_id, seen in zip(ops, encoded, ids, held, strict=True):
@@ -94,7 +103,7 @@ class MemberStore(EventLog):
                 fresh[op_id] = (op, data)
         toggled: list[tuple[bytes, bytes, bool]] = []
         if fresh:
-            batch = self.new_batch()
+            batch = self._rocks.new_batch()
             ops_cf, seen_cf = self._handle["member_ops"], self._handle["seen_member"]
             events: list[Event] = []
             for op_id, (op, data) in fresh.items():
@@ -122,7 +131,7 @@ class MemberStore(EventLog):
         for op in ops:
             proof = op.proof
             if isinstance(proof, DmProof) and op.chat_id not in metas:
-                meta = self.load_meta(op.chat_id)
+                meta = self._metas.load(op.chat_id)
                 if meta.identity is None:
                     metas[op.chat_id] = _with_identity(meta, proof.parties())
         return metas
@@ -135,7 +144,7 @@ class MemberStore(EventLog):
             history = MemberHistory.of(
                 (Hlc.unpack(int.from_bytes(key[MEMBERS_KEY_LEN : MEMBERS_KEY_LEN + 8], "big")),
                  value[:1] == _ADD)
-                for key, value in self.iter_prefix("member_ops", pair)
+                for key, value in self._rocks.iter_prefix("member_ops", pair)
             )  # fmt: skip
             self._cache_history(pair, history)
         return history
@@ -147,14 +156,16 @@ class MemberStore(EventLog):
 
     def chat_proof(self, chat_id: bytes) -> ChatProof | None:
         """Who controls the chat, from any of its ops (None: this replica holds none)."""
-        for _, value in self.iter_prefix("member_ops", check_len(chat_id, CHAT_ID_LEN, "chat_id")):
+        for _, value in self._rocks.iter_prefix(
+            "member_ops", check_len(chat_id, CHAT_ID_LEN, "chat_id")
+        ):
             return decode_membership_op(value[1:]).proof
         return None
 
     def member_ops_of(self, chat_id: bytes, user_id: bytes) -> list[MembershipOp]:
         return [
             decode_membership_op(value[1:])
-            for _, value in self.iter_prefix("member_ops", key_members(chat_id, user_id))
+            for _, value in self._rocks.iter_prefix("member_ops", key_members(chat_id, user_id))
         ]
 
     # --- rows (local folds) ---
@@ -179,7 +190,7 @@ class MemberStore(EventLog):
         self, updates: Iterable[tuple[bytes, bytes, MemberInfo]]
     ) -> list[MemberChange]:
         """Join many incoming states into the rows in one WriteBatch; one change per update."""
-        batch = self.new_batch()
+        batch = self._rocks.new_batch()
         changes = self._fold_rows(list(updates), batch, {})
         return changes
 
@@ -196,7 +207,7 @@ class MemberStore(EventLog):
         became or stopped being active; ``events``: to log with it (store.events)."""
         keys = [key_members(chat, user) for chat, user, _ in updates]
         current: dict[bytes, MemberInfo | None] = {}
-        for key, raw in zip(keys, self.multi_get("members", keys), strict=True):
+        for key, raw in zip(keys, self._rocks.multi_get("members", keys), strict=True):
             current.setdefault(key, None if raw is None else decode_member_info(raw))
         stored = dict(current)  # as on disk
         changes: list[MemberChange] = []
@@ -216,21 +227,21 @@ class MemberStore(EventLog):
             batch.put(key, after.encode(), members_cf)
             was_active = before is not None and before.active
             if was_active != after.active:
-                meta = metas.get(chat) or self.load_meta(chat)
+                meta = metas.get(chat) or self._metas.load(chat)
                 metas[chat] = meta_after_membership(meta, user, after.active)
                 if toggled is not None:
                     toggled.append((chat, user, after.active))
         if batch.len() == 0:
             return changes
-        self.put_metas(batch, metas)
-        self.write(batch, events or ())
-        self.remember_meta(metas)
+        self._metas.put(batch, metas)
+        self._log.write(batch, events or ())
+        self._metas.remember(metas)
         return changes
 
     # --- reads (active-only unless named *_record) ---
     def get_member_record(self, chat_id: bytes, user_id: bytes) -> MemberInfo | None:
         """The raw CRDT row, tombstoned or not."""
-        raw = self.get("members", key_members(chat_id, user_id))
+        raw = self._rocks.get("members", key_members(chat_id, user_id))
         return None if raw is None else decode_member_info(raw)
 
     def get_member_info(self, chat_id: bytes, user_id: bytes) -> MemberInfo | None:
@@ -243,7 +254,7 @@ class MemberStore(EventLog):
     def list_members_with_info(self, chat_id: bytes) -> list[tuple[bytes, MemberInfo]]:
         check_len(chat_id, CHAT_ID_LEN, "chat_id")
         out = []
-        for key, raw in self.iter_prefix("members", chat_id):
+        for key, raw in self._rocks.iter_prefix("members", chat_id):
             info = decode_member_info(raw)
             if info.active:
                 out.append((key[CHAT_ID_LEN:], info))
@@ -255,7 +266,7 @@ class MemberStore(EventLog):
     # --- sync helpers: the MEMBERS domain is the set of op ids ---
 
     def iter_member_record_ids(self) -> Iterator[bytes]:
-        for record_id, _ in self.iter_all("seen_member"):
+        for record_id, _ in self._rocks.iter_all("seen_member"):
             yield record_id
 
     def for_each_member_record_id(self, callback: Callable[[bytes], None]) -> None:
@@ -263,7 +274,7 @@ class MemberStore(EventLog):
             callback(record_id)
 
     def get_bucket_member_ids(self, bucket: int) -> list[bytes]:
-        return [rid for rid, _ in self.iter_prefix("seen_member", bucket_prefix(bucket))]
+        return [rid for rid, _ in self._rocks.iter_prefix("seen_member", bucket_prefix(bucket))]
 
     def get_member_records_batch(
         self, ids: list[bytes], max_bytes: int
@@ -273,9 +284,9 @@ class MemberStore(EventLog):
 
     def get_member_records_by_ids(self, ids: list[bytes]) -> list[bytes | None]:
         """The encoded op per op id (None: not held)."""
-        keys = self.multi_get("seen_member", ids)
+        keys = self._rocks.multi_get("seen_member", ids)
         present = [key for key in keys if key]
-        values = iter(self.multi_get("member_ops", present))
+        values = iter(self._rocks.multi_get("member_ops", present))
         out: list[bytes | None] = []
         for key in keys:
             value = next(values) if key else None

@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 from rocksdict import WriteBatch
 
 from store.errors import ClockDriftError, InvalidInput
-from store.events import Event, EventKind
-from store.hidden import HiddenIndex
+from store.events import Event, EventKind, EventLog
+from store.hidden import Hidden
 from store.hlc import MAX_PHYSICAL, Hlc
 from store.keys import (
     CHAT_ID_LEN,
@@ -37,6 +37,7 @@ from store.keys import (
 )
 from store.kinds import CHANGES_TARGET, CONTENT, position_of
 from store.merge import meta_after_messages
+from store.metas import Metas
 from store.records import (
     KIND_AT,
     STAMP_AT,
@@ -46,6 +47,7 @@ from store.records import (
     check_payload_size,
     decode_msg,
 )
+from store.rocks import Rocks
 
 DEFAULT_PAGE_LIMIT = 50
 MAX_PAGE_LIMIT = 200
@@ -133,10 +135,23 @@ def take_until(records: Iterable[bytes | None], max_bytes: int) -> tuple[list[by
     return out, False
 
 
-class MessageStore(HiddenIndex):
-    # Retention cutoff (RETENTION.md): messages with hlc.physical_ms <= this are refused.
-    # Set by the GC (store.retention); None keeps everything.
-    expire_before_ms: int | None = None
+class Messages:
+    """The messages, their sync index and the indexes of what refers to what. Its setting:
+    the retention cutoff (``expire_before_ms``), which the GC moves (``store.retention``)."""
+
+    def __init__(self, rocks: Rocks, metas: Metas, log: EventLog, hidden: Hidden) -> None:
+        self.config = rocks.config
+        self._rocks, self._hidden = rocks, hidden
+        self._cf, self._handle = rocks.cf, rocks.handle  # the dicts themselves: emptied by close
+        self._get, self._multi_get = rocks.get, rocks.multi_get
+        self._iter_prefix, self._iter_all = rocks.iter_prefix, rocks.iter_all
+        self._load_meta, self._put_metas = metas.load, metas.put
+        self._remember_meta, self._remember_one_meta = metas.remember, metas.remember_one
+        self._write = log.write
+        # Retention cutoff (RETENTION.md): messages with hlc.physical_ms <= this are refused.
+        # Set by the GC (store.retention); None keeps everything.
+        self.expire_before_ms: int | None = None
+
     # --- writes ---
 
     def put_message(self, msg: MsgV1, *, now_ms: int | None = None) -> PutResult:
@@ -155,7 +170,7 @@ class MessageStore(HiddenIndex):
         if expire is not None and hlc.physical_ms <= expire:
             return _put_result(msg_id, 0, True, True)
         chat = msg.chat_id
-        base = self.load_meta(chat)
+        base = self._load_meta(chat)
         seq = base.last_seq + 1
         packed = hlc.pack()
         if (
@@ -170,15 +185,15 @@ class MessageStore(HiddenIndex):
         newest = packed if msg.kind in CONTENT else -1  # the preview: content only (MESSAGES.md)
         meta = meta_after_messages(base, seq, newest, msg_id)
         handle = self._handle
-        batch = self.new_batch()
+        batch = WriteBatch(raw_mode=True)
         batch.put(key, msg.encoded, handle["messages"])
         batch.put(msg_id, key, handle["seen_msg"])
         if msg.ref is not None:
             self._index_ref(msg, msg_id, key, seq, batch)
         batch.put(chat, meta.encode(), handle["chats_meta"])
         self._mark_referred(batch, [msg], {msg_id: key})
-        self.write(batch, [(EventKind.MESSAGE, key)])
-        self.remember_one_meta(chat, meta)
+        self._write(batch, [(EventKind.MESSAGE, key)])
+        self._remember_one_meta(chat, meta)
         return _put_result(msg_id, seq, False)
 
     def put_messages(
@@ -202,8 +217,8 @@ class MessageStore(HiddenIndex):
             if len(msg.payload) > max_payload or now_ms is not None:
                 self._check_message(msg, now_ms)
         ids = [msg.msg_id for msg in msgs]
-        already = self.multi_get("seen_msg", ids)
-        batch = self.new_batch()
+        already = self._multi_get("seen_msg", ids)
+        batch = WriteBatch(raw_mode=True)
         put = batch.put
         messages_cf, seen_cf = self._handle["messages"], self._handle["seen_msg"]
         # Per chat: its stored meta, and [last seq given out here, newest (hlc, id) here,
@@ -229,7 +244,7 @@ class MessageStore(HiddenIndex):
             chat = msg.chat_id
             state = chats.get(chat)
             if state is None:
-                bases[chat] = base = self.load_meta(chat)
+                bases[chat] = base = self._load_meta(chat)
                 prefix = chat if type(chat) is bytes and len(chat) == CHAT_ID_LEN else None
                 chats[chat] = state = [base.last_seq, -1, b"", prefix]
             state[0] = seq = state[0] + 1
@@ -264,12 +279,12 @@ class MessageStore(HiddenIndex):
                 chat: meta_after_messages(bases[chat], seq, packed, msg_id)
                 for chat, (seq, packed, msg_id, _) in chats.items()
             }
-            self.put_metas(batch, metas)
+            self._put_metas(batch, metas)
             self._mark_referred(batch, msgs, new_keys)
-            self.write(batch, events)
-            self.remember_meta(metas)
+            self._write(batch, events)
+            self._remember_meta(metas)
             if hidden_keys:
-                self._note_hidden_chats(hidden_keys)
+                self._hidden.note(hidden_keys)
         return results
 
     def _mark_referred(
@@ -293,18 +308,18 @@ class MessageStore(HiddenIndex):
                 referrers.append((m, m.ref))
         if referrers:
             missing = [ref for _, ref in referrers if ref not in new_keys]
-            held = dict(zip(missing, self.multi_get("seen_msg", missing), strict=True))
+            held = dict(zip(missing, self._multi_get("seen_msg", missing), strict=True))
             for m, ref in referrers:
                 target = new_keys.get(ref) or held.get(ref)
                 if target is not None and target[:CHAT_ID_LEN] == m.chat_id:
                     key = new_keys[m.msg_id]
                     batch.put(target + key, _referred_value(target, key, m.encoded), referred)
-        marks = self.multi_get("ref_targets", [m.msg_id for m in contents])
+        marks = self._multi_get("ref_targets", [m.msg_id for m in contents])
         for m, mark in zip(contents, marks, strict=True):
             if mark is not None:  # referred to before it arrived
                 target = new_keys[m.msg_id]
-                keys = [key for _, key in self.iter_prefix("refs", m.chat_id + m.msg_id)]
-                for key, held_bytes in zip(keys, self.multi_get("messages", keys), strict=True):
+                keys = [key for _, key in self._iter_prefix("refs", m.chat_id + m.msg_id)]
+                for key, held_bytes in zip(keys, self._multi_get("messages", keys), strict=True):
                     value = _referred_value(target, key, held_bytes or b"")
                     batch.put(target + key, value, referred)
 
@@ -314,8 +329,8 @@ class MessageStore(HiddenIndex):
         database written before these indexes existed. One scan of the messages."""
         referrers: dict[bytes, bytes] = {}  # id -> key, of a batch's edits and reactions
         msgs: list[MsgV1] = []
-        batch = self.new_batch()
-        for n, (key, value) in enumerate(self.iter_all("messages"), 1):
+        batch = WriteBatch(raw_mode=True)
+        for n, (key, value) in enumerate(self._iter_all("messages"), 1):
             msg = decode_msg(value, trusted=True)
             if msg.ref is not None:
                 self._index_ref(msg, msg.msg_id, key, seq_of(key), batch)
@@ -326,10 +341,10 @@ class MessageStore(HiddenIndex):
                     batch.delete(msg.chat_id + msg.ref + msg.msg_id, self._handle["refs"])
             if n % rows_per_batch == 0:
                 self._mark_referred(batch, msgs, referrers)  # their targets, as a put does
-                self.write(batch)
-                batch, msgs, referrers = self.new_batch(), [], {}
+                self._write(batch)
+                batch, msgs, referrers = WriteBatch(raw_mode=True), [], {}
         self._mark_referred(batch, msgs, referrers)
-        self.write(batch)
+        self._write(batch)
 
     def _index_ref(
         self, msg: MsgV1, msg_id: bytes, key: bytes, seq: int, batch: WriteBatch
@@ -360,17 +375,17 @@ class MessageStore(HiddenIndex):
     # --- reads ---
 
     def has_message(self, msg_id: bytes) -> bool:
-        return self.get("seen_msg", msg_id) is not None
+        return self._get("seen_msg", msg_id) is not None
 
     def held_messages(self, msg_ids: list[bytes]) -> list[bool]:
         """For each id, whether this replica holds that message (one multi-get)."""
-        return [v is not None for v in self.multi_get("seen_msg", msg_ids)]
+        return [v is not None for v in self._multi_get("seen_msg", msg_ids)]
 
     def get_message(self, msg_id: bytes) -> MsgV1 | None:
-        key = self.get("seen_msg", msg_id)
+        key = self._get("seen_msg", msg_id)
         if not key:
             return None
-        raw = self.get("messages", key)
+        raw = self._get("messages", key)
         if raw is None:
             return None
         return decode_msg(raw, max_payload=self.config.max_payload, trusted=True)
@@ -400,8 +415,10 @@ class MessageStore(HiddenIndex):
                 start = after + b"\x00"  # the smallest key greater than the cursor
             else:
                 end = after
-        rows = self.iter_range("messages", start, end, reverse=direction is Direction.BACKWARD)
-        hidden = self.hidden_seqs(chat_id)  # empty, without a read, for most chats
+        rows = self._rocks.iter_range(
+            "messages", start, end, reverse=direction is Direction.BACKWARD
+        )
+        hidden = self._hidden.seqs(chat_id)  # empty, without a read, for most chats
         items: list[StoredMessage] = []
         append = items.append
         max_payload = self.config.max_payload
@@ -424,7 +441,7 @@ class MessageStore(HiddenIndex):
     # --- sync helpers (seed 002: Merkle rebuild, step 4, step 5) ---
 
     def iter_msg_ids(self) -> Iterator[tuple[bytes, int]]:
-        for msg_id, key in self.iter_all("seen_msg"):
+        for msg_id, key in self._iter_all("seen_msg"):
             yield msg_id, extract_hlc_physical_from_seen_value(key) or 0
 
     def for_each_msg_id(self, callback: Callable[[bytes, int], None]) -> None:
@@ -433,13 +450,13 @@ class MessageStore(HiddenIndex):
             callback(msg_id, physical_ms)
 
     def get_bucket_msg_ids(self, bucket: int) -> list[bytes]:
-        return [msg_id for msg_id, _ in self.iter_prefix("seen_msg", bucket_prefix(bucket))]
+        return [msg_id for msg_id, _ in self._iter_prefix("seen_msg", bucket_prefix(bucket))]
 
     def get_bucket_msg_ids_filtered(self, bucket: int, cutoff_ts: int) -> list[bytes]:
         """Ids in ``bucket`` newer than ``cutoff_ts`` (the retention soft-filter)."""
         return [
             msg_id
-            for msg_id, key in self.iter_prefix("seen_msg", bucket_prefix(bucket))
+            for msg_id, key in self._iter_prefix("seen_msg", bucket_prefix(bucket))
             if (extract_hlc_physical_from_seen_value(key) or 0) > cutoff_ts
         ]
 
@@ -462,39 +479,39 @@ class MessageStore(HiddenIndex):
         """
         low = -1 if cutoff_ts is None else cutoff_ts
         high = MAX_PHYSICAL if settled_ts is None else settled_ts
-        keys = self.multi_get("seen_msg", ids)
+        keys = self._multi_get("seen_msg", ids)
         wanted = [
             key if key and low < (extract_hlc_physical_from_seen_value(key) or 0) <= high else None
             for key in keys
         ]
         present = [key for key in wanted if key is not None]
-        values = iter(self.multi_get("messages", present))
+        values = iter(self._multi_get("messages", present))
         return [None if key is None else next(values) for key in wanted]
 
     # --- retention helpers ---
 
     def for_each_chat_id(self, callback: Callable[[bytes], None]) -> None:
-        for chat_id, _ in self.iter_all("chats_meta"):
+        for chat_id, _ in self._iter_all("chats_meta"):
             callback(chat_id)
 
     def range_delete_old_messages(self, chat_id: bytes, cutoff_ts: int) -> None:
         """One delete_range over every message of ``chat_id`` with hlc.physical_ms <= cutoff_ts."""
         begin = key_messages(chat_id, 0, 0)
         end = key_messages(chat_id, Hlc(cutoff_ts + 1, 0).pack(), 0)
-        batch = self.new_batch()
+        batch = WriteBatch(raw_mode=True)
         batch.delete_range(begin, end, self._handle["messages"])
         batch.delete_range(begin, end, self._handle["referred"])  # keyed like the messages
         batch.delete_range(begin, end, self._handle["event_at"])  # so is this
         receipts = self._handle["receipts"]
-        for row, receipt_key in self.iter_prefix("receipts", chat_id):
+        for row, receipt_key in self._iter_prefix("receipts", chat_id):
             if begin <= receipt_key < end:  # the receipt expired with the messages
                 batch.delete(row, receipts)
-        self.write(batch)
+        self._write(batch)
 
     def scan_seen_msg_aged(self, cutoff_ts: int, limit: int) -> list[bytes]:
         """Up to ``limit`` msg ids whose HLC physical_ms <= cutoff_ts (or unreadable/legacy)."""
         aged: list[bytes] = []
-        for msg_id, key in self.iter_all("seen_msg"):
+        for msg_id, key in self._iter_all("seen_msg"):
             physical = extract_hlc_physical_from_seen_value(key)
             if physical is None or physical <= cutoff_ts:
                 aged.append(msg_id)
@@ -503,7 +520,7 @@ class MessageStore(HiddenIndex):
         return aged
 
     def delete_seen_msg_batch(self, msg_ids: list[bytes]) -> None:
-        batch = self.new_batch()
+        batch = WriteBatch(raw_mode=True)
         for msg_id in msg_ids:
             batch.delete(msg_id, self._handle["seen_msg"])
-        self.write(batch)
+        self._write(batch)

@@ -20,7 +20,7 @@ from store.keys import (
     prefix_end,
 )
 from store.messages import DEFAULT_PAGE_LIMIT, check_page_limit
-from store.rocks import RocksBase
+from store.rocks import Rocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +29,12 @@ class OriginalsPage:
     next_cursor: str | None  # None: nothing more
 
 
-class OriginalsStore(RocksBase):
+class Originals:
+    """Pages of the signed originals (reads only)."""
+
+    def __init__(self, rocks: Rocks) -> None:
+        self._rocks = rocks
+
     def member_ops_page(
         self, chat_id: bytes, cursor: str | None = None, limit: int = DEFAULT_PAGE_LIMIT
     ) -> OriginalsPage:
@@ -52,7 +57,7 @@ class OriginalsStore(RocksBase):
             start = decode_cursor(cursor, key_len, chat_id) + b"\x00"  # strictly after it
         originals: list[bytes] = []
         last = b""
-        for key, value in self.iter_range(cf, start, prefix_end(chat_id)):
+        for key, value in self._rocks.iter_range(cf, start, prefix_end(chat_id)):
             if len(originals) == limit:
                 return OriginalsPage(originals, encode_cursor(last))
             originals.append(value[skip:])

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from store.hidden import HiddenIndex
+from store.hidden import Hidden
 from store.hlc import Hlc
 from store.keys import (
     CHAT_ID_LEN,
@@ -29,21 +29,29 @@ from store.keys import (
     seq_of,
 )
 from store.kinds import CONTENT
+from store.metas import Metas
 from store.records import sender_and_kind
+from store.rocks import Rocks
 
 NO_MESSAGE = bytes(MSG_ID_LEN)  # ChatMeta.last_msg_id of a chat with no shown content
 UNREAD_CAP = 1000  # counted up to here: a client shows "999+" (the same on every replica)
 _POSITION_AT = CHAT_ID_LEN + USER_ID_LEN
 
 
-class ReadStore(HiddenIndex):
+class Receipts:
+    """Read positions and unread counts: reads only (the receipts are written with their
+    messages, ``store.messages``)."""
+
+    def __init__(self, rocks: Rocks, metas: Metas, hidden: Hidden) -> None:
+        self._rocks, self._metas, self._hidden = rocks, metas, hidden
+
     def read_position(self, chat_id: bytes, user_id: bytes) -> Hlc | None:
         """The greatest position of the user's shown receipts in the chat (None: none)."""
         reader = check_len(chat_id, CHAT_ID_LEN, "chat_id") + check_len(
             user_id, USER_ID_LEN, "user_id"
         )
-        hidden = self.hidden_seqs(chat_id)
-        for key, _ in self.iter_prefix("receipts", reader, reverse=True):
+        hidden = self._hidden.seqs(chat_id)
+        for key, _ in self._rocks.iter_prefix("receipts", reader, reverse=True):
             if not hidden or seq_of(key) not in hidden:
                 return Hlc.from_bytes(key[_POSITION_AT : _POSITION_AT + 8])
         return None
@@ -52,7 +60,7 @@ class ReadStore(HiddenIndex):
         """Shown content messages of the chat by others stamped after ``position``, up to
         ``UNREAD_CAP``."""
         check_len(chat_id, CHAT_ID_LEN, "chat_id")
-        meta = self.load_meta(chat_id)  # its newest shown content message, if it has one
+        meta = self._metas.load(chat_id)  # its newest shown content message, if it has one
         if meta.last_msg_id == NO_MESSAGE or (
             position is not None and position.pack() >= meta.last_msg_ts
         ):
@@ -65,11 +73,11 @@ class ReadStore(HiddenIndex):
             start = chat_id + after.to_bytes(8, "big")
         end = prefix_end(chat_id)
         values: Iterator[bytes]
-        if hidden := self.hidden_seqs(chat_id):  # rare: the keys say which are hidden
-            rows = self.iter_range("messages", start, end)
+        if hidden := self._hidden.seqs(chat_id):  # rare: the keys say which are hidden
+            rows = self._rocks.iter_range("messages", start, end)
             values = (value for key, value in rows if seq_of(key) not in hidden)
         else:
-            values = self.iter_values("messages", start, end)
+            values = self._rocks.iter_values("messages", start, end)
         count = 0
         for value in values:
             sender, kind = sender_and_kind(value)

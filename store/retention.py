@@ -90,8 +90,8 @@ def trim_chats(db: ChatDb, cutoff_ms: int) -> list[bytes]:
     """delete_range the expired messages of every chat that has any; the chats trimmed."""
     db.expire_before_ms = max(db.expire_before_ms or cutoff_ms, cutoff_ms)
     trimmed = []
-    for chat_id, _ in db.iter_all("chats_meta"):
-        first = next(db.iter_prefix("messages", chat_id), None)
+    for chat_id in db.metas.chat_ids():
+        first = next(db.rocks.iter_prefix("messages", chat_id), None)
         if first is None or int.from_bytes(first[0][32:40], "big") >> LOGICAL_BITS > cutoff_ms:
             continue
         db.range_delete_old_messages(chat_id, cutoff_ms)
@@ -106,10 +106,10 @@ def _reset_preview(db: ChatDb, chat_id: bytes) -> None:
     """No shown content message of the chat is left (what may remain refers to some): its
     meta and inbox entries point at nothing now."""
     meta = replace(db.load_meta(chat_id), last_ts=0, last_msg_id=bytes(MSG_ID_LEN), last_msg_ts=0)
-    batch = db.new_batch()
-    db.put_metas(batch, {chat_id: meta})
-    db.write(batch)
-    db.remember_meta({chat_id: meta})
+    batch = db.rocks.new_batch()
+    db.metas.put(batch, {chat_id: meta})
+    db.rocks.write(batch)
+    db.metas.remember({chat_id: meta})
     members = db.list_members(chat_id)
     if members:
         entry = InboxEntry(chat_id, ChatKind.GROUP, 0, bytes(MSG_ID_LEN), bytes(20), meta.last_seq)
@@ -118,7 +118,7 @@ def _reset_preview(db: ChatDb, chat_id: bytes) -> None:
 
 def iter_seen_aged(db: ChatDb, cutoff_ms: int) -> Iterator[bytes]:
     """Msg ids whose HLC physical_ms <= cutoff, in one pass (the iterator reads a snapshot)."""
-    for msg_id, key in db.iter_all("seen_msg"):
+    for msg_id, key in db.rocks.iter_all("seen_msg"):
         physical = extract_hlc_physical_from_seen_value(key)
         if physical is None or physical <= cutoff_ms:
             yield msg_id

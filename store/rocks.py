@@ -12,11 +12,9 @@ stop at a prefix boundary.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, cast
 
 from rocksdict import (
@@ -31,10 +29,9 @@ from rocksdict import (
     WriteOptions,
 )
 
-from store.access import MemberHistory
 from store.hlc import DEFAULT_MAX_OFFSET_MS
 from store.keys import BUCKET_PREFIX_LEN, CHAT_ID_LEN, USER_ID_LEN, prefix_end
-from store.records import DEFAULT_MAX_PAYLOAD, ChatMeta, decode_chat_meta
+from store.records import DEFAULT_MAX_PAYLOAD
 
 DEFAULT_PATH = "./chatdb-data"
 
@@ -146,8 +143,10 @@ def _existing_column_families(path: str) -> list[str] | None:
     return list(Rdict.list_cf(path))
 
 
-class RocksBase:
-    """Owns the Rdict, its CF views and handles, and the chats_meta cache.
+class Rocks:
+    """Owns the Rdict, its CF views (``cf``) and handles (``handle``), and the plumbing every
+    row store shares: batches, writes, gets, multi-gets and scans. Row stores are given it
+    (``store.chatdb`` builds them); none inherits from it, and none keeps state here.
 
     Not thread-safe for writes: one writer task owns a ChatDb (ARCHITECTURE.md).
     """
@@ -175,48 +174,30 @@ class RocksBase:
         )
         for name in retired:  # RocksDB opens a database only with all its CFs: open, then drop
             self._db.drop_column_family(name)
-        self._cf = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}
-        self._handle = {name: self._db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
+        self.cf = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}
+        self.handle = {name: self._db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
         self._write_opts = WriteOptions()
         self._write_opts.sync = config.write_sync
-        self._meta_cache: dict[bytes, ChatMeta] = {}
-        self._inbox_keys: dict[bytes, bytes] = {}  # user | chat -> user_inbox key (store.inbox)
-        # chats whose lists wait for their refresh, and the lock of every user_inbox write
-        self._stale_lists: dict[bytes, Any] = {}  # chat -> store.inbox.StaleList
-        self._stale_messages = 0
-        self._inbox_lock = threading.RLock()
-        self._histories: dict[bytes, MemberHistory] = {}  # chat | user -> ops' stamps (members)
-        self._closed = False
+        self.closed = False
 
     # --- lifecycle ---
 
     def close(self) -> None:
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
-        for view in self._cf.values():
+        self.closed = True
+        for view in self.cf.values():
             view.close()
-        self._cf.clear()
-        self._handle.clear()
+        self.cf.clear()
+        self.handle.clear()
         self._db.close()
-
-    def __enter__(self) -> RocksBase:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def memory_usage(self) -> dict[str, int]:
         """Bytes RocksDB holds in memory: memtables (all CFs), block cache, table readers
         (index and filter blocks outside the cache)."""
 
         def total(prop: str) -> int:
-            return sum(view.property_int_value(prop) or 0 for view in self._cf.values())
+            return sum(view.property_int_value(prop) or 0 for view in self.cf.values())
 
         return {
             "memtables": total("rocksdb.cur-size-all-mem-tables"),
@@ -225,20 +206,21 @@ class RocksBase:
         }
 
     def flush(self) -> None:
-        for view in self._cf.values():
+        for view in self.cf.values():
             view.flush()
 
     def compact(self) -> None:
         """Compact every CF: range tombstones are only reclaimed on disk by compaction."""
-        for view in self._cf.values():
+        for view in self.cf.values():
             view.compact_range(None, None)
 
-    # --- plumbing shared by the domain modules ---
+    # --- plumbing shared by the row stores ---
 
     def new_batch(self) -> WriteBatch:
         return WriteBatch(raw_mode=True)
 
     def write(self, batch: WriteBatch) -> None:
+        """Write ``batch`` as it is (``store.events.EventLog.write`` logs events with it)."""
         self._db.write(batch, self._write_opts)
 
     def iter_prefix(
@@ -263,7 +245,7 @@ class RocksBase:
         opts.set_total_order_seek(True)
         if end is not None:
             opts.set_iterate_upper_bound(end)
-        it = self._cf[cf].iter(opts)
+        it = self.cf[cf].iter(opts)
         if not reverse:
             it.seek(start)
             while it.valid():
@@ -285,47 +267,17 @@ class RocksBase:
         opts.set_total_order_seek(True)
         if end is not None:
             opts.set_iterate_upper_bound(end)
-        values: Iterator[bytes] = self._cf[cf].values(from_key=start, read_opt=opts)
+        values: Iterator[bytes] = self.cf[cf].values(from_key=start, read_opt=opts)
         return values
 
     def multi_get(self, cf: str, keys: list[bytes]) -> list[bytes | None]:
         if not keys:
             return []
         if len(keys) == 1:  # a point get costs a third of a multi_get of one
-            return [self._cf[cf].get(keys[0])]
-        values = self._cf[cf].get(cast(Any, keys))  # one multi_get call for the whole list
+            return [self.cf[cf].get(keys[0])]
+        values = self.cf[cf].get(cast(Any, keys))  # one multi_get call for the whole list
         return cast(list[bytes | None], values)
 
     def get(self, cf: str, key: bytes) -> bytes | None:
-        value: bytes | None = self._cf[cf].get(key)
+        value: bytes | None = self.cf[cf].get(key)
         return value
-
-    # --- chats_meta, cached: the single writer is the only one who changes it ---
-
-    def load_meta(self, chat_id: bytes) -> ChatMeta:
-        meta = self._meta_cache.get(chat_id)
-        if meta is None:
-            raw = self.get("chats_meta", chat_id)
-            meta = decode_chat_meta(raw) if raw is not None else ChatMeta()
-        return meta
-
-    def remember_meta(self, metas: dict[bytes, ChatMeta]) -> None:
-        """Cache ``metas`` after their batch was written (never before: a failed write must not leak)."""
-        if len(self._meta_cache) + len(metas) > self.config.meta_cache_size:
-            self._meta_cache.clear()
-        self._meta_cache.update(metas)
-
-    def remember_one_meta(self, chat_id: bytes, meta: ChatMeta) -> None:
-        """``remember_meta({chat_id: meta})`` without building the dict (put_message)."""
-        cache = self._meta_cache
-        if len(cache) >= self.config.meta_cache_size:
-            cache.clear()
-        cache[chat_id] = meta
-
-    def put_metas(self, batch: WriteBatch, metas: dict[bytes, ChatMeta]) -> None:
-        for chat_id, meta in metas.items():
-            batch.put(chat_id, meta.encode(), self._handle["chats_meta"])
-
-    def get_chat_meta(self, chat_id: bytes) -> ChatMeta | None:
-        raw = self.get("chats_meta", chat_id)
-        return None if raw is None else decode_chat_meta(raw)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from store.admission import AdmissionStore
+from store.deletes import Deletes
+from store.hidden import Hidden
 from store.hlc import Hlc
 from store.keys import CHAT_ID_LEN, MESSAGES_KEY_LEN, decode_cursor, referred_end, seq_of
 from store.kinds import (
@@ -29,10 +30,12 @@ from store.kinds import (
 from store.messages import (
     DEFAULT_PAGE_LIMIT,
     Direction,
+    Messages,
     RangePage,
     StoredMessage,
 )
 from store.records import MessageKind, MsgV1, decode_msg
+from store.rocks import Rocks
 
 REPLY = MessageKind.REPLY
 
@@ -51,7 +54,13 @@ class FoldedPage:
         return [self.view(item) for item in self.items]
 
 
-class ViewStore(AdmissionStore):
+class Views:
+    """Folded pages of a chat's history (reads only, of the messages, the hidden index and
+    the deletes)."""
+
+    def __init__(self, rocks: Rocks, messages: Messages, hidden: Hidden, deletes: Deletes) -> None:
+        self._rocks, self._messages, self._hidden, self._deletes = rocks, messages, hidden, deletes
+
     def folded_range(
         self,
         chat_id: bytes,
@@ -59,7 +68,7 @@ class ViewStore(AdmissionStore):
         limit: int = DEFAULT_PAGE_LIMIT,
         direction: Direction = Direction.BACKWARD,
     ) -> FoldedPage:
-        page = self.range(chat_id, cursor, limit, direction, kinds=CONTENT)
+        page = self._messages.range(chat_id, cursor, limit, direction, kinds=CONTENT)
         valid = self._valid_deletes(chat_id)
         referrers = self._referrers(chat_id, page.items)
         changed = {
@@ -71,10 +80,11 @@ class ViewStore(AdmissionStore):
         return FoldedPage(page.items, changed, tombstones, page.next_cursor)
 
     def _valid_deletes(self, chat_id: bytes) -> list[MsgV1]:
-        if chat_id not in self.delete_chats():
+        deletes = self._deletes
+        if chat_id not in deletes.delete_chats():
             return []  # most chats, without a read
-        is_admin = self.admins(chat_id)
-        return [d for d in self.deletes_of(chat_id) if delete_is_valid(d, is_admin)]
+        is_admin = deletes.admins(chat_id)
+        return [d for d in deletes.deletes_of(chat_id) if delete_is_valid(d, is_admin)]
 
     def _referrers(self, chat_id: bytes, items: list[StoredMessage]) -> dict[bytes, list[MsgV1]]:
         """The page's messages' key -> the shown edits and reactions that refer to them
@@ -86,10 +96,10 @@ class ViewStore(AdmissionStore):
         if not items:
             return {}
         low, high = sorted((items[0].key, items[-1].key))
-        hidden = self.hidden_seqs(chat_id)  # a referrer whose sender was not a member then
+        hidden = self._hidden.seqs(chat_id)  # a referrer whose sender was not a member then
         out: dict[bytes, list[MsgV1]] = {}
         unread: list[bytes] = []  # rows without the bytes
-        for row, value in self.iter_range("referred", low, referred_end(high)):
+        for row, value in self._rocks.iter_range("referred", low, referred_end(high)):
             if hidden and seq_of(row) in hidden:
                 continue
             target = row[:MESSAGES_KEY_LEN]
@@ -98,7 +108,7 @@ class ViewStore(AdmissionStore):
             else:
                 unread.append(row)
         if unread:
-            held = self.multi_get("messages", [row[MESSAGES_KEY_LEN:] for row in unread])
+            held = self._rocks.multi_get("messages", [row[MESSAGES_KEY_LEN:] for row in unread])
             for row, raw in zip(unread, held, strict=True):
                 if raw is not None:  # (None: erased or expired)
                     out.setdefault(row[:MESSAGES_KEY_LEN], []).append(decode_msg(raw, trusted=True))
@@ -116,7 +126,7 @@ class ViewStore(AdmissionStore):
     def _reply_state(self, reply: MsgV1, valid: list[MsgV1]) -> str:
         ref = reply.ref
         assert ref is not None
-        target = self.get_message(ref)
+        target = self._messages.get_message(ref)
         if target is not None and target.chat_id == reply.chat_id:
             return "present"
         return "deleted" if any(d.ref == ref for d in valid) else "unknown"
@@ -139,7 +149,9 @@ class ViewStore(AdmissionStore):
             assert d.ref is not None
             first.setdefault(d.ref, d)
         out = []
-        for (ref, d), is_held in zip(first.items(), self.held_messages(list(first)), strict=True):
+        for (ref, d), is_held in zip(
+            first.items(), self._messages.held_messages(list(first)), strict=True
+        ):
             claims = claims_of(d)
             if is_held or claims is None or not _within(claims.hlc, start, end, direction):
                 continue

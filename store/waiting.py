@@ -3,7 +3,7 @@
 A message is stored only once an op makes it admissible (``store.access``); until
 then it waits here, so a reordering of gossip or a sync frame that brings the
 message before its op loses nothing. (A node also keeps the room's messages in
-its store — ``AdmissionStore.save_waiting`` — so that a restart loses none.) The room is bounded in messages
+its store — ``Admission.save_waiting`` — so that a restart loses none.) The room is bounded in messages
 and bytes and evicts the oldest first: a key that was never a member can occupy
 at most this much of a replica, whatever path its messages take. An evicted
 message that is admissible somewhere comes back by anti-entropy, from a peer that

@@ -29,7 +29,7 @@ def create_app(node: NodeApi) -> FastAPI:
         description="A chatsync node: signed chat ops in, history, chat lists and status out.",
     )
     app.state.node = node
-    app.state.tail = LogTail(node.db, partial(stream_json, node))  # shared by the streams
+    app.state.tail = LogTail(node.reads, partial(stream_json, node))  # shared by the streams
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     install_error_handlers(app)
     for module in (ops, auth, admin, chats, users, events, identity, debug, dm3):

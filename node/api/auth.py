@@ -3,7 +3,7 @@
 A user's token (``Authorization: Bearer <token>``, or ``?access_token=`` where a client
 cannot set headers, as browsers opening a WebSocket) opens that user's chat list, read
 state, events and delivery state, and the history and members of the chats they may read
-(``FeedStore.may_read``). The admin token (``admin.token`` beside the database) opens
+(``Feeds.may_read``). The admin token (``admin.token`` beside the database) opens
 ``/admin/*`` and ``/debug/*``. Open to all: ``POST /ops`` (every op is signed and judged on
 its own), identities, a chat's proof (who controls it, which a client needs to sign member
 ops), ``/status``, ``/metrics``, ``/health`` and the schema. Refusals: 401 ``no_token``,
@@ -82,5 +82,5 @@ def as_user(who: Principal, user: bytes) -> None:
 
 async def as_reader(node: NodeApi, who: Principal, chat: bytes) -> None:
     """403 ``not_a_member`` unless the token's user may read the chat."""
-    if not await trio.to_thread.run_sync(node.db.may_read, chat, who.user_id):
+    if not await trio.to_thread.run_sync(node.reads.may_read, chat, who.user_id):
         raise AuthRefused(403, "not_a_member", "only the chat's members read it")

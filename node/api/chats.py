@@ -31,7 +31,7 @@ from node.api.models import (
     tombstone_out,
 )
 from node.auth import Principal
-from store.chatdb import ChatDb
+from store.chat_reads import ChatReads
 from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, Direction
 from store.originals import OriginalsPage
 
@@ -54,15 +54,17 @@ async def history(
     messages with their latest edit, reactions and reply state; tombstones), or ``raw``."""
     chat = chat_param(chat_id)
     await as_reader(node, who, chat)
-    db = node.db
+    reads = node.reads
     if raw:
-        page = await trio.to_thread.run_sync(lambda: db.range(chat, cursor, limit, direction))
+        page = await trio.to_thread.run_sync(lambda: reads.range(chat, cursor, limit, direction))
         return HistoryOut(
             chat_id=chat.hex(),
             messages=[message_out(item.msg, item.seq) for item in page.items],
             next_cursor=page.next_cursor,
         )
-    folded = await trio.to_thread.run_sync(lambda: db.folded_range(chat, cursor, limit, direction))
+    folded = await trio.to_thread.run_sync(
+        lambda: reads.folded_range(chat, cursor, limit, direction)
+    )
     return HistoryOut(
         chat_id=chat.hex(),
         messages=[folded_out(folded.view(item), item.seq) for item in folded.items],
@@ -77,7 +79,7 @@ async def one_message(chat_id: str, msg_id: str, node: NodeDep, who: Signed) -> 
     sender, stamp and kind in a delete. 404 ``not_found``: not held here (or erased)."""
     chat, wanted = chat_param(chat_id), msg_id_param(msg_id)
     await as_reader(node, who, chat)
-    msg = await trio.to_thread.run_sync(node.db.get_message, wanted)
+    msg = await trio.to_thread.run_sync(node.reads.get_message, wanted)
     if msg is None or msg.chat_id != chat:
         raise NotFound("not_found", f"this node holds no message {msg_id} in chat {chat_id}")
     return message_out(msg, 0)
@@ -88,7 +90,7 @@ async def members(chat_id: str, node: NodeDep, who: Signed) -> MembersOut:
     """The chat's active members (the CRDT rows whose last add beats their last remove)."""
     chat = chat_param(chat_id)
     await as_reader(node, who, chat)
-    rows = await trio.to_thread.run_sync(node.db.list_members_with_info, chat)
+    rows = await trio.to_thread.run_sync(node.reads.list_members_with_info, chat)
     return MembersOut(chat_id=chat.hex(), members=[member_out(user, info) for user, info in rows])
 
 
@@ -111,11 +113,11 @@ async def deletes(
 
 
 async def originals(
-    node: NodeApi, who: Principal, chat_id: str, read: Callable[[ChatDb, bytes], OriginalsPage]
+    node: NodeApi, who: Principal, chat_id: str, read: Callable[[ChatReads, bytes], OriginalsPage]
 ) -> OriginalsOut:
     chat = chat_param(chat_id)
     await as_reader(node, who, chat)
-    page = await trio.to_thread.run_sync(read, node.db, chat)
+    page = await trio.to_thread.run_sync(read, node.reads, chat)
     return OriginalsOut(
         chat_id=chat.hex(), ops=[b64encode(op) for op in page.originals],
         next_cursor=page.next_cursor,
@@ -127,7 +129,7 @@ async def proof(chat_id: str, node: NodeDep) -> GroupProofOut | DmProofOut:
     """Who controls the chat (store.authz): the group's creator key and nonce, or the DM's two
     users — what a client needs to sign member ops. 404 ``unknown_chat``: no member op here."""
     chat = chat_param(chat_id)
-    found = await trio.to_thread.run_sync(node.db.chat_proof, chat)
+    found = await trio.to_thread.run_sync(node.reads.chat_proof, chat)
     if found is None:
         raise NotFound("unknown_chat", f"this node holds no member op of chat {chat.hex()}")
     return proof_out(found)

@@ -87,7 +87,7 @@ async def events(
     user = user_param(user_id)
     as_user(who, user)
     after = position_of(node, since)
-    page = await trio.to_thread.run_sync(node.db.feed, user, after, limit)
+    page = await trio.to_thread.run_sync(node.reads.feed, user, after, limit)
     return EventsOut(
         events=[event_out(node, e) for e in page.events], next=token_of(node, page.position)
     )
@@ -99,7 +99,7 @@ async def delivery(user_id: str, node: NodeDep, who: Signed) -> DeliveryOut:
     user = user_param(user_id)
     as_user(who, user)
     await node.acks.flush()
-    acked = await trio.to_thread.run_sync(node.db.delivered, user)
+    acked = await trio.to_thread.run_sync(node.reads.delivered, user)
     return DeliveryOut(
         user_id=user.hex(), devices={device: token_of(node, p) for device, p in acked.items()}
     )
@@ -114,7 +114,7 @@ async def message_delivery(
     chat, wanted = chat_param(chat_id), msg_id_param(msg_id)
     await as_reader(node, who, chat)
     await node.acks.flush()
-    found = await trio.to_thread.run_sync(node.db.delivery, wanted)
+    found = await trio.to_thread.run_sync(node.reads.delivery, wanted)
     if found is None or found[0].chat_id != chat:
         raise NotFound("not_found", f"this node shows no message {msg_id} in chat {chat_id}")
     return MessageDeliveryOut(
@@ -179,7 +179,7 @@ async def _push(
     ``INLINE_BYTES`` — fit in a TCP connection's buffers (Linux: 128 KiB to receive and
     16 KiB to send at first), so a send never waits for a client that stopped reading."""
     timeout = node.config.stream_send_timeout_s
-    reader = Reader(node.db, user)
+    reader = Reader(node.reads, user)
     unacked: deque[tuple[int, float]] = deque()  # (a sent page's position, when it was sent)
     while True:
         while unacked and unacked[0][0] <= acked.position:
@@ -215,7 +215,7 @@ async def _next_frame(
     found = await tail.after(after)
     if found is None:
         page = await trio.to_thread.run_sync(
-            partial(node.db.feed, user, after, DEFAULT_EVENTS, max_bytes=FRAME_BYTES)
+            partial(node.reads.feed, user, after, DEFAULT_EVENTS, max_bytes=FRAME_BYTES)
         )
         return [stream_json(node, e) for e in page.events], page.position
     events, reached = found
@@ -305,7 +305,7 @@ def position_of(node: NodeApi, token: str | None) -> int:
     if raw[:8] != node.auth.node_id[:8]:
         raise Gone("a token of another node's log: start over here", reason="foreign_token")
     position = int.from_bytes(raw[8:], "big")
-    if position > node.db.last_position:
+    if position > node.reads.last_position:
         raise Gone("past the end of this node's log: start over", reason="unknown_position")
     return position
 

@@ -18,7 +18,7 @@ router = APIRouter()
 async def get_identity(user_id: str, node: NodeDep) -> IdentityOut:
     """The user's current identity record (verify it: ``store.ops.verify_identity``)."""
     user = user_param(user_id)
-    found = await trio.to_thread.run_sync(node.db.get_identity, user)
+    found = await trio.to_thread.run_sync(node.reads.get_identity, user)
     if found is None:
         raise StarletteHTTPException(404, f"no identity for user {user.hex()}")
     hlc, blob = found

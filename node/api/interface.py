@@ -1,8 +1,9 @@
 """The narrow interface the HTTP layer has to a running node (``node.node.RunningNode``).
 
 Handlers reach it through FastAPI's dependency injection (``NodeDep``): the app keeps
-it in ``app.state.node``. Reads go straight to the ChatDb (in a worker thread);
-every write goes through the node's writer (``submit_ops``).
+it in ``app.state.node``. Reads go straight to the store (in a worker thread), through
+``reads`` — a ``store.chat_reads.ChatReads``, which has no write; every write goes through
+the node's writer (``submit_ops``).
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from node.delivery import Acks
 from node.dm3 import Dm3Gateway
 from node.intake import Submitted
 from node.metrics import Metrics
-from store.chatdb import ChatDb
+from store.chat_reads import ChatReads
 from store.ops import Op
 
 
 class NodeApi(Protocol):
     @property
-    def db(self) -> ChatDb:
-        """For reads only."""
+    def reads(self) -> ChatReads:
+        """The store's reads (there is no write in the type)."""
         ...
 
     @property

@@ -4,7 +4,7 @@ A thousand streams at the log's end would each read the new events from RocksDB 
 hop each) and build the same JSON for each event. Instead ``LogTail`` reads what the store
 logged since it last looked — once, whoever asks first — decodes it and serializes each event
 once (``event_json``), and keeps the newest ``KEEP``. A stream that is behind that window
-reads its own feed from the store (``FeedStore.feed``). What each user may read is decided
+reads its own feed from the store (``Feeds.feed``). What each user may read is decided
 per stream by the feed's own rule (``store.feed.Reader``).
 """
 
@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import trio
 
+from store.chat_reads import ChatReads
 from store.events import EventKind
-from store.feed import FeedEvent, FeedStore
+from store.feed import FeedEvent
 
 KEEP = 8192  # events held: about a minute of a busy node's log
 READ = 4096  # events read from the store at once
@@ -34,9 +35,9 @@ class TailEvent:
 
 
 class LogTail:
-    def __init__(self, db: FeedStore, event_json: Callable[[FeedEvent], str]) -> None:
-        self._db, self._event_json = db, event_json
-        self._floor = db.last_position  # the tail serves positions after this
+    def __init__(self, reads: ChatReads, event_json: Callable[[FeedEvent], str]) -> None:
+        self._reads, self._event_json = reads, event_json
+        self._floor = reads.last_position  # the tail serves positions after this
         self._read_to = self._floor
         self._events: list[TailEvent] = []
         self._positions: list[int] = []
@@ -47,9 +48,9 @@ class LogTail:
         no longer holds them all (the stream then reads the store)."""
         if position < self._floor:
             return None
-        if self._read_to < self._db.last_position:
+        if self._read_to < self._reads.last_position:
             async with self._lock:  # one reader for all the streams
-                while self._read_to < self._db.last_position:
+                while self._read_to < self._reads.last_position:
                     await self._read()
         if position < self._floor:
             return None
@@ -57,7 +58,7 @@ class LogTail:
         return self._events[start:], self._read_to
 
     async def _read(self) -> None:
-        page = await trio.to_thread.run_sync(self._db.log_page, self._read_to, READ)
+        page = await trio.to_thread.run_sync(self._reads.log_page, self._read_to, READ)
         for event in page.events:
             msg_id = event.msg.msg_id if event.kind is EventKind.MESSAGE and event.msg else None
             json = self._event_json(event)
@@ -81,7 +82,7 @@ class LogTail:
         a stream not past them yet gets them no more (the store's feed would not give them),
         and no erased payload stays in memory."""
         ids = [e.msg_id for e in self._events if e.chat_id in chats and e.msg_id is not None]
-        shown = await trio.to_thread.run_sync(self._db.shown_messages, ids)
+        shown = await trio.to_thread.run_sync(self._reads.shown_messages, ids)
         gone = {msg_id for msg_id, is_shown in zip(ids, shown, strict=True) if not is_shown}
         if gone:
             kept = [e for e in self._events if e.msg_id not in gone]

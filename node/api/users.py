@@ -14,7 +14,7 @@ from node.api.decode import chat_param, decode_receipt_in, user_param
 from node.api.errors import ERRORS
 from node.api.interface import NodeDep
 from node.api.models import ChatsOut, HlcOut, ReadIn, ReadOut, chat_entry_out
-from store.chatdb import ChatDb
+from store.chat_reads import ChatReads
 from store.hlc import Hlc
 from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 
@@ -32,7 +32,7 @@ async def chats(
     """The user's chats, most recent first, with unread counts."""
     user = user_param(user_id)
     as_user(who, user)
-    page = await trio.to_thread.run_sync(lambda: node.db.list_user_chats(user, cursor, limit))
+    page = await trio.to_thread.run_sync(lambda: node.reads.list_user_chats(user, cursor, limit))
     return ChatsOut(
         user_id=user.hex(),
         chats=[chat_entry_out(item) for item in page.items],
@@ -45,7 +45,7 @@ async def get_read(user_id: str, chat_id: str, node: NodeDep, who: Signed) -> Re
     """How far the user has read in the chat, by their receipts, and what is unread."""
     user, chat = user_param(user_id), chat_param(chat_id)
     as_user(who, user)
-    position, unread = await trio.to_thread.run_sync(read_state, node.db, user, chat)
+    position, unread = await trio.to_thread.run_sync(read_state, node.reads, user, chat)
     return read_out(user, chat, position, unread, moved=None)
 
 
@@ -63,15 +63,15 @@ async def put_read(
     submitted = await node.submit_ops([receipt], wait_for_room=False)
     if submitted.waiting[0]:
         response.status_code = 202
-    position, unread = await trio.to_thread.run_sync(read_state, node.db, user, chat)
+    position, unread = await trio.to_thread.run_sync(read_state, node.reads, user, chat)
     # the intake let it through only if it reads past the known position; a receipt it
     # already held, or one that waits for its member op, moved nothing
     return read_out(user, chat, position, unread, moved=submitted.new[0])
 
 
-def read_state(db: ChatDb, user: bytes, chat: bytes) -> tuple[Hlc | None, int]:
-    position = db.read_position(chat, user)
-    return position, db.unread_count(chat, user, position)
+def read_state(reads: ChatReads, user: bytes, chat: bytes) -> tuple[Hlc | None, int]:
+    position = reads.read_position(chat, user)
+    return position, reads.unread_count(chat, user, position)
 
 
 def read_out(

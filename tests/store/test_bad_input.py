@@ -227,7 +227,7 @@ def test_bad_member_and_identity_records_are_rejected(full_db: ChatDb) -> None:
 
 def test_corrupt_stored_member_row_raises_and_writes_nothing(full_db: ChatDb) -> None:
     batch = full_db.new_batch()
-    batch.put(CHAT + USERS[2], b"\xff\xff", full_db._handle["members"])
+    batch.put(CHAT + USERS[2], b"\xff\xff", full_db.rocks.handle["members"])
     full_db.write(batch)
     assert_rejected(
         full_db,

@@ -636,7 +636,7 @@ def test_refresh_inboxes_keeps_one_entry_per_user_and_chat(
             msg = MsgV1.create(keys[u], chat, Hlc(1_000 + n), b"m")
             db.put_messages([msg])
             if forget:
-                db._inbox_keys.clear()
+                db.inbox._inbox_keys.clear()
             db.refresh_inboxes([msg], previous)
             written.update((user, chat) for user in users)
             assert db.list_user_chats(users[u]).items[0].entry.last_msg_id == msg.msg_id
@@ -800,7 +800,7 @@ def test_extract_hlc_physical_empty_is_zero(db: ChatDb) -> None:
     # a legacy empty seen_msg value is aged at any cutoff
     legacy = b"\x77" * 32
     batch = db.new_batch()
-    batch.put(legacy, b"", db._handle["seen_msg"])
+    batch.put(legacy, b"", db.rocks.handle["seen_msg"])
     db.write(batch)
     assert db.scan_seen_msg_aged(0, 10) == [legacy]
     assert db.get_message(legacy) is None

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from store import ChatDb, ChatDbConfig, Hlc, MessageKind, MsgV1
 from store.authz import new_group
 from store.events import EventKind
-from store.feed import FeedEvent, FeedStore
+from store.feed import FeedEvent
 from store.kinds import Claims
 from store.ops import MembershipAction, MembershipOp
 from sync.replica import DbReplica
@@ -30,7 +30,7 @@ def post(author: int, n: int, chat: bytes = GROUP_CHAT) -> MsgV1:
     return MsgV1.create(KEYS[author], chat, Hlc(1000 + n), b"post %d" % n)
 
 
-def all_of(db: FeedStore, user: bytes, page: int = 3) -> list[FeedEvent]:
+def all_of(db: ChatDb, user: bytes, page: int = 3) -> list[FeedEvent]:
     events: list[FeedEvent] = []
     position = 0
     while True:
