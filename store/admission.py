@@ -1,4 +1,4 @@
-"""Admission: a ChatDb planned (``store.plan``) and carrying its plans out.
+"""Admission: the row stores planned (``store.plan``) and carrying its plans out.
 
 ``apply_ops`` plans a batch of validated ops against ``DbView`` — the planner's
 read view of the store and of the waiting room beside it — and carries the plan
@@ -10,6 +10,11 @@ whose histories grew: their messages stamped at or after the earliest new op
 are shown or hidden again, and when a chat's hidden set changed, its preview
 (ChatMeta's newest message, the members' chat-list entries) points at its newest
 shown message again.
+
+``Admission`` is the one row store that takes the others (messages, members, deletes,
+chat lists, identities): carrying a plan out is calling each in turn. What it writes itself
+has no other owner — the re-decided hidden rows, the refreshed previews, the waiting room —
+and ``DbView`` reads the stores it is given, never a ChatDb.
 """
 
 from __future__ import annotations

@@ -82,18 +82,28 @@ class ChatDb:
         """The row stores' methods the rest of the code base calls on a ChatDb."""
         rocks, metas, events, messages = self.rocks, self.metas, self.events, self.messages
         # plumbing (tools and tests)
-        self.memory_usage, self.flush, self.compact = rocks.memory_usage, rocks.flush, rocks.compact
-        self.new_batch, self.write = rocks.new_batch, events.write
-        self.get, self.multi_get = rocks.get, rocks.multi_get
-        self.iter_all, self.iter_prefix = rocks.iter_all, rocks.iter_prefix
-        self.load_meta, self.get_chat_meta = metas.load, metas.get
+        self.memory_usage = rocks.memory_usage
+        self.flush = rocks.flush
+        self.compact = rocks.compact
+        self.new_batch = rocks.new_batch
+        self.write = events.write
+        self.get = rocks.get
+        self.multi_get = rocks.multi_get
+        self.iter_all = rocks.iter_all
+        self.iter_prefix = rocks.iter_prefix
+        self.load_meta = metas.load
+        self.get_chat_meta = metas.get
         # the event log
         self.add_listener = events.add_listener
         # messages
-        self.put_message, self.put_messages = messages.put_message, messages.put_messages
-        self.has_message, self.held_messages = messages.has_message, messages.held_messages
-        self.get_message, self.range = messages.get_message, messages.range
-        self.iter_msg_ids, self.for_each_msg_id = messages.iter_msg_ids, messages.for_each_msg_id
+        self.put_message = messages.put_message
+        self.put_messages = messages.put_messages
+        self.has_message = messages.has_message
+        self.held_messages = messages.held_messages
+        self.get_message = messages.get_message
+        self.range = messages.range
+        self.iter_msg_ids = messages.iter_msg_ids
+        self.for_each_msg_id = messages.for_each_msg_id
         self.get_bucket_msg_ids = messages.get_bucket_msg_ids
         self.get_bucket_msg_ids_filtered = messages.get_bucket_msg_ids_filtered
         self.get_messages_cbor_batch = messages.get_messages_cbor_batch
@@ -114,11 +124,10 @@ class ChatDb:
         self.apply_member_record_synced = members.apply_member_record_synced
         self.apply_member_states = members.apply_member_states
         self.chat_proof = members.chat_proof
-        self.get_member_record, self.get_member_info = (
-            members.get_member_record,
-            members.get_member_info,
-        )
-        self.is_member, self.list_members = members.is_member, members.list_members
+        self.get_member_record = members.get_member_record
+        self.get_member_info = members.get_member_info
+        self.is_member = members.is_member
+        self.list_members = members.list_members
         self.list_members_with_info = members.list_members_with_info
         self.iter_member_record_ids = members.iter_member_record_ids
         self.for_each_member_record_id = members.for_each_member_record_id
@@ -127,13 +136,13 @@ class ChatDb:
         self.get_member_records_by_ids = members.get_member_records_by_ids
         # deletes
         deletes = self.deletes
-        self.delete_chats, self.admin_state = deletes.delete_chats, deletes.admin_state
-        self.admins, self.deletes_of, self.is_erased = (
-            deletes.admins,
-            deletes.deletes_of,
-            deletes.is_erased,
-        )
-        self.erasure_pending, self.compact_erased = deletes.erasure_pending, deletes.compact_erased
+        self.delete_chats = deletes.delete_chats
+        self.admin_state = deletes.admin_state
+        self.admins = deletes.admins
+        self.deletes_of = deletes.deletes_of
+        self.is_erased = deletes.is_erased
+        self.erasure_pending = deletes.erasure_pending
+        self.compact_erased = deletes.compact_erased
         self.iter_delete_ids = deletes.iter_delete_ids
         self.get_bucket_delete_ids = deletes.get_bucket_delete_ids
         self.get_deletes_by_ids = deletes.get_deletes_by_ids
@@ -141,15 +150,14 @@ class ChatDb:
         inbox = self.inbox
         self.upsert_inbox_for_members = inbox.upsert_inbox_for_members
         self.refresh_inboxes = inbox.refresh_inboxes
-        self.chat_lists_stale, self.flush_chat_lists = (
-            inbox.chat_lists_stale,
-            inbox.flush_chat_lists,
-        )
+        self.chat_lists_stale = inbox.chat_lists_stale
+        self.flush_chat_lists = inbox.flush_chat_lists
         self.delete_user_inbox_entry = inbox.delete_user_inbox_entry
         self.list_user_chats = inbox.list_user_chats
         # identities
         identities = self.identities
-        self.put_identity, self.put_identities = identities.put_identity, identities.put_identities
+        self.put_identity = identities.put_identity
+        self.put_identities = identities.put_identities
         self.get_identity = identities.get_identity
         self.iter_identity_record_ids = identities.iter_identity_record_ids
         self.for_each_identity_record_id = identities.for_each_identity_record_id
@@ -158,16 +166,23 @@ class ChatDb:
         self.get_identity_records_by_ids = identities.get_identity_records_by_ids
         # admission: plans carried out
         admission = self.admission
-        self.apply_ops, self.put_authorized = admission.apply_ops, admission.put_authorized
-        self.apply_member_ops, self.access_of = admission.apply_member_ops, admission.access_of
+        self.apply_ops = admission.apply_ops
+        self.put_authorized = admission.put_authorized
+        self.apply_member_ops = admission.apply_member_ops
+        self.access_of = admission.access_of
         self.chat_messages = admission.chat_messages
-        self.save_waiting, self.load_waiting = admission.save_waiting, admission.load_waiting
+        self.save_waiting = admission.save_waiting
+        self.load_waiting = admission.load_waiting
         # views, feeds, originals
         self.folded_range = self.views.folded_range
         feeds = self.feeds
-        self.may_read, self.acknowledge = feeds.may_read, feeds.acknowledge
-        self.delivered, self.delivery, self.feed = feeds.delivered, feeds.delivery, feeds.feed
-        self.shown_messages, self.log_page = feeds.shown_messages, feeds.log_page
+        self.may_read = feeds.may_read
+        self.acknowledge = feeds.acknowledge
+        self.delivered = feeds.delivered
+        self.delivery = feeds.delivery
+        self.feed = feeds.feed
+        self.shown_messages = feeds.shown_messages
+        self.log_page = feeds.log_page
         self.member_ops_page = self.originals.member_ops_page
         self.deletes_page = self.originals.deletes_page
 

@@ -13,6 +13,11 @@ keeps a deleted value in older SST files until compaction rewrites them, and in
 the write-ahead log until the memtables are flushed: ``compact_erased`` does both
 for the erasures since its last call, so that no live file holds the payloads
 (MESSAGES.md, "Erased on disk").
+
+Erasing writes the messages' column families (and the hidden index's, the event log's
+``event_at``) in the deletes' own WriteBatch: one batch, as the erasure must be atomic with
+the delete that makes it. So ``Deletes`` writes those rows through the shared ``Rocks``
+rather than through ``Messages``, whose writes each make a batch of their own.
 """
 
 from __future__ import annotations

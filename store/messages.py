@@ -3,6 +3,11 @@
 A message lives under ``messages[chat|hlc|seq]`` and is indexed by
 ``seen_msg[msg_id] = that key``. The seen_msg value therefore holds the packed
 HLC at bytes 32..40, which is what retention reads (seed 002).
+
+``Messages`` is given the RocksDB plumbing, the chats' metas, the event log (a shown message
+is logged in the batch that stores it) and the hidden index. It binds their methods once
+(``_load_meta``, ``_write``, ...): the put loops call them per chat and per batch as the
+mixin class called its own methods, with no extra attribute hop.
 """
 
 from __future__ import annotations

@@ -7,6 +7,11 @@ scanned by prefix get a fixed-prefix extractor and a memtable prefix bloom
 point lookups (dedup) still use the bloom filter. Full scans set
 ``total_order_seek`` because a prefix extractor otherwise lets an iterator
 stop at a prefix boundary.
+
+``Rocks`` is one object, given to every row store when ``store.chatdb`` builds them: the
+stores share the database and its plumbing, not each other's state. It keeps none of theirs
+(caches and locks live in the store that owns them), so a store's state is found in its
+own module.
 """
 
 from __future__ import annotations
