@@ -1,8 +1,9 @@
 """The storage layer: HLC, keys, records (CBOR), CRDT merge rules — all pure — and ChatDb on rocksdict.
 
 Pure modules (no I/O, importable anywhere, no rocksdict): ``hlc``, ``keys``,
-``records``, ``merge``, ``signing``, ``ops``, ``ingress``, ``errors``. ``ChatDb`` and its result
-types are loaded on first use, so ``import store`` stays pure for sync/ and sim/.
+``records``, ``merge``, ``signing``, ``ops``, ``ingress``, ``errors``. ``ChatDb`` (the composition root
+of the row stores), ``ChatReads`` (the HTTP API's read-only facade) and their result types
+are loaded on first use, so ``import store`` stays pure for sync/ and sim/.
 """
 
 from importlib import import_module
@@ -35,6 +36,7 @@ from store.records import (
 _LAZY = {
     "ChatDb": "store.chatdb",
     "ChatDbConfig": "store.rocks",
+    "ChatReads": "store.chat_reads",
     "IdentityChange": "store.identity",
     "ChatListItem": "store.inbox",
     "ChatListPage": "store.inbox",
@@ -46,6 +48,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
+    from store.chat_reads import ChatReads
     from store.chatdb import ChatDb
     from store.identity import IdentityChange
     from store.inbox import ChatListItem, ChatListPage
@@ -69,6 +72,7 @@ __all__ = [
     "ChatListItem",
     "ChatListPage",
     "ChatMeta",
+    "ChatReads",
     "ChatsyncError",
     "ClockDriftError",
     "DecodeError",

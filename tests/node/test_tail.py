@@ -26,7 +26,7 @@ def as_json(event: FeedEvent) -> str:
 async def test_the_tail_gives_each_event_once_and_forgets_what_was_erased(tmp_path: Path) -> None:
     with ChatDb(CONFIG, path=tmp_path) as db:
         replica = DbReplica(db)
-        tail = LogTail(db, as_json)
+        tail = LogTail(db.reads, as_json)
         posts = messages(0, 3)
         replica.apply_ops([add(0, 1), *posts])
         found = await tail.after(0)
@@ -56,11 +56,11 @@ async def test_a_stream_behind_the_window_reads_the_store(
     monkeypatch.setattr(tail_module, "KEEP", 2)  # type: ignore[attr-defined]
     with ChatDb(CONFIG, path=tmp_path) as db:
         replica = DbReplica(db)
-        tail = LogTail(db, as_json)
+        tail = LogTail(db.reads, as_json)
         replica.apply_ops([add(0, 1), *messages(0, 5)])
         assert await tail.after(db.last_position - 1) is not None
         assert await tail.after(0) is None  # behind the window: the caller reads db.feed
-        reader = Reader(db, USERS[2])  # never added
+        reader = Reader(db.reads, USERS[2])  # never added
         found = await tail.after(db.last_position - 2)
         assert found is not None and all(e.kind is EventKind.MESSAGE for e in found[0])
         assert not any(
