@@ -303,6 +303,9 @@ class RunningNode:
     async def submit_ops(self, ops: list[Op], *, wait_for_room: bool = True) -> Submitted:
         return await self.services.intake.submit(ops, wait_for_room=wait_for_room)
 
+    async def settle_chat_lists(self) -> None:
+        await self.services.writer.settle_chat_lists()
+
     async def block_peer(self, peer_id: str) -> list[str]:
         await self.peers.block(peer_id)
         return self.services.blocklist.sorted()

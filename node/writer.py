@@ -161,6 +161,11 @@ class DbWriter:
         check_free_disk(self.db.config.path, self.min_free_disk_mb)
         return sum(self.replica.apply(domain, records) for domain, records in received.records)
 
+    async def settle_chat_lists(self) -> None:
+        """The chat-list moves that wait, written now (before a list is read: store.inbox)."""
+        if self.db.chat_lists_stale():
+            await self.call(self.db.flush_chat_lists)
+
     @staticmethod
     async def wait(request: WriteRequest) -> list[bool]:
         await request.done.wait()

@@ -43,7 +43,8 @@ class ChatReads:
         self.get_message = messages.get_message
         self.folded_range = views.folded_range
         # a user's chats, read positions, unread counts
-        self.list_user_chats = inbox.list_user_chats
+        # reads only: the node's writer first writes the moves that wait (settle_chat_lists)
+        self.read_user_chats = inbox.read_user_chats
         self.read_position = receipts.read_position
         self.unread_count = receipts.unread_count
         # feeds and delivery

@@ -248,7 +248,16 @@ class Inbox:
     def list_user_chats(
         self, user_id: bytes, cursor: str | None = None, limit: int = DEFAULT_PAGE_LIMIT
     ) -> ChatListPage:
-        """The user's chats, most recent first, with unread counts; paginated by cursor."""
+        """The waiting chat-list moves written, then ``read_user_chats`` (tools and tests; a
+        node's API asks its writer to write them, and reads)."""
+        self.flush_chat_lists()  # every stored message is in the list it reads
+        return self.read_user_chats(user_id, cursor, limit)
+
+    def read_user_chats(
+        self, user_id: bytes, cursor: str | None = None, limit: int = DEFAULT_PAGE_LIMIT
+    ) -> ChatListPage:
+        """The user's chats, most recent first, with unread counts; paginated by cursor. Reads
+        only: the moves still waiting (``chat_lists_stale``) are not in it."""
         check_len(user_id, USER_ID_LEN, "user_id")
         if not 1 <= limit <= MAX_PAGE_LIMIT:
             raise InvalidInput(
@@ -258,7 +267,6 @@ class Inbox:
         if cursor is not None:
             after = decode_cursor(cursor, USER_INBOX_KEY_LEN, user_id)
             start = after + b"\x00"
-        self.flush_chat_lists()  # every stored message is in the list it reads
         rows: list[tuple[bytes, InboxEntry]] = []
         for key, raw in self._rocks.iter_range("user_inbox", start, prefix_end(user_id)):
             if len(rows) == limit:

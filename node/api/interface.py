@@ -62,6 +62,11 @@ class NodeApi(Protocol):
         """The dm3 delivery service (node/dm3.py)."""
         ...
 
+    async def settle_chat_lists(self) -> None:
+        """The chat-list moves that wait, written by the node's writer: a list read next
+        shows every stored message."""
+        ...
+
     async def submit_ops(self, ops: list[Op], *, wait_for_room: bool = True) -> Submitted:
         """Validate, write and gossip; per op, whether it was new and whether it waits for
         a member op. ``wait_for_room=False``: trio.WouldBlock at once if the queue is full."""

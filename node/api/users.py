@@ -32,7 +32,8 @@ async def chats(
     """The user's chats, most recent first, with unread counts."""
     user = user_param(user_id)
     as_user(who, user)
-    page = await trio.to_thread.run_sync(lambda: node.reads.list_user_chats(user, cursor, limit))
+    await node.settle_chat_lists()  # the API writes nothing itself: the writer does
+    page = await trio.to_thread.run_sync(lambda: node.reads.read_user_chats(user, cursor, limit))
     return ChatsOut(
         user_id=user.hex(),
         chats=[chat_entry_out(item) for item in page.items],
