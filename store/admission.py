@@ -31,7 +31,7 @@ from store.inbox import Inbox
 from store.keys import CHAT_ID_LEN, MSG_ID_LEN, key_hidden, key_messages, prefix_end, seq_of
 from store.kinds import CONTENT
 from store.members import MemberOpsApplied, Members
-from store.messages import Direction, Messages, PutResult
+from store.messages import Direction, Messages
 from store.metas import Metas
 from store.ops import MembershipOp, Op
 from store.plan import CHAT_RULES, AdminState, MessageRule, Plan, RuleSet, plan_ops
@@ -131,17 +131,21 @@ class Admission:
         self._inbox, self._identities = inbox, identities
 
     def apply_member_ops(self, ops: list[MembershipOp]) -> MemberOpsApplied:
-        """``Members.apply_member_ops``, and the chat lists follow: a user who stops being
-        an active member loses the chat's entry, one who becomes one gets it (MESSAGES.md)."""
+        """``Members.apply_member_ops``, and the chat lists follow (``_follow_toggles``)."""
         applied = self._members.apply_member_ops(ops)
-        for chat, user, active in applied.toggled:
+        self._follow_toggles(applied.toggled)
+        return applied
+
+    def _follow_toggles(self, toggled: list[tuple[bytes, bytes, bool]]) -> None:
+        """A user who stops being an active member loses the chat's entry, one who becomes
+        one gets it (MESSAGES.md)."""
+        for chat, user, active in toggled:
             if not active:
                 self._inbox.delete_user_inbox_entry(user, chat)
                 continue
             entry = self._preview_entry(chat)
             if entry is not None:
                 self._inbox.upsert_inbox_for_members(chat, [user], entry)
-        return applied
 
     def access_of(self, chat_id: bytes, user_id: bytes) -> Access:
         history = self._members.member_history(chat_id, user_id)
@@ -175,22 +179,45 @@ class Admission:
     def _carry_out(
         self, plan: Plan, room: WaitingRoom | None, rules: RuleSet, now_ms: int | None
     ) -> None:
-        if plan.member_ops:
-            self.apply_member_ops(list(plan.member_ops.values()))
+        """The replicated state the plan changes — member ops and their rows, identities,
+        deletes and erasures, messages (hidden ones marked), the waiting room — in one
+        WriteBatch; then the local views folded from it, each read from what is written:
+        chat lists, previews, the held messages re-decided."""
+        msgs = list(plan.store.values())
+        previous = {m.chat_id: self._metas.load(m.chat_id).last_ts for m in msgs}
+        toggled: list[tuple[bytes, bytes, bool]] = []
+        try:
+            with self._log.one_write():
+                if plan.member_ops:
+                    toggled = self._members.apply_member_ops(list(plan.member_ops.values())).toggled
+                if plan.identities:
+                    identities = {u: (b, (r.hlc, r.blob)) for u, (b, r) in plan.identities.items()}
+                    self._identities.set_identities(identities)
+                if plan.deletes or plan.erase or plan.refused_erased:
+                    deletes = list(plan.deletes.values())
+                    self._deletes.write_deletes(deletes, plan.erase, plan.refused_erased)
+                if msgs:
+                    self._messages.put_messages(msgs, now_ms=now_ms, hidden=plan.hidden)
+                if room is not None:
+                    self._keep_waiting(plan, room)
+        except BaseException:
+            self._forget_caches()  # they carried the batch's changes: read from disk again
+            raise
         self._deletes.remember_admins(plan.admins)
-        if plan.identities:
-            identities = {u: (b, (r.hlc, r.blob)) for u, (b, r) in plan.identities.items()}
-            self._identities.set_identities(identities)
-        if plan.deletes or plan.erase or plan.refused_erased:
-            deletes = list(plan.deletes.values())
-            self._deletes.write_deletes(deletes, plan.erase, plan.refused_erased)
-        self._store_admitted(list(plan.store.values()), plan.hidden, now_ms)
+        self._follow_toggles(toggled)
+        shown = [m for m in msgs if m.msg_id not in plan.hidden]
+        if shown:
+            self._inbox.refresh_inboxes(shown, previous)
         if plan.erase:
             self.refresh_previews({m.chat_id for m in plan.erase.values()})
-        if room is not None:
-            self._keep_waiting(plan, room)
         if plan.redecide:
             self.reconsider(plan.redecide, rules.visible)
+
+    def _forget_caches(self) -> None:
+        self._metas.forget()
+        self._members.forget_histories()
+        self._deletes.forget()
+        self._hidden.forget()
 
     def _keep_waiting(self, plan: Plan, room: WaitingRoom) -> None:
         """The room follows the plan, and the store keeps what it holds (for a restart)."""
@@ -203,22 +230,6 @@ class Admission:
                 [i for i in {*(m.msg_id for m in released), *evicted, *discarded}
                  if i not in room],
             )  # fmt: skip
-
-    def _store_admitted(
-        self, msgs: list[MsgV1], hidden: set[bytes], now_ms: int | None = None
-    ) -> list[PutResult]:
-        """One put_messages batch; the chat lists then point at the new shown messages."""
-        load_meta = self._metas.load
-        previous = {m.chat_id: load_meta(m.chat_id).last_ts for m in msgs}
-        stored = self._messages.put_messages(msgs, now_ms=now_ms, hidden=hidden)
-        shown = [
-            m
-            for m, r in zip(msgs, stored, strict=True)
-            if not r.duplicate and m.msg_id not in hidden
-        ]
-        if shown:
-            self._inbox.refresh_inboxes(shown, previous)
-        return stored
 
     def chat_messages(self, chat_id: bytes) -> list[tuple[MsgV1, bool]]:
         """Every held message of the chat, oldest first, and whether it is shown."""

@@ -80,6 +80,11 @@ class Deletes:
             state = cache[chat_id] = admin_state_of(ops)
         return state
 
+    def forget(self) -> None:
+        """Drop the caches (a write that carried their changes failed): loaded again on use."""
+        self._admin_cache = None
+        self._delete_chats = None
+
     def remember_admins(self, states: dict[bytes, AdminState]) -> None:
         if self._admin_cache is not None:
             self._admin_cache.update(states)

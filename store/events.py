@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from enum import IntEnum
 
 from rocksdict import WriteBatch
@@ -46,6 +47,7 @@ class EventLog:
         self._handle = rocks.handle
         self._event_lock = threading.Lock()
         self._listeners: list[Callable[[int], None]] = []
+        self._deferred: list[Event] | None = None  # the events of a one_write block
         last = next(rocks.iter_range("events", b"", None, reverse=True), None)
         self._last_position = 0 if last is None else int.from_bytes(last[0], "big")
 
@@ -59,8 +61,25 @@ class EventLog:
         writing thread: it must hand over, not block)."""
         self._listeners.append(listener)
 
+    @contextmanager
+    def one_write(self) -> Iterator[None]:
+        """Every store's writes in the block, and their events, go into one WriteBatch, written
+        when the block ends (nothing, if it raises). Reads in the block see what was written
+        before it: a store's caches (metas, histories) carry the block's own changes."""
+        batch = self._rocks.share_batch()
+        self._deferred = []
+        try:
+            yield
+        finally:
+            self._rocks.unshare_batch()
+            deferred, self._deferred = self._deferred, None
+        self.write(batch, deferred)
+
     def write(self, batch: WriteBatch, events: Sequence[Event] = ()) -> None:
         """Write ``batch``, with ``events`` logged in it after the last position."""
+        if self._deferred is not None and self._rocks.is_shared(batch):
+            self._deferred.extend(events)  # written with the block's batch (one_write)
+            return
         if not events:
             self._rocks.write(batch)
             return

@@ -29,6 +29,10 @@ class Hidden:
             self._chats = {key[:CHAT_ID_LEN] for key, _ in self._rocks.iter_all("hidden")}
         return self._chats
 
+    def forget(self) -> None:
+        """Drop the cache (a write that carried its changes failed): loaded again on use."""
+        self._chats = None
+
     def seqs(self, chat_id: bytes) -> set[int]:
         """The seqs of the chat's hidden messages (empty for most chats, without a read)."""
         if chat_id not in self.chats():

@@ -149,6 +149,10 @@ class Members:
             self._cache_history(pair, history)
         return history
 
+    def forget_histories(self) -> None:
+        """Drop the cache (a write that carried its changes failed)."""
+        self._histories.clear()
+
     def _cache_history(self, pair: bytes, history: MemberHistory) -> None:
         if len(self._histories) >= HISTORY_CACHE:
             self._histories.clear()

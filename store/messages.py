@@ -190,7 +190,7 @@ class Messages:
         newest = packed if msg.kind in CONTENT else -1  # the preview: content only (MESSAGES.md)
         meta = meta_after_messages(base, seq, newest, msg_id)
         handle = self._handle
-        batch = WriteBatch(raw_mode=True)
+        batch = self._rocks.new_batch()
         batch.put(key, msg.encoded, handle["messages"])
         batch.put(msg_id, key, handle["seen_msg"])
         if msg.ref is not None:
@@ -223,7 +223,7 @@ class Messages:
                 self._check_message(msg, now_ms)
         ids = [msg.msg_id for msg in msgs]
         already = self._multi_get("seen_msg", ids)
-        batch = WriteBatch(raw_mode=True)
+        batch = self._rocks.new_batch()
         put = batch.put
         messages_cf, seen_cf = self._handle["messages"], self._handle["seen_msg"]
         # Per chat: its stored meta, and [last seq given out here, newest (hlc, id) here,
@@ -334,7 +334,7 @@ class Messages:
         database written before these indexes existed. One scan of the messages."""
         referrers: dict[bytes, bytes] = {}  # id -> key, of a batch's edits and reactions
         msgs: list[MsgV1] = []
-        batch = WriteBatch(raw_mode=True)
+        batch = self._rocks.new_batch()
         for n, (key, value) in enumerate(self._iter_all("messages"), 1):
             msg = decode_msg(value, trusted=True)
             if msg.ref is not None:
@@ -347,7 +347,7 @@ class Messages:
             if n % rows_per_batch == 0:
                 self._mark_referred(batch, msgs, referrers)  # their targets, as a put does
                 self._write(batch)
-                batch, msgs, referrers = WriteBatch(raw_mode=True), [], {}
+                batch, msgs, referrers = self._rocks.new_batch(), [], {}
         self._mark_referred(batch, msgs, referrers)
         self._write(batch)
 
@@ -503,7 +503,7 @@ class Messages:
         """One delete_range over every message of ``chat_id`` with hlc.physical_ms <= cutoff_ts."""
         begin = key_messages(chat_id, 0, 0)
         end = key_messages(chat_id, Hlc(cutoff_ts + 1, 0).pack(), 0)
-        batch = WriteBatch(raw_mode=True)
+        batch = self._rocks.new_batch()
         batch.delete_range(begin, end, self._handle["messages"])
         batch.delete_range(begin, end, self._handle["referred"])  # keyed like the messages
         batch.delete_range(begin, end, self._handle["event_at"])  # so is this
@@ -525,7 +525,7 @@ class Messages:
         return aged
 
     def delete_seen_msg_batch(self, msg_ids: list[bytes]) -> None:
-        batch = WriteBatch(raw_mode=True)
+        batch = self._rocks.new_batch()
         for msg_id in msg_ids:
             batch.delete(msg_id, self._handle["seen_msg"])
         self._write(batch)

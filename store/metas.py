@@ -32,6 +32,10 @@ class Metas:
             meta = decode_chat_meta(raw) if raw is not None else ChatMeta()
         return meta
 
+    def forget(self) -> None:
+        """Drop the cache (a write that carried its changes failed): reads go to disk again."""
+        self._cache.clear()
+
     def remember(self, metas: dict[bytes, ChatMeta]) -> None:
         """Cache ``metas`` after their batch was written (never before: a failed write must not leak)."""
         if len(self._cache) + len(metas) > self._cache_size:

@@ -181,6 +181,7 @@ class Rocks:
             self._db.drop_column_family(name)
         self.cf = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}
         self.handle = {name: self._db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
+        self._shared: WriteBatch | None = None  # EventLog.one_write's batch, while it runs
         self._write_opts = WriteOptions()
         self._write_opts.sync = config.write_sync
         self.closed = False
@@ -222,11 +223,28 @@ class Rocks:
     # --- plumbing shared by the row stores ---
 
     def new_batch(self) -> WriteBatch:
-        return WriteBatch(raw_mode=True)
+        """A new batch — or, inside ``EventLog.one_write``, the one batch every store adds to."""
+        shared = self._shared
+        return shared if shared is not None else WriteBatch(raw_mode=True)
 
     def write(self, batch: WriteBatch) -> None:
-        """Write ``batch`` as it is (``store.events.EventLog.write`` logs events with it)."""
+        """Write ``batch`` as it is (``store.events.EventLog.write`` logs events with it); the
+        shared batch of ``EventLog.one_write`` is written once, at the end of the block."""
+        if batch is self._shared:
+            return
         self._db.write(batch, self._write_opts)
+
+    def share_batch(self) -> WriteBatch:
+        if self._shared is not None:
+            raise RuntimeError("one_write blocks do not nest")
+        self._shared = WriteBatch(raw_mode=True)
+        return self._shared
+
+    def unshare_batch(self) -> None:
+        self._shared = None
+
+    def is_shared(self, batch: WriteBatch) -> bool:
+        return batch is self._shared
 
     def iter_prefix(
         self, cf: str, prefix: bytes, *, reverse: bool = False
