@@ -30,8 +30,10 @@ from typing import Any
 
 from chaos.history import (
     ACKED,
+    DELETES,
     DOMAINS,
     IDENTITY,
+    MEMBERS,
     MESSAGES,
     REFUSED,
     UNKNOWN,
@@ -112,9 +114,9 @@ def check(history: History, finals: list[NodeState], expected: Expected | None =
     _check_convergence(finals, tally)
     if expected is not None:
         _check_oracle(history, finals, expected, tally)
-    held = {s.index: set().union(*s.ids.values()) for s in finals}
+    shown = {s.index: s.visible | s.ids[DELETES] | s.ids[MEMBERS] for s in finals}
     for session in history.sessions.values():
-        _check_session(session, held.get(session.node, set()), tally)
+        _check_session(session, shown.get(session.node, set()), tally)
     _check_reads(history, erased, tally)
     stats = _stats(history, present)
     return Report(tally.counters, stats, tally.examples)
@@ -220,7 +222,7 @@ def _check_oracle(
                 tally.add("wrong_view", f"node {state.index} chat {chat[:16]}")
 
 
-def _check_session(session: SessionLog, held: set[str], tally: _Tally) -> None:
+def _check_session(session: SessionLog, shown: set[str], tally: _Tally) -> None:
     for epoch in session.epochs:
         if epoch.reason == "unknown_position":
             tally.add(
@@ -246,7 +248,7 @@ def _check_session(session: SessionLog, held: set[str], tally: _Tally) -> None:
     final = dict(zip(session.final_positions, session.final_keys, strict=True))
     top = max(got, default=0)
     for position, key in sorted(got.items()):
-        if final.get(position) != key and key.partition(":")[2] in held:
+        if final.get(position) != key and key.partition(":")[2] in shown:
             tally.add(
                 "stream_rollbacks",
                 f"{session.name} on node {session.node}: got {key} at {position}, the log now has {final.get(position)}",

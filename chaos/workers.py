@@ -214,12 +214,14 @@ class Workload:
 
     def _member(self, index: int, user: UserKey, stop: threading.Event) -> None:
         clock = HlcClock()
-        mine: dict[bytes, list[MsgV1]] = {c.chat_id: [] for c in self.chats}
+        mine: dict[bytes, list[MsgV1]] = {c.chat_id: [] for c in self.chats}  # acked NEWs
+        read_up_to: dict[bytes, bytes] = {}  # chat -> the message of our last receipt
         share = 0.8 / max(1, len(self.users.members))
 
         def step(rng: random.Random, poster: Poster) -> None:
             ops = [
-                self._member_op(rng, user, clock, mine) for _ in range(rng.randint(1, self.batch))
+                self._member_op(rng, user, clock, mine, read_up_to)
+                for _ in range(rng.randint(1, self.batch))
             ]
             if poster.post(rng.randrange(len(self.urls)), ops, _ms()) == ACKED:
                 for op, kind in ops:
@@ -229,12 +231,19 @@ class Workload:
         self._loop(f"member{index}", stop, share, step)
 
     def _member_op(
-        self, rng: random.Random, user: UserKey, clock: HlcClock, mine: dict[bytes, list[MsgV1]]
+        self,
+        rng: random.Random,
+        user: UserKey,
+        clock: HlcClock,
+        mine: dict[bytes, list[MsgV1]],
+        read_up_to: dict[bytes, bytes],
     ) -> tuple[Op, str]:
         chat = rng.choice(self.chats).chat_id
         kind = rng.choices(list(MEMBER_KINDS), weights=list(MEMBER_KINDS.values()))[0]
         targets = mine[chat]
         key = user.signing_key
+        if kind == "receipt" and targets and read_up_to.get(chat) == targets[-1].msg_id:
+            kind = "new"  # read up to it already: a receipt would not move forward (409)
         if kind == "identity":
             return user.identity(clock.now(_ms())), kind
         if kind == "new" or not targets:
@@ -255,6 +264,7 @@ class Workload:
             mkind = MessageKind.REACTION
         else:
             payload, mkind = target.hlc.to_bytes(), MessageKind.READ_RECEIPT
+            read_up_to[chat] = target.msg_id
         stamp = clock.update(target.hlc, _ms())
         return MsgV1.create(key, chat, stamp, payload, kind=mkind, ref=target.msg_id), kind
 
