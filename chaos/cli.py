@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
+import signal
 from pathlib import Path
+from types import FrameType
 
 import typer
 
@@ -59,5 +61,10 @@ def chaos(
         plant=plant, plant_nodes=[int(x) for x in plant_nodes.split(",")] if plant_nodes else None,
         oracle=oracle, data=data, out=out,
     )  # fmt: skip
+    signal.signal(signal.SIGTERM, _interrupt)  # stop and clean up (nodes, tmpfs) as on Ctrl-C
     result = run_chaos(params, typer.echo)
     raise typer.Exit(0 if result["ok"] else 1)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt

@@ -1,14 +1,17 @@
 """The nemesis: carries a schedule (``chaos.schedule``) out on the nodes, in time, recording
 each step (``FaultRecord``), and heals everything at the end.
 
-Partitions are kept as the set of directed blocks wanted ("a drops b's traffic"); a block
-that could not be set (the node down or paused) or was lost (a restart empties the
-blocklist) is set again at every later step, so a node killed while cut off comes back cut
-off until the partition ends.
+Each node's process faults run in a lane of their own (a thread, in the schedule's order),
+so a slow restart of one node does not hold the others' faults back; partitions run on the
+schedule's thread. Partitions are kept as the set of directed blocks wanted ("a drops b's
+traffic"); a block that could not be set (the node down or paused) or was lost (a restart
+empties the blocklist) is set again at every later step, so a node killed while cut off
+comes back cut off until the partition ends.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 
@@ -36,6 +39,7 @@ class Nemesis:
         self.applied: set[tuple[int, int]] = set()
         self.down: set[int] = set()
         self.active: list[Fault] = []
+        self._lock = threading.Lock()  # the block sets and ``active``: the lanes share them
 
     def _now(self) -> float:
         return time.monotonic() - self.t0
@@ -46,10 +50,29 @@ class Nemesis:
         self.history.add_fault(FaultRecord(self._now(), node, action, fault.kind, ok, detail))
 
     def run(self, stop: threading.Event) -> None:
+        lanes: dict[int, queue.SimpleQueue[Action | None]] = {}
+        threads = []
         for step in self.steps:
             if stop.wait(max(0.0, step.at_s - self._now())):
-                return
-            self.do(step)
+                break
+            if step.fault.kind in PARTITION_KINDS:
+                self.do(step)
+                continue
+            if step.fault.node not in lanes:
+                lane: queue.SimpleQueue[Action | None] = queue.SimpleQueue()
+                lanes[step.fault.node] = lane
+                threads.append(threading.Thread(target=self._lane, args=(lane, stop), daemon=True))
+                threads[-1].start()
+            lanes[step.fault.node].put(step)
+        for lane in lanes.values():
+            lane.put(None)
+        for thread in threads:
+            thread.join()
+
+    def _lane(self, steps: queue.SimpleQueue[Action | None], stop: threading.Event) -> None:
+        while (step := steps.get()) is not None:
+            if not stop.is_set():
+                self.do(step)
 
     def do(self, step: Action) -> None:
         fault = step.fault
@@ -62,11 +85,12 @@ class Nemesis:
                 self._end(fault)
         except Exception as exc:  # a failed step is recorded; the run goes on
             self._record(fault, fault.node, "error", False, f"{type(exc).__name__}: {exc}")
-        if step.begin:
-            self.active.append(fault)
-        elif fault in self.active:
-            self.active.remove(fault)
-        self._set_blocks()
+        with self._lock:
+            if step.begin:
+                self.active.append(fault)
+            elif fault in self.active:
+                self.active.remove(fault)
+            self._set_blocks()
 
     def _begin(self, fault: Fault) -> None:
         i = fault.node
@@ -109,7 +133,8 @@ class Nemesis:
             self._forget_blocks(i)
 
     def _forget_blocks(self, i: int) -> None:
-        self.applied = {(a, b) for a, b in self.applied if a != i}
+        with self._lock:
+            self.applied = {(a, b) for a, b in self.applied if a != i}
 
     def _partition(self, fault: Fault, begin: bool) -> None:
         group = set(fault.group)
@@ -117,10 +142,11 @@ class Nemesis:
         pairs = {(a, b) for a in group for b in rest}
         if fault.kind != ONEWAY:
             pairs |= {(b, a) for a, b in pairs}
-        if begin:
-            self.wanted |= pairs
-        else:
-            self.wanted -= pairs
+        with self._lock:
+            if begin:
+                self.wanted |= pairs
+            else:
+                self.wanted -= pairs
         self._record(
             fault, fault.node, "cut" if begin else "heal", detail=f"{sorted(group)} | {rest}"
         )

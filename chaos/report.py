@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt
 
-from chaos.checker import COUNTERS, Report
+from chaos.checker import COUNTERS, NodeState, Report
 from chaos.history import ACKED, History
 from chaos.monitor import divergence
 from chaos.schedule import PARTITION_KINDS, Fault
@@ -45,32 +46,62 @@ def summary_lines(report: Report) -> list[str]:
     return lines
 
 
-def save(result: dict[str, Any], history: History, out: Path) -> tuple[Path, Path]:
-    """The report as JSON at ``out``, the whole history beside it (gzipped)."""
+def save(
+    result: dict[str, Any], history: History, finals: list[NodeState], out: Path
+) -> tuple[Path, Path]:
+    """The report as JSON at ``out``; beside it (gzipped) the whole history and the nodes'
+    final states, so that the checker can run again on them (``load_run``)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     history_path = out.with_name(out.stem + "-history.json.gz")
+    states = [
+        {**asdict(s), "ids": {d: sorted(v) for d, v in s.ids.items()}, "visible": sorted(s.visible)}
+        for s in finals
+    ]
     with gzip.open(history_path, "wt") as f:
-        json.dump(history.to_json(), f)
+        json.dump({"history": history.to_json(), "finals": states}, f)
     return out, history_path
+
+
+def load_run(history_path: Path) -> tuple[History, list[NodeState]]:
+    with gzip.open(history_path, "rt") as f:
+        data = json.load(f)
+    finals = [
+        NodeState(
+            s["index"],
+            {d: set(v) for d, v in s["ids"].items()},
+            s["identities"],
+            set(s["visible"]),
+            s["views"],
+            s["roots"],
+        )
+        for s in data["finals"]
+    ]
+    return History.from_json(data["history"]), finals
 
 
 def plot(history: History, faults: list[Fault], report: Report, path: Path) -> Path:
     fig, (top, bottom) = plt.subplots(
         2, 1, figsize=(12, 6.5), sharex=True, gridspec_kw={"height_ratios": [1.2, 1]}
     )
-    seen: set[str] = set()
+    bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
     for fault in faults:
         rows = fault.group if fault.kind in PARTITION_KINDS else (fault.node,)
         for row in rows:
-            top.barh(
-                row, fault.end_s - fault.start_s, left=fault.start_s, height=0.6,
-                color=COLORS[fault.kind], alpha=0.8,
-                label=None if fault.kind in seen else fault.kind,
-            )  # fmt: skip
-            seen.add(fault.kind)
-    for record in history.faults:
-        top.plot(record.t_s, record.node, "k|", markersize=9)
+            bars.setdefault((row, fault.kind), []).append(
+                (fault.start_s, fault.end_s - fault.start_s)
+            )
+    seen: set[str] = set()
+    for (row, kind), spans in sorted(bars.items()):
+        top.broken_barh(
+            spans, (row - 0.3, 0.6), facecolors=COLORS[kind], alpha=0.8,
+            label=None if kind in seen else kind,
+        )  # fmt: skip
+        seen.add(kind)
+    top.scatter(
+        [r.t_s for r in history.faults], [r.node for r in history.faults], marker="|",
+        color="k", s=60, label="nemesis step",
+    )  # fmt: skip
     top.set_yticks(range(history.nodes), [f"node {i}" for i in range(history.nodes)])
     top.invert_yaxis()
     top.legend(loc="upper right", fontsize=8, ncol=4)

@@ -104,7 +104,7 @@ def run_chaos(params: ChaosParams, say: Callable[[str], None] = print) -> dict[s
         "schedule": [asdict(f) for f in faults],
         "timing": timing | {"total_s": time.monotonic() - started},
     }
-    out, history_path = save(result, history, params.out)
+    out, history_path = save(result, history, finals, params.out)
     figure = plot(history, faults, report, params.out.with_suffix(".png"))
     for line in summary_lines(report):
         say(line)

@@ -152,3 +152,18 @@ def test_a_message_read_then_gone_on_the_same_node_is_a_nonmonotonic_read() -> N
     assert check(h, states).ok  # m1 is below a full page's window: not a violation
     h.reads[-1] = ReadRecord("s0", 1, 3.0, CHAT, [], [], False)
     assert check(h, states).ok  # another node: no promise
+
+
+def test_a_message_skipped_while_hidden_and_sent_again_is_no_gap() -> None:
+    h, states, _ = world()
+    session = h.sessions["s0"]
+    session.final_positions = [1, 2, 3, 4, 5]
+    session.final_keys = ["member:o1", "message:m1", "message:g1", "hidden:g1", "message:g1"]
+    session.epochs[0].pages[1] = EventPage(2.0, [4, 5], ["hidden:g1", "message:g1"])
+    assert check(h, states).ok  # position 3 was skipped (g1 hidden then), g1 came at 5
+
+
+def test_a_message_at_the_page_floor_may_give_way_to_another_with_the_same_stamp() -> None:
+    h, states, _ = world()
+    h.reads.append(ReadRecord("s0", 0, 3.0, CHAT, ["n1", "n2"], [20, 7], True))
+    assert check(h, states).ok  # m1 (stamp 7) sorts after n2 (stamp 7): off the page
