@@ -82,7 +82,7 @@ def load_run(history_path: Path) -> tuple[History, list[NodeState]]:
 
 def plot(history: History, faults: list[Fault], report: Report, path: Path) -> Path:
     fig, (top, bottom) = plt.subplots(
-        2, 1, figsize=(12, 6.5), sharex=True, gridspec_kw={"height_ratios": [1.2, 1]}
+        2, 1, figsize=(13, 6.5), sharex=True, gridspec_kw={"height_ratios": [1.2, 1]}
     )
     bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
     for fault in faults:
@@ -104,7 +104,7 @@ def plot(history: History, faults: list[Fault], report: Report, path: Path) -> P
     )  # fmt: skip
     top.set_yticks(range(history.nodes), [f"node {i}" for i in range(history.nodes)])
     top.invert_yaxis()
-    top.legend(loc="upper right", fontsize=8, ncol=4)
+    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     top.set_title(
         f"chatsync chaos: {history.nodes} nodes, seed {history.seed} — "
         + ("every counter 0" if report.ok else f"FAILED {_failed(report)}")
@@ -120,10 +120,10 @@ def plot(history: History, faults: list[Fault], report: Report, path: Path) -> P
         xs = range(0, max(acked) + 1)
         rate.plot(xs, [acked.get(x, 0) for x in xs], color="tab:gray", alpha=0.6, linewidth=0.8)
         rate.set_ylabel("ops acked per s", color="tab:gray")
-    for at, label in ((history.heal_s, "healed"), (history.quiet_s, "quiet")):
+    for at, label, height in ((history.heal_s, "healed", 0.9), (history.quiet_s, "quiet", 0.75)):
         if at:
             bottom.axvline(at, color="k", linestyle="--", linewidth=0.8)
-            bottom.text(at, bottom.get_ylim()[1] * 0.9, f" {label}", fontsize=8)
+            bottom.text(at, bottom.get_ylim()[1] * height, f" {label}", fontsize=8)
     bottom.set_xlabel("seconds")
     bottom.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
