@@ -1,7 +1,7 @@
 """The root ``chatsync`` command: it only composes the sub-apps of the other packages.
 
 ``node`` (``node.cli``), ``bench`` and ``demo`` (``bench.cli``), ``cluster``
-(``cluster.cli``), the user commands ``keygen``, ``publish``, ``send``, ``history``,
+(``cluster.cli``), ``chaos`` (``chaos.cli``), the user commands ``keygen``, ``publish``, ``send``, ``history``,
 ``chats``, ``status`` (``client.commands``), ``edit``, ``delete``, ``react``, ``read``
 (``client.edits``), ``export``, ``import`` (``client.backup_commands``), ``group``
 (``client.groups``), ``dm3`` (``client.dm3``), and ``sim``
@@ -20,6 +20,7 @@ import sys
 import typer
 
 from bench.cli import bench_app, demo
+from chaos.cli import chaos
 from client.backup_commands import register as register_backup_commands
 from client.commands import register as register_user_commands
 from client.dm3 import dm3_app
@@ -61,6 +62,7 @@ def build_app(*, with_sim: bool = False) -> typer.Typer:
     app.add_typer(dm3_app, name="dm3")
     app.command("demo")(demo)
     app.command("cluster")(cluster)
+    app.command("chaos")(chaos)
     return app
 
 

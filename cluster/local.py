@@ -101,6 +101,8 @@ class Cluster:
         self.sync_interval_s = sync_interval_s
         self.log_level = log_level
         self.node_config = dict(node_config or {})
+        # per node: [node] settings over ``node_config`` (a restart picks up changes here)
+        self.node_overrides: dict[int, dict[str, Any]] = {}
         self.extra_args = list(extra_args or [])
         self.trace_dir = trace_dir
         self.nodes = [
@@ -130,9 +132,10 @@ class Cluster:
         ]  # fmt: skip
         for address in bootstrap:
             args += ["--bootstrap", address]
-        if self.node_config:
+        values = {**self.node_config, **self.node_overrides.get(node.index, {})}
+        if values:
             config_path = node.data.parent / f"node{node.index}.toml"
-            config_path.write_text(node_config_toml(self.node_config))
+            config_path.write_text(node_config_toml(values))
             args += ["--config", str(config_path)]
         if self.trace_dir is not None:
             args += ["--trace-out", str(self.trace_dir / f"node{node.index}.parquet")]

@@ -24,7 +24,8 @@ import trio
 
 class Clock:
     """``epoch_ms``: the wall-clock milliseconds at trio time 0. ``offset_ms``: a deliberate
-    skew added to every ``wall_ms()`` (the simulator's clock faults; 0 in a node)."""
+    skew added to every ``wall_ms()`` (the simulator's clock faults; a node's ``clock_offset_ms``,
+    0 but in ``chatsync chaos``)."""
 
     def __init__(self, epoch_ms: int, offset_ms: int = 0) -> None:
         self.epoch_ms = epoch_ms
@@ -32,9 +33,10 @@ class Clock:
         self._trio_clock = trio.lowlevel.current_clock()  # readable from worker threads too
 
     @classmethod
-    def system(cls) -> Clock:
-        """A clock whose ``wall_ms()`` is the system's wall clock now (inside ``trio.run``)."""
-        return cls(round(time.time() * 1000 - trio.current_time() * 1000))
+    def system(cls, offset_ms: int = 0) -> Clock:
+        """A clock whose ``wall_ms()`` is the system's wall clock now (inside ``trio.run``),
+        plus ``offset_ms``."""
+        return cls(round(time.time() * 1000 - trio.current_time() * 1000), offset_ms)
 
     def now(self) -> float:
         """Trio's clock, in seconds (monotonic)."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from node.plants import check_plant
 from store.hlc import DEFAULT_MAX_OFFSET_MS
 from store.records import DEFAULT_MAX_PAYLOAD
 from store.rocks import check_compression
@@ -92,6 +93,12 @@ class NodeConfig:
     dm3_sender_per_s: float = 20.0  # dm3 envelopes a sender may submit here per second (burst 5x)
     # simulator (SIM.md): record the ops clients submit here as a replayable trace
     trace_out: str | None = None
+    # added to every wall-clock reading of the node (node/clock.py): the drift checks, sync
+    # settling, tokens. 0 on a real node; ``chatsync chaos`` skews a node's clock with it
+    clock_offset_ms: int = 0
+    # ``chatsync chaos`` only: a bug to plant ("", "ack-before-wal", "drop-one-in-N";
+    # node/plants.py). Never set on a real node
+    chaos_plant: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -129,4 +136,5 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> NodeConfig:
         values["bootstrap"] = tuple(values["bootstrap"])
     config = replace(NodeConfig(), **values)
     check_compression(config.db_compression, "db_compression")
+    check_plant(config.chaos_plant)
     return config

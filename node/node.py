@@ -43,6 +43,7 @@ from node.p2p.inbound import guard_inbound
 from node.p2p.patches import forget_after_failed_dials
 from node.p2p.streams import Libp2pStream
 from node.peers import PeerManager
+from node.plants import ACK_BEFORE_WAL, skip_wal
 from node.services import Services, build_services
 from node.sync_peers import SyncCandidates
 from node.verify import ProcessVerifier
@@ -79,8 +80,10 @@ class Node:
 
     async def run(self, *, task_status: TaskStatus[RunningNode] = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
-        clock = Clock.system()
+        clock = Clock.system(cfg.clock_offset_ms)
         db = await trio.to_thread.run_sync(ChatDb, db_config(cfg))
+        if cfg.chaos_plant == ACK_BEFORE_WAL:  # CHAOS PLANT (node/plants.py): off by default
+            skip_wal(db)
         recorder: OpRecorder | None = None
         try:
             if cfg.trace_out:

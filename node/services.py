@@ -35,6 +35,7 @@ from node.limits import AuthorRates, GossipWaste
 from node.memory import c_heap_usage, rss_bytes
 from node.metrics import Labels, Metrics
 from node.penalties import Blocklist, PeerJudge, PeerPenalties
+from node.plants import drop_every
 from node.syncer import SyncService
 from node.writer import DbWriter
 from store.chatdb import ChatDb
@@ -97,6 +98,7 @@ def build_services(
     writer = DbWriter(
         replica, metrics, queue_ops=config.write_queue,
         batch_max=config.write_batch_max, min_free_disk_mb=config.min_free_disk_mb,
+        drop_every=drop_every(config.chaos_plant),  # CHAOS PLANT: 0 (off) by default
     )  # fmt: skip
     sync = SyncService(
         replica, writer.store_received, metrics, clock=clock,

@@ -44,6 +44,7 @@ import trio
 
 from node.limits import check_free_disk
 from node.metrics import Metrics
+from node.plants import apply_dropping
 from node.weighted_queue import WeightedQueue
 from store.errors import ChatsyncError
 from store.ops import Op
@@ -113,12 +114,15 @@ class DbWriter:
         queue_ops: int = 16384,
         batch_max: int = 2048,
         min_free_disk_mb: int = 0,
+        drop_every: int = 0,
     ) -> None:
+        """``drop_every``: CHAOS PLANT (node/plants.py), 0 = off: drop one op in that many."""
         self.replica = replica
         self.db = replica.db
         self.metrics = metrics
         self.batch_max = batch_max
         self.min_free_disk_mb = min_free_disk_mb
+        self.drop_every = drop_every
         self._queue = WeightedQueue[Work](queue_ops, weight=lambda w: w.size)
         self._batches = self._ops_applied = self._ops_new = self._jobs = 0
 
@@ -272,6 +276,10 @@ class DbWriter:
     def apply_ops(self, ops: list[Op]) -> list[bool]:
         """Apply validated ops (the writer's thread); per op, whether it changed anything."""
         check_free_disk(self.db.config.path, self.min_free_disk_mb)  # refuse, never half-write
+        if self.drop_every:  # CHAOS PLANT (node/plants.py): off by default
+            return apply_dropping(
+                ops, self.drop_every, lambda kept: self.replica.apply_ops(kept).new
+            )
         return self.replica.apply_ops(ops).new
 
 

@@ -206,7 +206,16 @@ def fold_chat(
     and who is admin when; ``shown``: the who-may-post visibility of a held message."""
     valid = [d for d in {d.msg_id: d for d in deletes}.values() if delete_is_valid(d, is_admin)]
     held = {m.msg_id: m for m in msgs}
-    kept = {i: m for i, m in held.items() if not any(erases(d, m) for d in valid)}
+    naming: dict[
+        bytes | None, list[MsgV1]
+    ] = {}  # a delete erases only what has its ref as id or ref
+    for d in valid:
+        naming.setdefault(d.ref, []).append(d)
+    kept = {
+        i: m
+        for i, m in held.items()
+        if not any(erases(d, m) for d in [*naming.get(i, ()), *naming.get(m.ref, ())])
+    }
     visible = [m for m in kept.values() if shown(m)]
     by_ref: dict[bytes, list[MsgV1]] = {}
     for m in visible:
