@@ -56,5 +56,5 @@ def apply_dropping(
 
 def skip_wal(db: Any) -> None:
     """``ack-before-wal``: the store's writes no longer go to its WAL (nor sync it)."""
-    db._write_opts.sync = False  # RocksDB refuses a synced write without a WAL
-    db._write_opts.disable_wal = True
+    db.rocks._write_opts.sync = False  # RocksDB refuses a synced write without a WAL
+    db.rocks._write_opts.disable_wal = True

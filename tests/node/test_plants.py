@@ -72,9 +72,9 @@ async def test_a_writer_dropping_ops_acknowledges_them_as_held_and_writes_nothin
 
 def test_ack_before_wal_writes_without_the_wal(tmp_path: Path) -> None:
     db = small_db(tmp_path / "db")
-    assert not db._write_opts.disable_wal
+    assert not db.rocks._write_opts.disable_wal
     skip_wal(db)
-    assert db._write_opts.disable_wal and not db._write_opts.sync
+    assert db.rocks._write_opts.disable_wal and not db.rocks._write_opts.sync
     DbReplica(db).apply_ops([JOIN, *messages(0, 5)])
     wal = sum(p.stat().st_size for p in (tmp_path / "db").glob("*.log"))
     assert wal == 0  # nothing logged: a kill -9 would lose the memtable
