@@ -163,7 +163,7 @@ class DbWriter:
 
     def _apply_received(self, received: Received) -> int:
         check_free_disk(self.db.config.path, self.min_free_disk_mb)
-        return sum(self.replica.apply(domain, records) for domain, records in received.records)
+        return received.write_to(self.replica)
 
     async def settle_chat_lists(self) -> None:
         """The chat-list moves that wait, written now (before a list is read: store.inbox)."""

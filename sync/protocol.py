@@ -158,6 +158,10 @@ class Received:
 
     records: tuple[tuple[Domain, list[Record]], ...] = ()
 
+    def write_to(self, replica: Replica) -> int:
+        """Apply the records to ``replica`` in their order; how many changed it."""
+        return sum(replica.apply(domain, records) for domain, records in self.records)
+
 
 class SessionRole(Enum):
     INITIATOR = "initiator"
@@ -324,8 +328,7 @@ class SyncSession:
         the replica's ``apply``, ``answer``. A node's syncer takes the steps itself and
         hands the records to its one writer."""
         received = self.receive_checked(self.check(data), now_ms)
-        applied = sum(self.replica.apply(domain, records) for domain, records in received.records)
-        return self.answer(applied)
+        return self.answer(received.write_to(self.replica))
 
     def check(self, data: bytes) -> CheckedFrame:
         """Decode one frame from the peer and, for an expected TRANSFER, decode and

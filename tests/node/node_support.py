@@ -59,7 +59,7 @@ def store_directly(replica: Replica) -> StoreReceived:
     writer, ``DbWriter.store_received``)."""
 
     async def store(received: Received) -> int:
-        return sum(replica.apply(domain, records) for domain, records in received.records)
+        return received.write_to(replica)
 
     return store
 
