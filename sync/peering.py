@@ -183,7 +183,7 @@ class PeerBook:
             told = _told_peer(row)
             if told is None or told[0] == self.own_id or restored >= TRIED_MAX:
                 continue
-            entry = self._entry(told[0], told[1], source="", now_ms=now_ms)
+            entry = self._entry(told[0], tuple(told[1]), source="", now_ms=now_ms)
             entry.tried = True
             restored += 1
         return restored
