@@ -3,7 +3,8 @@
 Used by ``chatsync cluster``, the multi-process tests and ``chatsync bench gossip``.
 Each node is a real ``chatsync node run`` process (started as ``python -m node.cli run``)
 with its own RocksDB directory, libp2p key and HTTP port; node i bootstraps from every
-node started before it.
+node started before it, or from the first ``bootstrap_nodes`` only (the rest it finds by
+peer exchange, as a network's nodes do).
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ class Cluster:
         node_config: dict[str, Any] | None = None,
         extra_args: list[str] | None = None,
         trace_dir: Path | None = None,
+        bootstrap_nodes: int | None = None,
     ) -> None:
         """``node_config``: [node] settings (NodeConfig fields) for every node, passed as a TOML
         file (``--config``); ``extra_args``: more ``chatsync node run`` flags, appended as given;
@@ -105,6 +107,7 @@ class Cluster:
         self.node_overrides: dict[int, dict[str, Any]] = {}
         self.extra_args = list(extra_args or [])
         self.trace_dir = trace_dir
+        self.bootstrap_nodes = bootstrap_nodes
         self.nodes = [
             NodeProcess(i, base_dir / f"node{i}", free_port(), free_port(), [])
             for i in range(nodes)
@@ -115,7 +118,8 @@ class Cluster:
 
     def start(self, timeout_s: float = 60) -> None:
         for node in self.nodes:
-            bootstrap = [n.multiaddr for n in self.nodes[: node.index]]
+            first = node.index if self.bootstrap_nodes is None else self.bootstrap_nodes
+            bootstrap = [n.multiaddr for n in self.nodes[: min(node.index, first)]]
             self._spawn(node, bootstrap)
             self._wait_ready(node, timeout_s)
 

@@ -56,8 +56,13 @@ class NodeConfig:
     # processes checking a big sync frame's signatures (catch-up speed; node/verify.py); 0: the
     # calling thread does
     verify_processes: int = 2
-    # peers
-    reconnect_min_s: float = 0.5
+    # peers (node/peers.py): connections kept between the low and the high water whatever the
+    # network's size; anti-entropy with this many of them per sync interval; peer exchange
+    peers_low: int = 6  # GossipSub's D: its mesh needs this many
+    peers_high: int = 10
+    sync_peers_per_interval: int = 2
+    peer_exchange_interval_s: float = 30.0
+    reconnect_min_s: float = 0.5  # dial backoff, per known peer
     reconnect_max_s: float = 30.0
     # connections (SECURITY.md, "Limits"): inbound ones are strangers' until they prove useful
     # inbound connections at once (py-libp2p's own cap: 250). Each costs ~60 KB of Python
@@ -135,6 +140,10 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> NodeConfig:
     if "bootstrap" in values:
         values["bootstrap"] = tuple(values["bootstrap"])
     config = replace(NodeConfig(), **values)
+    if not 1 <= config.peers_low <= config.peers_high:
+        raise ValueError("peers_low and peers_high: need 1 <= peers_low <= peers_high")
+    if config.sync_peers_per_interval < 1:
+        raise ValueError("sync_peers_per_interval: at least 1")
     check_compression(config.db_compression, "db_compression")
     check_plant(config.chaos_plant)
     return config

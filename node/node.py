@@ -36,13 +36,13 @@ from node.gossip.settings import OPS_TOPIC
 from node.intake import Submitted
 from node.metrics import Metrics
 from node.notices import Notices
-from node.p2p import GOSSIP_PROTOCOL_IDS, SYNC_PROTOCOL, PeerId
+from node.p2p import GOSSIP_PROTOCOL_IDS, PEERS_PROTOCOL, SYNC_PROTOCOL, PeerId
 from node.p2p.gossip_peers import HOST_LOGGER, StreamFailureFilter, skip_peers_without_gossip
 from node.p2p.host import Libp2pHost, Libp2pPubSub, open_host
 from node.p2p.inbound import guard_inbound
 from node.p2p.patches import forget_after_failed_dials
 from node.p2p.streams import Libp2pStream
-from node.peers import PeerManager
+from node.peers import PEERS_FILE, PeerManager
 from node.plants import ACK_BEFORE_WAL, skip_wal
 from node.services import Services, build_services
 from node.sync_peers import SyncCandidates
@@ -173,11 +173,17 @@ class RunningNode:
         self.peer_id: str = host.peer_id.to_base58()
         self.listen_addrs = host.listen_addrs()
         self.peers = peers = PeerManager(
-            host, services.blocklist, reconnect_min_s=config.reconnect_min_s,
-            reconnect_max_s=config.reconnect_max_s, sync_interval_s=config.sync_interval_s,
+            host, services.blocklist, low=config.peers_low, high=config.peers_high,
+            reconnect_min_s=config.reconnect_min_s, reconnect_max_s=config.reconnect_max_s,
+            sync_interval_s=config.sync_interval_s,
+            sync_per_interval=config.sync_peers_per_interval,
+            exchange_interval_s=config.peer_exchange_interval_s,
             candidates=SyncCandidates(SYNC_PROTOCOL, self._notices("sync_skipped")),
+            metrics=services.metrics, peers_file=Path(config.data) / PEERS_FILE,
             rnd=random.Random(),
         )  # fmt: skip
+        for address in config.bootstrap:
+            peers.add_bootstrap(address)
         self.inbound = guard_inbound(
             host, config, services.blocklist, self._notices("inbound_refused")
         )
@@ -186,6 +192,10 @@ class RunningNode:
         services.metrics.gauge(
             "connected_peers", lambda: {(): len(peers.connected())}, help="connected peers"
         )
+        services.metrics.gauge(
+            "known_peers", lambda: {(("table", t),): n for t, n in peers.book.counts().items()},
+            help="peers in the peer book: tried (reached) and heard (told of)",
+        )  # fmt: skip
 
     @property
     def host(self) -> object:
@@ -227,13 +237,15 @@ class RunningNode:
         self.p2p_host.set_stream_handler(
             SYNC_PROTOCOL, "sync", self._respond_sync, self._handler_failed
         )
+        self.p2p_host.set_stream_handler(
+            PEERS_PROTOCOL, "peers", self.peers.answer_exchange, self._handler_failed
+        )
         self.p2p_pubsub.set_validator(OPS_TOPIC, gossip.validate)
         subscription = await self.p2p_pubsub.subscribe(OPS_TOPIC)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(gossip.receive_loop, subscription)
             nursery.start_soon(gossip.publish_loop)
-            for address in cfg.bootstrap:
-                nursery.start_soon(self.peers.keep_connected, address)
+            nursery.start_soon(self.peers.maintain, self.listen_addrs)
             nursery.start_soon(self.peers.schedule_syncs, self._initiate_sync)
             nursery.start_soon(self._lift_bans)
             if services.gc.enabled:

@@ -1,40 +1,63 @@
-"""Peers: our own reconnect loop to bootstrap peers, per-peer sync scheduling, an admin partition switch.
+"""Peers: discovery, a bounded set of connections, sessions with a few of them at a time.
 
-py-libp2p's bootstrap helper forgets a peer after 3 failed dials, so we dial
-bootstrap addresses ourselves, forever, with jittered exponential backoff.
-Anti-entropy runs with each connected peer on connect and then every
-``sync_interval`` (+-25 % jitter so peers do not synchronise their sessions).
-Peers on the blocklist (``node/penalties.py``: the admin switch and bans) are not
-dialled, and are disconnected at the scheduler's next round (every 0.25 s).
+The I/O shell of ``sync/peering.py`` (which decides; this module dials, asks and waits):
+
+* **Connections between ``peers_low`` and ``peers_high``.** Below the low water the
+  maintenance loop dials peers the ``PeerBook`` names (bootstrap pins and tried peers
+  first, with backoff); above the high water it closes the surplus. py-libp2p's own
+  bootstrap forgets a peer after 3 failed dials; a pinned peer here is redialled forever.
+* **Peer exchange** (``/chatsync/peers/1``): right after a dial, and every
+  ``exchange_interval_s``, one connected peer is asked for peers it reached itself; the
+  ask carries our listen addresses, which makes us a tried peer of the answerer. An asker
+  is answered once per ``EXCHANGE_MIN_S``; more often is refused.
+* **The book survives a restart** (``peers.json`` in the data directory, written when its
+  tried peers change, at most once per maintenance round), so a restart does not depend
+  on the bootstrap node.
+* **Anti-entropy with ``sync_per_interval`` peers per interval** (``SyncRotation``), each
+  peer at most once an interval: sessions per second do not grow with the connections.
+
+Peers on the blocklist (``node/penalties.py``: the admin switch and bans) are not dialled,
+and are disconnected at the scheduler's next round (every 0.25 s).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import random
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import trio
 
-from node.errors import PeerUnreachable
-from node.p2p import PeerAddress, PeerHost, PeerId
+from node.errors import InvalidAddress, PeerUnreachable, StreamClosed
+from node.metrics import Metrics
+from node.p2p import PEERS_PROTOCOL, PeerHost, PeerId, PeerStream
 from node.penalties import Blocklist
 from node.sync_peers import SyncCandidates, Verdict
+from sync.errors import RemoteProtocolError
+from sync.peering import (
+    MAX_EXCHANGE_BYTES,
+    PeerBook,
+    SyncRotation,
+    decode_ask,
+    decode_peers,
+    encode_ask,
+    encode_peers,
+    surplus,
+)
 
 log = logging.getLogger(__name__)
 
 MAX_FOLLOW_UPS = 30  # sessions in a row without the interval; then the interval again
 DIAL_TIMEOUT_S = 5.0
-
-
-def backoff_delays(min_s: float, max_s: float, rnd: random.Random) -> Callable[[int], float]:
-    """Delay before the n-th retry: exponential from ``min_s`` to ``max_s``, with full jitter."""
-
-    def delay(attempt: int) -> float:
-        cap = min(max_s, min_s * (2 ** min(attempt, 30)))
-        return rnd.uniform(min_s, cap)
-
-    return delay
+DIALS_AT_ONCE = 4
+MAINTAIN_S = 1.0
+EXCHANGE_TIMEOUT_S = 10.0
+EXCHANGE_MIN_S = 5.0  # an asker is answered at most this often
+EXCHANGE_WHEN_SHORT_S = 5.0  # ask this often while below the low water with nobody to dial
+PEERS_FILE = "peers.json"
 
 
 class PeerManager:
@@ -43,19 +66,71 @@ class PeerManager:
         host: PeerHost,
         blocklist: Blocklist,
         *,
+        low: int,
+        high: int,
         reconnect_min_s: float,
         reconnect_max_s: float,
         sync_interval_s: float,
+        sync_per_interval: int,
+        exchange_interval_s: float,
         candidates: SyncCandidates,
+        metrics: Metrics,
+        peers_file: Path | None = None,
         rnd: random.Random | None = None,
     ) -> None:
         self.host = host
         self.rnd = rnd or random.Random()
-        self.delay = backoff_delays(reconnect_min_s, reconnect_max_s, self.rnd)
+        self.low, self.high = low, high
         self.sync_interval_s = sync_interval_s
+        self.exchange_interval_s = exchange_interval_s
         self.candidates = candidates  # which peers speak sync (node/sync_peers.py)
         self.blocked = blocklist  # peer ids whose traffic is dropped
-        self.dial_failures: dict[str, int] = {}
+        self.metrics = metrics
+        self.peers_file = peers_file
+        self.book = PeerBook(
+            host.peer_id.to_base58(),
+            backoff_min_ms=int(reconnect_min_s * 1000),
+            backoff_max_ms=int(reconnect_max_s * 1000),
+        )
+        self.rotation = SyncRotation(int(sync_interval_s * 1000), sync_per_interval, self.rnd)
+        self.dialing: set[str] = set()
+        self._answered_at: dict[str, float] = {}
+        self._next_exchange = 0.0
+        self._own_addrs: list[str] = []
+        self._saved: object = None
+        self._restore()
+
+    # --- the book ---
+
+    def add_bootstrap(self, address: str) -> None:
+        """Pin a bootstrap peer (``InvalidAddress`` if ``address`` is no /p2p/ multiaddr)."""
+        parsed = self.host.parse_address(address)
+        self.book.pin(parsed.peer_id, parsed.text)
+
+    def _restore(self) -> None:
+        if self.peers_file is None or not self.peers_file.exists():
+            return
+        try:
+            saved = json.loads(self.peers_file.read_text())
+        except (OSError, ValueError) as exc:  # damaged: start from the bootstrap list
+            log.warning("%s unreadable (%s): starting without it", self.peers_file, exc)
+            return
+        restored = self.book.restore(saved, now_ms=0)
+        log.info("%d peers restored from %s", restored, self.peers_file)
+
+    def save(self) -> None:
+        """Write the tried peers to ``peers.json`` if they changed (atomically: a crash
+        leaves the old file)."""
+        saved = self.book.saved()
+        if self.peers_file is None or saved == self._saved:
+            return
+        temporary = self.peers_file.with_suffix(".tmp")
+        try:
+            temporary.write_text(json.dumps(saved))
+            os.replace(temporary, self.peers_file)
+            self._saved = saved
+        except OSError as exc:  # a full disk must not stop the node
+            log.warning("could not save %s: %s", self.peers_file, exc)
 
     # --- partition switch ---
 
@@ -69,96 +144,189 @@ class PeerManager:
     async def _disconnect(self, peer_id: str) -> None:
         for peer in list(self.host.get_connected_peers()):
             if peer.to_base58() == peer_id:
-                self.host.forget(peer)  # so nothing dials a blocked peer back
+                self.host.forget(peer)  # so py-libp2p's auto-connector does not dial it back
                 await self.host.disconnect(peer)  # already gone: nothing to do
 
     def connected(self) -> list[str]:
         return [p.to_base58() for p in self.host.get_connected_peers()]
 
-    # --- reconnect loop ---
+    # --- connections: dial toward the low water, close above the high ---
 
-    async def keep_connected(self, address: str) -> None:
-        """Dial ``address`` (a /p2p/ multiaddr) whenever we are not connected to it. Forever."""
-        parsed = self.host.parse_address(address)
-        peer_id = parsed.peer_id
-        attempt = 0
-        while True:
-            if peer_id in self.blocked or peer_id in self.connected():
-                attempt = 0
-                await trio.sleep(1.0)
-                continue
+    async def maintain(self, own_addrs: list[str]) -> None:
+        """Forever: keep the connections within the band, ask for peers, save the book."""
+        self._own_addrs = own_addrs
+        try:
+            async with trio.open_nursery() as nursery:
+                while True:
+                    await self._maintain_once(nursery)
+                    self.save()
+                    await trio.sleep(MAINTAIN_S)
+        finally:
+            self.save()
+
+    async def _maintain_once(self, nursery: trio.Nursery) -> None:
+        connected = self.connected()
+        for name in surplus(connected, self.low, self.high, self.rnd):
+            log.debug("closing surplus connection to %s", name)
+            self.metrics.inc("peer_connections_closed", reason="surplus", help=CLOSED_HELP)
+            await self._disconnect_quietly(name)
+        wanted = min(self.low - len(connected), DIALS_AT_ONCE) - len(self.dialing)
+        if wanted > 0:
+            skip = {*connected, *self.dialing, *self.blocked.sorted()}
+            for peer in self.book.to_dial(wanted, skip, self._now_ms(), self.rnd):
+                self.dialing.add(peer.peer_id)
+                nursery.start_soon(self._dial, peer.peer_id, peer.addrs[0])
+        now = trio.current_time()
+        short = len(connected) < self.low and not self.dialing
+        if connected and (now >= self._next_exchange or (short and self._exchange_due(now))):
+            self._next_exchange = now + self.exchange_interval_s * self.rnd.uniform(0.75, 1.25)
+            nursery.start_soon(self._ask_for_peers, self.rnd.choice(connected))
+
+    def _exchange_due(self, now: float) -> bool:
+        last = self._next_exchange - self.exchange_interval_s
+        return now - last >= EXCHANGE_WHEN_SHORT_S
+
+    async def _disconnect_quietly(self, name: str) -> None:
+        for peer in list(self.host.get_connected_peers()):
+            if peer.to_base58() == name:
+                await self.host.disconnect(peer)
+
+    async def _dial(self, peer_id: str, address: str) -> None:
+        try:
+            parsed = self.host.parse_address(address)
+            await self.host.dial(parsed, DIAL_TIMEOUT_S)  # DialFailed; re-adds the address
+        except (PeerUnreachable, InvalidAddress) as exc:
+            self.book.dial_failed(peer_id, self._now_ms(), self.rnd)
+            self.metrics.inc("peer_dials", result="failed", help=DIALS_HELP)
+            log.debug("dial %s failed: %s", peer_id, exc)
+            return
+        finally:
+            self.dialing.discard(peer_id)
+        self.book.connected(peer_id, [address], self._now_ms())
+        self.metrics.inc("peer_dials", result="connected", help=DIALS_HELP)
+        log.info("connected to %s", peer_id)
+        await self._ask_for_peers(peer_id)
+
+    # --- peer exchange ---
+
+    async def _ask_for_peers(self, name: str) -> None:
+        peer = next((p for p in self.host.get_connected_peers() if p.to_base58() == name), None)
+        if peer is None or name in self.blocked:
+            return
+        try:
+            with trio.fail_after(EXCHANGE_TIMEOUT_S):
+                stream = await self.host.new_stream(peer, PEERS_PROTOCOL, EXCHANGE_TIMEOUT_S)
+                frames = stream.frames(MAX_EXCHANGE_BYTES)
+                try:
+                    await frames.write_frame(encode_ask(self._own_addrs))
+                    told = decode_peers(await frames.read_frame())
+                finally:
+                    await stream.close()
+        except (PeerUnreachable, StreamClosed, RemoteProtocolError, trio.TooSlowError) as exc:
+            self.metrics.inc("peer_exchanges", role="ask", result="failed", help=EXCHANGE_HELP)
+            log.debug("peer exchange with %s failed: %s", name, exc)
+            return
+        valid = [(pid, self._valid_addrs(pid, addrs)) for pid, addrs in told]
+        added = self.book.heard(name, [(p, a) for p, a in valid if a], self._now_ms())
+        self.metrics.inc("peer_exchanges", role="ask", result="ok", help=EXCHANGE_HELP)
+        log.debug("peer exchange with %s: %d peers told, %d new", name, len(told), added)
+
+    async def answer_exchange(self, stream: PeerStream) -> None:
+        """Serve one ask: record the asker's addresses, answer with tried peers."""
+        name = stream.peer_id
+        now = trio.current_time()
+        if name in self.blocked or now - self._answered_at.get(name, -EXCHANGE_MIN_S) < (
+            EXCHANGE_MIN_S
+        ):
+            self.metrics.inc("peer_exchanges", role="answer", result="refused", help=EXCHANGE_HELP)
+            await stream.reset()
+            return
+        self._answered_at[name] = now
+        self._forget_answered(now)
+        frames = stream.frames(MAX_EXCHANGE_BYTES)
+        try:
+            with trio.fail_after(EXCHANGE_TIMEOUT_S):
+                addrs = self._valid_addrs(name, decode_ask(await frames.read_frame()))
+                if addrs:
+                    self.book.connected(name, addrs, self._now_ms())
+                skip = {name, *self.blocked.sorted()}
+                await frames.write_frame(encode_peers(self.book.sample(32, self.rnd, skip)))
+        except (StreamClosed, RemoteProtocolError, trio.TooSlowError) as exc:
+            self.metrics.inc("peer_exchanges", role="answer", result="failed", help=EXCHANGE_HELP)
+            log.debug("peer exchange from %s failed: %s", name, exc)
+            await stream.reset()
+            return
+        await stream.close()
+        self.metrics.inc("peer_exchanges", role="answer", result="ok", help=EXCHANGE_HELP)
+
+    def _forget_answered(self, now: float) -> None:
+        """Drop askers answered long ago (bounded under churn)."""
+        if len(self._answered_at) > 4 * self.high + 64:
+            for name in [n for n, t in self._answered_at.items() if now - t >= EXCHANGE_MIN_S]:
+                del self._answered_at[name]
+
+    def _valid_addrs(self, peer_id: str, addrs: list[str]) -> list[str]:
+        """The addresses that parse as /p2p/ multiaddrs of ``peer_id`` itself."""
+        valid = []
+        for text in addrs:
             try:
-                await self._dial(parsed)
-                log.info("connected to %s", peer_id)
-                attempt = 0
-                self.dial_failures[peer_id] = 0
-            except PeerUnreachable as exc:
-                self.dial_failures[peer_id] = self.dial_failures.get(peer_id, 0) + 1
-                wait = self.delay(attempt)
-                attempt += 1
-                log.debug("dial %s failed (%s); retry in %.1f s", peer_id, exc, wait)
-                await trio.sleep(wait)
-
-    async def _dial(self, address: PeerAddress) -> None:
-        await self.host.dial(address, DIAL_TIMEOUT_S)  # DialFailed; re-adds the address
+                parsed = self.host.parse_address(text)
+            except InvalidAddress:
+                continue
+            if parsed.peer_id == peer_id:
+                valid.append(parsed.text)
+        return valid
 
     # --- anti-entropy scheduling ---
 
     async def schedule_syncs(self, run_sync: Callable[[PeerId], Awaitable[bool]]) -> None:
-        """Sync with each connected peer on connect and then periodically, one session per peer.
+        """Sync with a few connected peers per interval (``SyncRotation``), one session per
+        peer at a time, each peer at most once an interval, a new peer at once.
 
-        ``run_sync`` answers whether to go on at once: a session that made progress but used up
-        its passes before the trees matched (a node catching up on many records) is followed by
-        the next one right away instead of after the interval — at most ``MAX_FOLLOW_UPS``
-        times in a row, so a peer that keeps feeding a little news cannot hold us in sessions.
+        ``run_sync`` answers whether to go on at once: a session that made progress but used
+        up its passes before the trees matched (a node catching up on many records) is
+        followed by the next one right away instead of at its turn — at most
+        ``MAX_FOLLOW_UPS`` times in a row, so a peer that keeps feeding a little news cannot
+        hold us in sessions.
         """
-        next_at: dict[str, float] = {}
         running: set[str] = set()
         follow_ups: dict[str, int] = {}
         async with trio.open_nursery() as nursery:
             while True:
                 now = trio.current_time()
-                peers = self.host.get_connected_peers()
-                names = {peer.to_base58() for peer in peers}
-                for table in (next_at, follow_ups):  # forget peers that left: bounded under churn
-                    for gone in [name for name in table if name not in names]:
-                        del table[gone]
-                self.candidates.keep_only(names)
-                for peer in peers:
-                    name = peer.to_base58()
+                peers = {peer.to_base58(): peer for peer in self.host.get_connected_peers()}
+                for gone in [name for name in follow_ups if name not in peers]:
+                    del follow_ups[gone]  # bounded under churn
+                self.candidates.keep_only(peers)
+                self.rotation.keep_only(peers)
+                waiting = []
+                for name, peer in peers.items():
                     if name in self.blocked:
                         await self._disconnect(name)
-                        continue
-                    if name in running or not self._sync_due(peer, name, now, next_at):
-                        continue
+                    elif name not in running and self._speaks_sync(name, peer, now):
+                        waiting.append(name)
+                for name in self.rotation.pick(waiting, int(now * 1000)):
                     running.add(name)
-                    nursery.start_soon(self._one_sync, run_sync, peer, running, next_at, follow_ups)
+                    nursery.start_soon(self._one_sync, run_sync, peers[name], running, follow_ups)
                 await trio.sleep(0.25)
 
-    def _sync_due(self, peer: PeerId, name: str, now: float, next_at: dict[str, float]) -> bool:
-        """Whether to open a session with ``peer`` now; if so, or if it is no sync peer, its
-        next look is set an interval (+-25 %) away."""
+    def _speaks_sync(self, name: str, peer: PeerId, now: float) -> bool:
+        """Whether a session may be opened to ``peer`` (its identify lists sync)."""
         protocols = self._protocols(peer)
         if self.candidates.protocols_changed(name, protocols):  # identify push: look again
-            next_at.pop(name, None)
-        if now < next_at.get(name, 0.0):
-            return False
-        verdict = self.candidates.verdict(name, protocols, now)
-        if verdict is not Verdict.WAIT:
-            next_at[name] = now + self.sync_interval_s * self.rnd.uniform(0.75, 1.25)
-        return verdict is Verdict.OPEN
+            self.rotation.go_on(name)
+        return self.candidates.verdict(name, protocols, now) is Verdict.OPEN
 
     def _protocols(self, peer: PeerId) -> list[str]:
         """What the peer's identify listed ([] before it answered, or once forgotten)."""
         peerstore = self.host.get_peerstore()
         return list(peerstore.get_protocols(peer)) if peerstore.has_peer(peer) else []
 
-    @staticmethod
     async def _one_sync(
+        self,
         run_sync: Callable[[PeerId], Awaitable[bool]],
         peer: PeerId,
         running: set[str],
-        next_at: dict[str, float],
         follow_ups: dict[str, int],
     ) -> None:
         name = peer.to_base58()
@@ -166,8 +334,16 @@ class PeerManager:
             again = await run_sync(peer)
             follow_ups[name] = follow_ups.get(name, 0) + 1 if again else 0
             if again and follow_ups[name] <= MAX_FOLLOW_UPS:
-                next_at[name] = trio.current_time()
+                self.rotation.go_on(name)
         except Exception as exc:  # a session, whatever failed in it, must not end the node
             log.info("sync with %s failed: %s", peer, exc)
         finally:
             running.discard(name)
+
+    def _now_ms(self) -> int:
+        return int(trio.current_time() * 1000)
+
+
+CLOSED_HELP = "connections we closed, by reason (node/peers.py)"
+DIALS_HELP = "dials of known peers, by result (node/peers.py)"
+EXCHANGE_HELP = "peer exchanges, by role and result (node/peers.py)"

@@ -228,12 +228,14 @@ def surplus(connected: Sequence[str], low: int, high: int, rnd: random.Random) -
 class SyncRotation:
     """Which connected peers to reconcile with now (see the module doc).
 
-    A slot opens every ``interval_ms / per_interval`` (+-25 %); at each, the waiting peer
-    synced longest ago gets a session. A peer never synced (just connected), or one whose
-    last session asked to go on (a catch-up), goes at once.
+    A slot opens every ``interval_ms / per_interval`` (+-25 %); at each, of the peers whose
+    last session is at least 3/4 of an interval old, the one synced longest ago gets a
+    session. A peer never synced (just connected), or one whose last session asked to go
+    on (a catch-up), goes at once.
     """
 
     def __init__(self, interval_ms: int, per_interval: int, rnd: random.Random) -> None:
+        self.interval_ms = interval_ms
         self.slot_ms = max(1, interval_ms // max(1, per_interval))
         self.rnd = rnd
         self.last_ms: dict[str, int] = {}
@@ -241,12 +243,16 @@ class SyncRotation:
         self.next_slot_ms = 0
 
     def pick(self, waiting: Sequence[str], now_ms: int) -> list[str]:
-        """Of ``waiting`` (connected, willing, not in a session now), those to start."""
+        """Of ``waiting`` (connected, willing, not in a session now), those to start now."""
         chosen = [p for p in waiting if p not in self.last_ms or p in self.urgent]
-        rest = [p for p in waiting if p not in chosen]
-        if rest and now_ms >= self.next_slot_ms:
-            self.rnd.shuffle(rest)
-            chosen.append(min(rest, key=lambda p: self.last_ms[p]))
+        rested = [
+            p
+            for p in waiting
+            if p not in chosen and now_ms - self.last_ms[p] >= self.interval_ms * 3 // 4
+        ]
+        if rested and now_ms >= self.next_slot_ms:
+            self.rnd.shuffle(rested)
+            chosen.append(min(rested, key=lambda p: self.last_ms[p]))
             self.next_slot_ms = now_ms + int(self.slot_ms * self.rnd.uniform(0.75, 1.25))
         for peer in chosen:
             self.last_ms[peer] = now_ms

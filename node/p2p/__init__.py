@@ -17,7 +17,9 @@ import contract (``pyproject.toml``) keeps every other module off libp2p and mul
 
 from node.p2p.interfaces import (
     GOSSIP_PROTOCOL_IDS,
+    PEERS_PROTOCOL,
     SYNC_PROTOCOL,
+    Frames,
     GossipMessage,
     PeerAddress,
     PeerHost,
@@ -25,13 +27,16 @@ from node.p2p.interfaces import (
     PeerKey,
     PeerQueues,
     PeerStore,
+    PeerStream,
     PeerTable,
     Subscription,
 )
 
 __all__ = [
     "GOSSIP_PROTOCOL_IDS",
+    "PEERS_PROTOCOL",
     "SYNC_PROTOCOL",
+    "Frames",
     "GossipMessage",
     "PeerAddress",
     "PeerHost",
@@ -39,6 +44,7 @@ __all__ = [
     "PeerKey",
     "PeerQueues",
     "PeerStore",
+    "PeerStream",
     "PeerTable",
     "Subscription",
 ]

@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 
 GOSSIP_PROTOCOL_IDS = ("/meshsub/1.1.0", "/meshsub/1.0.0")
 SYNC_PROTOCOL = "/chatsync/sync/1"
+PEERS_PROTOCOL = "/chatsync/peers/1"  # peer exchange (node/peers.py)
 
 
 class PeerKey(Protocol):
@@ -70,8 +71,34 @@ class PeerTable(Protocol):
     def get_peerstore(self) -> PeerStore: ...
 
 
+class Frames(Protocol):
+    """Length-prefixed frames over a stream (``Libp2pFrames``)."""
+
+    async def read_frame(self) -> bytes: ...
+
+    async def write_frame(self, data: bytes) -> None: ...
+
+
+class PeerStream(Protocol):
+    """A stream to or from a peer (``Libp2pStream``)."""
+
+    @property
+    def peer_id(self) -> str: ...
+
+    def frames(self, max_frame: int) -> Frames: ...
+
+    async def close(self) -> None: ...
+
+    async def reset(self) -> None: ...
+
+
 class PeerHost(PeerTable, Protocol):
-    """What the peer manager drives: dials, disconnects, forgets (``Libp2pHost``)."""
+    """What the peer manager drives: dials, streams, disconnects, forgets (``Libp2pHost``)."""
+
+    @property
+    def peer_id(self) -> PeerId: ...
+
+    async def new_stream(self, peer: PeerId, protocol: str, timeout_s: float) -> PeerStream: ...
 
     def parse_address(self, text: str) -> PeerAddress: ...
 

@@ -15,7 +15,7 @@ from node.config import NodeConfig, load_config
 from node.metrics import Metrics
 from node.node import db_config
 from node.p2p import SYNC_PROTOCOL
-from node.peers import PeerManager, backoff_delays
+from node.peers import PeerManager
 from node.penalties import Blocklist
 from node.sync_peers import SyncCandidates
 
@@ -58,14 +58,6 @@ def test_a_renamed_key_is_refused_with_its_new_name(tmp_path: Path) -> None:
         load_config(str(toml), {})
 
 
-def test_backoff_grows_with_jitter_and_is_capped() -> None:
-    delay = backoff_delays(0.5, 30.0, random.Random(1))
-    samples = [delay(n) for n in range(12)]
-    assert all(0.5 <= s <= 30.0 for s in samples)
-    assert max(samples[8:]) > max(samples[:2])  # grows
-    assert len(set(samples)) == len(samples)  # jittered
-
-
 class _Peer:
     def __init__(self, name: str) -> None:
         self.name = name
@@ -92,14 +84,19 @@ class _PeerTable:
     def get_protocols(self, peer: _Peer) -> list[str]:
         return [SYNC_PROTOCOL]
 
+    @property
+    def peer_id(self) -> _Peer:
+        return _Peer("self")
+
 
 async def _session_gaps(more_to_do: Callable[[int], bool], run_s: float) -> list[float]:
     """Seconds between session starts with one peer (10 s interval) when the n-th session
     answers ``more_to_do(n)``; each session takes 1 s."""
     manager = PeerManager(
-        _PeerTable("a"), Blocklist(), reconnect_min_s=0.5, reconnect_max_s=30,
-        sync_interval_s=10, rnd=random.Random(1),
+        _PeerTable("a"), Blocklist(), low=6, high=10, reconnect_min_s=0.5, reconnect_max_s=30,
+        sync_interval_s=10, sync_per_interval=2, exchange_interval_s=30, rnd=random.Random(1),
         candidates=SyncCandidates(SYNC_PROTOCOL, notices(Metrics(), "sync_skipped")),
+        metrics=Metrics(),
     )  # fmt: skip
     started: list[float] = []
 
