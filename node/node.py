@@ -37,7 +37,13 @@ from node.intake import Submitted
 from node.metrics import Metrics
 from node.notices import Notices
 from node.p2p import GOSSIP_PROTOCOL_IDS, PEERS_PROTOCOL, SYNC_PROTOCOL, PeerId
-from node.p2p.gossip_peers import HOST_LOGGER, StreamFailureFilter, skip_peers_without_gossip
+from node.p2p.gossip_peers import (
+    HOST_LOGGER,
+    TCP_LOGGER,
+    DialFailureFilter,
+    StreamFailureFilter,
+    skip_peers_without_gossip,
+)
 from node.p2p.host import Libp2pHost, Libp2pPubSub, open_host
 from node.p2p.inbound import guard_inbound
 from node.p2p.patches import forget_after_failed_dials
@@ -223,11 +229,14 @@ class RunningNode:
         """Run gossip, sync, the peer loops, the GC and the HTTP API (until cancelled; the
         HTTP server stops gracefully once ``shutdown_trigger`` returns)."""
         stream_failures = StreamFailureFilter(self._notices("peer_streams_failed"))
+        dial_failures = DialFailureFilter()
         logging.getLogger(HOST_LOGGER).addFilter(stream_failures)
+        logging.getLogger(TCP_LOGGER).addFilter(dial_failures)
         try:
             await self._serve(shutdown_trigger, task_status)
         finally:
             logging.getLogger(HOST_LOGGER).removeFilter(stream_failures)
+            logging.getLogger(TCP_LOGGER).removeFilter(dial_failures)
 
     async def _serve(
         self, shutdown_trigger: Callable[[], Awaitable[None]], task_status: TaskStatus[None]

@@ -55,6 +55,7 @@ DIAL_TIMEOUT_S = 5.0
 DIALS_AT_ONCE = 4
 MAINTAIN_S = 1.0
 EXCHANGE_TIMEOUT_S = 10.0
+IDENTIFY_WAIT_S = 5.0  # after a dial, before asking the new peer for peers
 EXCHANGE_MIN_S = 5.0  # an asker is answered at most this often
 EXCHANGE_WHEN_SHORT_S = 5.0  # ask this often while below the low water with nobody to dial
 PEERS_FILE = "peers.json"
@@ -182,14 +183,20 @@ class PeerManager:
             self._next_exchange = now + self.exchange_interval_s * self.rnd.uniform(0.75, 1.25)
             nursery.start_soon(self._ask_for_peers, self.rnd.choice(connected))
 
+    def _connected_peer(self, name: str) -> PeerId | None:
+        return next((p for p in self.host.get_connected_peers() if p.to_base58() == name), None)
+
+    def _speaks_exchange(self, peer: PeerId) -> bool:
+        return PEERS_PROTOCOL in self._protocols(peer)
+
     def _exchange_due(self, now: float) -> bool:
         last = self._next_exchange - self.exchange_interval_s
         return now - last >= EXCHANGE_WHEN_SHORT_S
 
     async def _disconnect_quietly(self, name: str) -> None:
-        for peer in list(self.host.get_connected_peers()):
-            if peer.to_base58() == name:
-                await self.host.disconnect(peer)
+        peer = self._connected_peer(name)
+        if peer is not None:
+            await self.host.disconnect(peer)
 
     async def _dial(self, peer_id: str, address: str) -> None:
         try:
@@ -205,13 +212,23 @@ class PeerManager:
         self.book.connected(peer_id, [address], self._now_ms())
         self.metrics.inc("peer_dials", result="connected", help=DIALS_HELP)
         log.info("connected to %s", peer_id)
+        await self._identified(peer_id)
         await self._ask_for_peers(peer_id)
+
+    async def _identified(self, name: str) -> None:
+        """Wait (a little) until identify told us what ``name`` speaks."""
+        with trio.move_on_after(IDENTIFY_WAIT_S):
+            while True:
+                peer = self._connected_peer(name)
+                if peer is None or self._protocols(peer):
+                    return
+                await trio.sleep(0.05)
 
     # --- peer exchange ---
 
     async def _ask_for_peers(self, name: str) -> None:
-        peer = next((p for p in self.host.get_connected_peers() if p.to_base58() == name), None)
-        if peer is None or name in self.blocked:
+        peer = self._connected_peer(name)
+        if peer is None or name in self.blocked or not self._speaks_exchange(peer):
             return
         try:
             with trio.fail_after(EXCHANGE_TIMEOUT_S):

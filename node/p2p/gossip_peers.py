@@ -24,6 +24,8 @@ from node.p2p.host import Libp2pHost, Libp2pPubSub
 
 STREAM_FAILURE_PREFIX = "Failed to open stream to peer "
 HOST_LOGGER = "libp2p.host.basic_host"
+TCP_LOGGER = "libp2p.transport.tcp.tcp"
+TCP_DIAL_FAILURE_PREFIX = "Failed to open TCP stream"
 
 
 def skip_peers_without_gossip(
@@ -60,3 +62,11 @@ class StreamFailureFilter(logging.Filter):
         error = lines[1].strip() if len(lines) > 1 else ""
         self.notices.note(peer, "stream_failed", "no stream to %s: %s", peer, error[:200])
         return False
+
+
+class DialFailureFilter(logging.Filter):
+    """Drops py-libp2p's ERROR line for each failed TCP dial: the peer manager counts them
+    (``peer_dials_total{result="failed"}``), and a peer exchange can name many dead peers."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(TCP_DIAL_FAILURE_PREFIX)

@@ -178,10 +178,15 @@ class Libp2pHost:
 
     async def dial(self, address: PeerAddress, timeout_s: float) -> None:
         """Connect to ``address`` (``DialFailed``). Re-adds the address each time: py-libp2p's
-        peerstore entries expire."""
+        peerstore entries expire. A failed dial leaves no address behind: py-libp2p's
+        auto-connector would dial every address in the peerstore again, on its own."""
         info = info_from_p2p_addr(multiaddr.Multiaddr(address.text))
-        with dial_errors(), trio.fail_after(timeout_s):
-            await self.raw.connect(info)
+        try:
+            with dial_errors(), trio.fail_after(timeout_s):
+                await self.raw.connect(info)
+        except BaseException:
+            forget_addresses(self.raw, info.peer_id)
+            raise
 
     async def disconnect(self, peer: PeerId) -> None:
         """Close our connections to ``peer`` (already gone: nothing to do)."""
