@@ -165,6 +165,48 @@ def gossip(
         raise typer.Exit(1)
 
 
+@bench_app.command("scale")
+def scale(
+    nodes: Annotated[
+        str, typer.Option(help="Node counts, comma-separated (each 2..20), smallest first.")
+    ] = "4,8,12,16,20",
+    rate: Annotated[int, typer.Option(min=1, help="Offered ops/s, all nodes together.")] = 300,
+    seconds: Annotated[float, typer.Option(min=0.5, help="How long the load is offered.")] = 20.0,
+    idle: Annotated[
+        float, typer.Option(min=1.0, help="Seconds of idle CPU measured before each load.")
+    ] = 10.0,
+    sync_interval: Annotated[
+        float, typer.Option(min=0.5, help="Anti-entropy interval (s).")
+    ] = 10.0,
+    bootstrap_nodes: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Later nodes know only the first this many (0: every node before them)."
+        ),
+    ] = 1,
+    out: Annotated[Path, typer.Option(help="JSON file to write (and a .png beside it).")] = Path(
+        "bench-results/scale.json"
+    ),
+    data: NodesData = None,
+) -> None:
+    """The same load on growing clusters: per-node CPU, idle CPU, bytes, latency (issue 32)."""
+    from bench.scale_bench import ScaleParams, run_scale_bench
+
+    try:
+        counts = tuple(int(n) for n in nodes.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"--nodes {nodes!r}: comma-separated integers") from None
+    if not counts or any(not 2 <= n <= 20 for n in counts) or list(counts) != sorted(counts):
+        raise typer.BadParameter(f"--nodes {nodes!r}: each 2..20, smallest first")
+    params = ScaleParams(
+        nodes=counts, rate=rate, seconds=seconds, idle_s=idle, sync_interval_s=sync_interval,
+        bootstrap_nodes=bootstrap_nodes or None, out=out, data=data,
+    )  # fmt: skip
+    report = run_scale_bench(params)
+    if not all(row["all_delivered"] for row in report["rows"]):
+        raise typer.Exit(1)
+
+
 @bench_app.command("retention")
 def retention(
     messages: Annotated[int, typer.Option(min=1, help="Messages to write, then GC.")] = 1_000_000,

@@ -80,6 +80,7 @@ from bench.quantiles import quantile
 from bench.store_floor import store_us_per_op
 from bench.transport_floor import FloorParams, run_transport_floor
 from cluster.local import Cluster, NodeProcess
+from node.config import NodeConfig
 from node.verify import WORKER_MODULE
 from store import Hlc, MsgV1
 from store.authz import new_group
@@ -111,6 +112,10 @@ class GossipBenchParams:
     catchup_timeout_s: float = 300.0
     out: Path = Path("bench-results/gossip.json")
     data: Path | None = None  # None: a temporary directory, removed afterwards
+    # later nodes bootstrap from the first this many (the rest they find by peer exchange);
+    # None: each from every node before it
+    bootstrap_nodes: int | None = None
+    idle_s: float = 0.0  # measure the idle nodes' CPU this long before the load (0: skip)
 
 
 # --- signed ops ----------------------------------------------------------------------------
@@ -332,6 +337,7 @@ def run_load(
         base / ("batched" if batched else "unbatched"),
         sync_interval_s=params.sync_interval_s,
         node_config=node_config,
+        bootstrap_nodes=params.bootstrap_nodes,
     )
     try:
         t = time.monotonic()
@@ -339,12 +345,17 @@ def run_load(
         _wait_mesh(cluster)
         console.print(f"[bold]{label}[/]: {params.nodes} nodes up in {time.monotonic() - t:.1f} s")
         _post_joins(cluster, signer)
+        idle = _idle_cpu(cluster, params.idle_s) if params.idle_s > 0 else None
         t = time.monotonic()
         plan = make_plan(signer, params)
         console.print(
             f"  signed {plan.size:,} messages in {time.monotonic() - t:.1f} s (not timed)"
         )
+        loopback0 = loopback_bytes()
         result = _offer(console, cluster, plan, params)
+        result["loopback_bytes"] = loopback_bytes() - loopback0
+        result["idle_cores_per_node"] = idle
+        result["connections"] = [len(cluster.status(i)["connected_peers"]) for i in cluster.live()]
         result["label"] = label
         result["node_config"] = node_config
     except BaseException:
@@ -391,10 +402,31 @@ def _post_joins(cluster: Cluster, signer: Signer, timeout_s: float = 60) -> None
             time.sleep(0.2)
 
 
+def _idle_cpu(cluster: Cluster, seconds: float) -> float:
+    """The nodes' CPU (cores per node) over ``seconds`` without load."""
+    pids = [n.proc.pid for n in cluster.nodes if n.proc is not None]
+    cpu0, t0 = [process_cpu_s(p) for p in pids], time.monotonic()
+    time.sleep(seconds)
+    used = sum(process_cpu_s(p) - c for p, c in zip(pids, cpu0, strict=True))
+    return used / (time.monotonic() - t0) / len(pids)
+
+
+def loopback_bytes() -> int:
+    """Bytes sent over the loopback interface so far (/proc/net/dev): every node's traffic,
+    libp2p and HTTP, on a machine where nothing else talks over it."""
+    with open("/proc/net/dev") as f:
+        for line in f:
+            name, _, fields = line.partition(":")
+            if name.strip() == "lo":
+                return int(fields.split()[8])  # transmitted bytes
+    return 0
+
+
 def _wait_mesh(cluster: Cluster, timeout_s: float = 30) -> None:
-    """Until every node is connected to every other (a full mesh on loopback) — or timeout."""
+    """Until every node has its connections (every other node, or the node's low water of
+    6 in a larger cluster: ``NodeConfig.peers_low``) — or timeout."""
     deadline = time.monotonic() + timeout_s
-    want = len(cluster.nodes) - 1
+    want = min(len(cluster.nodes) - 1, NodeConfig.peers_low)
     while time.monotonic() < deadline:
         if all(len(cluster.status(i)["connected_peers"]) >= want for i in cluster.live()):
             time.sleep(1.5)  # subscriptions and mesh GRAFTs follow the connections
