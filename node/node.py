@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from node.admission import AdmissionLimits
 from node.auth import ADMIN_FILE, Authenticator, load_or_create_secrets
 from node.clock import Clock
 from node.commits import CommitSignal
@@ -178,8 +179,11 @@ class RunningNode:
             candidates=SyncCandidates(SYNC_PROTOCOL, self._notices("sync_skipped")),
             rnd=random.Random(),
         )  # fmt: skip
+        # the libp2p edge takes the caps, not the node's config (node.config parses addresses
+        # with node.p2p: no import cycle)
+        limits = AdmissionLimits(max_inbound=config.inbound_max, max_per_ip=config.inbound_per_ip)
         self.inbound = guard_inbound(
-            host, config, services.blocklist, self._notices("inbound_refused")
+            host, limits, services.blocklist, self._notices("inbound_refused")
         )
         forget_after_failed_dials(host.raw, config.max_failed_dials)
         skip_peers_without_gossip(pubsub, host, GOSSIP_PROTOCOL_IDS)
