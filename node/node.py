@@ -1,10 +1,11 @@
 """The node process: RocksDB + trees, the services, libp2p gossip and sync, peers, the HTTP API.
 
-Start-up (``Node.run``): open ChatDb, rebuild the Merkle trees from it, start the
-libp2p host, build the services (``node/services.py``) and start the writer, then
-gossip, sync, the reconnect loops, the GC and the HTTP server — then report
-``started`` with the ``RunningNode``. ``stop()`` (SIGINT/SIGTERM in the CLI) stops the
-network side first, lets the writer drain what it already accepted, then closes RocksDB.
+Start-up (``Node.run``): refuse malformed addresses and taken ports (``node/startup.py``),
+open ChatDb (refused if another process has it open), rebuild the Merkle trees from it, start
+the libp2p host, build the services (``node/services.py``) and start the writer, then gossip,
+sync, the reconnect loops, the GC and the HTTP server — then report ``started`` with the
+``RunningNode``. ``stop()`` (SIGINT/SIGTERM in the CLI) stops the network side first, lets the
+writer drain what it already accepted, then closes RocksDB.
 
 ``RunningNode`` is the started node: the services plus the host and the peer manager.
 It answers the HTTP layer's narrow interface (``node.api.NodeApi``) and drives sync
@@ -33,6 +34,7 @@ from node.delivery import Acks
 from node.dm3 import Dm3Gateway
 from node.dm3 import load_or_create_key as load_dm3_key
 from node.erasure import compact_erasures
+from node.errors import StartupRefused
 from node.gossip.settings import OPS_TOPIC
 from node.intake import Submitted
 from node.metrics import Metrics
@@ -46,10 +48,12 @@ from node.p2p.streams import Libp2pStream
 from node.peers import PeerManager
 from node.plants import ACK_BEFORE_WAL, skip_wal
 from node.services import Services, build_services
+from node.startup import check_startup
 from node.sync_peers import SyncCandidates
 from node.verify import ProcessVerifier
 from store.chat_reads import ChatReads
 from store.chatdb import ChatDb
+from store.errors import StoreLocked
 from store.ops import Op
 from store.retention import RetentionPolicy
 from store.rocks import ChatDbConfig
@@ -82,7 +86,11 @@ class Node:
     async def run(self, *, task_status: TaskStatus[RunningNode] = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
         clock = Clock.system(cfg.clock_offset_ms)
-        db = await trio.to_thread.run_sync(ChatDb, db_config(cfg))
+        check_startup(cfg)  # before anything is opened
+        try:
+            db = await trio.to_thread.run_sync(ChatDb, db_config(cfg))
+        except StoreLocked as exc:
+            raise StartupRefused(f"data directory {cfg.data} is in use by another process") from exc
         if cfg.chaos_plant == ACK_BEFORE_WAL:  # CHAOS PLANT (node/plants.py): off by default
             skip_wal(db)
         recorder: OpRecorder | None = None
