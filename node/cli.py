@@ -42,7 +42,7 @@ def node_run(
 ) -> None:
     """Run a node until SIGINT/SIGTERM (then: tasks cancelled, writer drained, RocksDB closed)."""
     from node.config import load_config
-    from node.run import run_node
+    from node.errors import StartupRefused
 
     overrides = {
         "data": data, "listen": listen, "http": http, "bootstrap": bootstrap or None,
@@ -53,9 +53,12 @@ def node_run(
     }  # fmt: skip
     try:
         cfg = load_config(config, overrides)
-    except (OSError, ValueError) as exc:
-        raise typer.BadParameter(str(exc)) from None
-    run_node(cfg, log_level)
+        from node.run import run_node  # loads libp2p (1.6 s): after the config is checked
+
+        run_node(cfg, log_level)
+    except StartupRefused as exc:  # one line, no traceback (docs/OPERATING.md)
+        typer.echo(f"chatsync: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 if __name__ == "__main__":

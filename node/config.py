@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from node.errors import InvalidAddress, StartupRefused
 from node.plants import check_plant
 from store.hlc import DEFAULT_MAX_OFFSET_MS
 from store.records import DEFAULT_MAX_PAYLOAD
@@ -112,8 +114,7 @@ class NodeConfig:
 
     @property
     def http_host_port(self) -> tuple[str, int]:
-        host, _, port = self.http.rpartition(":")
-        return host or "127.0.0.1", int(port)
+        return parse_http(self.http)
 
 
 # Keys a config file may still hold under an older name: refused, with the new name.
@@ -124,26 +125,89 @@ RENAMED = {
 
 
 def load_config(path: str | None, overrides: dict[str, Any]) -> NodeConfig:
-    """Defaults < TOML file < ``overrides`` (flags given on the command line; None = not given)."""
+    """Defaults < TOML file < ``overrides`` (flags given on the command line; None = not given).
+
+    Anything wrong is ``StartupRefused``, one line naming the key (or flag) and its value."""
     values: dict[str, Any] = {}
     if path is not None:
-        with open(path, "rb") as f:
-            values.update(tomllib.load(f).get("node", {}))
-    values.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            with open(path, "rb") as f:
+                values.update(tomllib.load(f).get("node", {}))
+        except OSError as exc:
+            raise StartupRefused(f"config {path}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise StartupRefused(f"config {path}: {exc}") from exc
+    in_file = set(values)
+    flags = {k for k, v in overrides.items() if v is not None}
+    values.update({k: overrides[k] for k in flags})
     known = {f.name for f in fields(NodeConfig)}
     renamed = sorted(k for k in values if k in RENAMED)
     if renamed:
-        raise ValueError(", ".join(f"config key {k} is now {RENAMED[k]}" for k in renamed))
+        raise StartupRefused(", ".join(f"config key {k} is now {RENAMED[k]}" for k in renamed))
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ValueError(f"unknown config keys: {', '.join(unknown)}")
+        raise StartupRefused(f"unknown config keys: {', '.join(unknown)}")
     if "bootstrap" in values:
         values["bootstrap"] = tuple(values["bootstrap"])
     config = replace(NodeConfig(), **values)
-    if not 1 <= config.peers_low <= config.peers_high:
-        raise ValueError("peers_low and peers_high: need 1 <= peers_low <= peers_high")
-    if config.sync_peers_per_interval < 1:
-        raise ValueError("sync_peers_per_interval: at least 1")
-    check_compression(config.db_compression, "db_compression")
-    check_plant(config.chaos_plant)
+    try:
+        if not 1 <= config.peers_low <= config.peers_high:
+            raise ValueError("peers_low and peers_high: need 1 <= peers_low <= peers_high")
+        if config.sync_peers_per_interval < 1:
+            raise ValueError("sync_peers_per_interval: at least 1")
+        check_compression(config.db_compression, "db_compression")
+        check_plant(config.chaos_plant)
+    except ValueError as exc:
+        raise StartupRefused(str(exc)) from exc
+
+    def named(key: str) -> str:
+        return f"--{key}" if key in flags else f"{key} in {path}" if key in in_file else key
+
+    check_addresses(config, named)
     return config
+
+
+WILDCARDS = {"0.0.0.0", "::"}  # a listener there takes the port on every address
+
+
+def check_addresses(config: NodeConfig, named: Callable[[str], str]) -> None:
+    """``listen``, ``bootstrap`` and ``http`` parse, and the two ports differ (py-libp2p
+    would take the port first, then the HTTP server fail). ``named(key)`` says where a value
+    came from, for the message."""
+    from node.p2p.addresses import parse_listen, parse_peer_address  # multiaddr: only here
+
+    def refused(key: str, value: str, exc: ValueError) -> StartupRefused:
+        return StartupRefused(f"{named(key)} {value!r}: {exc}")
+
+    try:
+        listen = parse_listen(config.listen)
+    except InvalidAddress as exc:
+        raise refused("listen", config.listen, exc) from exc
+    for address in config.bootstrap:
+        try:
+            parse_peer_address(address)
+        except InvalidAddress as exc:
+            raise refused("bootstrap", address, exc) from exc
+    if not config.http:
+        return  # no HTTP API
+    try:
+        host, port = parse_http(config.http)
+    except ValueError as exc:
+        raise refused("http", config.http, exc) from exc
+    if listen.port == port and (host == listen.host or {host, listen.host} & WILDCARDS):
+        raise StartupRefused(
+            f"{named('listen')} {config.listen!r} and {named('http')} {config.http!r} "
+            f"use the same port"
+        )
+
+
+def parse_http(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (an empty host: 127.0.0.1) -> (host, port); ``ValueError`` saying why not."""
+    host, colon, port = text.rpartition(":")
+    if not colon:
+        raise ValueError("no port (HOST:PORT)")
+    if not port.isdigit() or not port.isascii():
+        raise ValueError(f"port {port!r} is not a number")
+    if not 1 <= int(port) <= 65535:
+        raise ValueError(f"port {int(port)} is out of range (1-65535)")
+    return host or "127.0.0.1", int(port)

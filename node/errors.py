@@ -14,6 +14,9 @@ them, so code above the edge (and the in-process replay) catches ours without lo
   when no connection could be made (refused, timed out, handshake failed),
   ``ProtocolNotSupported`` when the peer answered but agreed to none of our protocols;
 * ``InvalidAddress`` — an address we were given (configuration) does not parse;
+* ``StartupRefused`` — the node will not start: a flag or config value is malformed, a port
+  (``PortInUse``) or the data directory is taken. Its message is the one line
+  ``chatsync node run`` prints;
 * ``StorageFull`` (``node/limits.py``), ``WriteFailed`` (``node/writer.py``) and the store's
   ``InvalidInput`` family for the rest.
 """
@@ -58,7 +61,17 @@ class ProtocolNotSupported(PeerUnreachable):
 
 
 class InvalidAddress(ChatsyncError, ValueError):
-    """An address we were given (a bootstrap multiaddr) does not parse: local misuse."""
+    """An address we were given (listen, bootstrap) does not parse: local misuse."""
+
+
+class StartupRefused(ChatsyncError):
+    """The node will not start (config loading, or ``Node.run`` before it reports started).
+    The message is one line naming the flag or resource; the CLI prints it, no traceback."""
+
+
+class PortInUse(StartupRefused):
+    """The libp2p or HTTP port is taken (a type of its own: trio's ``nursery.start``
+    re-raises ``from None``, so the OSError behind it does not travel with it)."""
 
 
 @contextmanager

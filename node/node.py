@@ -1,10 +1,11 @@
 """The node process: RocksDB + trees, the services, libp2p gossip and sync, peers, the HTTP API.
 
-Start-up (``Node.run``): open ChatDb, rebuild the Merkle trees from it, start the
-libp2p host, build the services (``node/services.py``) and start the writer, then
-gossip, sync, the reconnect loops, the GC and the HTTP server — then report
-``started`` with the ``RunningNode``. ``stop()`` (SIGINT/SIGTERM in the CLI) stops the
-network side first, lets the writer drain what it already accepted, then closes RocksDB.
+Start-up (``Node.run``): refuse malformed addresses and taken ports (``node/startup.py``),
+open ChatDb (refused if another process has it open), rebuild the Merkle trees from it, start
+the libp2p host, build the services (``node/services.py``) and start the writer, then gossip,
+sync, the reconnect loops, the GC and the HTTP server — then report ``started`` with the
+``RunningNode``. ``stop()`` (SIGINT/SIGTERM in the CLI) stops the network side first, lets the
+writer drain what it already accepted, then closes RocksDB.
 
 ``RunningNode`` is the started node: the services plus the host and the peer manager.
 It answers the HTTP layer's narrow interface (``node.api.NodeApi``) and drives sync
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from node.admission import AdmissionLimits
 from node.auth import ADMIN_FILE, Authenticator, load_or_create_secrets
 from node.clock import Clock
 from node.commits import CommitSignal
@@ -32,6 +34,7 @@ from node.delivery import Acks
 from node.dm3 import Dm3Gateway
 from node.dm3 import load_or_create_key as load_dm3_key
 from node.erasure import compact_erasures
+from node.errors import StartupRefused
 from node.gossip.settings import OPS_TOPIC
 from node.intake import Submitted
 from node.metrics import Metrics
@@ -51,10 +54,12 @@ from node.p2p.streams import Libp2pStream
 from node.peers import PEERS_FILE, PeerManager
 from node.plants import ACK_BEFORE_WAL, skip_wal
 from node.services import Services, build_services
+from node.startup import check_startup
 from node.sync_peers import SyncCandidates
 from node.verify import ProcessVerifier
 from store.chat_reads import ChatReads
 from store.chatdb import ChatDb
+from store.errors import StoreLocked
 from store.ops import Op
 from store.retention import RetentionPolicy
 from store.rocks import ChatDbConfig
@@ -87,7 +92,11 @@ class Node:
     async def run(self, *, task_status: TaskStatus[RunningNode] = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
         clock = Clock.system(cfg.clock_offset_ms)
-        db = await trio.to_thread.run_sync(ChatDb, db_config(cfg))
+        check_startup(cfg)  # before anything is opened
+        try:
+            db = await trio.to_thread.run_sync(ChatDb, db_config(cfg))
+        except StoreLocked as exc:
+            raise StartupRefused(f"data directory {cfg.data} is in use by another process") from exc
         if cfg.chaos_plant == ACK_BEFORE_WAL:  # CHAOS PLANT (node/plants.py): off by default
             skip_wal(db)
         recorder: OpRecorder | None = None
@@ -190,8 +199,11 @@ class RunningNode:
         )  # fmt: skip
         for address in config.bootstrap:
             peers.add_bootstrap(address)
+        # the libp2p edge takes the caps, not the node's config (node.config parses addresses
+        # with node.p2p: no import cycle)
+        limits = AdmissionLimits(max_inbound=config.inbound_max, max_per_ip=config.inbound_per_ip)
         self.inbound = guard_inbound(
-            host, config, services.blocklist, self._notices("inbound_refused")
+            host, limits, services.blocklist, self._notices("inbound_refused")
         )
         forget_after_failed_dials(host.raw, config.max_failed_dials)
         skip_peers_without_gossip(pubsub, host, GOSSIP_PROTOCOL_IDS)

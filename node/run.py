@@ -1,4 +1,7 @@
-"""``chatsync node run``: one node in the foreground until SIGINT or SIGTERM."""
+"""``chatsync node run``: one node in the foreground until SIGINT or SIGTERM.
+
+``run_node`` raises ``StartupRefused`` bare, out of trio's exception groups, when the node
+will not start; the CLI prints it as one line."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import signal
 import trio
 
 from node.config import NodeConfig
+from node.errors import StartupRefused
 from node.memory import trim_heap_periodically, tune_allocator
 from node.node import Node
 
@@ -76,4 +80,22 @@ def run_node(config: NodeConfig, log_level: str = "INFO") -> None:
             logging.WARNING if log_level != "DEBUG" else logging.DEBUG
         )
     tune_allocator()
-    trio.run(run_until_signalled, config)
+    try:
+        trio.run(run_until_signalled, config)
+    except BaseExceptionGroup as group:
+        refused = startup_refusal(group)
+        if refused is None:
+            raise
+        raise refused from None
+
+
+def startup_refusal(group: BaseExceptionGroup[BaseException]) -> StartupRefused | None:
+    """The ``StartupRefused`` that ``Node.run`` raised, if that is all ``group`` holds (trio's
+    nurseries wrap it in groups)."""
+    matched, rest = group.split(StartupRefused)
+    if matched is None or rest is not None:
+        return None
+    refused: BaseException = matched
+    while isinstance(refused, BaseExceptionGroup):
+        refused = refused.exceptions[0]
+    return refused if isinstance(refused, StartupRefused) else None

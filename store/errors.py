@@ -21,6 +21,11 @@ class ChatsyncError(Exception):
     """Base of every exception this project raises on purpose."""
 
 
+class StoreLocked(ChatsyncError):
+    """Another process (or another ``ChatDb`` in this one) has the database open: RocksDB's
+    LOCK file is held."""
+
+
 class InvalidInput(ChatsyncError):
     """Input from outside the process was rejected; ``reason`` says why."""
 

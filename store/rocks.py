@@ -34,6 +34,7 @@ from rocksdict import (
     WriteOptions,
 )
 
+from store.errors import StoreLocked
 from store.hlc import DEFAULT_MAX_OFFSET_MS
 from store.keys import BUCKET_PREFIX_LEN, CHAT_ID_LEN, USER_ID_LEN, prefix_end
 from store.records import DEFAULT_MAX_PAYLOAD
@@ -70,6 +71,9 @@ COLUMN_FAMILIES: dict[str, int | None] = {
 # CFs of earlier versions: dropped when a database that has them is opened.
 RETIRED_COLUMN_FAMILIES = ("user_read_progress",)  # local read seqs, before receipts
 SYNC_INDEXES = {"seen_msg", "seen_member", "seen_identity", "seen_delete"}
+# RocksDB's status text when the LOCK file is held (env/io_posix: another process; its own
+# table of files this process locked): rocksdict raises both as a bare ``Exception``
+LOCK_HELD = ("While lock file", "lock hold by current process")
 
 
 @dataclass(frozen=True)
@@ -170,13 +174,18 @@ class Rocks:
         self.created_families = frozenset(() if existing is None else COLUMN_FAMILIES) - set(
             existing or ()
         )
-        self._db = Rdict(
-            config.path,
-            _db_options(config, cache),
-            column_families={
-                name: _cf_options(config, cache, name) for name in [*COLUMN_FAMILIES, *retired]
-            },
-        )
+        try:
+            self._db = Rdict(
+                config.path,
+                _db_options(config, cache),
+                column_families={
+                    name: _cf_options(config, cache, name) for name in [*COLUMN_FAMILIES, *retired]
+                },
+            )
+        except Exception as exc:  # rocksdict raises Exception itself: RocksDB's status text
+            if any(text in str(exc) for text in LOCK_HELD):
+                raise StoreLocked(f"{config.path}: {exc}") from exc
+            raise
         for name in retired:  # RocksDB opens a database only with all its CFs: open, then drop
             self._db.drop_column_family(name)
         self.cf = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}

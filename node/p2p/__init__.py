@@ -9,7 +9,9 @@
   exceptions only; ``safe_handler`` so a handler's failure ends a stream, not the process;
 * ``patches``, ``costs``, ``inbound``, ``gossip_peers`` — every change we make to py-libp2p
   0.8.1's private attributes, each with why;
-* ``ids`` — a raw peer id as base58 text.
+* ``ids`` — a raw peer id as base58 text;
+* ``addresses`` — ``--listen`` and ``--bootstrap`` checked before the node starts
+  (multiaddr only: config loading imports it).
 
 Importing the package loads no libp2p (it takes 1.6 s); its wrapping modules do. The
 import contract (``pyproject.toml``) keeps every other module off libp2p and multiaddr.

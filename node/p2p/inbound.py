@@ -30,7 +30,6 @@ from libp2p.abc import IMuxedConn
 from libp2p.network.connection.raw_connection import RawConnection
 
 from node.admission import AdmissionLimits, InboundAdmission
-from node.config import NodeConfig
 from node.notices import Notices
 from node.p2p.errors import LIBP2P_ERRORS
 from node.p2p.host import Libp2pHost
@@ -117,10 +116,9 @@ async def _close(closable: Any) -> None:
 
 
 def guard_inbound(
-    host: Libp2pHost, config: NodeConfig, blocked: Container[str], notices: Notices
+    host: Libp2pHost, limits: AdmissionLimits, blocked: Container[str], notices: Notices
 ) -> InboundGuard:
-    """Put an ``InboundGuard`` with ``config``'s caps in place of ``host``'s swarm handler."""
-    limits = AdmissionLimits(max_inbound=config.inbound_max, max_per_ip=config.inbound_per_ip)
+    """Put an ``InboundGuard`` with ``limits`` in place of ``host``'s swarm handler."""
     swarm = host.raw.get_network()
     guard = InboundGuard(swarm, InboundAdmission(limits, blocked), blocked, notices)
     guard.install()

@@ -16,6 +16,7 @@ import trio
 from nacl.signing import SigningKey
 
 from node.config import NodeConfig
+from node.errors import PortInUse
 from node.node import Node, RunningNode
 from node.syncer import StoreReceived
 from store import ChatDb, ChatDbConfig, Hlc, MsgV1
@@ -129,7 +130,7 @@ def _address_in_use(exc: BaseException) -> bool:
         return True
     if isinstance(exc, BaseExceptionGroup):
         return any(_address_in_use(inner) for inner in exc.exceptions)
-    return False
+    return isinstance(exc, PortInUse)  # Node.run's check of the ports (node/startup.py)
 
 
 async def counts(http: httpx.AsyncClient) -> dict[str, int]:

@@ -12,6 +12,7 @@ import trio
 import trio.testing
 
 from node.config import NodeConfig, load_config
+from node.errors import StartupRefused
 from node.metrics import Metrics
 from node.node import db_config
 from node.p2p import SYNC_PROTOCOL
@@ -21,15 +22,15 @@ from node.sync_peers import SyncCandidates
 
 from node_support import notices
 
+PEER = "/ip4/1.2.3.4/tcp/1/p2p/12D3KooWK99VoVxNE7XzyBwXEzW7xhK7Gpv85r9F3V3fyKSUKPH5"
+
 
 def test_defaults_then_toml_then_flags(tmp_path: Path) -> None:
     toml = tmp_path / "node.toml"
-    toml.write_text(
-        '[node]\ndata = "/srv/a"\nhttp = "127.0.0.1:9000"\nbootstrap = ["/ip4/1.2.3.4/tcp/1/p2p/x"]\n'
-    )
+    toml.write_text(f'[node]\ndata = "/srv/a"\nhttp = "127.0.0.1:9000"\nbootstrap = ["{PEER}"]\n')
     cfg = load_config(str(toml), {"http": "127.0.0.1:9100", "durable": None})
     assert cfg.data == "/srv/a" and cfg.http == "127.0.0.1:9100" and cfg.durable is False
-    assert cfg.bootstrap == ("/ip4/1.2.3.4/tcp/1/p2p/x",)
+    assert cfg.bootstrap == (PEER,)
     assert cfg.http_host_port == ("127.0.0.1", 9100)
     assert load_config(None, {}) == NodeConfig()
     assert NodeConfig(data="/d").key_path == Path("/d/node.key")
@@ -38,14 +39,14 @@ def test_defaults_then_toml_then_flags(tmp_path: Path) -> None:
 def test_unknown_keys_are_an_error(tmp_path: Path) -> None:
     toml = tmp_path / "node.toml"
     toml.write_text("[node]\ndatta = 1\n")
-    with pytest.raises(ValueError, match="datta"):
+    with pytest.raises(StartupRefused, match="datta"):
         load_config(str(toml), {})
 
 
 def test_db_compression_is_checked_and_reaches_the_store(tmp_path: Path) -> None:
     toml = tmp_path / "node.toml"
     toml.write_text('[node]\ndb_compression = "brotli"\n')
-    with pytest.raises(ValueError, match="db_compression 'brotli': one of lz4, none, zstd"):
+    with pytest.raises(StartupRefused, match="db_compression 'brotli': one of lz4, none, zstd"):
         load_config(str(toml), {})
     assert db_config(NodeConfig()).compression == "lz4"
     assert db_config(NodeConfig(db_compression="zstd")).compression == "zstd"
@@ -54,7 +55,7 @@ def test_db_compression_is_checked_and_reaches_the_store(tmp_path: Path) -> None
 def test_a_renamed_key_is_refused_with_its_new_name(tmp_path: Path) -> None:
     toml = tmp_path / "node.toml"
     toml.write_text("[node]\nsync_read_timeout_s = 5\n")
-    with pytest.raises(ValueError, match="sync_read_timeout_s is now sync_idle_timeout_s"):
+    with pytest.raises(StartupRefused, match="sync_read_timeout_s is now sync_idle_timeout_s"):
         load_config(str(toml), {})
 
 

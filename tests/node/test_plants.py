@@ -12,6 +12,7 @@ import trio.testing
 
 from node.clock import Clock
 from node.config import NodeConfig, load_config
+from node.errors import StartupRefused
 from node.metrics import Metrics
 from node.plants import ACK_BEFORE_WAL, check_plant, drop_every, is_dropped, skip_wal
 from node.writer import DbWriter
@@ -44,7 +45,7 @@ def test_plants_are_off_by_default_and_checked(tmp_path: Path) -> None:
             check_plant(bad)
     toml = tmp_path / "node.toml"
     toml.write_text('[node]\nchaos_plant = "nonsense"\n')
-    with pytest.raises(ValueError, match="chaos_plant"):
+    with pytest.raises(StartupRefused, match="chaos_plant"):
         load_config(str(toml), {})
     assert drop_every("drop-one-in-10000") == 10_000
     assert drop_every("") == drop_every(ACK_BEFORE_WAL) == 0

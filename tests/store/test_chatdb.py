@@ -24,6 +24,7 @@ from store import (
     MsgV1,
     Role,
 )
+from store.errors import StoreLocked
 from store.hlc import HLC_ZERO
 from store.keys import bucket_of, key_messages, parse_key_messages
 from store.messages import extract_hlc_physical_from_seen_value
@@ -70,6 +71,20 @@ def stored_order(db: ChatDb, chat: bytes) -> list[bytes]:
         if page.next_cursor is None:
             return out
         cursor = page.next_cursor
+
+
+# --- opening -------------------------------------------------------------------------------
+
+
+def test_a_database_open_elsewhere_is_store_locked(tmp_path: Path) -> None:
+    """RocksDB's LOCK file held (here by this process; another process's is the same status
+    text's other form, tests/node/test_cli_refusals.py): ``StoreLocked``, RocksDB's text kept."""
+    path = str(tmp_path / "db")
+    with ChatDb(small_config(path)) as first:
+        with pytest.raises(StoreLocked, match="LOCK"):
+            ChatDb(small_config(path))
+        assert first.last_position == 0  # the first still reads
+    ChatDb(small_config(path)).close()  # free again once closed
 
 
 # --- put_message --------------------------------------------------------------------------
