@@ -91,15 +91,19 @@ def run_scale_bench(params: ScaleParams, console: Console | None = None) -> dict
             runs[str(n)] = result
             rows.append(row_of(n, result))
             console.print(f"  {n} nodes: {_one_line(rows[-1])}")
+            report = {"params": _shown(params), "rows": rows, "runs": runs}
+            save_report(console, report, params.out)  # after each count: a crash keeps them
     finally:
         if params.data is None:
             shutil.rmtree(base, ignore_errors=True)
-    report = {"params": {**params.__dict__, "out": str(params.out)}, "rows": rows, "runs": runs}
     print_table(console, rows)
-    save_report(console, report, params.out)
     plot(rows, params.out.with_suffix(".png"))
     console.print(f"saved {params.out.with_suffix('.png')}")
     return report
+
+
+def _shown(params: ScaleParams) -> dict[str, Any]:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in params.__dict__.items()}
 
 
 def _one_line(row: dict[str, Any]) -> str:

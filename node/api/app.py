@@ -37,6 +37,9 @@ def create_app(node: NodeApi) -> FastAPI:
     return app
 
 
+KEEP_ALIVE_S = 75.0
+
+
 async def serve_http(
     node: NodeApi,
     host_port: tuple[str, int],
@@ -50,5 +53,9 @@ async def serve_http(
     config.accesslog = None
     config.errorlog = None
     config.websocket_max_message_size = 64 * 1024  # a stream's client sends acks only
+    # longer than clients keep an idle connection (httpx: 5 s, hypercorn's default here too):
+    # a server closing first races a client's next request on that connection, which then
+    # fails "disconnected without a response" (the 20-node bench's polls did)
+    config.keep_alive_timeout = KEEP_ALIVE_S
     app: Any = create_app(node)  # an ASGI app; hypercorn's type for it is narrower than FastAPI's
     await serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
