@@ -126,3 +126,20 @@ def test_equivocation_is_caught_by_a_digest_not_by_keeping_the_message() -> None
     assert not router._check_equivocation(pubsub_message(big, ("t", "u")))  # other topics
     assert router._check_equivocation(pubsub_message(big + b"x", seqno=b"\x02"))  # a new one
     assert len(router.equivocation_detection) == 2
+
+
+def test_our_own_record_is_built_once_per_interval_and_per_host(hosts: tuple[Any, Any]) -> None:
+    a, b = hosts
+    builds: list[Any] = []
+
+    def build(host: Any) -> tuple[bytes, bool]:
+        builds.append(host)
+        return env_to_send_in_RPC(host)
+
+    clock = [0.0]
+    reused = costs.ReusedOwnRecord(build, clock=lambda: clock[0])
+    first = [reused(a)[0] for _ in range(100)]
+    assert len(builds) == 1 and len(set(first)) == 1
+    assert reused(b)[0] != first[0] and len(builds) == 2  # each host its own record
+    clock[0] = costs.OWN_RECORD_S
+    assert reused(a)[0] == first[0] and len(builds) == 3  # looked up again after the interval
