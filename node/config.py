@@ -42,6 +42,8 @@ class NodeConfig:
     gossip_min_interval_ms: int = 200
     gossip_max_bytes: int = 900 * 1024  # py-libp2p drops RPCs over 1 MiB
     gossip_heartbeat_s: int = 1
+    # the mesh's D (node/p2p/host.py:mesh_bounds): each message is received about D times
+    gossip_degree: int = 4
     # anti-entropy
     sync_interval_s: float = 10.0  # per peer, with +-25 % jitter
     # a session whose peer sends nothing for this long ends (``timeout``, penalized), longer

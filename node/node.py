@@ -135,7 +135,7 @@ class Node:
                 stack.callback(verifier.close)  # closed last: after the host and its sessions
                 host, pubsub = await open_host(
                     stack, cfg.key_path, cfg.listen, cfg.gossip_heartbeat_s,
-                    lambda reason: _count_dropped(metrics, reason),
+                    lambda reason: _count_dropped(metrics, reason), cfg.gossip_degree,
                 )  # fmt: skip
                 services = build_services(
                     cfg, replica, clock=clock, pubsub=pubsub, own_peer_id=host.peer_id.to_bytes(),

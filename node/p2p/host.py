@@ -81,26 +81,38 @@ def load_or_create_key(path: Path) -> KeyPair:
     return load_or_create_key(path)
 
 
+DEFAULT_DEGREE = 6  # GossipSub's D
+
+
+def mesh_bounds(degree: int) -> tuple[int, int]:
+    """D_lo and D_hi for a mesh of D: GossipSub's 4 and 12 around 6 would let a node that
+    keeps 10 connections forward every message to all 10; each copy costs ~1 ms of CPU
+    here (``chatsync bench scale``), so the mesh is held to D * 4/3 at most."""
+    return max(1, degree * 2 // 3), max(degree, degree * 4 // 3)
+
+
 async def start_host(
     stack: AsyncExitStack,
     key_pair: KeyPair,
     listen: str,
     heartbeat_s: int,
     on_dropped: Callable[[str], None] | None = None,
+    degree: int = DEFAULT_DEGREE,
 ) -> tuple[IHost, Pubsub]:
     """Start a host listening on ``listen`` and its GossipSub; both stop when ``stack`` closes.
 
     ``on_dropped(reason)`` is called for every outbound RPC py-libp2p drops ("queue_full",
-    "oversized")."""
+    "oversized"). ``degree``: the mesh's D (``mesh_bounds``)."""
     take_out_costs()
     addrs = [multiaddr.Multiaddr(listen)]
     host = new_host(key_pair=key_pair, listen_addrs=addrs)
     await stack.enter_async_context(host.run(listen_addrs=addrs))
+    low, high = mesh_bounds(degree)
     router = GossipSub(
         GOSSIP_PROTOCOLS,
-        degree=6,
-        degree_low=4,
-        degree_high=12,
+        degree=degree,
+        degree_low=low,
+        degree_high=high,
         heartbeat_interval=heartbeat_s,
         adaptive_gossip_enabled=False,
         spam_protection_enabled=False,
@@ -125,10 +137,11 @@ async def open_host(
     listen: str,
     heartbeat_s: int,
     on_dropped: Callable[[str], None] | None = None,
+    degree: int = DEFAULT_DEGREE,
 ) -> tuple[Libp2pHost, Libp2pPubSub]:
     """``start_host`` with the identity in ``key_path`` (None: a new one), wrapped."""
     key_pair = create_new_key_pair() if key_path is None else load_or_create_key(key_path)
-    host, pubsub = await start_host(stack, key_pair, listen, heartbeat_s, on_dropped)
+    host, pubsub = await start_host(stack, key_pair, listen, heartbeat_s, on_dropped, degree)
     return Libp2pHost(host), Libp2pPubSub(pubsub)
 
 
