@@ -40,6 +40,10 @@ class NodeConfig:
     # the least time between two of this node's messages: py-libp2p's CPU cost is per
     # message, ~10 ms on each of 5 peers, so the message rate is what saturates a cluster
     gossip_min_interval_ms: int = 200
+    # ... and more as more nodes publish: their messages together about this many a second
+    # (each node's share, P / rate, capped at gossip_max_interval_ms: node/gossip/batching.py)
+    gossip_network_messages_per_s: float = 25.0
+    gossip_max_interval_ms: int = 600
     gossip_max_bytes: int = 900 * 1024  # py-libp2p drops RPCs over 1 MiB
     gossip_heartbeat_s: int = 1
     # the mesh's D (node/p2p/host.py:mesh_bounds): each message is received about D times

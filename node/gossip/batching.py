@@ -6,8 +6,13 @@ saturates a small cluster. So ops are gathered into messages:
 
 * a message closes once it holds ``batch_ops`` ops or half of ``max_bytes``;
 * otherwise ``batch_delay`` after it opened (its first op, or the previous message's
-  leftovers), but no sooner than ``min_interval`` after the previous message — after a
+  leftovers), but no sooner than the spacing after the previous message — after a
   quiet spell the first op still leaves after ``batch_delay``;
+* the spacing is a fair share of the network's message budget: with P nodes publishing
+  (``Publishers``: origins heard in the last ``PUBLISHERS_WINDOW_S``), P / ``messages_per_s``,
+  between ``min_interval`` and ``max_interval``. Each message costs every node about D copies
+  of ~1 ms whatever it holds, so at a fixed op rate a network of 20 publishers spacing
+  their messages like 4 would pay ~5x per op (``chatsync bench scale``);
 * and not while py-libp2p's outbound queue to some peer holds ``PACE_DEPTH`` RPCs or
   more (that queue drops what does not fit in 32): the message keeps growing instead —
   for at most ``PACE_MAX_WAIT_S`` past its deadline (a stuck peer must not stall gossip
@@ -27,6 +32,27 @@ from store.ops import Op, encode_ops
 PACE_DEPTH = 8  # hold publishes while a peer's outbound queue (32 RPCs, then drops) has this many
 PACE_POLL_S = 0.005
 PACE_MAX_WAIT_S = 1.0
+PUBLISHERS_WINDOW_S = 10.0
+PUBLISHERS_MAX = 4096  # origins remembered (a forged origin fails pubsub's signature check)
+
+
+class Publishers:
+    """The nodes heard publishing lately (our own included), bounded."""
+
+    def __init__(self) -> None:
+        self.last_heard: dict[bytes, float] = {}
+
+    def heard(self, origin: bytes, now: float) -> None:
+        self.last_heard.pop(origin, None)
+        self.last_heard[origin] = now  # newest last: the oldest go first
+        while len(self.last_heard) > PUBLISHERS_MAX:
+            del self.last_heard[next(iter(self.last_heard))]
+
+    def count(self, now: float) -> int:
+        """Origins heard in the last window, and us."""
+        for origin in [o for o, t in self.last_heard.items() if now - t >= PUBLISHERS_WINDOW_S]:
+            del self.last_heard[origin]
+        return len(self.last_heard) + 1
 
 
 class Batcher:
@@ -35,6 +61,8 @@ class Batcher:
         self.half_bytes = settings.max_bytes // 2
         self.batch_delay_s = settings.batch_delay_ms / 1000
         self.min_interval_s = settings.min_interval_ms / 1000
+        self.max_interval_s = max(settings.max_interval_ms / 1000, self.min_interval_s)
+        self.messages_per_s = settings.messages_per_s
         self.pending: list[Op] = []
         self._last_publish = -math.inf
         self._deadline = self._give_up = math.inf
@@ -49,9 +77,15 @@ class Batcher:
     def full(self) -> bool:
         return len(self.pending) >= self.batch_ops or _size(self.pending) > self.half_bytes
 
-    def open(self, now: float) -> None:
+    def spacing(self, publishers: int) -> float:
+        """The least time between two of our messages with ``publishers`` nodes publishing."""
+        share = publishers / self.messages_per_s if self.messages_per_s > 0 else 0.0
+        return min(self.max_interval_s, max(self.min_interval_s, share))
+
+    def open(self, now: float, publishers: int = 1) -> None:
         """A message starts gathering (ops are pending): its deadline and its give-up time."""
-        self._deadline = max(now + self.batch_delay_s, self._last_publish + self.min_interval_s)
+        spaced = self._last_publish + self.spacing(publishers)
+        self._deadline = max(now + self.batch_delay_s, spaced)
         self._give_up = self._deadline + PACE_MAX_WAIT_S
 
     def wake_at(self, now: float, depth: int) -> float | None:

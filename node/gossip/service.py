@@ -30,7 +30,7 @@ import trio
 
 from node.arrivals import ArrivalLog
 from node.clock import Clock
-from node.gossip.batching import PACE_POLL_S, Batcher, encode_messages
+from node.gossip.batching import PACE_POLL_S, Batcher, Publishers, encode_messages
 from node.gossip.settings import GossipSettings
 from node.gossip.validation import GossipValidator
 from node.limits import GossipWaste
@@ -91,6 +91,12 @@ class GossipService:
         self.on_applied = on_applied  # told of each message's new ops after their write
         self._validated: OrderedDict[bytes, list[Op]] = OrderedDict()
         self.arrivals = ArrivalLog()
+        self.publishers = Publishers()  # who publishes lately: our messages' spacing
+        metrics.gauge(
+            "gossip_publishers",
+            lambda: {(): self.publishers.count(self.clock.now())},
+            help="nodes heard publishing in the last 10 s, us included (message spacing)",
+        )
         # lists of ops, one per publish() call (an API request: at most 1,024 ops)
         self._outgoing = WeightedQueue[list[Op]](OUTGOING_OPS, weight=len)
         metrics.gauge(
@@ -171,6 +177,7 @@ class GossipService:
                     if not self.validate(None, msg):
                         continue
                     ops = self._validated.pop(_msg_key(msg))
+                self.publishers.heard(bytes(msg.from_id), self.clock.now())
                 self.metrics.inc("gossip_messages_received", help="gossip messages accepted")
                 self.metrics.inc("gossip_ops_received", len(ops), help="ops received by gossip")
                 await acks_send.send((ops, await self.writer.enqueue(ops)))
@@ -213,7 +220,8 @@ class GossipService:
             while True:
                 if not batcher.pending:
                     batcher.add(await self._outgoing.get())
-                batcher.open(self.clock.now())
+                now = self.clock.now()
+                batcher.open(now, self.publishers.count(now))
                 while True:
                     self._take_queued(batcher)
                     wake = batcher.wake_at(self.clock.now(), self.outbound_depth())

@@ -19,6 +19,8 @@ class GossipSettings:
     batch_ops: int  # ops in one message, at most
     batch_delay_ms: int  # how long a message waits for more ops after its first
     min_interval_ms: int = 0  # the least time between two of our messages
+    max_interval_ms: int = 0  # ... however many nodes publish (node/gossip/batching.py)
+    messages_per_s: float = 0.0  # the network's message budget, shared by its publishers
 
     @classmethod
     def of(cls, config: NodeConfig, *, topic: str, own_peer_id: bytes) -> GossipSettings:
@@ -31,4 +33,6 @@ class GossipSettings:
             batch_ops=config.gossip_batch_ops,
             batch_delay_ms=config.gossip_batch_delay_ms,
             min_interval_ms=config.gossip_min_interval_ms,
+            max_interval_ms=config.gossip_max_interval_ms,
+            messages_per_s=config.gossip_network_messages_per_s,
         )

@@ -12,7 +12,13 @@ import cbor2
 import pytest
 
 from node.gossip import Batcher, GossipSettings, GossipValidator
-from node.gossip.batching import PACE_DEPTH, PACE_MAX_WAIT_S, PACE_POLL_S, encode_messages
+from node.gossip.batching import (
+    PACE_DEPTH,
+    PACE_MAX_WAIT_S,
+    PACE_POLL_S,
+    Publishers,
+    encode_messages,
+)
 from node.limits import AuthorRates
 from store.errors import InvalidInput
 from store.hlc import Hlc
@@ -121,6 +127,38 @@ def test_the_next_message_waits_for_min_interval() -> None:
     batcher.published(100.5)
     batcher.open(now=200.0)  # after a quiet spell: batch_delay only
     assert batcher.wake_at(200.0, depth=0) == pytest.approx(200.02)
+
+
+def test_more_publishers_space_each_ones_messages_up_to_a_cap() -> None:
+    """Each node's share of the network's message budget: P / messages_per_s."""
+    settings = GossipSettings(
+        **{
+            **SETTINGS.__dict__,
+            "min_interval_ms": 200,
+            "max_interval_ms": 600,
+            "messages_per_s": 25,
+        }
+    )
+    batcher = Batcher(settings)
+    assert batcher.spacing(1) == pytest.approx(0.2)  # alone: the floor
+    assert batcher.spacing(4) == pytest.approx(0.2)
+    assert batcher.spacing(10) == pytest.approx(0.4)
+    assert batcher.spacing(20) == pytest.approx(0.6)  # capped: latency stays bounded
+    assert batcher.spacing(1000) == pytest.approx(0.6)
+    batcher.published(100.0)
+    batcher.add(messages(0, 1))
+    batcher.open(now=100.1, publishers=10)
+    assert batcher.wake_at(100.1, depth=0) == pytest.approx(100.4)
+
+
+def test_publishers_are_counted_over_a_window_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("node.gossip.batching.PUBLISHERS_MAX", 50)
+    publishers = Publishers()
+    for i in range(200):
+        publishers.heard(bytes([i]), now=float(i) / 100)
+    assert publishers.count(now=2.0) == 51  # the newest 50, and us
+    publishers.heard(b"late", now=20.0)
+    assert publishers.count(now=20.0) == 2  # the others fell out of the window
 
 
 def test_a_full_message_closes_at_once_and_holds_batch_ops() -> None:
