@@ -19,6 +19,12 @@ def cluster(
     out: str = typer.Option(
         "bench-results/cluster.json", help="Where the scenario saves its figures."
     ),
+    bootstrap_nodes: int = typer.Option(
+        1,
+        min=0,
+        help="Later nodes know only the first this many; the rest they find by "
+        "peer exchange (0: every node before them).",
+    ),
 ) -> None:
     """Run N nodes on loopback (until Ctrl-C), or the scripted scenario with --scenario."""
     from cluster.local import Cluster
@@ -28,7 +34,9 @@ def cluster(
     if scenario:
         result = run_scenario(nodes, Path(data), per_phase=messages, out=Path(out))
         raise typer.Exit(0 if result["converged"] and result["diverged_during_partition"] else 1)
-    with Cluster(nodes, Path(data), log_level="INFO") as running:
+    with Cluster(
+        nodes, Path(data), log_level="INFO", bootstrap_nodes=bootstrap_nodes or None
+    ) as running:
         running.start()
         for node in running.nodes:
             typer.echo(f"node {node.index}: {node.url}  {node.multiaddr}  (log {node.log_path})")
