@@ -10,6 +10,7 @@ import json
 import sys
 import time
 import warnings
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -21,6 +22,7 @@ from rich.table import Table
 
 from sim.bugs import Bug
 from sim.generate import FAULTS, GenParams, generate, parse_faults
+from sim.schedule import DISCOVERY, UNIFORM
 
 sim_app = typer.Typer(
     help="Spark simulator: replay multi-node traces through store/ and sync/, check convergence.",
@@ -28,6 +30,11 @@ sim_app = typer.Typer(
 )
 
 DEFAULT_OUT = Path("sim-results")
+
+
+class Peering(StrEnum):
+    UNIFORM = UNIFORM
+    DISCOVERY = DISCOVERY
 
 
 @sim_app.command("generate")
@@ -92,6 +99,12 @@ def run_cmd(
     plant: Annotated[
         Bug | None, typer.Option(hidden=True, help="Test only: plant a bug in the simulated nodes.")
     ] = None,
+    peering: Annotated[
+        Peering,
+        typer.Option(
+            help="Who syncs with whom: uniform (any node, hashed) or discovery (the overlay)."
+        ),
+    ] = Peering.UNIFORM,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Replay TRACE on Spark, check every live node against the oracle, write the report."""
@@ -119,6 +132,7 @@ def run_cmd(
             trace,
             shards=shards,
             plant=plant.value if plant else None,
+            peering=peering.value,
             on_progress=lambda f, what: bar.update(task, completed=f, description=what),
         )
     paths = write_report(outcome, out)
