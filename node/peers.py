@@ -3,9 +3,14 @@
 The I/O shell of ``sync/peering.py`` (which decides; this module dials, asks and waits):
 
 * **Connections between ``peers_low`` and ``peers_high``.** Below the low water the
-  maintenance loop dials peers the ``PeerBook`` names (bootstrap pins and tried peers
-  first, with backoff); above the high water it closes the surplus. py-libp2p's own
-  bootstrap forgets a peer after 3 failed dials; a pinned peer here is redialled forever.
+  maintenance loop dials peers the ``PeerBook`` names (tried and heard ones, bootstrap
+  pins when none is due; with backoff); above the high water it closes the surplus.
+  py-libp2p's own bootstrap forgets a peer after 3 failed dials; a pinned peer here is
+  redialled forever.
+* **Turnover.** With each periodic exchange a node between the waters dials one more
+  peer (the surplus is closed above the high water), so the connections keep mixing.
+  Without it a partition that heals after every node refilled its connections on its
+  own side stays cut: nobody below the low water, nobody dials (``sim/overlay.py``).
 * **Peer exchange** (``/chatsync/peers/1``): right after a dial, and every
   ``exchange_interval_s``, one connected peer is asked for peers it reached itself; the
   ask carries our listen addresses, which makes us a tried peer of the answerer. An asker
@@ -171,15 +176,18 @@ class PeerManager:
             log.debug("closing surplus connection to %s", name)
             self.metrics.inc("peer_connections_closed", reason="surplus", help=CLOSED_HELP)
             await self._disconnect_quietly(name)
+        now = trio.current_time()
+        exchange_due = bool(connected) and now >= self._next_exchange
         wanted = min(self.low - len(connected), DIALS_AT_ONCE) - len(self.dialing)
+        if exchange_due and self.low <= len(connected) < self.high and not self.dialing:
+            wanted = 1  # turnover (module doc)
         if wanted > 0:
             skip = {*connected, *self.dialing, *self.blocked.sorted()}
             for peer in self.book.to_dial(wanted, skip, self._now_ms(), self.rnd):
                 self.dialing.add(peer.peer_id)
                 nursery.start_soon(self._dial, peer.peer_id, peer.addrs[0])
-        now = trio.current_time()
         short = len(connected) < self.low and not self.dialing
-        if connected and (now >= self._next_exchange or (short and self._exchange_due(now))):
+        if exchange_due or (connected and short and self._exchange_due(now)):
             self._next_exchange = now + self.exchange_interval_s * self.rnd.uniform(0.75, 1.25)
             nursery.start_soon(self._ask_for_peers, self.rnd.choice(connected))
 

@@ -10,11 +10,16 @@ Each planted bug swaps one piece for a broken wrapper here, in ``sim/``, so
 and who may delete — and reads the other switches itself: the member-row merge, the drift
 and retention checks, the verdicts frozen on arrival, how ``view()`` picks an edit).
 ``chatsync sim bugs``, ``tests/sim/test_engine.py`` and ``tests/sim/test_spark_run.py`` show that each one is caught.
+
+Peering bugs (``PeeringBug``) swap the ``sync.peering.PeerBook`` the overlay
+(``sim/overlay.py``) gives each node; ``chatsync sim scale --plant`` and
+``tests/sim/test_overlay.py`` show that they are caught.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -27,6 +32,7 @@ from store.merge import identity_wins, merge_member_states
 from store.plan import AdminState, RuleSet, admin_rule
 from store.records import MemberInfo, MsgV1
 from sync.merkle import DEPTH, FANOUT_BITS, MerkleTree, check_hash
+from sync.peering import KnownPeer, PeerBook
 
 
 class Bug(StrEnum):
@@ -40,6 +46,14 @@ class Bug(StrEnum):
     AUTHZ_NO_REMOVALS = "authz-no-removals"  # removals ignored: every admissible message shown
     ANYONE_MAY_DELETE = "anyone-may-delete"  # delete validity ignores author and admin
     EDIT_ARRIVAL_ORDER = "edit-arrival-order"  # the edit that arrived last wins, not (hlc, id)
+
+
+class PeeringBug(StrEnum):
+    # connects and syncs with its bootstrap peers only: what it is told it drops
+    BOOTSTRAP_ONLY = "bootstrap-only"
+
+
+PEERING_BUGS = frozenset(b.value for b in PeeringBug)
 
 
 IdentityWins = Callable[[tuple[Hlc, bytes], tuple[Hlc, bytes] | None], bool]
@@ -130,9 +144,28 @@ class OffByOneTree(SimTree):
         self._check[bucket] ^= check_hash(record_id)
 
 
+class BootstrapOnlyBook(PeerBook):
+    """BUG: never uses exchanged peers — drops what it is told, dials its pins only (it
+    still answers exchanges and accepts whoever dials it)."""
+
+    def heard(self, source: str, told: Iterable[tuple[str, Sequence[str]]], now_ms: int) -> int:
+        return 0
+
+    def to_dial(
+        self, count: int, skip: Collection[str], now_ms: int, rnd: random.Random
+    ) -> list[KnownPeer]:
+        due = super().to_dial(len(self.peers), skip, now_ms, rnd)
+        return [p for p in due if p.pinned][:count]
+
+
+def book_for(bug: str | None) -> type[PeerBook]:
+    """The book a simulated node keeps its peers in: the node's own, or a peering bug's."""
+    return BootstrapOnlyBook if bug == PeeringBug.BOOTSTRAP_ONLY else PeerBook
+
+
 def rules_for(bug: Bug | str | None) -> Rules:
-    """The real rules, or the real rules with one planted bug."""
-    if bug is None:
+    """The real rules, or the real rules with one planted bug (a peering bug changes none)."""
+    if bug is None or bug in PEERING_BUGS:
         return Rules()
     bug = Bug(bug)
     if bug is Bug.LWW_ARRIVAL:

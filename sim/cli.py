@@ -10,6 +10,7 @@ import json
 import sys
 import time
 import warnings
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -19,8 +20,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sim.bugs import Bug
+from sim.bugs import Bug, PeeringBug
 from sim.generate import FAULTS, GenParams, generate, parse_faults
+from sim.schedule import DISCOVERY, UNIFORM
 
 sim_app = typer.Typer(
     help="Spark simulator: replay multi-node traces through store/ and sync/, check convergence.",
@@ -28,6 +30,11 @@ sim_app = typer.Typer(
 )
 
 DEFAULT_OUT = Path("sim-results")
+
+
+class Peering(StrEnum):
+    UNIFORM = UNIFORM
+    DISCOVERY = DISCOVERY
 
 
 @sim_app.command("generate")
@@ -92,6 +99,12 @@ def run_cmd(
     plant: Annotated[
         Bug | None, typer.Option(hidden=True, help="Test only: plant a bug in the simulated nodes.")
     ] = None,
+    peering: Annotated[
+        Peering,
+        typer.Option(
+            help="Who syncs with whom: uniform (any node, hashed) or discovery (the overlay)."
+        ),
+    ] = Peering.UNIFORM,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Replay TRACE on Spark, check every live node against the oracle, write the report."""
@@ -119,6 +132,7 @@ def run_cmd(
             trace,
             shards=shards,
             plant=plant.value if plant else None,
+            peering=peering.value,
             on_progress=lambda f, what: bar.update(task, completed=f, description=what),
         )
     paths = write_report(outcome, out)
@@ -170,6 +184,85 @@ def bugs_cmd(
         out.write_text(json.dumps([r.__dict__ for r in rows], indent=1) + "\n")
     if any(r.caught_at is None for r in rows):
         raise typer.Exit(1)
+
+
+@sim_app.command("scale")
+def scale_cmd(
+    nodes: Annotated[
+        str, typer.Option(help="Network sizes, comma-separated.")
+    ] = "100,300,1000,3000,10000",
+    seed: Annotated[int, typer.Option(min=0, help="Seed: same seed, same runs.")] = 1,
+    sample: Annotated[int, typer.Option(min=0, help="Real sync sessions measured per round.")] = 12,
+    heal_sample: Annotated[
+        int, typer.Option(min=0, help="... per round after the heal (replicas of ~N records).")
+    ] = 8,
+    out: Annotated[Path, typer.Option(help="Report directory.")] = DEFAULT_OUT / "scale",
+    plant: Annotated[
+        PeeringBug | None, typer.Option(hidden=True, help="Test only: plant a peering bug.")
+    ] = None,
+    turnover: Annotated[
+        bool, typer.Option(help="One more dial per exchange between the waters (node/peers.py).")
+    ] = True,
+) -> None:
+    """Peering by discovery as the network grows: per-node cost, and rounds to converge after
+    a partition heals (SIM.md, "Peering at scale"). Plain Python, no Spark."""
+    from sim.scale import ScaleParams, run_scale
+    from sim.scale_report import TABLE_CAPTION, TABLE_COLUMNS, table_rows, verdict, write_report
+
+    sizes = _sizes(nodes)
+    console = Console(width=max(Console().width, 120))
+    results = []
+    with console.status("starting") as status:
+        for n in sizes:
+            params = ScaleParams(
+                nodes=n,
+                seed=seed,
+                sample=sample,
+                heal_sample=heal_sample,
+                plant=plant.value if plant else None,
+                turnover=turnover,
+            )
+
+            def note(phase: str, number: int, n: int = n) -> None:
+                status.update(f"N={n:,}: {phase}, round {number}")
+
+            results.append(run_scale(params, note))
+    title = "peering by discovery: per node per round (steady), and after a partition heals"
+    table = Table(
+        title=title + (f" — planted bug {plant.value}" if plant else ""), caption=TABLE_CAPTION
+    )
+    for column in TABLE_COLUMNS:
+        table.add_column(column, justify="right")
+    for row in table_rows(results):
+        table.add_row(*row)
+    console.print(table)
+    command = (
+        f"chatsync sim scale --nodes {nodes} --seed {seed} --sample {sample} "
+        f"--heal-sample {heal_sample}"
+        + (f" --plant {plant.value}" if plant else "")
+        + ("" if turnover else " --no-turnover")
+    )
+    paths = write_report(results, out, command)
+    ok, problems = verdict(results)
+    mismatches = sum(r.model_mismatches for r in results)
+    sampled = sum(r.sampled_sessions for r in results)
+    console.print(
+        f"{sampled:,} real sessions sampled, {mismatches} moved other records than the set model"
+    )
+    console.print("OK" if ok else "FAILED: " + "; ".join(problems))
+    console.print(f"report: {paths['json']}, {paths['png']}")
+    if not ok or mismatches:
+        raise typer.Exit(1)
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"--nodes: comma-separated integers, got {text!r}") from None
+    if not sizes or min(sizes) < 8:
+        raise typer.BadParameter(f"--nodes: at least one size, each >= 8, got {text!r}")
+    return sizes
 
 
 @sim_app.command("merge")

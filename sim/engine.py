@@ -33,11 +33,12 @@ from typing import Any
 import blake3
 
 from sim import retention_model
-from sim.bugs import Rules, rules_for
+from sim.bugs import Rules, book_for, rules_for
 from sim.rand import derive
 from sim.replica import DELETES, IDENTITY, MEMBERS, MESSAGES, ShardContext, SimReplica
 from sim.schedule import (
     REPLAY_COLUMNS,
+    UNIFORM,
     Delivery,
     HealAll,
     Round,
@@ -71,6 +72,21 @@ CHECK_COUNTERS = (
     "payload_after_delete",  # a node holds an erased message: a target, an edit, a reaction
     "wrong_view",  # chats whose view (MESSAGES.md) differs from the oracle's
 )
+# What the overlay did over the run (``discovery``), summed over rounds; ``connections``
+# sums each round's count (divided by ``rounds``: the mean), ``peak_degree`` is the maximum.
+OVERLAY_FIELDS = (
+    "rounds",
+    "dials",
+    "dials_failed",
+    "connects",
+    "closed_surplus",
+    "dropped",
+    "exchanges",
+    "exchange_bytes",
+    "connections",
+    "peak_degree",
+    "sessions",
+)
 UNCHECKED_OFFSET_MS = 1 << 47  # "no drift check": larger than any physical time
 ROUND_FIELDS = (
     "t_ms",
@@ -93,6 +109,7 @@ class ShardTask:
     plant: str | None
     expected: Expected
     progress: tuple[str, int] | None = None
+    peering: str = UNIFORM  # who syncs with whom (sim.schedule: uniform or discovery)
 
 
 class _Progress:
@@ -131,7 +148,7 @@ class ShardSim:
         self.task = task
         trace = tr.read_trace(task.trace_file, REPLAY_COLUMNS)
         self.header = h = trace.header
-        self.schedule = Schedule(trace)
+        self.schedule = Schedule(trace, task.peering, book_for(task.plant))
         self.rules: Rules = rules_for(task.plant)
         self.n = h.nodes
         self.ctx = ShardContext(h.max_offset_ms)
@@ -175,6 +192,7 @@ class ShardSim:
         self.round_bytes = dict.fromkeys(("gossip", *KINDS), 0)
         self.round_sessions = [0, 0]
         self.rounds: list[list[int]] = []
+        self.overlay: dict[str, int] = dict.fromkeys(OVERLAY_FIELDS, 0)
         self.ops = self._shard_ops(trace)
         self.poisoned = self.schedule.far_future_nodes()
         self.honest = [n not in self.poisoned for n in range(self.n)]
@@ -321,6 +339,7 @@ class ShardSim:
         self.stats["sessions_unreachable"] += unreachable
         for session in sessions:
             self._session(step.number, session, t)
+        self._count_overlay()
         live = sum(1 for n in range(self.n) if self.alive[n] and self.honest[n])
         rb = self.round_bytes
         self.rounds.append(
@@ -337,6 +356,17 @@ class ShardSim:
         )
         self.round_bytes = dict.fromkeys(rb, 0)
         self.round_sessions = [0, 0]
+
+    def _count_overlay(self) -> None:
+        overlay = self.schedule.overlay
+        if overlay is None:
+            return
+        totals, stats = self.overlay, overlay.stats
+        for name in OVERLAY_FIELDS:
+            if name not in ("rounds", "peak_degree"):
+                totals[name] += getattr(stats, name)
+        totals["peak_degree"] = max(totals["peak_degree"], stats.peak_degree)
+        totals["rounds"] += 1
 
     def _session(self, round_no: int, session: Session, t: int) -> None:
         a, b = session.initiator, session.responder
@@ -445,6 +475,8 @@ class ShardSim:
             "stats": self.stats,
             "abort_reasons": self.abort_reasons,
             "ops_in_shard": len(self.ops),
+            # the same in every shard (the overlay does not see the sessions' outcome)
+            "overlay": self.overlay if self.schedule.overlay is not None else None,
         }
 
 

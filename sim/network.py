@@ -138,11 +138,13 @@ class Network:
         step = 1 + h64(self.seed, "peer", round_no, node) % (self.nodes - 1)
         return (node + step) % self.nodes
 
-    def cut_after(self, round_no: int, node: int) -> int | None:
-        """A session lost with probability ``drop``: the connection dies after this many frames."""
+    def cut_after(self, round_no: int, node: int, peer: int | None = None) -> int | None:
+        """A session lost with probability ``drop``: the connection dies after this many frames.
+        ``peer`` names the responder where a node starts several sessions a round."""
         if self.params.drop <= 0:
             return None
-        draw = h64(self.seed, "cut", round_no, node)
+        ids = (round_no, node) if peer is None else (round_no, node, peer)
+        draw = h64(self.seed, "cut", *ids)
         if (draw >> 11) / float(1 << 53) >= self.params.drop:
             return None
         return 1 + draw % MAX_CUT_FRAMES

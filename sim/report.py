@@ -106,6 +106,7 @@ def summary(outcome: RunOutcome) -> str:
         f"anti-entropy: {stats['sessions']:,} shard sessions, {stats['sessions_converged']:,} converged, "
         f"{stats['sessions_cut']:,} cut, {stats['sessions_aborted']:,} aborted; "
         f"{stats['sync_records_applied']:,} records repaired",
+        *_overlay_lines(r),
         f"quiet (divergence 0 for good) at {(r['quiet_at_ms'] - h.start_ms) / 1000:.0f} s"
         if r["quiet_at_ms"] is not None
         else "never quiet before the final GC",
@@ -119,6 +120,21 @@ def summary(outcome: RunOutcome) -> str:
     if not r["ok"]:
         lines.append(f"seed {h.seed}; replay: {outcome.replay}")
     return "\n".join(lines)
+
+
+def _overlay_lines(result: dict[str, Any]) -> list[str]:
+    """Who synced with whom: the overlay's figures under ``--peering discovery``."""
+    o = result.get("overlay")
+    if not o:
+        return [f"peering: {result.get('peering', 'uniform')} (every node knows every node)"]
+    rounds, nodes = max(o["rounds"], 1), max(result["nodes"]["total"], 1)
+    return [
+        f"peering: discovery — {o['connections'] / rounds * 2 / nodes:.1f} connections per node "
+        f"(at most {o['peak_degree']} on one node), {o['sessions'] / rounds / nodes:.2f} sessions "
+        f"started per node per round; {o['dials']:,} dials ({o['dials_failed']:,} failed), "
+        f"{o['closed_surplus']:,} surplus closed, {o['dropped']:,} lost to crashes and cuts, "
+        f"{o['exchanges']:,} exchanges ({o['exchange_bytes']:,} bytes)"
+    ]
 
 
 def load_report(path: str | Path) -> dict[str, Any]:

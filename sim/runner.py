@@ -32,6 +32,7 @@ from pyspark.sql import SparkSession
 
 from sim import engine
 from sim.oracle import Oracle, compute_oracle, oracle_summary
+from sim.schedule import UNIFORM
 from sim.spark import LOOPBACK, ProgressServer, is_local_master
 from store import trace as tr
 from sync.frames import Domain
@@ -84,10 +85,18 @@ def _ship(spark: SparkSession, trace_path: Path, workdir: Path) -> str:
     return name
 
 
-def run_command(trace: Path, shards: int, plant: str | None, master: str | None = None) -> str:
+def run_command(
+    trace: Path,
+    shards: int,
+    plant: str | None,
+    master: str | None = None,
+    peering: str = UNIFORM,
+) -> str:
     parts = ["chatsync sim run", shlex.quote(str(trace)), f"--shards {shards}"]
     if master:
         parts.append(f"--master {shlex.quote(master)}")
+    if peering != UNIFORM:
+        parts.append(f"--peering {peering}")
     if plant:
         parts.append(f"--plant {plant}")
     return " ".join(parts)
@@ -99,6 +108,7 @@ def run_simulation(
     *,
     shards: int = DEFAULT_SHARDS,
     plant: str | None = None,
+    peering: str = UNIFORM,
     on_progress: Callable[[float, str], None] | None = None,
 ) -> RunOutcome:
     trace_path = Path(trace_path).resolve()
@@ -125,6 +135,7 @@ def run_simulation(
             plant=plant,
             expected=oracle.for_shard(s, shards),
             progress=server.address,
+            peering=peering,
         )
         for s in range(shards)
     ]
@@ -150,7 +161,7 @@ def run_simulation(
     t_sim = time.perf_counter() - t1
     note(1.0, "checking")
     results.sort(key=lambda r: r["shard"])
-    result = combine(header, oracle, results, shards=shards, plant=plant)
+    result = combine(header, oracle, results, shards=shards, plant=plant, peering=peering)
     wall = time.perf_counter() - wall0
     node_ops = header.nodes * (result["oracle"]["valid_ops"] + result["oracle"]["invalid_ops"])
     timing = {
@@ -172,9 +183,11 @@ def run_simulation(
         "cpus": os.cpu_count() or 0,
         "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],  # at start, at end
     }
-    command = run_command(trace_path, shards, plant, None if master.startswith("local") else master)
+    command = run_command(
+        trace_path, shards, plant, None if master.startswith("local") else master, peering
+    )
     replay = (
-        f"{header.command} && {run_command(trace_path, shards, plant)}"
+        f"{header.command} && {run_command(trace_path, shards, plant, peering=peering)}"
         if header.command
         else command
     )
@@ -191,6 +204,7 @@ def combine(
     *,
     shards: int,
     plant: str | None,
+    peering: str = UNIFORM,
 ) -> dict[str, Any]:
     n = header.nodes
     roots = [[[0, 0] for _ in Domain] for _ in range(n)]
@@ -247,6 +261,8 @@ def combine(
         "seed": header.seed,
         "shards": shards,
         "plant": plant,
+        "peering": peering,
+        "overlay": results[0].get("overlay") if results else None,
         "nodes": {
             "total": n,
             "checked": len(checked),

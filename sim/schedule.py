@@ -14,8 +14,11 @@ over the same steps, in the same order:
   (dropped, delayed with jitter, duplicated, cut by a partition) are hashed from
   (seed, op key, receiver) by ``sim.network``.
 * ``Round``: anti-entropy, every ``anti_entropy_ms`` from the trace's start;
-  ``sessions`` names each live node's hashed peer and the frame after which the
-  connection dies.
+  ``sessions`` names the sessions and the frame after which each connection dies.
+  ``peering`` says who syncs with whom: ``uniform``, each live node with one hashed
+  peer among all nodes (every node knows every node); ``discovery``, the sessions
+  ``sim.overlay`` picks — each node's partners among its own connections, found by
+  peer exchange from bootstrap nodes 0..2 (round ``k`` is one sync interval).
 * ``HealAll`` at ``heal_ms``: the trace's faults are over. Partitions go and
   loss and duplication stop here; the replay restarts every node and sets every
   clock right.
@@ -34,13 +37,17 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from sim.network import NetParams, Network
+from sim.overlay import BookFactory, Overlay, OverlayParams
 from sim.rand import derive
 from store import trace as tr
+from sync.peering import PeerBook
 
 FAULT_ARGS = ("group", "drop", "dup", "delay_ms", "jitter_ms", "offset_ms")
 # The columns a replay reads (``read_trace`` adds t_ms and seq).
 REPLAY_COLUMNS = ["node", "kind", "op", "op_id", "shard_key", *FAULT_ARGS]
 _NEVER = 1 << 62
+UNIFORM, DISCOVERY = "uniform", "discovery"
+PEERINGS = (UNIFORM, DISCOVERY)
 
 
 class TraceEvent(NamedTuple):
@@ -93,7 +100,11 @@ def op_key(seed: int, op_id: bytes) -> int:
 class Schedule:
     """One replay's steps over ``trace`` (read with at least ``REPLAY_COLUMNS``)."""
 
-    def __init__(self, trace: tr.Trace) -> None:
+    def __init__(
+        self, trace: tr.Trace, peering: str = UNIFORM, book: BookFactory = PeerBook
+    ) -> None:
+        if peering not in PEERINGS:
+            raise ValueError(f"peering {peering!r}: one of {', '.join(PEERINGS)}")
         self.header = h = trace.header
         column = trace.table.column
         self.times: list[int] = column("t_ms").to_pylist()
@@ -105,6 +116,11 @@ class Schedule:
         self.net = Network(h.nodes, h.seed, NetParams(h.drop, h.dup, h.delay_ms, h.jitter_ms))
         self._deliveries: list[Delivery] = []  # a heap
         self._seq = 0
+        self.overlay = (
+            Overlay(h.nodes, h.seed, OverlayParams(interval_ms=h.anti_entropy_ms), book)
+            if peering == DISCOVERY
+            else None
+        )
 
     def far_future_nodes(self) -> set[int]:
         """Nodes whose clock the trace sends beyond max offset: not honest, not checked."""
@@ -180,8 +196,10 @@ class Schedule:
         return Fanout(len(receivers), dropped, duplicated)
 
     def sessions(self, round_no: int, alive: Sequence[bool]) -> tuple[list[Session], int]:
-        """Round ``round_no``: each live node's session with its hashed peer, in node order,
-        and how many live nodes found theirs down or cut off."""
+        """Round ``round_no``'s sessions, in node order, and how many live nodes found their
+        peer down or cut off (``discovery``: how many dials failed)."""
+        if self.overlay is not None:
+            return self._overlay_sessions(round_no, alive)
         net, sessions, unreachable = self.net, [], 0
         for a in range(self.header.nodes):
             if not alive[a]:
@@ -192,3 +210,11 @@ class Schedule:
                 continue
             sessions.append(Session(a, b, net.cut_after(round_no, a)))
         return sessions, unreachable
+
+    def _overlay_sessions(self, round_no: int, alive: Sequence[bool]) -> tuple[list[Session], int]:
+        assert self.overlay is not None
+        h, net = self.header, self.net
+        t_ms = h.start_ms + (round_no + 1) * h.anti_entropy_ms  # as ``steps`` times rounds
+        pairs = self.overlay.round(t_ms, alive, net.can_talk)
+        sessions = [Session(a, b, net.cut_after(round_no, a, b)) for a, b in pairs]
+        return sessions, self.overlay.stats.dials_failed

@@ -12,7 +12,7 @@ time is passed in (ms), randomness comes from the caller's ``random.Random``.
   entries in *heard*, so a peer that advertises thousands of fake addresses fills its own
   corner and evicts its own entries, not the honest ones. A heard entry that fails
   ``HEARD_MAX_FAILURES`` dials is forgotten. Bootstrap peers are pinned: never evicted,
-  redialled with backoff forever.
+  redialled with backoff forever, but only when no other known peer is due.
 * ``surplus`` — above ``high`` connections, which to close (down to ``low``).
 * ``SyncRotation`` — anti-entropy with ``per_interval`` peers per interval, least recently
   synced first: every connected peer within ceil(connected / per_interval) intervals, a
@@ -140,15 +140,26 @@ class PeerBook:
         self, count: int, skip: Collection[str], now_ms: int, rnd: random.Random
     ) -> list[KnownPeer]:
         """Up to ``count`` peers to dial now: due ones not in ``skip`` (connected, being
-        dialled, blocked); pinned and tried before heard, random within each."""
+        dialled, blocked). Each pick takes a tried or a heard peer, half and half, as
+        Bitcoin's address manager picks between its tables; pinned peers only when
+        neither has one left. Measured with ``sim/overlay.py`` (SIM.md, "Peering"):
+        pinned first, the bootstrap peers take a share of every node's redials, growing
+        with the network; tried first, nodes that joined at once keep redialling the few
+        peers the bootstrap peers named, which keep closing the surplus."""
         due = [
             p
             for p in self.peers.values()
             if p.peer_id not in skip and p.next_dial_ms <= now_ms and p.addrs
         ]
         rnd.shuffle(due)
-        due.sort(key=lambda p: 0 if p.pinned or p.tried else 1)
-        return due[:count]
+        tried = [p for p in due if p.tried and not p.pinned]
+        heard = [p for p in due if not p.tried and not p.pinned]
+        chosen: list[KnownPeer] = []
+        while len(chosen) < count and (tried or heard):
+            table = tried if tried and (not heard or rnd.random() < 0.5) else heard
+            chosen.append(table.pop())
+        pinned = [p for p in due if p.pinned]
+        return chosen + pinned[: count - len(chosen)]
 
     def sample(self, count: int, rnd: random.Random, skip: Collection[str] = ()) -> list[KnownPeer]:
         """Up to ``count`` tried peers, at random: what we hand out."""

@@ -130,6 +130,40 @@ async def test_follow_ups_are_capped(
     assert len(gaps) > 2
 
 
+def _manager(host: _PeerTable) -> PeerManager:
+    return PeerManager(
+        host, Blocklist(), low=6, high=10, reconnect_min_s=0.5, reconnect_max_s=30,
+        sync_interval_s=10, sync_per_interval=2, exchange_interval_s=30, rnd=random.Random(1),
+        candidates=SyncCandidates(SYNC_PROTOCOL, notices(Metrics(), "sync_skipped")),
+        metrics=Metrics(),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(("connected", "dials"), [(6, 1), (9, 1), (10, 0)])
+async def test_between_the_waters_each_exchange_brings_one_more_dial(
+    monkeypatch: pytest.MonkeyPatch, connected: int, dials: int
+) -> None:
+    """Turnover (node/peers.py): at or above the low water and below the high, a node dials
+    one more peer with each periodic exchange and none between them; at the high, none."""
+    manager = _manager(_PeerTable(*(f"c{i}" for i in range(connected))))
+    for i in range(20):
+        manager.book.connected(f"t{i}", [f"/ip4/127.0.0.1/tcp/{4000 + i}/p2p/t{i}"], now_ms=0)
+    dialled: list[str] = []
+
+    async def dial(peer_id: str, address: str) -> None:
+        dialled.append(peer_id)
+
+    async def ask(name: str) -> None:
+        pass
+
+    monkeypatch.setattr(manager, "_dial", dial)
+    monkeypatch.setattr(manager, "_ask_for_peers", ask)
+    async with trio.open_nursery() as nursery:
+        await manager._maintain_once(nursery)  # the first exchange is due at once
+        await manager._maintain_once(nursery)  # the next is 30 s away
+    assert len(dialled) == dials
+
+
 def test_prometheus_rendering() -> None:
     m = Metrics()
     m.inc("gossip_rejected", reason="bad_signature", help="rejected")

@@ -11,6 +11,7 @@ from sim.bugs import Bug, rules_for
 from sim.engine import CHECK_COUNTERS, ShardTask, _erased_waiting, _Progress, run_shard
 from sim.network import NetParams, Network
 from sim.replica import ShardContext, SimReplica
+from sim.schedule import DISCOVERY, UNIFORM
 from sim.spark import ProgressServer
 from store.authz import NONCE_LEN, new_group
 from store.hlc import Hlc, HlcClock
@@ -24,7 +25,7 @@ from sim_support import brute_force_expected, small_trace
 SHARDS = 2
 
 
-def _run(path: Path, plant: Bug | None = None) -> list[dict[str, object]]:
+def _run(path: Path, plant: Bug | None = None, peering: str = UNIFORM) -> list[dict[str, object]]:
     return [
         run_shard(
             ShardTask(
@@ -33,6 +34,7 @@ def _run(path: Path, plant: Bug | None = None) -> list[dict[str, object]]:
                 str(path),
                 plant.value if plant else None,
                 brute_force_expected(path, s, SHARDS),
+                peering=peering,
             )
         )
         for s in range(SHARDS)
@@ -54,13 +56,31 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return small_trace(3, tmp_path_factory.mktemp("engine") / "t.parquet")
 
 
-def test_a_faulty_trace_converges_to_the_expected_state(faulty: Path) -> None:
-    results = _run(faulty)
-    assert _bad(results) == {}
+def _stats(results: list[dict[str, object]]) -> dict[str, int]:
     stats: dict[str, int] = {}
     for r in results:
         for k, v in r["stats"].items():  # type: ignore[attr-defined]
             stats[k] = stats.get(k, 0) + v
+    return stats
+
+
+def _distinct_roots(results: list[dict[str, object]]) -> int:
+    """Distinct whole roots among honest live nodes (shard roots XOR together)."""
+    roots: dict[int, list[list[int]]] = {}
+    for r in results:
+        for row in r["nodes"]:  # type: ignore[attr-defined]
+            if row["honest"] and row["alive"]:
+                acc = roots.setdefault(row["node"], [[0, 0] for _ in range(4)])
+                for d, (x, c) in enumerate(row["roots"]):
+                    acc[d][0] ^= x
+                    acc[d][1] += c
+    return len({str(v) for v in roots.values()})
+
+
+def test_a_faulty_trace_converges_to_the_expected_state(faulty: Path) -> None:
+    results = _run(faulty)
+    assert _bad(results) == {}
+    stats = _stats(results)
     # The faults bit: gossip lost ops, a far-future clock was refused, anti-entropy repaired.
     assert stats["gossip_dropped"] > 0
     assert stats["gossip_duplicated"] > 0
@@ -80,6 +100,30 @@ def test_a_faulty_trace_converges_to_the_expected_state(faulty: Path) -> None:
                     acc[d][0] ^= x
                     acc[d][1] += c
     assert len({str(v) for v in roots.values()}) == 1
+
+
+@pytest.fixture(scope="module")
+def twenty(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small all-faults workload on 20 nodes."""
+    return small_trace(4, tmp_path_factory.mktemp("engine20") / "t.parquet", nodes=20)
+
+
+@pytest.mark.parametrize("trace", ["faulty", "twenty"])
+def test_partners_found_by_discovery_converge_to_the_expected_state(
+    trace: str, request: pytest.FixtureRequest
+) -> None:
+    """``peering=discovery``: each node syncs with partners among its own connections, found
+    by peer exchange from bootstrap nodes 0..2 (sim/overlay.py) — partitions cut them,
+    crashes drop them — and every honest live node still ends on the oracle's state."""
+    results = _run(request.getfixturevalue(trace), peering=DISCOVERY)
+    assert _bad(results) == {}
+    assert _distinct_roots(results) == 1
+    overlay = results[0]["overlay"]
+    assert all(r["overlay"] == overlay for r in results)  # one overlay, whatever the shard
+    assert isinstance(overlay, dict)
+    assert overlay["sessions"] > 0 and overlay["exchanges"] > 0
+    assert overlay["dials_failed"] > 0 and overlay["dropped"] > 0  # the faults bit
+    assert _stats(results)["sync_records_applied"] > 0
 
 
 def test_same_trace_same_shard_result(faulty: Path) -> None:

@@ -84,15 +84,20 @@ def test_a_heard_peer_is_forgotten_after_failed_dials_a_pinned_one_never() -> No
     assert book.peers["boot"].pinned and book.peers["boot"].next_dial_ms > 0
 
 
-def test_to_dial_prefers_reached_peers_and_respects_backoff_and_skip() -> None:
+def test_to_dial_mixes_tried_and_heard_pins_last_respects_backoff_and_skip() -> None:
     book, rnd = PeerBook("me"), random.Random(1)
+    book.pin("boot", _addr(99))
     book.heard("x", [(f"h{i}", [_addr(i)]) for i in range(10)], now_ms=0)
-    book.connected("t1", [_addr(50)], now_ms=0)
-    book.connected("t2", [_addr(51)], now_ms=0)
-    book.dial_failed("t2", now_ms=0, rnd=rnd)  # backing off
-    chosen = book.to_dial(3, skip={"h0"}, now_ms=1, rnd=rnd)
-    names = [p.peer_id for p in chosen]
-    assert names[0] == "t1" and "t2" not in names and "h0" not in names and len(names) == 3
+    for i in range(10):
+        book.connected(f"t{i}", [_addr(50 + i)], now_ms=0)
+    book.dial_failed("t9", now_ms=0, rnd=rnd)  # backing off
+    picks = [p.peer_id for _ in range(200) for p in book.to_dial(2, {"h0"}, 1, rnd)]
+    assert "t9" not in picks and "h0" not in picks and "boot" not in picks
+    assert 150 < sum(p.startswith("t") for p in picks) < 250  # of 400: about half tried
+    names = [p.peer_id for p in book.to_dial(30, skip={"h0"}, now_ms=1, rnd=rnd)]
+    assert len(names) == 19 and names[-1] == "boot"  # every other due peer first
+    only_pins = book.to_dial(3, skip=set(book.peers) - {"boot"}, now_ms=1, rnd=rnd)
+    assert [p.peer_id for p in only_pins] == ["boot"]
 
 
 def test_the_book_round_trips_through_its_saved_form_and_refuses_junk() -> None:
