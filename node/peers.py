@@ -189,7 +189,9 @@ class PeerManager:
         short = len(connected) < self.low and not self.dialing
         if exchange_due or (connected and short and self._exchange_due(now)):
             self._next_exchange = now + self.exchange_interval_s * self.rnd.uniform(0.75, 1.25)
-            nursery.start_soon(self._ask_for_peers, self.rnd.choice(connected))
+            tellers = [p for p in self.host.get_connected_peers() if self._speaks_exchange(p)]
+            if tellers:
+                nursery.start_soon(self._ask_for_peers, self.rnd.choice(tellers).to_base58())
 
     def _connected_peer(self, name: str) -> PeerId | None:
         return next((p for p in self.host.get_connected_peers() if p.to_base58() == name), None)
