@@ -205,7 +205,7 @@ def scale_cmd(
     ] = True,
 ) -> None:
     """Peering by discovery as the network grows: per-node cost, and rounds to converge after
-    a partition heals (SIM.md, "Peering at scale"). Plain Python, no Spark."""
+    a partition heals (SIM.md, "Peering by discovery"). Plain Python, no Spark."""
     from sim.scale import ScaleParams, run_scale
     from sim.scale_report import TABLE_CAPTION, TABLE_COLUMNS, table_rows, verdict, write_report
 

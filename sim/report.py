@@ -130,7 +130,8 @@ def _overlay_lines(result: dict[str, Any]) -> list[str]:
     rounds, nodes = max(o["rounds"], 1), max(result["nodes"]["total"], 1)
     return [
         f"peering: discovery — {o['connections'] / rounds * 2 / nodes:.1f} connections per node "
-        f"(at most {o['peak_degree']} on one node), {o['sessions'] / rounds / nodes:.2f} sessions "
+        f"(at most {o['peak_degree']} on one node, before it closed the surplus), "
+        f"{o['sessions'] / rounds / nodes:.2f} sessions "
         f"started per node per round; {o['dials']:,} dials ({o['dials_failed']:,} failed), "
         f"{o['closed_surplus']:,} surplus closed, {o['dropped']:,} lost to crashes and cuts, "
         f"{o['exchanges']:,} exchanges ({o['exchange_bytes']:,} bytes)"

@@ -142,10 +142,10 @@ class PeerBook:
         """Up to ``count`` peers to dial now: due ones not in ``skip`` (connected, being
         dialled, blocked). Each pick takes a tried or a heard peer, half and half, as
         Bitcoin's address manager picks between its tables; pinned peers only when
-        neither has one left. Measured with ``sim/overlay.py`` (SIM.md, "Peering"):
-        pinned first, the bootstrap peers take a share of every node's redials, growing
-        with the network; tried first, nodes that joined at once keep redialling the few
-        peers the bootstrap peers named, which keep closing the surplus."""
+        neither has one left. Measured with ``sim/overlay.py`` (SIM.md, "Peering by
+        discovery"): pinned first, the bootstrap peers take a share of every node's
+        redials, growing with the network; tried first, nodes that joined at once keep
+        redialling the few peers the bootstrap peers named, which keep closing the surplus."""
         due = [
             p
             for p in self.peers.values()
