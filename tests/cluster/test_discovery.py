@@ -21,6 +21,12 @@ def _connected(cluster: Cluster, index: int) -> set[str]:
     return set(cluster.status(index)["connected_peers"])
 
 
+def _saved_peers(data: Path) -> set[str]:
+    """The peer ids in a node's peers.json (rewritten at most once a second)."""
+    path = data / "peers.json"
+    return {row["id"] for row in json.loads(path.read_text())["peers"]} if path.exists() else set()
+
+
 def _wait_for(what: str, done: object, timeout_s: float = 30.0) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
@@ -51,8 +57,7 @@ def test_losing_the_bootstrap_node_leaves_the_others_connected_and_converging(
         assert cluster.roots(1)["messages"][1] == 40, took
 
         # b restarts knowing nobody but a (down): peers.json names c
-        saved = json.loads((cluster.nodes[1].data / "peers.json").read_text())
-        assert c in {row["id"] for row in saved["peers"]}
+        _wait_for("b saved c in peers.json", lambda: c in _saved_peers(cluster.nodes[1].data))
         cluster.stop(1)
         cluster.post_ops(2, authors.messages(10, "c-alone", start=200))
         cluster._spawn(cluster.nodes[1], [cluster.nodes[0].multiaddr])
