@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 MAX_FOLLOW_UPS = 30  # sessions in a row without the interval; then the interval again
 DIAL_TIMEOUT_S = 5.0
 DIALS_AT_ONCE = 4
+CONNECTION_GRACE_S = 10.0  # a connection this young is not closed as surplus
 MAINTAIN_S = 1.0
 EXCHANGE_TIMEOUT_S = 10.0
 IDENTIFY_WAIT_S = 5.0  # after a dial, before asking the new peer for peers
@@ -104,6 +105,7 @@ class PeerManager:
         self._next_exchange = 0.0
         self._own_addrs: list[str] = []
         self._saved: object = None
+        self._connected_at: dict[str, float] = {}  # when we first saw each connection
         self._restore()
 
     # --- the book ---
@@ -172,11 +174,16 @@ class PeerManager:
 
     async def _maintain_once(self, nursery: trio.Nursery) -> None:
         connected = self.connected()
-        for name in surplus(connected, self.low, self.high, self.rnd):
+        now = trio.current_time()
+        for name in [n for n in self._connected_at if n not in connected]:
+            del self._connected_at[name]  # bounded under churn
+        for name in connected:
+            self._connected_at.setdefault(name, now)
+        young = {n for n, t in self._connected_at.items() if now - t < CONNECTION_GRACE_S}
+        for name in surplus(connected, self.high, self.rnd, young):
             log.debug("closing surplus connection to %s", name)
             self.metrics.inc("peer_connections_closed", reason="surplus", help=CLOSED_HELP)
             await self._disconnect_quietly(name)
-        now = trio.current_time()
         exchange_due = bool(connected) and now >= self._next_exchange
         wanted = min(self.low - len(connected), DIALS_AT_ONCE) - len(self.dialing)
         if exchange_due and self.low <= len(connected) < self.high and not self.dialing:

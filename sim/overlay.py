@@ -16,7 +16,7 @@ exchange's frames — for N simulated nodes, one round per sync interval:
    never dials again, and a healed partition stays cut for good. A dial to a node that
    is down or across a cut fails (``dial_failed``: backoff, and heard peers forgotten).
    A connection is symmetric; the dialler asks the dialled an exchange at once.
-3. *Surplus.* A node above ``high`` closes ``surplus`` connections, down to ``low``.
+3. *Surplus.* A node above ``high`` closes the ``surplus`` connections over it.
 4. *Exchange.* Every ``exchange_ms`` a node asks one connected peer: the ask carries
    its listen addresses, which make it a tried peer of the answerer (``connected``);
    the answer is up to ``exchange_peers`` tried peers (``sample``), which the asker
@@ -57,7 +57,7 @@ BookFactory = Callable[[str], PeerBook]  # a node's book from its id: the real o
 class OverlayParams:
     interval_ms: int  # one round: the sync interval
     low: int = 6  # connections: dial below this ...
-    high: int = 10  # ... close above this, down to low
+    high: int = 10  # ... close the connections over this
     per_interval: int = 2  # sync partners per interval
     exchange_ms: int = 30_000  # peer exchange: on connect and this often (+-25 %) ...
     exchange_short_ms: int = 5_000  # ... and this often while below low after dialling
@@ -96,6 +96,7 @@ class Overlay:
         self.books = [self._new_book(i) for i in range(nodes)]
         self.rotations = [self._new_rotation(i) for i in range(nodes)]
         self.conns: list[set[int]] = [set() for _ in range(nodes)]
+        self.new_conns: list[set[int]] = [set() for _ in range(nodes)]  # made this round
         self.up = [True] * nodes
         # first exchanges spread over one exchange interval from the first round
         self._exchange_offset = [
@@ -132,6 +133,8 @@ class Overlay:
         s.peak_degree = max((len(self.conns[i]) for i in live), default=0)
         for i in live:
             self._close_surplus(i)
+        for fresh in self.new_conns:
+            fresh.clear()
         for i in live:
             self._exchange_due(i, now_ms)
         pairs = [(i, j) for i in live for j in self._partners(i, now_ms)]
@@ -177,6 +180,8 @@ class Overlay:
                 continue
             conns.add(j)
             self.conns[j].add(i)
+            self.new_conns[i].add(j)
+            self.new_conns[j].add(i)
             book.connected(peer.peer_id, self.addrs[j], now_ms)
             self.stats.connects += 1
             self._exchange(i, j, now_ms)
@@ -195,7 +200,8 @@ class Overlay:
         conns = self.conns[i]
         if len(conns) <= p.high:
             return
-        for peer in surplus([self.ids[j] for j in sorted(conns)], p.low, p.high, self.rnds[i]):
+        young = {self.ids[j] for j in self.new_conns[i]}  # the node's grace: one round
+        for peer in surplus([self.ids[j] for j in sorted(conns)], p.high, self.rnds[i], young):
             self._disconnect(i, int(peer))
             self.stats.closed_surplus += 1
 

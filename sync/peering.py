@@ -13,7 +13,7 @@ time is passed in (ms), randomness comes from the caller's ``random.Random``.
   corner and evicts its own entries, not the honest ones. A heard entry that fails
   ``HEARD_MAX_FAILURES`` dials is forgotten. Bootstrap peers are pinned: never evicted,
   redialled with backoff forever, but only when no other known peer is due.
-* ``surplus`` — above ``high`` connections, which to close (down to ``low``).
+* ``surplus`` — above ``high`` connections, which to close.
 * ``SyncRotation`` — anti-entropy with ``per_interval`` peers per interval, least recently
   synced first: every connected peer within ceil(connected / per_interval) intervals, a
   new peer at once. Sessions per node per second do not grow with the network.
@@ -228,12 +228,20 @@ class PeerBook:
         del self.peers[oldest.peer_id]
 
 
-def surplus(connected: Sequence[str], low: int, high: int, rnd: random.Random) -> list[str]:
-    """Connections to close: none up to ``high``; above it, at random, down to ``low``
-    (a band, so one new connection does not close one old one each time)."""
-    if len(connected) <= high:
+def surplus(
+    connected: Sequence[str], high: int, rnd: random.Random, young: Collection[str] = ()
+) -> list[str]:
+    """Connections to close: those over ``high``, at random among the ones not ``young``
+    (made within a grace period: a node joining or back from a crash is not turned away
+    by every full peer it dials). Only those over ``high``: closing down to the low water
+    closed 4 of 10 connections each time a dial arrived at a full node, and in a 20-node
+    cluster under load that churn cut the gossip mesh (64 % delivered by gossip;
+    ``chatsync bench scale``)."""
+    over = len(connected) - high
+    if over <= 0:
         return []
-    return rnd.sample(list(connected), len(connected) - low)
+    settled = [c for c in connected if c not in young]
+    return rnd.sample(settled, min(over, len(settled)))
 
 
 class SyncRotation:

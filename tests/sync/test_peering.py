@@ -147,12 +147,15 @@ def test_whatever_happens_the_book_stays_bounded_and_pins_stay(
     assert all(heard_by.count(s) <= HEARD_PER_SOURCE for s in set(heard_by))
 
 
-def test_surplus_closes_down_to_the_low_water_only_above_the_high() -> None:
+def test_surplus_closes_only_the_connections_over_the_high_water() -> None:
     rnd = random.Random(1)
     peers = [f"p{i}" for i in range(12)]
-    assert surplus(peers[:10], 6, 10, rnd) == []
-    closing = surplus(peers, 6, 10, rnd)
-    assert len(closing) == 6 and set(closing) <= set(peers)
+    assert surplus(peers[:10], 10, rnd) == []
+    closing = surplus(peers, 10, rnd)
+    assert len(closing) == 2 and set(closing) <= set(peers)
+    young = set(peers[:11])
+    assert surplus(peers, 10, rnd, young) == ["p11"]  # the young are spared
+    assert surplus(peers, 10, rnd, set(peers)) == []  # all young: over the water a while
 
 
 def _sessions(peers: list[str], per_interval: int, intervals: int) -> dict[str, list[int]]:
