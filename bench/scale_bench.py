@@ -187,6 +187,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         latency.plot(nodes, [r[key] or 0 for r in rows], marker="o", label=label)
     latency.axhline(MAX_P99_MS, color="grey", linestyle="--", label="p99 goal")
     latency.set_xlabel("nodes")
+    latency.set_yscale("log")  # 100 ms to 30 s on one axis
     latency.set_ylabel("ms, POST -> all nodes")
     latency.set_title("latency")
     latency.legend()
