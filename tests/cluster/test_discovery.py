@@ -64,3 +64,27 @@ def test_losing_the_bootstrap_node_leaves_the_others_connected_and_converging(
         cluster._wait_ready(cluster.nodes[1], 60)
         cluster.wait_converged(timeout_s=30, indexes=[1, 2])
         assert cluster.roots(1)["messages"][1] == 50
+
+
+def test_twenty_nodes_that_know_only_the_first_form_a_bounded_network_and_converge(
+    tmp_path: Path,
+) -> None:
+    """Issue 32's 20-node run, short: connections within the waters (6..10, a young one
+    over), each node reached peers it was never told of at start, and every op everywhere."""
+    authors = Authors(4)
+    with Cluster(20, tmp_path, sync_interval_s=SYNC_INTERVAL_S, bootstrap_nodes=1) as cluster:
+        cluster.start(timeout_s=120)
+        _wait_for(
+            "every node at the low water",
+            lambda: all(len(_connected(cluster, i)) >= 6 for i in range(20)),
+            timeout_s=60,
+        )
+        cluster.post_ops(0, authors.joins)
+        for i in range(0, 20, 4):
+            cluster.post_ops(i, authors.messages(10, f"n{i}", start=i * 10))
+        cluster.wait_converged(timeout_s=120)
+        assert cluster.roots(19)["messages"][1] == 50
+        connections = [len(_connected(cluster, i)) for i in range(20)]
+        assert all(6 <= n <= 12 for n in connections), connections
+        first = cluster.nodes[0].peer_id
+        assert all(len(_connected(cluster, i) - {first}) >= 5 for i in range(1, 20))  # found
