@@ -3,9 +3,9 @@
 Start-up (``Node.run``): refuse malformed addresses and taken ports (``node/startup.py``),
 open ChatDb (refused if another process has it open), rebuild the Merkle trees from it, start
 the libp2p host, build the services (``node/services.py``) and start the writer, then gossip,
-sync, peer maintenance (discovery, the connections), the GC and the HTTP server — then report ``started`` with the
-``RunningNode``. ``stop()`` (SIGINT/SIGTERM in the CLI) stops the network side first, lets the
-writer drain what it already accepted, then closes RocksDB.
+sync, peer maintenance (discovery, the connections), the GC and the HTTP server — then
+report ``started`` with the ``RunningNode``. ``stop()`` (SIGINT/SIGTERM in the CLI) stops the
+network side first, lets the writer drain what it already accepted, then closes RocksDB.
 
 ``RunningNode`` is the started node: the services plus the host and the peer manager.
 It answers the HTTP layer's narrow interface (``node.api.NodeApi``) and drives sync
