@@ -43,6 +43,7 @@ from node.penalties import Blocklist
 from node.sync_peers import SyncCandidates, Verdict
 from sync.errors import RemoteProtocolError
 from sync.peering import (
+    EXCHANGE_MAX_PEERS,
     MAX_EXCHANGE_BYTES,
     PeerBook,
     SyncRotation,
@@ -144,16 +145,20 @@ class PeerManager:
 
     async def block(self, peer_id: str) -> None:
         self.blocked.add(peer_id)
-        await self._disconnect(peer_id)
+        await self._disconnect(peer_id, forget=True)
 
     def unblock(self, peer_id: str) -> None:
         self.blocked.discard(peer_id)
 
-    async def _disconnect(self, peer_id: str) -> None:
-        for peer in list(self.host.get_connected_peers()):
-            if peer.to_base58() == peer_id:
-                self.host.forget(peer)  # so py-libp2p's auto-connector does not dial it back
-                await self.host.disconnect(peer)  # already gone: nothing to do
+    async def _disconnect(self, name: str, *, forget: bool = False) -> None:
+        """Close our connection to ``name`` (not connected: nothing to do); ``forget``: drop
+        its addresses too, so py-libp2p's auto-connector does not dial it back."""
+        peer = self._connected_peer(name)
+        if peer is None:
+            return
+        if forget:
+            self.host.forget(peer)
+        await self.host.disconnect(peer)
 
     def connected(self) -> list[str]:
         return [p.to_base58() for p in self.host.get_connected_peers()]
@@ -183,7 +188,7 @@ class PeerManager:
         for name in surplus(connected, self.high, self.rnd, young):
             log.debug("closing surplus connection to %s", name)
             self.metrics.inc("peer_connections_closed", reason="surplus", help=CLOSED_HELP)
-            await self._disconnect_quietly(name)
+            await self._disconnect(name)
         exchange_due = bool(connected) and now >= self._next_exchange
         wanted = min(self.low - len(connected), DIALS_AT_ONCE) - len(self.dialing)
         if exchange_due and self.low <= len(connected) < self.high and not self.dialing:
@@ -209,11 +214,6 @@ class PeerManager:
     def _exchange_due(self, now: float) -> bool:
         last = self._next_exchange - self.exchange_interval_s
         return now - last >= EXCHANGE_WHEN_SHORT_S
-
-    async def _disconnect_quietly(self, name: str) -> None:
-        peer = self._connected_peer(name)
-        if peer is not None:
-            await self.host.disconnect(peer)
 
     async def _dial(self, peer_id: str, address: str) -> None:
         try:
@@ -284,7 +284,9 @@ class PeerManager:
                 if addrs:
                     self.book.connected(name, addrs, self._now_ms())
                 skip = {name, *self.blocked.sorted()}
-                await frames.write_frame(encode_peers(self.book.sample(32, self.rnd, skip)))
+                await frames.write_frame(
+                    encode_peers(self.book.sample(EXCHANGE_MAX_PEERS, self.rnd, skip))
+                )
         except (StreamClosed, RemoteProtocolError, trio.TooSlowError) as exc:
             self.metrics.inc("peer_exchanges", role="answer", result="failed", help=EXCHANGE_HELP)
             log.debug("peer exchange from %s failed: %s", name, exc)
@@ -336,7 +338,7 @@ class PeerManager:
                 waiting = []
                 for name, peer in peers.items():
                     if name in self.blocked:
-                        await self._disconnect(name)
+                        await self._disconnect(name, forget=True)
                     elif name not in running and self._speaks_sync(name, peer, now):
                         waiting.append(name)
                 for name in self.rotation.pick(waiting, int(now * 1000)):

@@ -16,7 +16,7 @@ import socket
 
 from node.config import NodeConfig, check_addresses
 from node.errors import PortInUse, StartupRefused
-from node.p2p.addresses import parse_listen
+from node.p2p.addresses import ListenAddress, parse_listen
 
 
 def check_startup(config: NodeConfig) -> None:
@@ -45,7 +45,7 @@ def _probe(what: str, host: str, port: int, given: str) -> None:
         try:
             probe.bind((host, port))
         except OSError as exc:
-            shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            shown = str(ListenAddress(host, port))  # an HTTP server listens too
             if exc.errno == errno.EADDRINUSE:
                 raise PortInUse(f"{what} port {shown} is in use{given}") from exc
             reason = exc.strerror or str(exc)

@@ -128,12 +128,6 @@ class PeerBook:
         delay = backoff_ms(entry.failures, self.backoff_min_ms, self.backoff_max_ms, rnd)
         entry.next_dial_ms = now_ms + delay
 
-    def forget(self, peer_id: str) -> None:
-        """A blocked or banned peer: not dialled, not handed out (unless pinned)."""
-        entry = self.peers.get(peer_id)
-        if entry is not None and not entry.pinned:
-            del self.peers[peer_id]
-
     # --- what we do with it ---
 
     def to_dial(
@@ -165,11 +159,6 @@ class PeerBook:
         """Up to ``count`` tried peers, at random: what we hand out."""
         tried = [p for p in self.peers.values() if p.tried and p.peer_id not in skip]
         return rnd.sample(tried, min(count, len(tried)))
-
-    def next_dial_ms(self, skip: Collection[str]) -> int | None:
-        """When the earliest peer not in ``skip`` may be dialled (None: nobody to dial)."""
-        times = [p.next_dial_ms for p in self.peers.values() if p.peer_id not in skip]
-        return min(times) if times else None
 
     def counts(self) -> dict[str, int]:
         tried = sum(1 for p in self.peers.values() if p.tried)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,10 +28,10 @@ def _saved_peers(data: Path) -> set[str]:
     return {row["id"] for row in json.loads(path.read_text())["peers"]} if path.exists() else set()
 
 
-def _wait_for(what: str, done: object, timeout_s: float = 30.0) -> float:
+def _wait_for(what: str, done: Callable[[], bool], timeout_s: float = 30.0) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
-        if done():  # type: ignore[operator]
+        if done():
             return time.monotonic() - t0
         time.sleep(0.2)
     raise TimeoutError(f"{what}: not within {timeout_s} s")

@@ -7,7 +7,6 @@ bounded memory and effort, and the node's honest peer set is unharmed.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -26,7 +25,7 @@ from node.p2p import PEERS_PROTOCOL
 from node.p2p.streams import Libp2pFrames
 from sync.peering import HEARD_PER_SOURCE, KnownPeer, decode_peers, encode_ask, encode_peers
 
-from node_support import running_node
+from node_support import free_port, running_node
 
 pytestmark = pytest.mark.slow
 
@@ -57,12 +56,6 @@ def _fake_peers(count: int, port: int) -> list[KnownPeer]:
     return peers
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _metric(text: str, line_start: str) -> float:
     values = [
         float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_start)
@@ -73,7 +66,7 @@ def _metric(text: str, line_start: str) -> float:
 async def test_a_liar_advertising_thousands_of_fake_peers_fills_only_its_own_corner(
     tmp_path: Path,
 ) -> None:
-    port = _closed_port()
+    port = free_port()  # closed again: nothing listens there
     told = [0]
 
     async def lie(stream: Any) -> None:

@@ -116,7 +116,7 @@ def test_the_book_round_trips_through_its_saved_form_and_refuses_junk() -> None:
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from(["heard", "connected", "failed", "forget"]),
+            st.sampled_from(["heard", "connected", "failed"]),
             st.integers(0, 40),
             st.integers(0, 5),
         ),
@@ -135,12 +135,9 @@ def test_whatever_happens_the_book_stays_bounded_and_pins_stay(
             book.heard(f"s{source}", [(name, [_addr(peer)]), ("me", [_addr(0)])], t)
         elif kind == "connected":
             book.connected(name, [_addr(peer)], t)
-        elif kind == "failed":
+        else:
             book.dial_failed(name, t, rnd)
             book.dial_failed("boot", t, rnd)
-        else:
-            book.forget(name)
-            book.forget("boot")
     assert "boot" in book.peers and "me" not in book.peers
     assert all(len(p.addrs) <= MAX_ADDRS for p in book.peers.values())
     heard_by = [p.source for p in book.peers.values() if not p.tried and not p.pinned]
