@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
+from itertools import islice
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -17,17 +19,24 @@ class Metrics:
         self._help: dict[str, str] = {}
         self._gauges: dict[str, Callable[[], dict[Labels, float]]] = {}
         self._latency: deque[float] = deque(maxlen=100_000)
+        self.latencies_observed = 0  # since start (the deque keeps the newest)
 
     def observe_latency(self, ms: float) -> None:
         """Propagation latency of one op (now - its HLC time), kept for quantiles."""
         self._latency.append(ms)
+        self.latencies_observed += 1
 
     def latency_quantiles(self) -> dict[str, float]:
         ordered = sorted(self._latency)
         if not ordered:
             return {}
-        pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+        pick = partial(quantile, ordered)
         return {"count": len(ordered), "p50": pick(0.5), "p99": pick(0.99), "max": ordered[-1]}
+
+    def newest_latencies(self, count: int) -> list[float]:
+        """The last ``count`` latencies observed (fewer if the window dropped them)."""
+        count = min(count, len(self._latency))
+        return list(islice(reversed(self._latency), count))
 
     def inc(self, name: str, amount: float = 1, help: str = "", **labels: str) -> None:
         key = tuple(sorted(labels.items()))
@@ -38,6 +47,10 @@ class Metrics:
 
     def counter(self, name: str, **labels: str) -> float:
         return self._counters.get(name, {}).get(tuple(sorted(labels.items())), 0)
+
+    def total(self, name: str) -> float:
+        """A counter summed over all its labels."""
+        return sum(self._counters.get(name, {}).values())
 
     def gauge(self, name: str, read: Callable[[], dict[Labels, float]], help: str = "") -> None:
         self._gauges[name] = read
@@ -64,6 +77,11 @@ class Metrics:
             rendered = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
             out.append(f"{full}{{{rendered}}} {value:g}" if rendered else f"{full} {value:g}")
         return out
+
+
+def quantile(ordered: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of sorted, non-empty ``ordered`` (nearest rank, no interpolation)."""
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _escape(value: str) -> str:

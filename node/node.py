@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from node.admission import AdmissionLimits
+from node.agreement import LastSession, peer_rows
 from node.auth import ADMIN_FILE, Authenticator, load_or_create_secrets
 from node.clock import Clock
 from node.commits import CommitSignal
@@ -37,6 +38,7 @@ from node.erasure import compact_erasures
 from node.errors import StartupRefused
 from node.gossip.settings import OPS_TOPIC
 from node.intake import Submitted
+from node.memory import rss_bytes
 from node.metrics import Metrics
 from node.notices import Notices
 from node.p2p import GOSSIP_PROTOCOL_IDS, PEERS_PROTOCOL, SYNC_PROTOCOL, PeerId
@@ -53,6 +55,7 @@ from node.p2p.patches import forget_after_failed_dials
 from node.p2p.streams import Libp2pStream
 from node.peers import PEERS_FILE, PeerManager
 from node.plants import ACK_BEFORE_WAL, skip_wal
+from node.series import SAMPLE_INTERVAL_S, Sampler, Series
 from node.services import Services, build_services
 from node.startup import check_startup
 from node.sync_peers import SyncCandidates
@@ -210,6 +213,15 @@ class RunningNode:
         services.metrics.gauge(
             "connected_peers", lambda: {(): len(peers.connected())}, help="connected peers"
         )
+        self.series = Series()  # the web view's charts
+        self._sampler = Sampler(
+            services.metrics,
+            lambda: {
+                "written": services.writer.statistics().ops_new,
+                "rss": rss_bytes() or 0,
+                "peers": len(peers.connected()),
+            },
+        )
         services.metrics.gauge(
             "known_peers", lambda: {(("table", t),): n for t, n in peers.book.counts().items()},
             help="peers in the peer book: tried (reached) and heard (told of)",
@@ -273,6 +285,7 @@ class RunningNode:
                 nursery.start_soon(services.gc.loop)
             nursery.start_soon(compact_erasures, services.writer, services.metrics)
             nursery.start_soon(self.acks.run)
+            nursery.start_soon(self._sample)
             if cfg.http:
                 from node.api import serve_http  # loads FastAPI: only when serving
 
@@ -310,6 +323,11 @@ class RunningNode:
 
     def _handler_failed(self, kind: str) -> None:
         self.metrics.inc("handler_errors", kind=kind, help="stream handlers that raised")
+
+    async def _sample(self) -> None:
+        while True:
+            self.series.add(self._sampler.take(self.services.clock.wall_ms()))
+            await trio.sleep(SAMPLE_INTERVAL_S)
 
     async def _lift_bans(self) -> None:
         while True:
@@ -356,12 +374,25 @@ class RunningNode:
             "sync_arrivals": list(self.services.sync_arrivals),
         }
 
+    def network(self) -> dict[str, Any]:
+        """Our roots, and per peer we know the roots it last agreed on with us."""
+        services = self.services
+        sync, now = services.sync, services.clock.wall_ms()
+        sessions = {p: LastSession(o.result, o.ended_ms) for p, o in sync.last_sync.items()}
+        ours = sync.roots()
+        rows = peer_rows(
+            ours, sync.agreement, set(self.peers.connected()), set(services.blocklist.sorted()),
+            sessions, now,
+        )  # fmt: skip
+        return {"peer_id": self.peer_id, "now_ms": now, "roots": ours, "peers": rows}
+
     def status(self) -> dict[str, Any]:
         services = self.services
-        domains = {}
-        for domain in Domain:
-            tree = services.replica.tree(domain)
-            domains[domain.name.lower()] = {"root": tree.root_digest().hex(), "count": tree.count}
+        roots = services.sync.roots()
+        domains = {
+            d.name.lower(): {"root": roots[d.name.lower()], "count": services.replica.tree(d).count}
+            for d in Domain
+        }
         return {
             "peer_id": self.peer_id,
             "listen": self.listen_addrs,

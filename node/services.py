@@ -24,6 +24,7 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from node.agreement import root_gauge
 from node.arrivals import ArrivalLog
 from node.clock import Clock
 from node.config import NodeConfig
@@ -122,6 +123,7 @@ def build_services(
     gc = RetentionGc(replica, writer, policy, metrics, clock, interval_s=config.gc_interval_s)
     sync_arrivals = _log_sync_arrivals(replica, clock)
     _register_gauges(metrics, replica, writer)
+    _register_agreement(metrics, sync, clock)
     return Services(
         config, clock, metrics, replica, writer, sync, gossip, intake, gc,
         author_rates, judge, blocklist, sync_arrivals,
@@ -160,6 +162,23 @@ def _memory_parts(replica: DbReplica) -> dict[Labels, float]:
     if rss is not None:
         parts["rss"] = rss
     return {(("part", name),): value for name, value in parts.items()}
+
+
+def _register_agreement(metrics: Metrics, sync: SyncService, clock: Clock) -> None:
+    """Convergence for Prometheus: equal digests across nodes = equal roots (the Grafana
+    dashboard counts the distinct values), and how long each peer has not agreed."""
+    metrics.gauge(
+        "root_digest",
+        lambda: {(("domain", d),): root_gauge(root) for d, root in sync.roots().items()},
+        help="the first 48 bits of each domain's Merkle root: equal on nodes that agree",
+    )
+    metrics.gauge(
+        "peer_agreed_seconds",
+        lambda: {
+            (("peer", p),): s for p, s in sync.agreement.seconds_since(clock.wall_ms()).items()
+        },
+        help="seconds since a sync session with the peer last ended with equal roots",
+    )
 
 
 def _register_gauges(metrics: Metrics, replica: DbReplica, writer: DbWriter) -> None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 
 import trio
 
+from node.agreement import PeerAgreement, Roots
 from node.clock import Clock
 from node.framing import FrameStream, FrameTooLarge, StreamClosed
 from node.limits import TokenBuckets
@@ -36,7 +37,7 @@ from node.metrics import Metrics
 from node.sync_slots import BUSY, DUPLICATE, SessionSlots
 from sync.claims import BucketClaims
 from sync.errors import RemoteProtocolError
-from sync.frames import Abort, encode_frame
+from sync.frames import Abort, Domain, encode_frame
 from sync.protocol import CheckedFrame, Received, SessionRole, SyncConfig, SyncSession
 from sync.replica import Replica
 
@@ -79,6 +80,15 @@ class SyncOutcome:
     # records other sessions applied while this one ran: they may have been the ones this
     # peer sent (the same catch-up from several peers), so "nothing new" is no one's fault
     applied_by_others: int = 0
+
+    @property
+    def result(self) -> str:
+        """ "converged", "not_converged" or the reason it failed."""
+        return self.error or ("converged" if self.converged else "not_converged")
+
+    @property
+    def ended_ms(self) -> int:
+        return self.started_ms + round(self.duration_ms)
 
     def more_to_do(self, max_passes: int) -> bool:
         """Ended cleanly, moved records either way and used up its passes: a catch-up with
@@ -123,6 +133,7 @@ class SyncService:
         self.clock = clock
         self._salt = salt or (lambda: os.urandom(16))
         self.last_sync: dict[str, SyncOutcome] = {}
+        self.agreement = PeerAgreement()  # whose roots equalled ours, and when (web view)
         # One session per peer, a few at once. Running one at a time for the whole node let
         # one silent stream stop all anti-entropy. The price of concurrency: a node that was
         # down may verify the same records from two peers (bounded by max_sessions).
@@ -280,12 +291,18 @@ class SyncService:
                 reason="rate_limited",
             )
 
+    def roots(self) -> Roots:
+        """Our Merkle root per domain (hex)."""
+        return {d.name.lower(): self.replica.tree(d).root_digest().hex() for d in Domain}
+
     def _record(self, outcome: SyncOutcome) -> None:
         self.last_sync[outcome.peer] = outcome
-        result = outcome.error or ("converged" if outcome.converged else "not_converged")
+        if outcome.converged:
+            self.agreement.matched(outcome.peer, self.roots(), self.clock.wall_ms())
         self.metrics.inc(
-            "sync_sessions", role=outcome.role, result=result, help="sync sessions by result"
-        )
+            "sync_sessions", role=outcome.role, result=outcome.result,
+            help="sync sessions by result",
+        )  # fmt: skip
         self.metrics.inc("sync_bytes", outcome.bytes_sent, direction="sent", help="sync bytes")
         self.metrics.inc("sync_bytes", outcome.bytes_received, direction="received")
         self.metrics.inc(

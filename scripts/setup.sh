@@ -8,3 +8,16 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e ".[test]"
+
+# The web view's browser test (tests/cluster/test_web_view.py) drives headless Chromium
+# through chromedriver: Debian's packages, installed here when missing (root or sudo).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; elif sudo -n true 2>/dev/null; then SUDO="sudo -n"; else SUDO=no; fi
+  if [ "$SUDO" != no ] && command -v apt-get >/dev/null; then
+    echo "setup: installing chromium and chromium-driver (Debian's packages) for the browser test"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+  else
+    echo "setup: chromium/chromedriver missing and no apt-get as root: tests/cluster/test_web_view.py will fail" >&2
+  fi
+fi

@@ -8,22 +8,25 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
-from node.api import admin, auth, chats, debug, dm3, events, identity, ops, users
+from node.api import admin, auth, chats, debug, dm3, events, identity, ops, users, web
 from node.api.body_limit import MAX_BODY_BYTES, BodyLimit
 from node.api.errors import install_error_handlers
 from node.api.events import stream_json
 from node.api.interface import NodeApi
 from node.api.tail import LogTail
+from node.api.web import WEB_DIR
 
 if TYPE_CHECKING:
     from trio_typing import TaskStatus
 
 
 def create_app(node: NodeApi) -> FastAPI:
-    app = FastAPI(
+    app = FastAPIOffline(  # Swagger UI's files from the package: /docs works offline
         title="chatsync node",
         version="0.1.0",
         description="A chatsync node: signed chat ops in, history, chat lists and status out.",
@@ -32,8 +35,9 @@ def create_app(node: NodeApi) -> FastAPI:
     app.state.tail = LogTail(node.reads, partial(stream_json, node))  # shared by the streams
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     install_error_handlers(app)
-    for module in (ops, auth, admin, chats, users, events, identity, debug, dm3):
+    for module in (ops, auth, admin, chats, users, events, identity, debug, dm3, web):
         app.include_router(module.router)
+    app.mount("/web", StaticFiles(directory=WEB_DIR), name="web")
     return app
 
 

@@ -20,6 +20,7 @@ from node.delivery import Acks
 from node.dm3 import Dm3Gateway
 from node.intake import Submitted
 from node.metrics import Metrics
+from node.series import Series
 from store.chat_reads import ChatReads
 from store.ops import Op
 
@@ -73,6 +74,15 @@ class NodeApi(Protocol):
         ...
 
     def status(self) -> dict[str, Any]: ...
+
+    def network(self) -> dict[str, Any]:
+        """Our roots, and per known peer the roots it last agreed on (node/agreement.py)."""
+        ...
+
+    @property
+    def series(self) -> Series:
+        """A sample a second of the node's rates, memory and lag (node/series.py)."""
+        ...
 
     async def block_peer(self, peer_id: str) -> list[str]:
         """Drop this peer's traffic; the blocked peers, sorted."""
