@@ -191,10 +191,10 @@ function formatValue(v) {
 
 function renderCharts() {
   drawChart("ops", [
-    { name: "written", color: "#2563eb", data: rates("written") },
+    { name: "API in", color: "#7c3aed", data: rates("api_in") },
     { name: "gossip in", color: "#16a34a", data: rates("gossip_in") },
     { name: "sync in", color: "#d97706", data: rates("sync_in") },
-    { name: "API in", color: "#7c3aed", data: rates("api_in") },
+    { name: "written (new)", color: "#2563eb", data: rates("written") }, // on top: the sum
   ]);
   drawChart("lag", [
     { name: "p50", color: "#2563eb", data: points("lag_p50") },
