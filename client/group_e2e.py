@@ -1,0 +1,408 @@
+"""End-to-end encryption of group messages by sender keys that follow the membership. Pure.
+
+The node never reads a payload; this is the client's side (SECURITY.md, "Group encryption").
+
+* **Epoch keys.** Each sender encrypts under a key of its own, an *epoch key* (32 random
+  bytes, named by a 16-byte id derived from it). Every message gets its own key, derived
+  from the epoch key and the message's place (chat, sender, HLC) with BLAKE3's key
+  derivation, and is sealed with XChaCha20-Poly1305 (libsodium, through pynacl) with that
+  place as associated data: a ciphertext moved into another message does not open.
+* **Grants.** A sender hands keys out in *grants*, sealed per recipient with NaCl ``Box``
+  (their x25519 key from their verified identity): an epoch grant (the epoch key: every
+  message of that epoch) or a message grant (one message's key: the epoch key stays hidden).
+  Grants travel as ordinary signed messages of the chat, so sync and gossip carry them,
+  retention ages them out and erasure erases them like any message.
+* **Rotation follows the membership.** A sender's epoch names its recipients: the chat's
+  active members as the sender saw them. Before each message the sender compares them with
+  the members it sees now; any difference — an add or a removal — starts a new epoch whose
+  key goes to the members now. So once a removal reaches a sender, its later messages are
+  sealed under a key the removed member never got; a member added later gets no key of an
+  earlier epoch, so reads from their add on. Epochs also end after ``EPOCH_MESSAGES``
+  messages or ``EPOCH_MS``, which bounds what one leaked epoch key opens.
+* **Concurrent adds.** A sender that learns of an add stamped before some of its messages
+  (the add was concurrent: it arrived later) gives the added member message grants for
+  exactly those messages (``missing_grants``): whatever the arrival order, once every op
+  has arrived, every member reads every message sent while they were a member.
+
+A sender's state is not kept anywhere but in the chat: its own grants include itself, so
+its epochs are read back from the replicated messages (``Keyring``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import blake3
+from nacl.bindings import (
+    crypto_aead_xchacha20poly1305_ietf_decrypt,
+    crypto_aead_xchacha20poly1305_ietf_encrypt,
+)
+from nacl.exceptions import CryptoError
+from nacl.public import Box, PublicKey
+
+from client.e2e import E2eError, UserKey
+from store.errors import DecodeError
+from store.hlc import Hlc
+from store.ops import BOX_KEY_LEN
+from store.records import canonical_cbor, ensure_canonical, field_bytes, load_array
+
+KEY_LEN = 32
+KEY_ID_LEN = 16
+NONCE_LEN = 24
+GROUP_MESSAGE_VERSION = 2  # a DM envelope's is 1: the two never open as each other
+GRANTS_VERSION = 3
+MAX_RECIPIENTS = 1_000  # per grants message: ~100 bytes each, well under a payload's limit
+MAX_GRANTS = 1_000  # per recipient in one message
+MAX_GROUP_PAYLOAD = 512 * 1024  # above any node's payload limit: the node's is the one that counts
+EPOCH_MESSAGES = 1_000
+EPOCH_MS = 7 * 24 * 3600 * 1000
+
+_KEY_ID_CONTEXT = "chatsync 2026-11 group epoch key id"
+_MESSAGE_KEY_CONTEXT = "chatsync 2026-11 group message key"
+
+
+class Undecryptable(E2eError):
+    """No key for this message has reached the reader (yet, or ever)."""
+
+
+def key_id_of(epoch_key: bytes) -> bytes:
+    return blake3.blake3(epoch_key, derive_key_context=_KEY_ID_CONTEXT).digest()[:KEY_ID_LEN]
+
+
+def _place(chat_id: bytes, sender: bytes, hlc: Hlc) -> bytes:
+    return chat_id + sender + hlc.to_bytes()
+
+
+def message_key(epoch_key: bytes, chat_id: bytes, sender: bytes, hlc: Hlc) -> bytes:
+    """The key of one message: a one-way function of the epoch key and the message's place."""
+    material = epoch_key + _place(chat_id, sender, hlc)
+    return blake3.blake3(material, derive_key_context=_MESSAGE_KEY_CONTEXT).digest()
+
+
+# --- message payloads --------------------------------------------------------------------------
+
+
+def seal_group(
+    msg_key: bytes, key_id: bytes, chat_id: bytes, sender: bytes, hlc: Hlc, plaintext: bytes
+) -> bytes:
+    """A group message's payload: ``[2, key_id, nonce, ciphertext]`` in canonical CBOR."""
+    nonce = os.urandom(NONCE_LEN)
+    aad = _place(chat_id, sender, hlc) + key_id
+    sealed = crypto_aead_xchacha20poly1305_ietf_encrypt(plaintext, aad, nonce, msg_key)
+    return canonical_cbor([GROUP_MESSAGE_VERSION, key_id, nonce, sealed])
+
+
+@dataclass(frozen=True)
+class GroupEnvelope:
+    key_id: bytes
+    nonce: bytes
+    sealed: bytes
+
+
+def decode_group(payload: bytes) -> GroupEnvelope:
+    try:
+        v = load_array(
+            payload, what="group message", version=GROUP_MESSAGE_VERSION, fields=4,
+            max_bytes=MAX_GROUP_PAYLOAD,
+        )  # fmt: skip
+        env = GroupEnvelope(
+            field_bytes(v[1], "key_id", length=KEY_ID_LEN),
+            field_bytes(v[2], "nonce", length=NONCE_LEN),
+            field_bytes(v[3], "sealed"),
+        )
+        ensure_canonical(v, payload, "group message")
+    except DecodeError as exc:
+        raise E2eError(f"not a group message: {exc}") from None
+    return env
+
+
+def is_group_sealed(payload: bytes) -> bool:
+    """Whether ``payload`` has the shape of a sealed group message (cheap: no decryption)."""
+    try:
+        decode_group(payload)
+    except E2eError:
+        return False
+    return True
+
+
+def open_group(msg_key: bytes, chat_id: bytes, sender: bytes, hlc: Hlc, payload: bytes) -> bytes:
+    env = decode_group(payload)
+    aad = _place(chat_id, sender, hlc) + env.key_id
+    try:
+        return bytes(
+            crypto_aead_xchacha20poly1305_ietf_decrypt(env.sealed, aad, env.nonce, msg_key)
+        )
+    except CryptoError:
+        raise E2eError(
+            "group message does not decrypt (tampered, or not this message's key)"
+        ) from None
+
+
+# --- grants ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class Grant:
+    """A key handed to a recipient: an epoch's key (``hlc`` None) or one message's."""
+
+    key_id: bytes
+    hlc: Hlc | None
+    key: bytes
+
+    def row(self) -> list[object]:
+        return [self.key_id, None if self.hlc is None else self.hlc.pack(), self.key]
+
+
+def seal_grants(
+    sender: UserKey, grants: dict[bytes, list[Grant]], box_keys: dict[bytes, bytes]
+) -> bytes:
+    """A grants message's payload: ``[3, sender_box_key, [[recipient, box_key, boxed], ...]]``,
+    each recipient's grants boxed to the box key their identity publishes (``box_keys``)."""
+    if not 1 <= len(grants) <= MAX_RECIPIENTS:
+        raise ValueError(f"a grants message names 1..{MAX_RECIPIENTS} recipients")
+    rows = []
+    for recipient in sorted(grants):
+        given = sorted(grants[recipient], key=lambda g: (g.key_id, g.hlc is not None, g.hlc))
+        if not 1 <= len(given) <= MAX_GRANTS:
+            raise ValueError(f"1..{MAX_GRANTS} grants per recipient")
+        box = Box(sender.box_private, PublicKey(box_keys[recipient]))
+        boxed = bytes(box.encrypt(canonical_cbor([1, [g.row() for g in given]])))
+        rows.append([recipient, box_keys[recipient], boxed])
+    return canonical_cbor([GRANTS_VERSION, sender.box_key, rows])
+
+
+def open_grants(reader: UserKey, payload: bytes, sender_box_key: bytes) -> list[Grant]:
+    """The grants addressed to ``reader`` in a grants message (none: not a recipient).
+
+    ``sender_box_key``: the box key the message's sender published (their verified
+    identity); the message's signature binds the payload to that sender.
+    """
+    try:
+        v = load_array(
+            payload, what="grants", version=GRANTS_VERSION, fields=3, max_bytes=MAX_GROUP_PAYLOAD
+        )
+        box_key = field_bytes(v[1], "sender_box_key", length=BOX_KEY_LEN)
+        rows = v[2]
+        if type(rows) is not list or not 1 <= len(rows) <= MAX_RECIPIENTS:
+            raise DecodeError(f"grants: 1..{MAX_RECIPIENTS} recipients")
+        ensure_canonical(v, payload, "grants")
+    except DecodeError as exc:
+        raise E2eError(f"not a grants message: {exc}") from None
+    if box_key != sender_box_key:
+        raise E2eError("the grants' sender key is not the key the sender published")
+    mine = [row for row in rows if type(row) is list and len(row) == 3 and row[0] == reader.user_id]
+    if not mine:
+        return []
+    _, sealed_to, boxed = mine[0]
+    if sealed_to != reader.box_key or type(boxed) is not bytes:
+        raise E2eError("grants: this recipient's entry is not sealed to its box key")
+    try:
+        plain = bytes(Box(reader.box_private, PublicKey(box_key)).decrypt(boxed))
+    except CryptoError:
+        raise E2eError("grants do not decrypt (tampered, or not for this key)") from None
+    return _decode_grant_rows(plain)
+
+
+def _decode_grant_rows(plain: bytes) -> list[Grant]:
+    try:
+        v = load_array(plain, what="grant rows", version=1, fields=2, max_bytes=MAX_GROUP_PAYLOAD)[
+            1
+        ]
+        if type(v) is not list or not 1 <= len(v) <= MAX_GRANTS:
+            raise DecodeError(f"1..{MAX_GRANTS} grants")
+        grants = []
+        for row in v:
+            if type(row) is not list or len(row) != 3:
+                raise DecodeError("a grant is [key_id, hlc or null, key]")
+            hlc = row[1]
+            if hlc is not None and (type(hlc) is not int or not 0 <= hlc < 1 << 64):
+                raise DecodeError("a grant's hlc is a packed u64")
+            grants.append(
+                Grant(
+                    field_bytes(row[0], "key_id", length=KEY_ID_LEN),
+                    None if hlc is None else Hlc.unpack(hlc),
+                    field_bytes(row[2], "key", length=KEY_LEN),
+                )
+            )
+    except (DecodeError, ValueError) as exc:
+        raise E2eError(f"grants: {exc}") from None
+    return grants
+
+
+# --- what a reader holds -----------------------------------------------------------------------
+
+
+@dataclass
+class Keyring:
+    """The keys one reader got for one chat, per sender (a key opens only its sender's
+    messages: a member cannot pass their messages off as another's epoch)."""
+
+    chat_id: bytes
+    epochs: dict[tuple[bytes, bytes], bytes] = field(default_factory=dict)  # (sender, id) -> key
+    messages: dict[tuple[bytes, bytes, Hlc], bytes] = field(default_factory=dict)
+
+    def learn(self, sender: bytes, grants: Iterable[Grant]) -> None:
+        for g in grants:
+            if g.hlc is None:
+                if key_id_of(g.key) != g.key_id:
+                    continue  # a key that is not what it claims: worthless, and not kept
+                self.epochs[(sender, g.key_id)] = g.key
+            else:
+                self.messages[(sender, g.key_id, g.hlc)] = g.key
+
+    def key_for(self, sender: bytes, hlc: Hlc, key_id: bytes) -> bytes | None:
+        epoch = self.epochs.get((sender, key_id))
+        if epoch is not None:
+            return message_key(epoch, self.chat_id, sender, hlc)
+        return self.messages.get((sender, key_id, hlc))
+
+    def open(self, sender: bytes, hlc: Hlc, payload: bytes) -> bytes:
+        env = decode_group(payload)
+        key = self.key_for(sender, hlc, env.key_id)
+        if key is None:
+            raise Undecryptable("no key for this message has reached this member")
+        return open_group(key, self.chat_id, sender, hlc, payload)
+
+
+# --- what a sender does ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Epoch:
+    key: bytes
+    recipients: frozenset[bytes]
+    started: Hlc
+    sent: int = 0  # messages sealed under it
+
+    @property
+    def key_id(self) -> bytes:
+        return key_id_of(self.key)
+
+
+def needs_new_epoch(epoch: Epoch | None, members: frozenset[bytes], now: Hlc) -> bool:
+    """Whether a sender must start an epoch before sealing: it has none, the members changed
+    (an add or a removal), or the epoch is used up."""
+    return (
+        epoch is None
+        or epoch.recipients != members
+        or epoch.sent >= EPOCH_MESSAGES
+        or now.physical_ms - epoch.started.physical_ms >= EPOCH_MS
+    )
+
+
+def new_epoch(members: frozenset[bytes], now: Hlc) -> Epoch:
+    return Epoch(os.urandom(KEY_LEN), members, now)
+
+
+def epoch_grants(epoch: Epoch) -> dict[bytes, list[Grant]]:
+    """The epoch's key for each of its recipients (the sender among them)."""
+    grant = Grant(epoch.key_id, None, epoch.key)
+    return {member: [grant] for member in epoch.recipients}
+
+
+@dataclass(frozen=True)
+class SentMessage:
+    hlc: Hlc
+    epoch: Epoch
+
+
+def missing_grants(
+    chat_id: bytes,
+    sender: bytes,
+    sent: Iterable[SentMessage],
+    member_at: Callable[[bytes, Hlc], bool],
+    members: Iterable[bytes],
+    granted: Callable[[bytes, bytes, Hlc], bool],
+) -> dict[bytes, list[Grant]]:
+    """Message grants for members who were members at a message's stamp but are not among its
+    epoch's recipients (an add the sender learnt of late), and have no grant for it yet."""
+    out: dict[bytes, list[Grant]] = {}
+    everyone = list(members)
+    for message in sent:
+        for user in everyone:
+            if user in message.epoch.recipients or not member_at(user, message.hlc):
+                continue
+            if granted(user, message.epoch.key_id, message.hlc):
+                continue
+            key = message_key(message.epoch.key, chat_id, sender, message.hlc)
+            out.setdefault(user, []).append(Grant(message.epoch.key_id, message.hlc, key))
+    return out
+
+
+def open_own_grants(sender: UserKey, payload: bytes) -> dict[bytes, list[Grant]]:
+    """Every recipient's grants in a grants message ``sender`` sent (``Box`` is symmetric: the
+    sender opens what it sealed for each recipient)."""
+    try:
+        v = load_array(
+            payload, what="grants", version=GRANTS_VERSION, fields=3, max_bytes=MAX_GROUP_PAYLOAD
+        )
+    except DecodeError as exc:
+        raise E2eError(f"not a grants message: {exc}") from None
+    out: dict[bytes, list[Grant]] = {}
+    for row in v[2] if type(v[2]) is list else []:
+        if type(row) is list and len(row) == 3 and type(row[0]) is bytes:
+            _, sealed_to, boxed = row
+            try:
+                box = Box(sender.box_private, PublicKey(_box_key_of(sealed_to)))
+                out[row[0]] = _decode_grant_rows(bytes(box.decrypt(boxed)))
+            except (CryptoError, TypeError):
+                raise E2eError("own grants do not decrypt: not sent by this key") from None
+    return out
+
+
+def _box_key_of(value: object) -> bytes:
+    try:
+        return field_bytes(value, "sender_box_key", length=BOX_KEY_LEN)
+    except DecodeError as exc:
+        raise E2eError(f"grants: {exc}") from None
+
+
+@dataclass
+class SenderState:
+    """A sender's epochs, what it sealed and whom it granted what, read back from the chat:
+    its own grants messages (it is always among the recipients) and its own group messages."""
+
+    epochs: dict[bytes, Epoch] = field(default_factory=dict)  # key id -> epoch
+    current: Epoch | None = None
+    sent: list[SentMessage] = field(default_factory=list)
+    granted: set[tuple[bytes, bytes, Hlc]] = field(default_factory=set)  # (user, key id, hlc)
+
+    @classmethod
+    def read(
+        cls,
+        me: UserKey,
+        own_grants: Iterable[tuple[Hlc, bytes]],
+        own_messages: Iterable[tuple[Hlc, bytes]],
+    ) -> SenderState:
+        state = cls()
+        latest: Hlc | None = None
+        for hlc, payload in sorted(own_grants, key=lambda pair: pair[0]):
+            for user, grants in open_own_grants(me, payload).items():
+                for g in grants:
+                    if g.hlc is not None:
+                        state.granted.add((user, g.key_id, g.hlc))
+                        continue
+                    epoch = state.epochs.get(g.key_id) or Epoch(g.key, frozenset(), hlc)
+                    state.epochs[g.key_id] = Epoch(
+                        epoch.key, epoch.recipients | {user}, epoch.started
+                    )
+                    if latest is None or hlc >= latest:
+                        latest = hlc
+                        state.current = state.epochs[g.key_id]
+        counts: dict[bytes, int] = {}
+        for hlc, payload in own_messages:
+            try:
+                key_id = decode_group(payload).key_id
+            except E2eError:
+                continue  # not sealed (an old plain message): nothing to grant
+            if (used := state.epochs.get(key_id)) is not None:
+                state.sent.append(SentMessage(hlc, used))
+                counts[key_id] = counts.get(key_id, 0) + 1
+        if state.current is not None:
+            current = state.epochs[state.current.key_id]  # with every recipient gathered
+            state.current = Epoch(
+                current.key, current.recipients, current.started, counts.get(current.key_id, 0)
+            )
+        return state

@@ -1,0 +1,338 @@
+"""Group encryption by sender keys (client/group_e2e.py): the envelopes, hostile payloads, and
+a property — members on their own replicas, any order, duplication and loss of member ops,
+grants and messages, then healed: every member reads every message sent while they were a
+member (``undecryptable_for_member`` = 0), and no one reads a message whose sender had seen
+their removal (``readable_by_removed`` = 0), counted against the member ops alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import client.group_e2e as ge
+from client.e2e import E2eError, UserKey
+from store.hlc import Hlc
+
+CHAT = b"\x42" * 32
+USERS = [UserKey.from_seed(bytes([i + 1]) * 32) for i in range(4)]
+IDS = [u.user_id for u in USERS]
+BOX_KEYS = {u.user_id: u.box_key for u in USERS}
+CREATOR = 0
+
+
+# --- envelopes ---------------------------------------------------------------------------------
+
+
+def test_a_sealed_message_opens_with_its_key_only_in_its_place() -> None:
+    epoch = ge.new_epoch(frozenset(IDS[:2]), Hlc(1))
+    key = ge.message_key(epoch.key, CHAT, IDS[0], Hlc(5))
+    payload = ge.seal_group(key, epoch.key_id, CHAT, IDS[0], Hlc(5), b"hello")
+    assert ge.open_group(key, CHAT, IDS[0], Hlc(5), payload) == b"hello"
+    assert b"hello" not in payload
+    for chat, sender, hlc in (
+        (b"\x43" * 32, IDS[0], Hlc(5)),
+        (CHAT, IDS[1], Hlc(5)),
+        (CHAT, IDS[0], Hlc(6)),
+    ):
+        with pytest.raises(E2eError, match="does not decrypt"):  # moved into another message
+            ge.open_group(key, chat, sender, hlc, payload)
+    other = ge.message_key(epoch.key, CHAT, IDS[0], Hlc(6))
+    with pytest.raises(E2eError):
+        ge.open_group(other, CHAT, IDS[0], Hlc(5), payload)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"", b"\x00", b"\xff" * 40, b"\x84\x02\x50" + b"\x00" * 16, b"hello world", b"\x9f" * 1000],
+)
+def test_garbage_is_not_a_group_message(payload: bytes) -> None:
+    assert not ge.is_group_sealed(payload)
+    ring = ge.Keyring(CHAT)
+    with pytest.raises(E2eError):
+        ring.open(IDS[0], Hlc(1), payload)
+
+
+def test_a_truncated_or_flipped_ciphertext_is_refused_and_a_missing_key_says_so() -> None:
+    epoch = ge.new_epoch(frozenset(IDS[:2]), Hlc(1))
+    ring = ge.Keyring(CHAT)
+    payload = ge.seal_group(
+        ge.message_key(epoch.key, CHAT, IDS[0], Hlc(5)), epoch.key_id, CHAT, IDS[0], Hlc(5), b"x"
+    )
+    with pytest.raises(ge.Undecryptable):
+        ring.open(IDS[0], Hlc(5), payload)
+    ring.learn(IDS[0], [ge.Grant(epoch.key_id, None, epoch.key)])
+    assert ring.open(IDS[0], Hlc(5), payload) == b"x"
+    env = ge.decode_group(payload)
+    for sealed in (env.sealed[:-1], bytes([env.sealed[0] ^ 1]) + env.sealed[1:]):
+        forged = ge.canonical_cbor([2, env.key_id, env.nonce, sealed])
+        with pytest.raises(E2eError, match="does not decrypt"):
+            ring.open(IDS[0], Hlc(5), forged)
+    # a key opens only its own sender's messages
+    with pytest.raises(ge.Undecryptable):
+        ring.open(IDS[1], Hlc(5), payload)
+
+
+def test_grants_open_for_their_recipients_only() -> None:
+    alice, bob, carol = USERS[:3]
+    epoch = ge.new_epoch(frozenset({alice.user_id, bob.user_id}), Hlc(1))
+    payload = ge.seal_grants(alice, ge.epoch_grants(epoch), BOX_KEYS)
+    assert ge.open_grants(bob, payload, alice.box_key) == [ge.Grant(epoch.key_id, None, epoch.key)]
+    assert ge.open_grants(carol, payload, alice.box_key) == []  # not a recipient
+    assert epoch.key not in payload
+    with pytest.raises(E2eError, match="published"):  # someone else's box key in the envelope
+        ge.open_grants(bob, payload, carol.box_key)
+    own = ge.open_own_grants(alice, payload)
+    assert set(own) == {alice.user_id, bob.user_id}
+
+
+def test_hostile_grants_are_refused_with_a_reason() -> None:
+    alice, bob = USERS[:2]
+    epoch = ge.new_epoch(frozenset({bob.user_id}), Hlc(1))
+    good = ge.seal_grants(alice, ge.epoch_grants(epoch), BOX_KEYS)
+    rows = ge.load_array(good, what="t", version=3, fields=3, max_bytes=1 << 20)[2]
+    user, box_key, boxed = rows[0]
+    tampered = ge.canonical_cbor([3, alice.box_key, [[user, box_key, boxed[:-1] + b"\x00"]]])
+    for payload, reason in (
+        (b"", "not a grants message"),
+        (ge.canonical_cbor([3, alice.box_key, []]), "recipients"),
+        (ge.canonical_cbor([3, b"short", rows]), "not a grants message"),
+        (ge.canonical_cbor([3, alice.box_key, [[bob.user_id, bob.box_key, "t"]]]), "not sealed"),
+        (
+            ge.canonical_cbor([3, alice.box_key, [[bob.user_id, alice.box_key, boxed]]]),
+            "not sealed",
+        ),
+        (tampered, "do not decrypt"),
+        (
+            ge.canonical_cbor([3, alice.box_key, [[bob.user_id, bob.box_key, b"x"]] * 1001]),
+            "recipients",
+        ),
+    ):
+        with pytest.raises(E2eError, match=reason):
+            ge.open_grants(bob, payload, alice.box_key)
+    with pytest.raises(ValueError, match="recipients"):
+        ge.seal_grants(alice, {}, BOX_KEYS)
+
+
+def test_an_epoch_grant_whose_key_is_not_its_id_is_ignored() -> None:
+    ring = ge.Keyring(CHAT)
+    ring.learn(IDS[0], [ge.Grant(b"\x00" * 16, None, b"\x01" * 32)])
+    assert ring.epochs == {}
+
+
+def test_a_new_epoch_on_any_change_of_members_and_when_used_up() -> None:
+    members = frozenset(IDS[:2])
+    epoch = ge.new_epoch(members, Hlc(1000))
+    assert not ge.needs_new_epoch(epoch, members, Hlc(2000))
+    assert ge.needs_new_epoch(None, members, Hlc(2000))
+    assert ge.needs_new_epoch(epoch, frozenset(IDS[:3]), Hlc(2000))  # an add
+    assert ge.needs_new_epoch(epoch, frozenset(IDS[:1]), Hlc(2000))  # a removal
+    used = ge.Epoch(epoch.key, members, epoch.started, ge.EPOCH_MESSAGES)
+    assert ge.needs_new_epoch(used, members, Hlc(2000))
+    assert ge.needs_new_epoch(epoch, members, Hlc(1000 + ge.EPOCH_MS))
+
+
+# --- the property ------------------------------------------------------------------------------
+
+
+@dataclass
+class Op:
+    kind: str  # "member", "grants", "message"
+    hlc: Hlc
+    author: int
+    user: int = -1  # member ops: whom
+    add: bool = True
+    payload: bytes = b""
+    removed_seen: frozenset[int] = frozenset()  # messages: removals the sender had seen
+
+
+@dataclass
+class World:
+    """Users on their own replicas: each sees the ops in its view (its own always)."""
+
+    needs_new_epoch: Callable[[ge.Epoch | None, frozenset[bytes], Hlc], bool] = ge.needs_new_epoch
+    ops: list[Op] = field(default_factory=list)
+    views: list[set[int]] = field(default_factory=lambda: [set() for _ in USERS])
+    tick: int = 1_000
+
+    def _emit(self, op: Op) -> None:
+        self.ops.append(op)
+        self.views[op.author].add(len(self.ops) - 1)
+
+    def _now(self) -> Hlc:
+        self.tick += 1
+        return Hlc(self.tick)
+
+    def seen(self, user: int) -> list[Op]:
+        return [self.ops[i] for i in sorted(self.views[user])]
+
+    def add(self, user: int, add: bool) -> None:
+        if user != CREATOR:
+            self._emit(Op("member", self._now(), CREATOR, user, add))
+
+    def deliver(self, user: int, index: int) -> None:
+        """A few ops from ``index`` on reach ``user`` (the rest are late or lost)."""
+        if self.ops:
+            start = index % len(self.ops)
+            self.views[user].update(range(start, min(start + 3, len(self.ops))))
+
+    def catch_up(self, user: int, upto: int) -> None:
+        """``user`` gets every op before a point: it lags behind the rest, as across a cut."""
+        self.views[user].update(range(upto % (len(self.ops) + 1)))
+
+    def heal(self) -> None:
+        for view in self.views:
+            view.update(range(len(self.ops)))
+
+    def send(self, sender: int, text: bytes = b"m") -> None:
+        ops = self.seen(sender)
+        now = self._now()
+        if not member_at(ops, sender, now):
+            return
+        members = frozenset(IDS[u] for u in range(len(USERS)) if member_at(ops, u, now))
+        state = self._state(sender)
+        self.grant_missing(sender)
+        epoch = state.current
+        if self.needs_new_epoch(epoch, members, now):
+            epoch = ge.new_epoch(members, now)
+            self._emit(
+                Op(
+                    "grants",
+                    now,
+                    sender,
+                    payload=ge.seal_grants(USERS[sender], ge.epoch_grants(epoch), BOX_KEYS),
+                )
+            )
+            now = self._now()
+        assert epoch is not None
+        key = ge.message_key(epoch.key, CHAT, IDS[sender], now)
+        payload = ge.seal_group(key, epoch.key_id, CHAT, IDS[sender], now, text)
+        removed = frozenset(
+            u for u in range(len(USERS))
+            if not member_at(ops, u, now) and any(o.kind == "member" and o.user == u and not o.add for o in ops)
+        )  # fmt: skip
+        self._emit(Op("message", now, sender, payload=payload, removed_seen=removed))
+
+    def grant_missing(self, sender: int) -> None:
+        ops = self.seen(sender)
+        state = self._state(sender)
+        missing = ge.missing_grants(
+            CHAT, IDS[sender], state.sent, lambda u, h: member_at(ops, IDS.index(u), h), IDS,
+            lambda u, k, h: (u, k, h) in state.granted,
+        )  # fmt: skip
+        if missing:
+            payload = ge.seal_grants(USERS[sender], missing, BOX_KEYS)
+            self._emit(Op("grants", self._now(), sender, payload=payload))
+
+    def _state(self, sender: int) -> ge.SenderState:
+        own = [o for o in self.seen(sender) if o.author == sender]
+        return ge.SenderState.read(
+            USERS[sender],
+            [(o.hlc, o.payload) for o in own if o.kind == "grants"],
+            [(o.hlc, o.payload) for o in own if o.kind == "message"],
+        )
+
+
+def member_at(ops: list[Op], user: int, hlc: Hlc) -> bool:
+    """The member CRDT as the store keeps it for this test: the creator always; anyone else by
+    their latest member op stamped at or before ``hlc``."""
+    if user == CREATOR:
+        return True
+    latest = max(
+        (o for o in ops if o.kind == "member" and o.user == user and o.hlc <= hlc),
+        key=lambda o: o.hlc,
+        default=None,
+    )
+    return latest is not None and latest.add
+
+
+def counters(world: World) -> dict[str, int]:
+    """After a heal and every sender's missing grants: count against the member ops alone."""
+    world.heal()
+    for sender in range(len(USERS)):
+        world.grant_missing(sender)
+    world.heal()
+    rings = []
+    for reader in USERS:
+        ring = ge.Keyring(CHAT)
+        for op in world.ops:
+            if op.kind == "grants":
+                ring.learn(
+                    IDS[op.author], ge.open_grants(reader, op.payload, USERS[op.author].box_key)
+                )
+        rings.append(ring)
+    out = {"undecryptable_for_member": 0, "readable_by_removed": 0, "messages": 0}
+    for op in world.ops:
+        if op.kind != "message" or not member_at(world.ops, op.author, op.hlc):
+            continue  # the store refuses a message from a non-member
+        out["messages"] += 1
+        for reader in range(len(USERS)):
+            try:
+                readable = rings[reader].open(IDS[op.author], op.hlc, op.payload) == b"m"
+            except ge.Undecryptable:
+                readable = False
+            member = member_at(world.ops, reader, op.hlc)
+            out["undecryptable_for_member"] += member and not readable
+            out["readable_by_removed"] += reader in op.removed_seen and not member and readable
+    return out
+
+
+SEND = st.tuples(st.just("send"), st.integers(0, 3), st.just(False))
+ACTIONS = st.one_of(
+    st.tuples(st.just("add"), st.integers(1, 3), st.booleans()),
+    SEND,
+    SEND,
+    st.tuples(st.just("deliver"), st.integers(0, 3), st.integers(0, 200)),
+    st.tuples(st.just("catch_up"), st.integers(0, 3), st.integers(0, 200)),
+    st.tuples(st.just("heal"), st.just(0), st.just(False)),
+)
+
+
+def play(world: World, actions: list[tuple[str, int, object]]) -> dict[str, int]:
+    for kind, who, arg in actions:
+        if kind == "add":
+            world.add(who, bool(arg))
+        elif kind == "send":
+            world.send(who)
+        elif kind == "deliver":
+            world.deliver(who, int(arg))  # type: ignore[call-overload]
+        elif kind == "catch_up":
+            world.catch_up(who, int(arg))  # type: ignore[call-overload]
+        else:
+            world.heal()
+    return counters(world)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(ACTIONS, min_size=20, max_size=60))
+def test_members_read_what_was_sent_to_them_and_removed_members_do_not(
+    actions: list[tuple[str, int, object]],
+) -> None:
+    got = play(World(), actions)
+    assert got["undecryptable_for_member"] == 0, got
+    assert got["readable_by_removed"] == 0, got
+
+
+def test_a_partition_with_concurrent_add_and_remove_converges() -> None:
+    world = World()
+    script: list[tuple[str, int, object]] = [
+        ("add", 1, True), ("add", 2, True), ("heal", 0, False),
+        ("send", 1, False),  # b on its own side: knows a, b, c
+        ("add", 3, True), ("add", 2, False),  # a adds d and removes c, b does not know yet
+        ("send", 0, False), ("send", 1, False), ("deliver", 1, 0), ("send", 1, False),
+    ]  # fmt: skip
+    got = play(world, script)
+    assert got == {"undecryptable_for_member": 0, "readable_by_removed": 0, "messages": 4}
+
+
+def test_the_planted_sender_that_does_not_rotate_after_a_removal_is_caught() -> None:
+    script: list[tuple[str, int, object]] = [
+        ("add", 1, True), ("heal", 0, False), ("send", 0, False),
+        ("add", 1, False), ("send", 0, False),
+    ]  # fmt: skip
+    assert play(World(), script)["readable_by_removed"] == 0
+    lazy = World(needs_new_epoch=lambda epoch, members, now: epoch is None)  # PLANTED BUG
+    assert play(lazy, script)["readable_by_removed"] == 1
