@@ -12,6 +12,8 @@ and exit status 1, never a traceback.
 from __future__ import annotations
 
 import datetime as dt
+import stat
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +25,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from client.display import SHORT_ID, dumps, msg_json, preview, short
 from client.e2e import (
     E2eError,
     UserKey,
@@ -46,11 +49,17 @@ DEFAULT_NODE = "http://127.0.0.1:8080"
 
 console = Console(highlight=False)
 
+JSON_OPTION = typer.Option(False, "--json", help="Print JSON, every id and text whole.")
 
-def fail(message: str) -> typer.Exit:
+
+HELD_EXIT = 3  # a post the node took but holds: not an error of the request, not shown either
+READ_CAP = 16 * 1024 * 1024  # stdin or --file read at most: far over any node's payload limit
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
     # soft_wrap: one line however long (rich would break ids at 80 columns when piped)
     console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
-    return typer.Exit(1)
+    return typer.Exit(code)
 
 
 @contextmanager
@@ -75,11 +84,29 @@ def parse_hex(value: str, length: int, what: str) -> bytes:
 
 
 def load_key(path: str) -> UserKey:
+    """The key in ``path``, or one line: missing, a directory, readable by others (refused as
+    ssh refuses a private key: anyone who reads it can post as you), not a key file."""
+    key_path = Path(path)
     try:
-        return read_key_file(Path(path))
+        mode = key_path.stat().st_mode
     except FileNotFoundError:
         raise fail(f"no key file {path} (create one with `chatsync keygen --out {path}`)") from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise fail(f"cannot read key file {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise fail(
+            f"{path} is not a key file but a {'directory' if stat.S_ISDIR(mode) else 'special file'}"
+        )
+    if mode & 0o077:
+        raise fail(
+            f"permissions {stat.S_IMODE(mode):04o} for '{path}' are too open: a key file must "
+            f"be readable by you alone (chmod 600 {path})"
+        )
+    try:
+        return read_key_file(key_path)
+    except OSError as exc:
+        raise fail(f"cannot read key file {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
         raise fail(str(exc)) from None
 
 
@@ -120,35 +147,94 @@ def publish(
     console.print(f"identity of {key.user_id.hex()} {'published' if new else 'already current'}")
 
 
+TEXT_HELP = "The text; - (or none, with stdin not a terminal): read it from stdin."
+FILE_OPTION = typer.Option(None, "--file", help="Read the text from this file (UTF-8).")
+
+
 def send(
-    text: str = typer.Argument(..., help="The message text."),
+    text: str = typer.Argument(None, help=TEXT_HELP),
     key_file: str = typer.Option(DEFAULT_KEY_FILE, "--key", help="Your key file."),
     node: str = typer.Option(DEFAULT_NODE, "--node", help="Node HTTP URL."),
     to: str = typer.Option(None, "--to", help="Recipient user id (hex): an encrypted DM."),
     chat: str = typer.Option(None, "--chat", help="Chat id (hex): the text as is."),
+    file: str = FILE_OPTION,
 ) -> None:
-    """Sign and send a message: a DM end-to-end encrypted to --to, or plain text to --chat."""
+    """Sign and send a message: a DM end-to-end encrypted to --to, or plain text to --chat.
+    Exit status 3 when the node holds it (no add of you to the chat known there yet)."""
     if (to is None) == (chat is None):
         raise fail("give exactly one of --to USER or --chat CHAT")
+    content = message_text(text, file)
     key = load_key(key_file)
     with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         if to is not None:
             recipient = parse_hex(to, USER_ID_LEN, "--to")
-            chat_id, payload, ops = prepare_dm(client, key, recipient, text.encode())
+            chat_id, payload, ops = prepare_dm(client, key, recipient, content)
         else:
-            chat_id, payload, ops = parse_hex(chat, CHAT_ID_LEN, "--chat"), text.encode(), []
+            chat_id, payload, ops = parse_hex(chat, CHAT_ID_LEN, "--chat"), content, []
         msg = MsgV1.create(key.signing_key, chat_id, client.now(), payload)
-        waiting = client.post([*ops, msg]).waiting[-1]
+        post_shown(client, [*ops, msg])
     what = "encrypted DM" if to is not None else "message"
     console.print(
         f"sent {what} [bold]{msg.msg_id.hex()}[/] in chat {chat_id.hex()}", soft_wrap=True
     )
-    if waiting:
-        console.print(
-            "held (not_a_member): the node knows no add of you to this chat stamped before "
-            "the message; it is shown once one arrives (never, if you are not a member)",
-            soft_wrap=True,
-        )
+
+
+def message_text(text: str | None, file: str | None) -> bytes:
+    """What to post: the argument, stdin (``-``, or no argument and stdin not a terminal) or
+    ``--file``; UTF-8 and not blank, else one line.
+
+    The node cannot refuse an empty message: a payload is opaque to it (a DM's is sealed), so
+    this rule is the client's, like the text's encoding."""
+    if file is not None and text is not None:
+        raise fail("give the text or --file PATH, not both")
+    if file is not None:
+        source = file
+        try:
+            with open(file, "rb") as f:
+                data = f.read(READ_CAP + 1)
+        except OSError as exc:
+            raise fail(f"cannot read --file {file}: {exc.strerror or exc}") from None
+    elif text == "-" or (text is None and not sys.stdin.isatty()):
+        source, data = "stdin", sys.stdin.buffer.read(READ_CAP + 1)
+    elif text is None:
+        raise fail("no text: give it as an argument, - to read stdin, or --file PATH")
+    else:
+        source, data = "the text", text.encode()
+    if len(data) > READ_CAP:
+        raise fail(f"{source} is over {READ_CAP:,} bytes, far over a message's limit")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise fail(f"{source} is not UTF-8 text (byte {exc.start}): messages are text") from None
+    if not data.strip():
+        raise fail(f"{source} is empty (or only white space): nothing to send")
+    return data
+
+
+def post_shown(client: ChatsyncClient, ops: list[Op]) -> None:
+    """Post ``ops``; one line and a non-zero exit unless every message in them is shown: the
+    node refused one (403 ``not_a_member``: its sender was removed before its stamp; exit 1)
+    or holds one (202 ``waiting``: it knows no add of the sender stamped before it; exit 3),
+    saying whether the node knows the chat at all."""
+    try:
+        posted = client.post(ops)
+    except ChatsyncClientError as exc:
+        if exc.code == "not_a_member":
+            raise fail(f"refused: {exc}") from None
+        raise
+    held = [op.chat_id for op, waiting in zip(ops, posted.waiting, strict=True)
+            if waiting and isinstance(op, MsgV1)]  # fmt: skip
+    if not held:
+        return
+    chat = held[0]
+    if client.chat_proof(chat) is None:
+        why = f"this node knows no chat {chat.hex()} (no member op of it: a wrong id, or not synced here yet)"
+    else:
+        why = f"this node knows no add of you to chat {chat.hex()} stamped before it (not a member, or your add has not reached this node)"
+    raise fail(
+        f"held, not shown: {why}; the node keeps it and shows it once such an add arrives",
+        code=HELD_EXIT,
+    )
 
 
 def prepare_dm(
@@ -186,8 +272,10 @@ def history(
         "backward", "--direction", help="backward (newest first) | forward."
     ),
     cursor: str = typer.Option(None, "--cursor", help="next_cursor of a previous page."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
-    """Show one page of a chat's history (you must be a member); decrypt the DMs to you."""
+    """Show one page of a chat's history (you must be a member); decrypt the DMs to you.
+    Ids are cut to 12 hex digits and texts to a preview; --json gives both whole."""
     if direction not in ("backward", "forward"):
         raise fail("--direction is backward or forward")
     chat_id = parse_hex(chat, CHAT_ID_LEN, "--chat")
@@ -195,29 +283,52 @@ def history(
     with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         page = client.history(chat_id, cursor=cursor, limit=limit, direction=direction)
         render = payload_renderer(client, key)
-        table = Table(title=f"chat {chat_id.hex()}", title_justify="left")
-        for column in ("seq", "time (UTC)", "sender", "kind", "text"):
-            table.add_column(column, overflow="fold")
         rows = [(m.msg.hlc, m) for m in page.messages] + [(t.hlc, t) for t in page.tombstones]
         rows.sort(key=lambda row: row[0], reverse=direction == "backward")
-        for _, item in rows:
-            if isinstance(item, Tombstone):
-                table.add_row(
-                    "", format_ms(item.hlc.physical_ms), who(item.sender, key), "deleted",
-                    Text(f"[deleted by {who(item.deleted_by, key)}]"),
-                )  # fmt: skip
-                continue
-            m = item.msg
-            text = render(item) + (" (edited)" if item.edit is not None else "")
-            if item.reactions:
-                text += "  " + reactions_text(item.reactions)
+        shown = [(item, None if isinstance(item, Tombstone) else render(item)) for _, item in rows]
+    if as_json:
+        items = [history_json(item, text) for item, text in shown]
+        typer.echo(
+            dumps({"chat_id": chat_id.hex(), "messages": items, "next_cursor": page.next_cursor})
+        )
+        return
+    table = Table(title=f"chat {chat_id.hex()}", title_justify="left")
+    for column in ("seq", "id", "time (UTC)", "sender", "kind", "text"):
+        table.add_column(column, overflow="fold")
+    for item, text in shown:
+        if isinstance(item, Tombstone):
             table.add_row(
-                str(item.seq), format_ms(m.hlc.physical_ms), who(m.sender, key),
-                MessageKind(m.kind).name.lower(), Text(text),
+                "", short(item.msg_id), format_ms(item.hlc.physical_ms), who(item.sender, key),
+                "deleted", Text(f"[deleted by {who(item.deleted_by, key)}]"),
             )  # fmt: skip
+            continue
+        m = item.msg
+        line = preview(text or "") + (" (edited)" if item.edit is not None else "")
+        if item.reactions:
+            line += "  " + reactions_text(item.reactions)
+        table.add_row(
+            str(item.seq), short(m.msg_id), format_ms(m.hlc.physical_ms), who(m.sender, key),
+            MessageKind(m.kind).name.lower(), Text(line),
+        )  # fmt: skip
     console.print(table)
     if page.next_cursor:
         console.print(Text(f"more: --cursor {page.next_cursor}"))
+
+
+def history_json(item: Message | Tombstone, text: str | None) -> dict[str, Any]:
+    if isinstance(item, Tombstone):
+        return {
+            "id": item.msg_id.hex(), "kind": "deleted", "sender": item.sender.hex(),
+            "time_ms": item.hlc.physical_ms, "deleted_by": item.deleted_by.hex(),
+            "deleted_at_ms": item.deleted_at.physical_ms,
+        }  # fmt: skip
+    reactions = {
+        k.decode(errors="replace"): [u.hex() for u in us] for k, us in item.reactions.items()
+    }
+    return {
+        **msg_json(item.msg, text), "seq": item.seq, "edited": item.edit is not None,
+        "reactions": reactions,
+    }  # fmt: skip
 
 
 def chats(
@@ -225,18 +336,26 @@ def chats(
     node: str = typer.Option(DEFAULT_NODE, "--node", help="Node HTTP URL."),
     limit: int = typer.Option(50, "--limit", min=1, max=200, help="Chats per page."),
     cursor: str = typer.Option(None, "--cursor", help="next_cursor of a previous page."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Your chats, newest first, with what is unread: counted from your signed read receipts
     (``chatsync read``), so every node shows the same numbers."""
     key = load_key(key_file)
     with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         page = client.chats(key.user_id, cursor=cursor, limit=limit)
+    if as_json:
+        typer.echo(dumps(page))
+        return
     table = Table(title=f"chats of {key.user_id.hex()}", title_justify="left")
-    for column in ("chat", "kind", "unread", "last (UTC)"):
+    # no preview column: the node never reads a message's content, so it has none to give
+    for column in ("chat", "kind", "unread", "last (UTC)", "last id", "from"):
         table.add_column(column, overflow="fold")
     for c in page["chats"]:
         unread = f"{UNREAD_CAP - 1}+" if c["unread"] >= UNREAD_CAP else str(c["unread"])
-        table.add_row(c["chat_id"], c["kind"], unread, format_ms(c["last_ts"]))
+        table.add_row(
+            c["chat_id"], c["kind"], unread, format_ms(c["last_ts"]), c["last_msg_id"][:SHORT_ID],
+            who(bytes.fromhex(c["last_sender"]), key),
+        )  # fmt: skip
     console.print(table)
     if page["next_cursor"]:
         console.print(Text(f"more: --cursor {page['next_cursor']}"))
@@ -285,10 +404,16 @@ def payload_renderer(client: ChatsyncClient, key: UserKey | None) -> Callable[[M
     return render
 
 
-def status(node: str = typer.Option(DEFAULT_NODE, "--node", help="Node HTTP URL.")) -> None:
+def status(
+    node: str = typer.Option(DEFAULT_NODE, "--node", help="Node HTTP URL."),
+    as_json: bool = JSON_OPTION,
+) -> None:
     """The node's peer id, peers, Merkle root and record count per domain, last sync per peer."""
     with clear_errors(), ChatsyncClient(node) as client:
         info = client.status()
+    if as_json:
+        typer.echo(dumps(info))
+        return
     console.print(status_tables(info))
 
 
