@@ -2,8 +2,10 @@
 
 One line per event: the time, the chat, who, and what — a message's text (a DM decrypted
 with your key), an edit, a reaction, a delete, a read receipt, a member change. The
-connection's state goes to stderr. It keeps going across node restarts and network cuts
-(reconnecting with backoff, resuming where it was) until interrupted.
+connection's state goes to stderr, each retry naming the node and why. Once connected it
+keeps going across node restarts and network cuts (reconnecting with backoff, resuming where
+it was) until interrupted; a node it never reached (a wrong URL, a dead node) it gives up on
+after 5 tries (~8 s): one line, exit status 1.
 """
 
 from __future__ import annotations

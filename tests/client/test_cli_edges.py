@@ -15,15 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import trio
+import trio_websocket
 from typer.testing import CliRunner, Result
 
 from cli.main import build_app
 from client.display import PREVIEW_CHARS
 from client.e2e import write_key_file
 from client.http import ChatsyncClient
+from client.stream import failure_reason
 from store.records import MsgV1
 from tests.client.test_groups import ALICE, BOB, CAROL, ok, refused, run_cli
-from tests.node.node_support import running_node
+from tests.node.node_support import free_port, running_node
 
 KEYS = {"alice": ALICE, "bob": BOB, "carol": CAROL}  # Carol is never added
 
@@ -235,3 +237,32 @@ def test_key_files_others_can_read_directories_and_missing_ones_are_one_line(
 def test_version_comes_from_the_package_metadata() -> None:
     version = importlib.metadata.version("chatsync")
     assert ok("--version") == f"chatsync {version}\n"
+
+
+def test_watch_against_a_dead_node_says_why_and_gives_up(tmp_path: Path) -> None:
+    key = tmp_path / "alice.key"
+    write_key_file(key, ALICE)
+    url = f"http://127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [sys.executable, "-m", "cli.main", "watch", "--key", str(key), "--node", url],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done
+    assert done.stdout.startswith("error: ") and done.stdout.count("\n") == 1, done.stdout
+    assert f"cannot reach the node at {url}" in done.stdout and "gave up after 5" in done.stdout
+    retries = done.stderr.splitlines()
+    assert len(retries) == 4 and all("Connection refused" in line for line in retries), retries
+
+
+def test_a_lost_stream_names_the_node_and_the_cause() -> None:
+    # trio_websocket raises HandshakeError (no text) from the OSError that says why
+    try:
+        try:
+            raise ConnectionRefusedError(111, "Connection refused")
+        except OSError as exc:
+            raise trio_websocket.HandshakeError from exc
+    except trio_websocket.HandshakeError as handshake:
+        why = failure_reason("http://127.0.0.1:9", handshake)
+    assert why == "cannot reach the node at http://127.0.0.1:9: [Errno 111] Connection refused"
+    timeout = failure_reason("http://h:1", trio_websocket.ConnectionTimeout())
+    assert timeout == "cannot reach the node at http://h:1: connection timed out"
