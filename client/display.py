@@ -13,7 +13,7 @@ from typing import Any
 from store.records import MessageKind, MsgV1
 
 SHORT_ID = 12  # hex digits: what the tables show of an id, and enough to name a message
-PREVIEW_CHARS = 200  # a message on screen; --json gives it whole
+PREVIEW_CHARS = 120  # a message on screen; --json gives it whole
 
 
 def short(raw: bytes) -> str:

@@ -74,7 +74,8 @@ async def watch_events(
         except trio_websocket.ConnectionClosed as closed:
             reason = closed.reason
             code = reason.code if reason is not None else None
-            why = f"closed {code}: {reason.reason if reason else ''}"
+            text = reason.reason if reason is not None and reason.reason else "connection lost"
+            why = f"the node at {client.base_url} closed the stream ({code}: {text})"
             if code == 4401:
                 client.forget_token()
             elif code == 4410:
@@ -102,6 +103,11 @@ def failure_reason(base_url: str, exc: BaseException) -> str:
         return f"the node at {base_url} refused the stream: HTTP {exc.status_code}"
     cause = exc.__cause__ or exc
     detail = str(cause) or type(cause).__name__
+    inner = cause.__cause__  # trio's "all attempts to connect ... failed" has the errno here
+    if isinstance(inner, BaseExceptionGroup) and inner.exceptions:
+        inner = inner.exceptions[0]
+    if inner is not None and str(inner):
+        detail += f" ({inner})"
     return f"cannot reach the node at {base_url}: {detail}"
 
 

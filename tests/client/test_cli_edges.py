@@ -264,5 +264,16 @@ def test_a_lost_stream_names_the_node_and_the_cause() -> None:
     except trio_websocket.HandshakeError as handshake:
         why = failure_reason("http://127.0.0.1:9", handshake)
     assert why == "cannot reach the node at http://127.0.0.1:9: [Errno 111] Connection refused"
+    try:  # trio: "all attempts ... failed", from a group of the errnos
+        try:
+            refused = ConnectionRefusedError(111, "Connect call failed")
+            raise OSError("all attempts to connect to h:1 failed") from ExceptionGroup(
+                "", [refused]
+            )
+        except OSError as exc:
+            raise trio_websocket.HandshakeError from exc
+    except trio_websocket.HandshakeError as handshake:
+        why = failure_reason("http://h:1", handshake)
+    assert why.endswith("all attempts to connect to h:1 failed ([Errno 111] Connect call failed)")
     timeout = failure_reason("http://h:1", trio_websocket.ConnectionTimeout())
     assert timeout == "cannot reach the node at http://h:1: connection timed out"
