@@ -6,7 +6,9 @@ user's ed25519 key from the key file; DMs (``send --to``) are end-to-end
 encrypted to the recipient's published box key (``client.e2e``); ``send --chat``
 posts the text as it is (encrypting for a group is the client's business).
 Every failure — node unreachable, a refusal, a bad key file — is one red line
-and exit status 1, never a traceback.
+and exit status 1, never a traceback; a post the node holds (not shown) is one line and exit
+status 3. The read commands show what they read through ``client.display`` (short ids and
+previews on screen, everything whole with ``--json``).
 """
 
 from __future__ import annotations
