@@ -6,23 +6,19 @@ user's ed25519 key from the key file; DMs (``send --to``) are end-to-end
 encrypted to the recipient's published box key (``client.e2e``); ``send --chat``
 posts the text as it is (encrypting for a group is the client's business).
 Every failure — node unreachable, a refusal, a bad key file — is one red line
-and exit status 1, never a traceback; a post the node holds (not shown) is one line and exit
-status 3. The read commands show what they read through ``client.display`` (short ids and
-previews on screen, everything whole with ``--json``).
+and exit status 1, never a traceback (``client.shell``); a post the node holds (not shown) is
+one line and exit status 3 (``client.posting``). The read commands show what they read
+through ``client.display`` (short ids and previews on screen, everything whole with ``--json``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import stat
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -33,83 +29,27 @@ from client.e2e import (
     UserKey,
     decode_envelope,
     open_dm,
-    read_key_file,
     seal_dm,
     write_key_file,
 )
 from client.http import ChatsyncClient, ChatsyncClientError, Message
+from client.posting import FILE_OPTION, TEXT_HELP, message_text, post_shown
+from client.shell import (
+    DEFAULT_KEY_FILE,
+    DEFAULT_NODE,
+    JSON_OPTION,
+    clear_errors,
+    console,
+    fail,
+    load_key,
+    parse_hex,
+)
 from store.authz import DmProof
-from store.errors import InvalidInput
 from store.keys import CHAT_ID_LEN, USER_ID_LEN
 from store.kinds import Tombstone
 from store.ops import Op
 from store.reads import UNREAD_CAP
 from store.records import MessageKind, MsgV1, dm_chat_id
-
-DEFAULT_KEY_FILE = "chatsync-user.key"
-DEFAULT_NODE = "http://127.0.0.1:8080"
-
-console = Console(highlight=False)
-
-JSON_OPTION = typer.Option(False, "--json", help="Print JSON, every id and text whole.")
-
-
-HELD_EXIT = 3  # a post the node took but holds: not an error of the request, not shown either
-READ_CAP = 16 * 1024 * 1024  # stdin or --file read at most: far over any node's payload limit
-
-
-def fail(message: str, code: int = 1) -> typer.Exit:
-    # soft_wrap: one line however long (rich would break ids at 80 columns when piped)
-    console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
-    return typer.Exit(code)
-
-
-@contextmanager
-def clear_errors() -> Iterator[None]:
-    """Turn the errors a user can cause or meet into one line and exit status 1."""
-    try:
-        yield
-    except ChatsyncClientError as exc:
-        raise fail(str(exc)) from None
-    except (InvalidInput, E2eError, ValueError, OSError) as exc:
-        raise fail(str(exc)) from None
-
-
-def parse_hex(value: str, length: int, what: str) -> bytes:
-    try:
-        raw = bytes.fromhex(value)
-    except ValueError:
-        raise fail(f"{what} is not hex: {value!r}") from None
-    if len(raw) != length:
-        raise fail(f"{what} must be {2 * length} hex digits, got {len(value)}")
-    return raw
-
-
-def load_key(path: str) -> UserKey:
-    """The key in ``path``, or one line: missing, a directory, readable by others (refused as
-    ssh refuses a private key: anyone who reads it can post as you), not a key file."""
-    key_path = Path(path)
-    try:
-        mode = key_path.stat().st_mode
-    except FileNotFoundError:
-        raise fail(f"no key file {path} (create one with `chatsync keygen --out {path}`)") from None
-    except OSError as exc:
-        raise fail(f"cannot read key file {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(mode):
-        raise fail(
-            f"{path} is not a key file but a {'directory' if stat.S_ISDIR(mode) else 'special file'}"
-        )
-    if mode & 0o077:
-        raise fail(
-            f"permissions {stat.S_IMODE(mode):04o} for '{path}' are too open: a key file must "
-            f"be readable by you alone (chmod 600 {path})"
-        )
-    try:
-        return read_key_file(key_path)
-    except OSError as exc:
-        raise fail(f"cannot read key file {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise fail(str(exc)) from None
 
 
 def identity_ops(client: ChatsyncClient, key: UserKey) -> list[Op]:
@@ -149,10 +89,6 @@ def publish(
     console.print(f"identity of {key.user_id.hex()} {'published' if new else 'already current'}")
 
 
-TEXT_HELP = "The text; - (or none, with stdin not a terminal): read it from stdin."
-FILE_OPTION = typer.Option(None, "--file", help="Read the text from this file (UTF-8).")
-
-
 def send(
     text: str = typer.Argument(None, help=TEXT_HELP),
     key_file: str = typer.Option(DEFAULT_KEY_FILE, "--key", help="Your key file."),
@@ -178,64 +114,6 @@ def send(
     what = "encrypted DM" if to is not None else "message"
     console.print(
         f"sent {what} [bold]{msg.msg_id.hex()}[/] in chat {chat_id.hex()}", soft_wrap=True
-    )
-
-
-def message_text(text: str | None, file: str | None) -> bytes:
-    """What to post: the argument, stdin (``-``, or no argument and stdin not a terminal) or
-    ``--file``; UTF-8 and not blank, else one line.
-
-    The node cannot refuse an empty message: a payload is opaque to it (a DM's is sealed), so
-    this rule is the client's, like the text's encoding."""
-    if file is not None and text is not None:
-        raise fail("give the text or --file PATH, not both")
-    if file is not None:
-        source = file
-        try:
-            with open(file, "rb") as f:
-                data = f.read(READ_CAP + 1)
-        except OSError as exc:
-            raise fail(f"cannot read --file {file}: {exc.strerror or exc}") from None
-    elif text == "-" or (text is None and not sys.stdin.isatty()):
-        source, data = "stdin", sys.stdin.buffer.read(READ_CAP + 1)
-    elif text is None:
-        raise fail("no text: give it as an argument, - to read stdin, or --file PATH")
-    else:
-        source, data = "the text", text.encode()
-    if len(data) > READ_CAP:
-        raise fail(f"{source} is over {READ_CAP:,} bytes, far over a message's limit")
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise fail(f"{source} is not UTF-8 text (byte {exc.start}): messages are text") from None
-    if not data.strip():
-        raise fail(f"{source} is empty (or only white space): nothing to send")
-    return data
-
-
-def post_shown(client: ChatsyncClient, ops: list[Op]) -> None:
-    """Post ``ops``; one line and a non-zero exit unless every message in them is shown: the
-    node refused one (403 ``not_a_member``: its sender was removed before its stamp; exit 1)
-    or holds one (202 ``waiting``: it knows no add of the sender stamped before it; exit 3),
-    saying whether the node knows the chat at all."""
-    try:
-        posted = client.post(ops)
-    except ChatsyncClientError as exc:
-        if exc.code == "not_a_member":
-            raise fail(f"refused: {exc}") from None
-        raise
-    held = [op.chat_id for op, waiting in zip(ops, posted.waiting, strict=True)
-            if waiting and isinstance(op, MsgV1)]  # fmt: skip
-    if not held:
-        return
-    chat = held[0]
-    if client.chat_proof(chat) is None:
-        why = f"this node knows no chat {chat.hex()} (no member op of it: a wrong id, or not synced here yet)"
-    else:
-        why = f"this node knows no add of you to chat {chat.hex()} stamped before it (not a member, or your add has not reached this node)"
-    raise fail(
-        f"held, not shown: {why}; the node keeps it and shows it once such an add arrives",
-        code=HELD_EXIT,
     )
 
 

@@ -7,20 +7,18 @@ from __future__ import annotations
 
 import typer
 
-from client.commands import (
+from client.e2e import UserKey, seal_dm
+from client.http import ChatsyncClient, hlc_of
+from client.posting import FILE_OPTION, message_text, post_shown
+from client.shell import (
     DEFAULT_KEY_FILE,
     DEFAULT_NODE,
-    FILE_OPTION,
     clear_errors,
     console,
     fail,
     load_key,
-    message_text,
     parse_hex,
-    post_shown,
 )
-from client.e2e import UserKey, seal_dm
-from client.http import ChatsyncClient, hlc_of
 from store.authz import DmProof
 from store.keys import CHAT_ID_LEN, MSG_ID_LEN
 from store.kinds import Claims, reaction_payload
@@ -146,10 +144,12 @@ def resolve_msg_id(client: ChatsyncClient, chat_id: bytes, value: str) -> bytes:
         return found.pop()
     if not found:
         raise fail(
-            f"no message whose id starts with {value} among chat {chat_id.hex()}'s newest {RESOLVE_SCAN:,} (give the whole id: history --json)"
+            f"no message whose id starts with {value} among chat {chat_id.hex()}'s newest "
+            f"{RESOLVE_SCAN:,} (give the whole id: history --json)"
         )
     raise fail(
-        f"{len(found)} messages' ids start with {value}: give more digits (history --json shows them whole)"
+        f"{len(found)} messages' ids start with {value}: give more digits "
+        "(history --json shows them whole)"
     )
 
 

@@ -18,20 +18,20 @@ from contextlib import contextmanager
 import typer
 from rich.table import Table
 
-from client.commands import (
+from client.commands import format_ms
+from client.display import dumps
+from client.e2e import UserKey
+from client.http import ChatsyncClient, ChatsyncClientError
+from client.shell import (
     DEFAULT_KEY_FILE,
     DEFAULT_NODE,
     JSON_OPTION,
     clear_errors,
     console,
     fail,
-    format_ms,
     load_key,
     parse_hex,
 )
-from client.display import dumps
-from client.e2e import UserKey
-from client.http import ChatsyncClient, ChatsyncClientError
 from store.authz import NONCE_LEN, AdminGrant, ChatProof, GroupProof, grant_admin, new_group
 from store.keys import CHAT_ID_LEN, USER_ID_LEN
 from store.ops import MembershipAction, Op
@@ -199,7 +199,8 @@ def add(
     with group_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         if active_role(client, chat_id, user_id) is role:
             say(
-                f"{user_id.hex()} is already {article(role)} of group {chat_id.hex()}: nothing to do"
+                f"{user_id.hex()} is already {article(role)} of group {chat_id.hex()}: "
+                "nothing to do"
             )
             return  # exit 0: what was asked for holds (as `mkdir -p`); nothing is posted
         proof = post_member_op(

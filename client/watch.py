@@ -18,19 +18,17 @@ from typing import Any
 import trio
 import typer
 
-from client.commands import (
+from client.commands import format_ms, payload_renderer, who
+from client.display import SHORT_ID, dumps, msg_json, preview, short
+from client.e2e import UserKey
+from client.http import ChatsyncClient, Event, Message
+from client.shell import (
     DEFAULT_KEY_FILE,
     DEFAULT_NODE,
     JSON_OPTION,
     clear_errors,
-    format_ms,
     load_key,
-    payload_renderer,
-    who,
 )
-from client.display import SHORT_ID, dumps, msg_json, preview, short
-from client.e2e import UserKey
-from client.http import ChatsyncClient, Event, Message
 from client.stream import watch_events
 from store.kinds import decode_reaction
 from store.records import MessageKind
