@@ -5,10 +5,13 @@ one line."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import typer
 
 from client.e2e import UserKey, seal_dm
-from client.http import ChatsyncClient, hlc_of
+from client.http import ChatsyncClient, ChatsyncClientError, hlc_of
 from client.posting import FILE_OPTION, message_text, post_shown
 from client.shell import (
     DEFAULT_KEY_FILE,
@@ -46,7 +49,11 @@ def edit(
     chat_id = parse_hex(chat, CHAT_ID_LEN, "--chat")
     content = message_text(text, file)
     key = load_key(key_file)
-    with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
+    with (
+        clear_errors(),
+        ChatsyncClient(node, key=key.signing_key) as client,
+        member_errors(client, chat_id),
+    ):
         target = resolve_msg_id(client, chat_id, msg_id)
         payload = content_payload(client, key, chat_id, content)
         about(client, key, chat_id, target, MessageKind.EDIT, payload)
@@ -63,7 +70,11 @@ def delete(
     Every node erases its text, its edits and its reactions; a tombstone stays."""
     chat_id = parse_hex(chat, CHAT_ID_LEN, "--chat")
     key = load_key(key_file)
-    with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
+    with (
+        clear_errors(),
+        ChatsyncClient(node, key=key.signing_key) as client,
+        member_errors(client, chat_id),
+    ):
         target = resolve_msg_id(client, chat_id, msg_id)
         msg = held_message(client, chat_id, target)
         about(client, key, chat_id, target, MessageKind.DELETE, Claims.of(msg).encode())
@@ -85,7 +96,11 @@ def react(
         payload = reaction_payload(reaction.encode(), retract=retract)
     except ValueError as exc:
         raise fail(str(exc)) from None
-    with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
+    with (
+        clear_errors(),
+        ChatsyncClient(node, key=key.signing_key) as client,
+        member_errors(client, chat_id),
+    ):
         target = resolve_msg_id(client, chat_id, msg_id)
         about(client, key, chat_id, target, MessageKind.REACTION, payload)
     console.print(f"{'retracted' if retract else 'reacted'} {reaction} on {target.hex()}")
@@ -105,7 +120,11 @@ def read(
     messages the same."""
     chat_id = parse_hex(chat, CHAT_ID_LEN, "--chat")
     key = load_key(key_file)
-    with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
+    with (
+        clear_errors(),
+        ChatsyncClient(node, key=key.signing_key) as client,
+        member_errors(client, chat_id),
+    ):
         if msg_id is None:
             newest = client.history(chat_id, limit=1).messages
             if not newest:
@@ -155,6 +174,25 @@ def resolve_msg_id(client: ChatsyncClient, chat_id: bytes, value: str) -> bytes:
 
 def is_hex(value: str) -> bool:
     return all(c in "0123456789abcdefABCDEF" for c in value)
+
+
+@contextmanager
+def member_errors(client: ChatsyncClient, chat_id: bytes) -> Iterator[None]:
+    """A read of the chat refused as ``not_a_member`` said as what it means here: the node
+    knows no such chat, or you are not a member of it (so its messages are not yours to
+    edit, delete, react to or mark read)."""
+    try:
+        yield
+    except ChatsyncClientError as exc:
+        if exc.code != "not_a_member":
+            raise
+        if client.chat_proof(chat_id) is None:
+            raise fail(
+                f"this node knows no chat {chat_id.hex()} (a wrong id, or not synced here yet)"
+            ) from None
+        raise fail(
+            f"refused: you are not a member of chat {chat_id.hex()} on this node ({exc})"
+        ) from None
 
 
 def held_message(client: ChatsyncClient, chat_id: bytes, msg_id: bytes) -> MsgV1:

@@ -198,6 +198,12 @@ async def test_a_held_or_refused_post_exits_non_zero_with_one_line(tmp_path: Pat
             out = one_line(run_cli(*as_("carol", "react", msg, "+1", "--chat", chat)), 3)
             assert "held, not shown" in out
             assert "not allowed" in refused(*as_("carol", "group", "add", chat, bob))
+            for command in (("delete", msg), ("read", msg), ("react", msg[:8], "+1")):
+                out = refused(*as_("carol", *command, "--chat", chat))
+                assert f"refused: you are not a member of chat {chat} on this node" in out
+                out = refused(*as_("alice", *command, "--chat", unknown))
+                assert f"this node knows no chat {unknown}" in out
+            assert "not_author" in refused(*as_("carol", "edit", msg, "mine", "--chat", chat))
             # re-adding: said, exit 0, nothing posted
             before = as_json(*as_("alice", "group", "members", chat))
             out = ok(*as_("alice", "group", "add", chat, bob))
