@@ -15,6 +15,7 @@ Help text is plain (``rich_markup_mode=None``, inherited by every sub-app mounte
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 
 import typer
@@ -63,7 +64,22 @@ def build_app(*, with_sim: bool = False) -> typer.Typer:
     app.command("demo")(demo)
     app.command("cluster")(cluster)
     app.command("chaos")(chaos)
+    app.callback()(root)
     return app
+
+
+def print_version(value: bool) -> None:
+    if value:  # eager: before the missing-command check, like --help
+        typer.echo(f"chatsync {importlib.metadata.version('chatsync')}")
+        raise typer.Exit()
+
+
+def root(
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=print_version, help="Print the version."
+    ),
+) -> None:
+    """Peer-to-peer sync node for chat data."""
 
 
 def main() -> None:

@@ -22,8 +22,8 @@ from client.backup import (
     submit,
     write_containers,
 )
-from client.commands import DEFAULT_KEY_FILE, DEFAULT_NODE, clear_errors, console, load_key
 from client.http import ChatsyncClient
+from client.shell import DEFAULT_KEY_FILE, DEFAULT_NODE, clear_errors, console, load_key
 from dm3.containers import (
     DEFAULT_CHUNK_BYTES,
     build_containers,

@@ -6,81 +6,50 @@ user's ed25519 key from the key file; DMs (``send --to``) are end-to-end
 encrypted to the recipient's published box key (``client.e2e``); ``send --chat``
 posts the text as it is (encrypting for a group is the client's business).
 Every failure — node unreachable, a refusal, a bad key file — is one red line
-and exit status 1, never a traceback.
+and exit status 1, never a traceback (``client.shell``); a post the node holds (not shown) is
+one line and exit status 3 (``client.posting``). The read commands show what they read
+through ``client.display`` (short ids and previews on screen, everything whole with ``--json``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from client.display import SHORT_ID, dumps, msg_json, preview, short
 from client.e2e import (
     E2eError,
     UserKey,
     decode_envelope,
     open_dm,
-    read_key_file,
     seal_dm,
     write_key_file,
 )
 from client.http import ChatsyncClient, ChatsyncClientError, Message
+from client.posting import FILE_OPTION, TEXT_HELP, message_text, post_shown
+from client.shell import (
+    DEFAULT_KEY_FILE,
+    DEFAULT_NODE,
+    JSON_OPTION,
+    clear_errors,
+    console,
+    fail,
+    load_key,
+    parse_hex,
+)
 from store.authz import DmProof
-from store.errors import InvalidInput
 from store.keys import CHAT_ID_LEN, USER_ID_LEN
 from store.kinds import Tombstone
 from store.ops import Op
 from store.reads import UNREAD_CAP
 from store.records import MessageKind, MsgV1, dm_chat_id
-
-DEFAULT_KEY_FILE = "chatsync-user.key"
-DEFAULT_NODE = "http://127.0.0.1:8080"
-
-console = Console(highlight=False)
-
-
-def fail(message: str) -> typer.Exit:
-    # soft_wrap: one line however long (rich would break ids at 80 columns when piped)
-    console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
-    return typer.Exit(1)
-
-
-@contextmanager
-def clear_errors() -> Iterator[None]:
-    """Turn the errors a user can cause or meet into one line and exit status 1."""
-    try:
-        yield
-    except ChatsyncClientError as exc:
-        raise fail(str(exc)) from None
-    except (InvalidInput, E2eError, ValueError, OSError) as exc:
-        raise fail(str(exc)) from None
-
-
-def parse_hex(value: str, length: int, what: str) -> bytes:
-    try:
-        raw = bytes.fromhex(value)
-    except ValueError:
-        raise fail(f"{what} is not hex: {value!r}") from None
-    if len(raw) != length:
-        raise fail(f"{what} must be {2 * length} hex digits, got {len(value)}")
-    return raw
-
-
-def load_key(path: str) -> UserKey:
-    try:
-        return read_key_file(Path(path))
-    except FileNotFoundError:
-        raise fail(f"no key file {path} (create one with `chatsync keygen --out {path}`)") from None
-    except (OSError, ValueError) as exc:
-        raise fail(str(exc)) from None
 
 
 def identity_ops(client: ChatsyncClient, key: UserKey) -> list[Op]:
@@ -121,34 +90,31 @@ def publish(
 
 
 def send(
-    text: str = typer.Argument(..., help="The message text."),
+    text: str = typer.Argument(None, help=TEXT_HELP),
     key_file: str = typer.Option(DEFAULT_KEY_FILE, "--key", help="Your key file."),
     node: str = typer.Option(DEFAULT_NODE, "--node", help="Node HTTP URL."),
     to: str = typer.Option(None, "--to", help="Recipient user id (hex): an encrypted DM."),
     chat: str = typer.Option(None, "--chat", help="Chat id (hex): the text as is."),
+    file: str = FILE_OPTION,
 ) -> None:
-    """Sign and send a message: a DM end-to-end encrypted to --to, or plain text to --chat."""
+    """Sign and send a message: a DM end-to-end encrypted to --to, or plain text to --chat.
+    Exit status 3 when the node holds it (no add of you to the chat known there yet)."""
     if (to is None) == (chat is None):
         raise fail("give exactly one of --to USER or --chat CHAT")
+    content = message_text(text, file)
     key = load_key(key_file)
     with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         if to is not None:
             recipient = parse_hex(to, USER_ID_LEN, "--to")
-            chat_id, payload, ops = prepare_dm(client, key, recipient, text.encode())
+            chat_id, payload, ops = prepare_dm(client, key, recipient, content)
         else:
-            chat_id, payload, ops = parse_hex(chat, CHAT_ID_LEN, "--chat"), text.encode(), []
+            chat_id, payload, ops = parse_hex(chat, CHAT_ID_LEN, "--chat"), content, []
         msg = MsgV1.create(key.signing_key, chat_id, client.now(), payload)
-        waiting = client.post([*ops, msg]).waiting[-1]
+        post_shown(client, [*ops, msg])
     what = "encrypted DM" if to is not None else "message"
     console.print(
         f"sent {what} [bold]{msg.msg_id.hex()}[/] in chat {chat_id.hex()}", soft_wrap=True
     )
-    if waiting:
-        console.print(
-            "held (not_a_member): the node knows no add of you to this chat stamped before "
-            "the message; it is shown once one arrives (never, if you are not a member)",
-            soft_wrap=True,
-        )
 
 
 def prepare_dm(
@@ -186,8 +152,10 @@ def history(
         "backward", "--direction", help="backward (newest first) | forward."
     ),
     cursor: str = typer.Option(None, "--cursor", help="next_cursor of a previous page."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
-    """Show one page of a chat's history (you must be a member); decrypt the DMs to you."""
+    """Show one page of a chat's history (you must be a member); decrypt the DMs to you.
+    Ids are cut to 12 hex digits and texts to a preview; --json gives both whole."""
     if direction not in ("backward", "forward"):
         raise fail("--direction is backward or forward")
     chat_id = parse_hex(chat, CHAT_ID_LEN, "--chat")
@@ -195,29 +163,52 @@ def history(
     with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         page = client.history(chat_id, cursor=cursor, limit=limit, direction=direction)
         render = payload_renderer(client, key)
-        table = Table(title=f"chat {chat_id.hex()}", title_justify="left")
-        for column in ("seq", "time (UTC)", "sender", "kind", "text"):
-            table.add_column(column, overflow="fold")
         rows = [(m.msg.hlc, m) for m in page.messages] + [(t.hlc, t) for t in page.tombstones]
         rows.sort(key=lambda row: row[0], reverse=direction == "backward")
-        for _, item in rows:
-            if isinstance(item, Tombstone):
-                table.add_row(
-                    "", format_ms(item.hlc.physical_ms), who(item.sender, key), "deleted",
-                    Text(f"[deleted by {who(item.deleted_by, key)}]"),
-                )  # fmt: skip
-                continue
-            m = item.msg
-            text = render(item) + (" (edited)" if item.edit is not None else "")
-            if item.reactions:
-                text += "  " + reactions_text(item.reactions)
+        shown = [(item, None if isinstance(item, Tombstone) else render(item)) for _, item in rows]
+    if as_json:
+        items = [history_json(item, text) for item, text in shown]
+        typer.echo(
+            dumps({"chat_id": chat_id.hex(), "messages": items, "next_cursor": page.next_cursor})
+        )
+        return
+    table = Table(title=f"chat {chat_id.hex()}", title_justify="left")
+    for column in ("seq", "id", "time (UTC)", "sender", "kind", "text"):
+        table.add_column(column, overflow="fold")
+    for item, text in shown:
+        if isinstance(item, Tombstone):
             table.add_row(
-                str(item.seq), format_ms(m.hlc.physical_ms), who(m.sender, key),
-                MessageKind(m.kind).name.lower(), Text(text),
+                "", short(item.msg_id), format_ms(item.hlc.physical_ms), who(item.sender, key),
+                "deleted", Text(f"[deleted by {who(item.deleted_by, key)}]"),
             )  # fmt: skip
+            continue
+        m = item.msg
+        line = preview(text or "") + (" (edited)" if item.edit is not None else "")
+        if item.reactions:
+            line += "  " + reactions_text(item.reactions)
+        table.add_row(
+            str(item.seq), short(m.msg_id), format_ms(m.hlc.physical_ms), who(m.sender, key),
+            MessageKind(m.kind).name.lower(), Text(line),
+        )  # fmt: skip
     console.print(table)
     if page.next_cursor:
         console.print(Text(f"more: --cursor {page.next_cursor}"))
+
+
+def history_json(item: Message | Tombstone, text: str | None) -> dict[str, Any]:
+    if isinstance(item, Tombstone):
+        return {
+            "id": item.msg_id.hex(), "kind": "deleted", "sender": item.sender.hex(),
+            "time_ms": item.hlc.physical_ms, "deleted_by": item.deleted_by.hex(),
+            "deleted_at_ms": item.deleted_at.physical_ms,
+        }  # fmt: skip
+    reactions = {
+        k.decode(errors="replace"): [u.hex() for u in us] for k, us in item.reactions.items()
+    }
+    return {
+        **msg_json(item.msg, text), "seq": item.seq, "edited": item.edit is not None,
+        "reactions": reactions,
+    }  # fmt: skip
 
 
 def chats(
@@ -225,18 +216,26 @@ def chats(
     node: str = typer.Option(DEFAULT_NODE, "--node", help="Node HTTP URL."),
     limit: int = typer.Option(50, "--limit", min=1, max=200, help="Chats per page."),
     cursor: str = typer.Option(None, "--cursor", help="next_cursor of a previous page."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Your chats, newest first, with what is unread: counted from your signed read receipts
     (``chatsync read``), so every node shows the same numbers."""
     key = load_key(key_file)
     with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         page = client.chats(key.user_id, cursor=cursor, limit=limit)
+    if as_json:
+        typer.echo(dumps(page))
+        return
     table = Table(title=f"chats of {key.user_id.hex()}", title_justify="left")
-    for column in ("chat", "kind", "unread", "last (UTC)"):
+    # no preview column: the node never reads a message's content, so it has none to give
+    for column in ("chat", "kind", "unread", "last (UTC)", "last id", "from"):
         table.add_column(column, overflow="fold")
     for c in page["chats"]:
         unread = f"{UNREAD_CAP - 1}+" if c["unread"] >= UNREAD_CAP else str(c["unread"])
-        table.add_row(c["chat_id"], c["kind"], unread, format_ms(c["last_ts"]))
+        table.add_row(
+            c["chat_id"], c["kind"], unread, format_ms(c["last_ts"]), c["last_msg_id"][:SHORT_ID],
+            who(bytes.fromhex(c["last_sender"]), key),
+        )  # fmt: skip
     console.print(table)
     if page["next_cursor"]:
         console.print(Text(f"more: --cursor {page['next_cursor']}"))
@@ -285,10 +284,16 @@ def payload_renderer(client: ChatsyncClient, key: UserKey | None) -> Callable[[M
     return render
 
 
-def status(node: str = typer.Option(DEFAULT_NODE, "--node", help="Node HTTP URL.")) -> None:
+def status(
+    node: str = typer.Option(DEFAULT_NODE, "--node", help="Node HTTP URL."),
+    as_json: bool = JSON_OPTION,
+) -> None:
     """The node's peer id, peers, Merkle root and record count per domain, last sync per peer."""
     with clear_errors(), ChatsyncClient(node) as client:
         info = client.status()
+    if as_json:
+        typer.echo(dumps(info))
+        return
     console.print(status_tables(info))
 
 

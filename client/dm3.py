@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 import typer
 
-from client.commands import DEFAULT_KEY_FILE, DEFAULT_NODE, clear_errors, console, fail, load_key
 from client.e2e import UserKey
 from client.http import ChatsyncClient
+from client.shell import DEFAULT_KEY_FILE, DEFAULT_NODE, clear_errors, console, fail, load_key
 from dm3.crypto import encryption_keys, profile_keys, sign_text, stringify, unb64
 from dm3.envelope import (
     EnvelopeError,

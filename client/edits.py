@@ -5,9 +5,15 @@ one line."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import typer
 
-from client.commands import (
+from client.e2e import UserKey, seal_dm
+from client.http import ChatsyncClient, ChatsyncClientError, hlc_of
+from client.posting import FILE_OPTION, message_text, post_shown
+from client.shell import (
     DEFAULT_KEY_FILE,
     DEFAULT_NODE,
     clear_errors,
@@ -16,8 +22,6 @@ from client.commands import (
     load_key,
     parse_hex,
 )
-from client.e2e import UserKey, seal_dm
-from client.http import ChatsyncClient, hlc_of
 from store.authz import DmProof
 from store.keys import CHAT_ID_LEN, MSG_ID_LEN
 from store.kinds import Claims, reaction_payload
@@ -26,42 +30,59 @@ from store.records import MessageKind, MsgV1
 CHAT = typer.Option(..., "--chat", help="Chat id (hex).")
 KEY = typer.Option(DEFAULT_KEY_FILE, "--key", help="Your key file.")
 NODE = typer.Option(DEFAULT_NODE, "--node", help="Node HTTP URL.")
+MSG_ID = typer.Argument(..., help="The message's id: whole, or its first 6+ hex digits (history).")
+MIN_PREFIX = 6  # hex digits: fewer would often match several messages
+RESOLVE_SCAN = 1000  # newest messages searched for a short id
 
 
 def edit(
-    msg_id: str = typer.Argument(..., help="The message to edit (hex id): one of yours."),
-    text: str = typer.Argument(..., help="The new text."),
+    msg_id: str = MSG_ID,
+    text: str = typer.Argument(
+        None, help="The new text; - (or none, stdin not a terminal): stdin."
+    ),
     chat: str = CHAT,
     key_file: str = KEY,
     node: str = NODE,
+    file: str = FILE_OPTION,
 ) -> None:
     """Replace the text of one of your messages (in a DM: encrypted again to the other party)."""
-    chat_id, target = parse_hex(chat, CHAT_ID_LEN, "--chat"), parse_hex(msg_id, MSG_ID_LEN, "id")
+    chat_id = parse_hex(chat, CHAT_ID_LEN, "--chat")
+    content = message_text(text, file)
     key = load_key(key_file)
-    with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
-        payload = content_payload(client, key, chat_id, text.encode())
+    with (
+        clear_errors(),
+        ChatsyncClient(node, key=key.signing_key) as client,
+        member_errors(client, chat_id),
+    ):
+        target = resolve_msg_id(client, chat_id, msg_id)
+        payload = content_payload(client, key, chat_id, content)
         about(client, key, chat_id, target, MessageKind.EDIT, payload)
     console.print(f"edited {target.hex()}", soft_wrap=True)
 
 
 def delete(
-    msg_id: str = typer.Argument(..., help="The message to delete for everyone (hex id)."),
+    msg_id: str = MSG_ID,
     chat: str = CHAT,
     key_file: str = KEY,
     node: str = NODE,
 ) -> None:
     """Delete a message for everyone: yours, or anyone's if you are an admin of the group.
     Every node erases its text, its edits and its reactions; a tombstone stays."""
-    chat_id, target = parse_hex(chat, CHAT_ID_LEN, "--chat"), parse_hex(msg_id, MSG_ID_LEN, "id")
+    chat_id = parse_hex(chat, CHAT_ID_LEN, "--chat")
     key = load_key(key_file)
-    with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
+    with (
+        clear_errors(),
+        ChatsyncClient(node, key=key.signing_key) as client,
+        member_errors(client, chat_id),
+    ):
+        target = resolve_msg_id(client, chat_id, msg_id)
         msg = held_message(client, chat_id, target)
         about(client, key, chat_id, target, MessageKind.DELETE, Claims.of(msg).encode())
     console.print(f"deleted {target.hex()}", soft_wrap=True)
 
 
 def react(
-    msg_id: str = typer.Argument(..., help="The message to react to (hex id)."),
+    msg_id: str = MSG_ID,
     reaction: str = typer.Argument(..., help="The reaction, e.g. an emoji."),
     retract: bool = typer.Option(False, "--retract", help="Take your reaction back."),
     chat: str = CHAT,
@@ -69,20 +90,27 @@ def react(
     node: str = NODE,
 ) -> None:
     """React to a message, or (--retract) take the reaction back: the latest of yours wins."""
-    chat_id, target = parse_hex(chat, CHAT_ID_LEN, "--chat"), parse_hex(msg_id, MSG_ID_LEN, "id")
+    chat_id = parse_hex(chat, CHAT_ID_LEN, "--chat")
     key = load_key(key_file)
     try:
         payload = reaction_payload(reaction.encode(), retract=retract)
     except ValueError as exc:
         raise fail(str(exc)) from None
-    with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
+    with (
+        clear_errors(),
+        ChatsyncClient(node, key=key.signing_key) as client,
+        member_errors(client, chat_id),
+    ):
+        target = resolve_msg_id(client, chat_id, msg_id)
         about(client, key, chat_id, target, MessageKind.REACTION, payload)
     console.print(f"{'retracted' if retract else 'reacted'} {reaction} on {target.hex()}")
 
 
 def read(
     msg_id: str = typer.Argument(
-        None, help="The newest message you have read (hex id); default: the chat's newest."
+        None,
+        help="The newest message you have read (its id, or 6+ first hex digits of it); "
+        "default: the chat's newest.",
     ),
     chat: str = CHAT,
     key_file: str = KEY,
@@ -92,14 +120,18 @@ def read(
     messages the same."""
     chat_id = parse_hex(chat, CHAT_ID_LEN, "--chat")
     key = load_key(key_file)
-    with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
+    with (
+        clear_errors(),
+        ChatsyncClient(node, key=key.signing_key) as client,
+        member_errors(client, chat_id),
+    ):
         if msg_id is None:
             newest = client.history(chat_id, limit=1).messages
             if not newest:
                 raise fail(f"chat {chat_id.hex()} has no message to read")
             target = newest[0].msg
         else:
-            target = held_message(client, chat_id, parse_hex(msg_id, MSG_ID_LEN, "id"))
+            target = held_message(client, chat_id, resolve_msg_id(client, chat_id, msg_id))
         state = client.read_state(key.user_id, chat_id)
         known = state["position"]
         if known is not None and hlc_of(known) >= target.hlc:  # a receipt would change nothing
@@ -107,6 +139,60 @@ def read(
             return
         state = client.mark_read(key.signing_key, target)
     console.print(f"read up to {target.msg_id.hex()}; unread {state['unread']}", soft_wrap=True)
+
+
+def resolve_msg_id(client: ChatsyncClient, chat_id: bytes, value: str) -> bytes:
+    """A message id from its hex, whole or its first digits as the tables show them (at
+    least MIN_PREFIX): the one message among the chat's newest RESOLVE_SCAN that starts so."""
+    if len(value) == 2 * MSG_ID_LEN:
+        return parse_hex(value, MSG_ID_LEN, "id")
+    if len(value) < MIN_PREFIX or len(value) > 2 * MSG_ID_LEN or not is_hex(value):
+        raise fail(
+            f"id must be {2 * MSG_ID_LEN} hex digits, or its first {MIN_PREFIX} or more: {value!r}"
+        )
+    found: set[bytes] = set()
+    cursor = None
+    for _ in range(RESOLVE_SCAN // 200):
+        page = client.history(chat_id, cursor=cursor, limit=200)
+        ids = [m.id for m in page.messages] + [t.msg_id for t in page.tombstones]
+        found |= {i for i in ids if i.hex().startswith(value.lower())}
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    if len(found) == 1:
+        return found.pop()
+    if not found:
+        raise fail(
+            f"no message whose id starts with {value} among chat {chat_id.hex()}'s newest "
+            f"{RESOLVE_SCAN:,} (give the whole id: history --json)"
+        )
+    raise fail(
+        f"{len(found)} messages' ids start with {value}: give more digits "
+        "(history --json shows them whole)"
+    )
+
+
+def is_hex(value: str) -> bool:
+    return all(c in "0123456789abcdefABCDEF" for c in value)
+
+
+@contextmanager
+def member_errors(client: ChatsyncClient, chat_id: bytes) -> Iterator[None]:
+    """A read of the chat refused as ``not_a_member`` said as what it means here: the node
+    knows no such chat, or you are not a member of it (so its messages are not yours to
+    edit, delete, react to or mark read)."""
+    try:
+        yield
+    except ChatsyncClientError as exc:
+        if exc.code != "not_a_member":
+            raise
+        if client.chat_proof(chat_id) is None:
+            raise fail(
+                f"this node knows no chat {chat_id.hex()} (a wrong id, or not synced here yet)"
+            ) from None
+        raise fail(
+            f"refused: you are not a member of chat {chat_id.hex()} on this node ({exc})"
+        ) from None
 
 
 def held_message(client: ChatsyncClient, chat_id: bytes, msg_id: bytes) -> MsgV1:
@@ -126,7 +212,7 @@ def about(
     payload: bytes,
 ) -> MsgV1:
     msg = MsgV1.create(key.signing_key, chat_id, client.now(), payload, kind=kind, ref=target)
-    client.post([msg])
+    post_shown(client, [msg])
     return msg
 
 

@@ -18,18 +18,20 @@ from contextlib import contextmanager
 import typer
 from rich.table import Table
 
-from client.commands import (
+from client.commands import format_ms
+from client.display import dumps
+from client.e2e import UserKey
+from client.http import ChatsyncClient, ChatsyncClientError
+from client.shell import (
     DEFAULT_KEY_FILE,
     DEFAULT_NODE,
+    JSON_OPTION,
     clear_errors,
     console,
     fail,
-    format_ms,
     load_key,
     parse_hex,
 )
-from client.e2e import UserKey
-from client.http import ChatsyncClient, ChatsyncClientError
 from store.authz import NONCE_LEN, AdminGrant, ChatProof, GroupProof, grant_admin, new_group
 from store.keys import CHAT_ID_LEN, USER_ID_LEN
 from store.ops import MembershipAction, Op
@@ -125,6 +127,22 @@ def post_member_op(
     return proof
 
 
+def active_role(client: ChatsyncClient, chat_id: bytes, user_id: bytes) -> Role | None:
+    """The user's role in the chat as this node has it (None: not an active member, or we
+    may not read the list; the node decides the add then)."""
+    try:
+        rows = client.member_list(chat_id)
+    except ChatsyncClientError as exc:
+        if exc.code in ("not_a_member", "unknown_chat"):
+            return None
+        raise
+    return next((m.role for m in rows if m.user_id == user_id), None)
+
+
+def article(role: Role) -> str:
+    return f"{'an' if role is Role.ADMIN else 'a'} {role.name.lower()}"
+
+
 def say(text: str) -> None:
     console.print(text, soft_wrap=True)  # ids whole on one line, to copy
 
@@ -179,6 +197,12 @@ def add(
     key = load_key(key_file)
     role = Role.ADMIN if admin else Role.PARTICIPANT
     with group_errors(), ChatsyncClient(node, key=key.signing_key) as client:
+        if active_role(client, chat_id, user_id) is role:
+            say(
+                f"{user_id.hex()} is already {article(role)} of group {chat_id.hex()}: "
+                "nothing to do"
+            )
+            return  # exit 0: what was asked for holds (as `mkdir -p`); nothing is posted
         proof = post_member_op(
             client, key, chat_id, user_id, MembershipAction.ADD,
             role=role, grant=parse_grant(grant, key),
@@ -244,6 +268,7 @@ def members(
         DEFAULT_KEY_FILE, "--key", help="Your key file: to sign in (members read the list)."
     ),
     node: str = NODE_OPTION,
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """The chat's active members: user, role (creator, admin, participant), when added (UTC)."""
     chat_id = chat_arg(chat)
@@ -253,6 +278,17 @@ def members(
         proof = known_proof(client, chat_id)
         rows = client.member_list(chat_id)
     creator = proof.creator if isinstance(proof, GroupProof) else None
+    if as_json:
+        items = [
+            {
+                "user_id": m.user_id.hex(), "role": m.role.name.lower(),
+                "creator": m.user_id == creator, "me": m.user_id == me,
+                "added_at_ms": m.added_at.physical_ms,
+            }
+            for m in rows
+        ]  # fmt: skip
+        typer.echo(dumps({"chat_id": chat_id.hex(), "members": items}))
+        return
     table = Table(title=f"chat {chat_id.hex()}", title_justify="left")
     table.add_column("user", no_wrap=True)  # whole, to copy into other commands
     table.add_column("role", no_wrap=True)

@@ -25,6 +25,7 @@ from client.http import ChatsyncClient, ChatsyncClientError, Event, event_from_j
 
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.5, 10.0
 SEEN_KEPT = 10_000  # ids remembered to skip after a start-over
+FIRST_TRIES = 5  # a node never reached: a wrong URL or a dead node, given up after ~8 s
 
 
 async def watch_events(
@@ -33,10 +34,18 @@ async def watch_events(
     since: str | None = None,
     *,
     on_state: Callable[[str], None] = lambda state: None,
+    first_tries: int = FIRST_TRIES,
 ) -> AsyncIterator[Event]:
     """Every event of the user's feed after ``since``, forever (``on_state`` hears
-    "connected", "reconnecting in N s: why")."""
+    "connected", "reconnecting in N s: why").
+
+    Until it has connected once, it gives up after ``first_tries`` failures (raising
+    ChatsyncClientError ``unreachable`` with the last reason): a node not reached at all is
+    most likely a wrong address. Once connected, it retries for ever: a node restarting is
+    what it is meant to ride out."""
     backoff = BACKOFF_MIN_S
+    failures = 0
+    connected = False
     seen: dict[bytes, None] = {}  # the records given, to skip after a start-over only
     started_over = False
     while True:
@@ -46,7 +55,7 @@ async def watch_events(
                 _url(client.base_url, user_id, since, token), connect_timeout=10
             ) as ws:
                 on_state("connected")
-                backoff = BACKOFF_MIN_S
+                backoff, connected = BACKOFF_MIN_S, True
                 while True:
                     batch = json.loads(await ws.get_message())
                     for item in batch["events"]:
@@ -65,17 +74,41 @@ async def watch_events(
         except trio_websocket.ConnectionClosed as closed:
             reason = closed.reason
             code = reason.code if reason is not None else None
-            why = f"closed {code}: {reason.reason if reason else ''}"
+            text = reason.reason if reason is not None and reason.reason else "connection lost"
+            why = f"the node at {client.base_url} closed the stream ({code}: {text})"
             if code == 4401:
                 client.forget_token()
             elif code == 4410:
                 since, started_over = None, True  # not the log the token names: start over
         except (OSError, trio_websocket.HandshakeError, ChatsyncClientError) as exc:
-            why = f"{type(exc).__name__}: {exc}"
+            why = failure_reason(client.base_url, exc)
+        failures += 1
+        if not connected and failures >= first_tries:
+            raise ChatsyncClientError(0, "unreachable", f"{why}; gave up after {failures} tries")
         delay = backoff * random.uniform(0.8, 1.2)
-        on_state(f"reconnecting in {delay:.1f} s ({why})")
+        tries = "" if connected else f", try {failures + 1} of {first_tries}"
+        on_state(f"reconnecting in {delay:.1f} s{tries}: {why}")
         await trio.sleep(delay)
         backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+
+def failure_reason(base_url: str, exc: BaseException) -> str:
+    """Why a connection failed, naming the node: a HandshakeError says nothing itself, its
+    cause (a refused connection, a timeout) does."""
+    if isinstance(exc, ChatsyncClientError):  # names the node already
+        return exc.message if exc.code == "unreachable" else str(exc)
+    if isinstance(exc, trio_websocket.ConnectionTimeout):
+        return f"cannot reach the node at {base_url}: connection timed out"
+    if isinstance(exc, trio_websocket.ConnectionRejected):
+        return f"the node at {base_url} refused the stream: HTTP {exc.status_code}"
+    cause = exc.__cause__ or exc
+    detail = str(cause) or type(cause).__name__
+    inner = cause.__cause__  # trio's "all attempts to connect ... failed" has the errno here
+    if isinstance(inner, BaseExceptionGroup) and inner.exceptions:
+        inner = inner.exceptions[0]
+    if inner is not None and str(inner):
+        detail += f" ({inner})"
+    return f"cannot reach the node at {base_url}: {detail}"
 
 
 def _whole(client: ChatsyncClient, event: Event) -> Event:

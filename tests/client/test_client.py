@@ -150,7 +150,7 @@ async def test_cli_keygen_send_dm_history_status(tmp_path: Path) -> None:
             # a plain group message with --chat: held while Bob is no member of Alice's group
             group = GROUP.hex()
             r = run_cli("send", "--key", str(bob_file), "--node", url, "--chat", group, "hi all")
-            assert r.exit_code == 0 and "held (not_a_member)" in r.output, r.output
+            assert r.exit_code == 3 and "held, not shown" in r.output, r.output
             r = run_cli("history", "--node", url, "--chat", group, "--key", bob_key)
             assert r.exit_code == 1 and "not_a_member" in r.output  # held: he is none
             # ... and shown in a group of his own

@@ -5,8 +5,10 @@ are one line each."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -14,6 +16,12 @@ from client.e2e import write_key_file
 from client.http import ChatsyncClient
 from tests.client.test_groups import ALICE, BOB, ok, refused
 from tests.node.node_support import running_node
+
+
+def shown_messages(args: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The messages of ``history ... --json``."""
+    messages: list[dict[str, Any]] = json.loads(ok(*args, "--json"))["messages"]
+    return messages
 
 
 async def test_edit_react_retract_and_delete_from_the_command_line(tmp_path: Path) -> None:
@@ -38,9 +46,10 @@ async def test_edit_react_retract_and_delete_from_the_command_line(tmp_path: Pat
             ok(*as_("bob", "react", msg, "+1", "--chat", chat))
             ok(*as_("alice", "react", msg, "+1", "--chat", chat))
             ok(*as_("alice", "react", msg, "+1", "--retract", "--chat", chat))
-            history = ok(*as_("alice", "history", "--chat", chat))
-            assert "better words (edited)" in history and "+1 1" in history
-            assert "first words" not in history
+            [shown] = [m for m in shown_messages(as_("alice", "history", "--chat", chat))
+                       if m["id"] == msg]  # fmt: skip
+            assert (shown["text"], shown["edited"]) == ("better words", True)
+            assert shown["reactions"] == {"+1": [BOB.user_id.hex()]}
             with ChatsyncClient(
                 url, key=ALICE.signing_key
             ) as client:  # it checks the edit's signature
@@ -68,6 +77,9 @@ async def test_edit_react_retract_and_delete_from_the_command_line(tmp_path: Pat
             history = ok(*as_("bob", "history", "--chat", chat))
             assert "better words" not in history and "deleted by me" not in history
             assert "[deleted by" in history
+            [gone] = [m for m in shown_messages(as_("bob", "history", "--chat", chat))
+                      if m["id"] == msg]  # fmt: skip
+            assert (gone["kind"], gone["deleted_by"]) == ("deleted", ALICE.user_id.hex())
             assert "deleted" in refused(*as_("bob", "react", msg, "+1", "--chat", chat))
             assert "holds no message" in refused(*as_("alice", "delete", msg, "--chat", chat))
 
