@@ -385,10 +385,13 @@ class ChatsyncClient:
         limit: int = DEFAULT_PAGE_LIMIT,
         direction: str = "backward",
         raw: bool = False,
+        kind: int | None = None,
     ) -> HistoryPage:
         """A page as readers see it, or (``raw``) the op log: every edit, reaction and
-        receipt as a row of its own, as signed."""
+        receipt as a row of its own, as signed; ``kind``: the op log's messages of one kind."""
         params: dict[str, Any] = {"limit": limit, "direction": direction, "raw": raw}
+        if kind is not None:
+            params["kind"] = kind
         if cursor is not None:
             params["cursor"] = cursor
         result = self._signed("GET", f"/chats/{chat_id.hex()}/messages", params=params)

@@ -49,7 +49,8 @@ class OversizeRecord(DecodeError, TooLarge):
 
 
 class MessageKind(IntEnum):
-    """Message types (dm3 vocabulary). All but NEW refer to another message by id."""
+    """Message types (dm3 vocabulary, and KEYS). All but NEW and KEYS refer to another message
+    by id."""
 
     NEW = 0
     EDIT = 1
@@ -57,6 +58,11 @@ class MessageKind(IntEnum):
     REACTION = 3
     READ_RECEIPT = 4
     DELETE = 5
+    KEYS = 6  # a group's key grants (client/group_e2e.py): sealed per recipient, refers to none
+
+
+# the kinds that refer to no message (every other kind names its target in ``ref``)
+STANDALONE = frozenset({MessageKind.NEW, MessageKind.KEYS})
 
 
 class ChatKind(IntEnum):
@@ -235,8 +241,8 @@ class MsgV1:
         check_len(self.sender, USER_ID_LEN, "sender")
         check_len(self.author_key, signing.PUBLIC_KEY_LEN, "author_key")
         check_len(self.sig, signing.SIGNATURE_LEN, "sig")
-        if (self.kind == MessageKind.NEW) != (self.ref is None):
-            raise ValueError("ref is required for every kind but NEW, and forbidden for NEW")
+        if (self.kind in STANDALONE) != (self.ref is None):
+            raise ValueError("ref is required for every kind but NEW and KEYS, forbidden for them")
         if self.ref is not None:
             check_len(self.ref, MSG_ID_LEN, "ref")
 
@@ -457,7 +463,7 @@ def _decode_msg_trusted(data: bytes, max_payload: int) -> MsgV1 | None:
         and len(payload) <= max_payload
         and (
             ref is None
-            if kind == MessageKind.NEW
+            if kind in STANDALONE
             else type(ref) is bytes and len(ref) == MSG_ID_LEN
         )
         and type(author_key) is bytes

@@ -34,6 +34,7 @@ from node.auth import Principal
 from store.chat_reads import ChatReads
 from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, Direction
 from store.originals import OriginalsPage
+from store.records import MessageKind
 
 router = APIRouter()
 CURSOR = Query(None, max_length=128, description="next_cursor of a page")
@@ -49,14 +50,19 @@ async def history(
     limit: int = LIMIT,
     direction: Direction = Query(Direction.BACKWARD, description="backward: newest first"),
     raw: bool = Query(False, description="the op log: edits, reactions, receipts as rows"),
+    kind: MessageKind | None = Query(None, description="the op log's messages of this kind only"),
 ) -> HistoryOut:
     """One page of a chat's history in (HLC, local seq) order: as readers see it (MESSAGES.md:
-    messages with their latest edit, reactions and reply state; tombstones), or ``raw``."""
+    messages with their latest edit, reactions and reply state; tombstones), or ``raw`` (or
+    of one ``kind``: a client gathers a group's key grants with ``kind=6``)."""
     chat = chat_param(chat_id)
     await as_reader(node, who, chat)
     reads = node.reads
-    if raw:
-        page = await trio.to_thread.run_sync(lambda: reads.range(chat, cursor, limit, direction))
+    if raw or kind is not None:
+        kinds = None if kind is None else frozenset({kind})
+        page = await trio.to_thread.run_sync(
+            lambda: reads.range(chat, cursor, limit, direction, kinds=kinds)
+        )
         return HistoryOut(
             chat_id=chat.hex(),
             messages=[message_out(item.msg, item.seq) for item in page.items],

@@ -22,6 +22,7 @@ from store.hlc import HLC_ZERO, MAX_LOGICAL, MAX_PHYSICAL
 from store.merge import add_op_state, merge_member_states, remove_op_state
 from store.ops import MembershipAction, MembershipOp
 from store.records import (
+    STANDALONE,
     blake3_id,
     compute_identity_record_id,
     compute_member_record_id,
@@ -149,9 +150,9 @@ def messages(
     chats: tuple[bytes, ...] = CHATS,
     stamps: st.SearchStrategy[Hlc] | None = None,
 ) -> MsgV1:
-    """A real signed message (any kind; non-NEW kinds carry a ref)."""
+    """A real signed message (any kind; all but NEW and KEYS carry a ref)."""
     kind = draw(msg_kinds)
-    ref = None if kind is MessageKind.NEW else draw(st.binary(min_size=32, max_size=32))
+    ref = None if kind in STANDALONE else draw(st.binary(min_size=32, max_size=32))
     return make_msg(
         draw(st.sampled_from(chats)),
         draw(stamps if stamps is not None else hlcs),

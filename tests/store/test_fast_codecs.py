@@ -22,6 +22,7 @@ from store.merge import meta_after_messages
 from store.messages import PutResult, StoredMessage, _put_result
 from store.records import (
     DEFAULT_MAX_PAYLOAD,
+    STANDALONE,
     _decode_msg_full,
     canonical_cbor,
     decode_chat_meta,
@@ -179,7 +180,7 @@ def test_put_result_built_through_slots(msg_id: bytes, seq: int, dup: bool, exp:
 # payload lengths across the CBOR head boundaries.
 def _msg(kind: MessageKind, wrap: Any, fields: tuple[Any, ...]) -> MsgV1:
     chat, sender, hlc, payload, ref, key, sig = fields
-    ref = None if kind == MessageKind.NEW else wrap(ref)
+    ref = None if kind in STANDALONE else wrap(ref)
     return MsgV1(wrap(chat), wrap(sender), Hlc.unpack(hlc), kind, wrap(payload), ref, wrap(key),
                  wrap(sig))  # fmt: skip
 
@@ -330,7 +331,7 @@ WRONG_FIELDS: list[tuple[int, Any]] = [
     (1, bytes(31)), (1, "x" * 32), (1, None),
     (2, bytes(21)), (2, [bytes(20)]),
     (3, -1), (3, 1 << 64), (3, True), (3, 1.5), (3, b"\x00" * 8),
-    (4, 6), (4, 255), (4, 256), (4, -1), (4, True), (4, None),
+    (4, 7), (4, 255), (4, 256), (4, -1), (4, True), (4, None),
     (5, "text"), (5, None), (5, bytes(DEFAULT_MAX_PAYLOAD + 1)),
     (6, bytes(31)), (6, "r" * 32),
     (7, bytes(31)), (7, None),

@@ -14,7 +14,7 @@ from store import ChatDb, ChatKind, Hlc, InboxEntry, MessageKind, MsgV1
 from store.hlc import MAX_LOGICAL, MAX_PHYSICAL
 from store.kinds import fold_chat, reaction_payload
 from store.reads import UNREAD_CAP
-from store.records import sender_and_kind
+from store.records import STANDALONE, sender_and_kind
 from store.retention import trim_chats
 from sync.replica import DbReplica
 
@@ -159,7 +159,7 @@ def test_positions_and_counts_are_the_folds(msgs: list[MsgV1], rnd: object, grou
     st.integers(0, 2),
 )
 def test_sender_and_kind_are_read_in_place(stamp: Hlc, kind: MessageKind, author: int) -> None:
-    ref = None if kind is MessageKind.NEW else bytes(32)
+    ref = None if kind in STANDALONE else bytes(32)
     msg = make_msg(CHAT, stamp, b"x" * 30, author=author, kind=kind, ref=ref)
     assert sender_and_kind(msg.encoded) == (msg.sender, int(msg.kind))
 

@@ -634,7 +634,7 @@ def test_bignum_tag_integer_is_non_canonical() -> None:
         (2, b"\x00" * 21, "wrong_length"),  # sender
         (3, -1, "wrong_type"),  # hlc
         (3, 1 << 64, "wrong_type"),
-        (4, 6, "unknown_kind"),
+        (4, 7, "unknown_kind"),
         (4, 256, "wrong_type"),
         (5, "text", "wrong_type"),  # payload
         (6, b"\x00" * 31, "wrong_length"),  # ref
@@ -652,6 +652,14 @@ def test_msg_field_errors(index: int, value: Any, reason: str) -> None:
 
 def test_new_message_with_a_ref_is_invalid() -> None:
     fields = cbor2.loads(make_msg(CHAT, Hlc(1)).encoded)
+    fields[6] = REF
+    assert reason_of(decode_msg, canonical_cbor(fields)) == "invalid_field"
+
+
+def test_a_keys_message_refers_to_none() -> None:
+    fields = cbor2.loads(make_msg(CHAT, Hlc(1)).encoded)
+    fields[4] = int(MessageKind.KEYS)
+    assert decode_msg(canonical_cbor(fields)).kind is MessageKind.KEYS  # (its sig is not checked)
     fields[6] = REF
     assert reason_of(decode_msg, canonical_cbor(fields)) == "invalid_field"
 
@@ -800,6 +808,7 @@ def test_the_wire_numbers_of_message_and_chat_kinds() -> None:
         ("REACTION", 3),
         ("READ_RECEIPT", 4),
         ("DELETE", 5),
+        ("KEYS", 6),
     ]
     assert [(k.name, int(k)) for k in ChatKind] == [("DM", 0), ("GROUP", 1), ("CHANNEL", 2)]
     assert [(r.name, int(r)) for r in Role] == [("PARTICIPANT", 0), ("ADMIN", 1)]
