@@ -365,7 +365,7 @@ def e2ee(
         int, typer.Option(min=1, max=DEFAULT_MAX_PAYLOAD // 2, help="Bytes of each of them.")
     ] = 200,
     rounds: Annotated[
-        int, typer.Option(min=1, help="Medians over this many rounds (page fetches: 4x as many).")
+        int, typer.Option(min=1, help="Medians over this many rounds (page fetches: 20x as many).")
     ] = 5,
     out: Annotated[Path, typer.Option(help="JSON file to write (the plot: same name, .png).")] = (
         Path("bench-results/e2ee.json")

@@ -116,6 +116,13 @@ def plot(report: dict[str, Any], path: Path) -> None:
         members, [r["all_senders"]["grants_payload_bytes"] for r in rows], marker="s",
         label="all remaining senders (each posts once)",
     )  # fmt: skip
+    for row in rows:  # the split into KEYS messages of MAX_RECIPIENTS
+        one = row["per_sender"]
+        removal.annotate(
+            f"{one['keys_messages']} KEYS msg" + ("s" if one["keys_messages"] > 1 else ""),
+            (row["members"], one["grants_payload_bytes"]), textcoords="offset points",
+            xytext=(4, -12), fontsize=8,
+        )  # fmt: skip
     removal.set_xlabel("members before the removal")
     removal.set_ylabel("grants payload bytes")
     removal.set_title("bytes per removal (a plain group: 0)")
