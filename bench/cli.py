@@ -372,7 +372,7 @@ def e2ee(
     ),
     data: NodesData = None,
 ) -> None:
-    """Group encryption (issue 34): per message vs ed25519, per removal vs group size, a page."""
+    """Group encryption (issue 34): per message vs ed25519, per removal by group size, a page read."""
     from bench.e2ee_bench import E2eeBenchParams, run_e2ee_bench
 
     try:
