@@ -140,7 +140,7 @@ def removal_row(members: int, rounds: int) -> dict[str, Any]:
     def learn() -> int:  # a recipient reads the rotation's KEYS messages for its own row
         return sum(len(open_grants(reader, m.payload, SENDER.box_key)) for m in keys)
 
-    # a large group's rotation takes a second: fewer rounds there, the median still of several
+    # a rotation of 1,000+ recipients takes ~0.1-1 s: one there, up to ``rounds`` for small groups
     repeats = max(1, min(rounds, math.ceil(rounds * 100 / members)))
     seal_ms = median_us({"rotate": rotate}, 1, repeats)["rotate"] / 1000
     keys = rotate()
