@@ -351,6 +351,19 @@ def epoch_grants(epoch: Epoch) -> dict[bytes, list[Grant]]:
     return {member: [grant] for member in epoch.recipients}
 
 
+def seal_epoch(sender: UserKey, epoch: Epoch, box_keys: dict[bytes, bytes]) -> list[bytes]:
+    """The grants messages' payloads that hand ``epoch``'s key to each of its recipients,
+    ``MAX_RECIPIENTS`` to a message (a large group's epoch takes several)."""
+    grants = epoch_grants(epoch)
+    recipients = sorted(grants)
+    return [
+        seal_grants(sender, {r: grants[r] for r in chunk}, box_keys)
+        for chunk in (
+            recipients[at : at + MAX_RECIPIENTS] for at in range(0, len(recipients), MAX_RECIPIENTS)
+        )
+    ]
+
+
 @dataclass(frozen=True)
 class SentMessage:
     hlc: Hlc
