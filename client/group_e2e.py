@@ -197,11 +197,12 @@ def seal_grants(
     if not 1 <= len(grants) <= MAX_RECIPIENTS:
         raise ValueError(f"a grants message names 1..{MAX_RECIPIENTS} recipients")
     rows = []
+    sender_box = sender.box_private  # derived from the ed25519 key on every read: once here
     for recipient in sorted(grants):
         given = sorted(grants[recipient], key=lambda g: (g.key_id, g.hlc is not None, g.hlc))
         if not 1 <= len(given) <= MAX_GRANTS:
             raise ValueError(f"1..{MAX_GRANTS} grants per recipient")
-        box = Box(sender.box_private, PublicKey(box_keys[recipient]))
+        box = Box(sender_box, PublicKey(box_keys[recipient]))
         boxed = bytes(box.encrypt(canonical_cbor([1, [g.row() for g in given]])))
         rows.append([recipient, box_keys[recipient], boxed])
     return canonical_cbor([GRANTS_VERSION, sender.box_key, rows])
@@ -352,15 +353,19 @@ def epoch_grants(epoch: Epoch) -> dict[bytes, list[Grant]]:
 
 
 def seal_epoch(sender: UserKey, epoch: Epoch, box_keys: dict[bytes, bytes]) -> list[bytes]:
-    """The grants messages' payloads that hand ``epoch``'s key to each of its recipients,
-    ``MAX_RECIPIENTS`` to a message (a large group's epoch takes several)."""
-    grants = epoch_grants(epoch)
+    """The grants messages' payloads that hand ``epoch``'s key to each of its recipients."""
+    return seal_grants_split(sender, epoch_grants(epoch), box_keys)
+
+
+def seal_grants_split(
+    sender: UserKey, grants: dict[bytes, list[Grant]], box_keys: dict[bytes, bytes]
+) -> list[bytes]:
+    """``grants`` as grants messages' payloads, ``MAX_RECIPIENTS`` recipients to a message (a
+    large group's epoch takes several)."""
     recipients = sorted(grants)
     return [
-        seal_grants(sender, {r: grants[r] for r in chunk}, box_keys)
-        for chunk in (
-            recipients[at : at + MAX_RECIPIENTS] for at in range(0, len(recipients), MAX_RECIPIENTS)
-        )
+        seal_grants(sender, {r: grants[r] for r in recipients[at : at + MAX_RECIPIENTS]}, box_keys)
+        for at in range(0, len(recipients), MAX_RECIPIENTS)
     ]
 
 
@@ -403,11 +408,12 @@ def open_own_grants(sender: UserKey, payload: bytes) -> dict[bytes, list[Grant]]
     except DecodeError as exc:
         raise E2eError(f"not a grants message: {exc}") from None
     out: dict[bytes, list[Grant]] = {}
+    sender_box = sender.box_private
     for row in v[2] if type(v[2]) is list else []:
         if type(row) is list and len(row) == 3 and type(row[0]) is bytes:
             _, sealed_to, boxed = row
             try:
-                box = Box(sender.box_private, PublicKey(_box_key_of(sealed_to)))
+                box = Box(sender_box, PublicKey(_box_key_of(sealed_to)))
                 out[row[0]] = _decode_grant_rows(bytes(box.decrypt(boxed)))
             except (CryptoError, TypeError):
                 raise E2eError("own grants do not decrypt: not sent by this key") from None

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from client.e2e import E2eError, UserKey
 from client.group_e2e import (
-    MAX_RECIPIENTS,
     Grant,
     Keyring,
     SenderState,
@@ -29,7 +28,7 @@ from client.group_e2e import (
     needs_new_epoch,
     new_epoch,
     open_grants,
-    seal_grants,
+    seal_grants_split,
     seal_group,
 )
 from client.http import ChatsyncClient, Member
@@ -155,18 +154,11 @@ class GroupKeys:
     def _grant_messages(
         self, grants: dict[bytes, list[Grant]], now: Callable[[], Hlc]
     ) -> list[MsgV1]:
-        users = sorted(grants)
-        box_keys = {user: self.box_key(user) or b"" for user in users}
-        out = []
-        for start in range(0, len(users), MAX_RECIPIENTS):
-            part = {user: grants[user] for user in users[start : start + MAX_RECIPIENTS]}
-            payload = seal_grants(self.key, part, box_keys)
-            out.append(
-                MsgV1.create(
-                    self.key.signing_key, self.chat_id, now(), payload, kind=MessageKind.KEYS
-                )
-            )
-        return out
+        box_keys = {user: self.box_key(user) or b"" for user in grants}
+        return [
+            MsgV1.create(self.key.signing_key, self.chat_id, now(), payload, kind=MessageKind.KEYS)
+            for payload in seal_grants_split(self.key, grants, box_keys)
+        ]
 
     def _sender_state(self, members: list[Member]) -> SenderState:
         me = self.key.user_id
