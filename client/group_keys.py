@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from nacl.signing import VerifyKey
+
 from client.e2e import E2eError, UserKey
 from client.group_e2e import (
     Grant,
@@ -82,13 +84,13 @@ class GroupKeys:
 
     def keyring(self) -> Keyring:
         """Every key granted to this user, per sender. A grants message that does not open
-        (forged, tampered, its sender's box key not the published one) grants nothing."""
+        (forged, tampered, sealed with a box key not its signer's) grants nothing."""
         if self._keyring is None:
             ring = Keyring(self.chat_id)
             for msg in self.grants_messages():
-                sender_box = self.box_key(msg.sender)
-                if sender_box is None:
-                    continue
+                # the sender's box key from the key that signed the grants (the user's one seed
+                # gives both): no identity to look up, nothing another key could stand in for
+                sender_box = box_key_of_signer(msg.author_key)
                 try:
                     ring.learn(msg.sender, open_grants(self.key, msg.payload, sender_box))
                 except E2eError:
@@ -191,6 +193,11 @@ class GroupKeys:
                     out.append((msg.hlc, msg.payload))
             if (cursor := page.next_cursor) is None:
                 return out
+
+
+def box_key_of_signer(author_key: bytes) -> bytes:
+    """The x25519 key of the ed25519 key that signed a message (``UserKey.box_key``)."""
+    return bytes(VerifyKey(author_key).to_curve25519_public_key())
 
 
 def _member_at(members: list[Member]) -> Callable[[bytes, Hlc], bool]:
