@@ -116,9 +116,11 @@ def send(
             payload, ops, stamp = sealed.payload, list(sealed.before), sealed.hlc
         msg = MsgV1.create(key.signing_key, chat_id, stamp, payload)
         post_shown(client, [*ops, msg])
-    what = "encrypted DM" if to is not None else "plain message" if plain else "message"
+    what = "encrypted DM" if to is not None else "message"
     console.print(
-        f"sent {what} [bold]{msg.msg_id.hex()}[/] in chat {chat_id.hex()}", soft_wrap=True
+        f"sent {what} [bold]{msg.msg_id.hex()}[/] in chat {chat_id.hex()}"
+        + (" (plain: every node reads it)" if plain else ""),
+        soft_wrap=True,
     )
 
 

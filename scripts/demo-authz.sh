@@ -9,7 +9,9 @@
 #   3. a post that overtakes its member op (add through node 0, post through node 2) is held by
 #      node 2, then shown on all three once the add arrives.
 #
-# The nodes are `python -m node.cli run` processes (as cluster/local.py starts them) in a temp
+# The posts are sent with --plain: the node's rules are what is shown here, and a client that
+# seals (the default) refuses to post where it sees no members to seal for, before any node
+# is asked. The nodes are `python -m node.cli run` processes (as cluster/local.py starts them) in a temp
 # dir, stopped on exit. The harness itself (not the claims) talks to the nodes' HTTP API with
 # curl: GET /status for readiness, peer ids and Merkle roots, and the partition switch
 # POST /admin/block|unblock, which stands in for a slow network: on loopback a member op's
@@ -45,16 +47,16 @@ note "waiting until every node lists the member"
 wait_listed "$MEMBER"
 cs group members "$GROUP" --key "$KEYS/admin.key" --node "${URLS[2]}"
 MEMBER_EARLY="member says hello, before the removal"
-cs send "$MEMBER_EARLY" --key "$KEYS/member.key" --node "${URLS[1]}" --chat "$GROUP"
+cs send "$MEMBER_EARLY" --key "$KEYS/member.key" --node "${URLS[1]}" --chat "$GROUP" --plain
 
 # --- claim 1 ----------------------------------------------------------------------------------
 
 header "Claim 1: a stranger (a key never added) posting into the group is held and never shown"
 STRANGER_TEXT="stranger wants in"
-cs send "$STRANGER_TEXT" --key "$KEYS/stranger.key" --node "${URLS[1]}" --chat "$GROUP"
+cs send "$STRANGER_TEXT" --key "$KEYS/stranger.key" --node "${URLS[1]}" --chat "$GROUP" --plain
 check "N1 answers 'held, not shown'" out_has "held, not shown"
 S1_RC=$RC
-cs send "$STRANGER_TEXT (again, through N0)" --key "$KEYS/stranger.key" --node "${URLS[0]}" --chat "$GROUP"
+cs send "$STRANGER_TEXT (again, through N0)" --key "$KEYS/stranger.key" --node "${URLS[0]}" --chat "$GROUP" --plain
 check "N0 answers 'held, not shown' too" out_has "held, not shown"
 check "both sends exited 3 (held: taken, not shown)" test "$S1_RC" -eq 3 -a "$RC" -eq 3
 note "letting gossip and two anti-entropy rounds pass ($((3 * SYNC_INTERVAL)) s)"
@@ -80,12 +82,12 @@ cs group members "$GROUP" --node "${URLS[2]}" --key "$READER_KEY"
 check "N2 (cut off) still lists the member" members_has 2 "$MEMBER"
 
 REFUSED_TEXT="member posts after the removal, through N0"
-cs send "$REFUSED_TEXT" --key "$KEYS/member.key" --node "${URLS[0]}" --chat "$GROUP"
+cs send "$REFUSED_TEXT" --key "$KEYS/member.key" --node "${URLS[0]}" --chat "$GROUP" --plain
 check "N0, which knows the removal, refuses the post (exit 1, not_a_member)" \
     test "$RC" -eq 1 -a -n "$(grep -F not_a_member <<<"$OUT")"
 
 RACE_TEXT="member posts after the removal, through N2"
-cs send "$RACE_TEXT" --key "$KEYS/member.key" --node "${URLS[2]}" --chat "$GROUP"
+cs send "$RACE_TEXT" --key "$KEYS/member.key" --node "${URLS[2]}" --chat "$GROUP" --plain
 check "N2, which does not know the removal yet, takes the post (sent, not held)" \
     test "$RC" -eq 0 -a -n "$(grep -F 'sent message' <<<"$OUT")" -a -z "$(grep -F held <<<"$OUT")"
 show_history 2
@@ -109,7 +111,7 @@ check "it stays visible on all 3 nodes" on_all shows "$MEMBER_EARLY"
 note "does each node list the member?"
 check "no node lists the removed member" on_none members_has "$MEMBER"
 REFUSED_AGAIN="member tries again through N2, after the removal arrived"
-cs send "$REFUSED_AGAIN" --key "$KEYS/member.key" --node "${URLS[2]}" --chat "$GROUP"
+cs send "$REFUSED_AGAIN" --key "$KEYS/member.key" --node "${URLS[2]}" --chat "$GROUP" --plain
 check "now N2 refuses them too (exit 1, not_a_member)" \
     test "$RC" -eq 1 -a -n "$(grep -F not_a_member <<<"$OUT")"
 claim_result 2 "after the removal: refused (not_a_member) where it is known; the post that raced it is hidden on all nodes; earlier posts stay"
@@ -121,7 +123,7 @@ note "N2 is cut off, so the add (posted through N0) reaches N2 only after the ne
 cut_off 2
 cs group add "$GROUP" "$NEWCOMER" --key "$KEYS/admin.key" --node "${URLS[0]}"
 NEWCOMER_TEXT="newcomer's first post, through N2"
-cs send "$NEWCOMER_TEXT" --key "$KEYS/newcomer.key" --node "${URLS[2]}" --chat "$GROUP"
+cs send "$NEWCOMER_TEXT" --key "$KEYS/newcomer.key" --node "${URLS[2]}" --chat "$GROUP" --plain
 check "N2 answers 'held'" out_has "held, not shown"
 show_history 2
 check "N2 does not show it yet" not shows 2 "$NEWCOMER_TEXT"
