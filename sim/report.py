@@ -100,6 +100,11 @@ def summary(outcome: RunOutcome) -> str:
         f"{o['tombstones']:,} tombstones, {o['edited_messages']:,} messages shown edited; "
         f"{stats.get('erased_waiting_at_end', 0):,} (node, message) pairs erased by a held "
         "delete but still in a waiting room",
+        f"group keys: {o.get('group_messages', 0):,} group messages from members, "
+        f"{o.get('keys_messages', 0):,} KEYS messages shown; undecryptable_for_member "
+        f"{o.get('undecryptable_for_member', 0):,}, readable_by_removed "
+        f"{o.get('readable_by_removed', 0):,}; {o.get('undecryptable_grant_hidden', 0):,} "
+        "(message, member) pairs whose only grant its sender sent when no member (findings)",
         f"gossip: {stats['gossip_sent']:,} sent, {stats['gossip_dropped']:,} dropped, "
         f"{stats['gossip_duplicated']:,} duplicated, {stats['gossip_rejected_drift']:,} refused (drift), "
         f"{stats['gossip_rejected_old']:,} refused (retention)",
