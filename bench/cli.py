@@ -347,6 +347,51 @@ def hostile(
     run_hostile_bench(params)
 
 
+@bench_app.command("e2ee")
+def e2ee(
+    sizes: Annotated[str, typer.Option(help="Payload bytes per message, comma-separated.")] = (
+        "100,1024,16384"
+    ),
+    iterations: Annotated[
+        int, typer.Option(min=1, help="Calls of each per-message op per round.")
+    ] = 2000,
+    groups: Annotated[
+        str, typer.Option(help="Members before a removal, comma-separated (each >= 2).")
+    ] = "2,10,100,1000,5000",
+    page: Annotated[
+        int, typer.Option(min=1, max=200, help="Messages in the history page read from a node.")
+    ] = 50,
+    history_payload: Annotated[
+        int, typer.Option(min=1, max=DEFAULT_MAX_PAYLOAD // 2, help="Bytes of each of them.")
+    ] = 200,
+    rounds: Annotated[
+        int, typer.Option(min=1, help="Medians over this many rounds (page fetches: 20x as many).")
+    ] = 5,
+    out: Annotated[Path, typer.Option(help="JSON file to write (the plot: same name, .png).")] = (
+        Path("bench-results/e2ee.json")
+    ),
+    data: NodesData = None,
+) -> None:
+    """Group encryption (issue 34): per message vs ed25519, per removal by group size, a page read."""
+    from bench.e2ee_bench import E2eeBenchParams, run_e2ee_bench
+
+    try:
+        params = E2eeBenchParams(
+            sizes=parse_numbers(sizes, "--sizes", 0, int),
+            iterations=iterations,
+            groups=parse_numbers(groups, "--groups", 2, int),
+            page=page,
+            history_payload=history_payload,
+            rounds=rounds,
+            out=out,
+            data=data,
+        )
+        params.check()
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    run_e2ee_bench(params)
+
+
 def demo(
     data: str = typer.Option("./demo-data", help="RocksDB directory (wiped first)."),
     messages: int = typer.Option(10_000, min=1, help="Messages to write."),

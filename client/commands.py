@@ -14,7 +14,6 @@ through ``client.display`` (short ids and previews on screen, everything whole w
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +31,11 @@ from client.e2e import (
     seal_dm,
     write_key_file,
 )
+from client.group_e2e import Undecryptable, is_group_sealed
+from client.group_keys import GroupKeys
 from client.http import ChatsyncClient, ChatsyncClientError, Message
-from client.posting import FILE_OPTION, TEXT_HELP, message_text, post_shown
+from client.posting import FILE_OPTION, TEXT_HELP, member_errors, message_text, post_shown
+from client.sealing import identity_ops, open_reaction_key, seal_text
 from client.shell import (
     DEFAULT_KEY_FILE,
     DEFAULT_NODE,
@@ -46,19 +48,10 @@ from client.shell import (
 )
 from store.authz import DmProof
 from store.keys import CHAT_ID_LEN, USER_ID_LEN
-from store.kinds import Tombstone
+from store.kinds import Tombstone, decode_reaction
 from store.ops import Op
 from store.reads import UNREAD_CAP
 from store.records import MessageKind, MsgV1, dm_chat_id
-
-
-def identity_ops(client: ChatsyncClient, key: UserKey) -> list[Op]:
-    """The user's identity record, if the node lacks it or has another box key."""
-    doc = client.identity_doc(key.user_id)
-    if doc is not None and doc.box_key == key.box_key:
-        return []
-    return [key.identity(client.now())]
-
 
 # --- commands ------------------------------------------------------------------------------
 
@@ -94,24 +87,36 @@ def send(
     key_file: str = typer.Option(DEFAULT_KEY_FILE, "--key", help="Your key file."),
     node: str = typer.Option(DEFAULT_NODE, "--node", help="Node HTTP URL."),
     to: str = typer.Option(None, "--to", help="Recipient user id (hex): an encrypted DM."),
-    chat: str = typer.Option(None, "--chat", help="Chat id (hex): the text as is."),
+    chat: str = typer.Option(
+        None, "--chat", help="Chat id (hex): sealed for its members (a group) or the other party."
+    ),
+    plain: bool = typer.Option(
+        False, "--plain", help="Send the text as is, readable by every node (--chat only)."
+    ),
     file: str = FILE_OPTION,
 ) -> None:
-    """Sign and send a message: a DM end-to-end encrypted to --to, or plain text to --chat.
+    """Sign and send a message, end-to-end encrypted: a DM to --to, or to --chat's members
+    (the group's keys follow its members: SECURITY.md, "Group encryption").
     Exit status 3 when the node holds it (no add of you to the chat known there yet)."""
     if (to is None) == (chat is None):
         raise fail("give exactly one of --to USER or --chat CHAT")
+    if plain and to is not None:
+        raise fail("--plain is for --chat: a DM is always encrypted")
     content = message_text(text, file)
     key = load_key(key_file)
     with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         if to is not None:
             recipient = parse_hex(to, USER_ID_LEN, "--to")
             chat_id, payload, ops = prepare_dm(client, key, recipient, content)
+            stamp = client.now()
         else:
-            chat_id, payload, ops = parse_hex(chat, CHAT_ID_LEN, "--chat"), content, []
-        msg = MsgV1.create(key.signing_key, chat_id, client.now(), payload)
+            chat_id = parse_hex(chat, CHAT_ID_LEN, "--chat")
+            with member_errors(client, chat_id):
+                sealed = seal_text(client, key, chat_id, content, plain=plain)
+            payload, ops, stamp = sealed.payload, list(sealed.before), sealed.hlc
+        msg = MsgV1.create(key.signing_key, chat_id, stamp, payload)
         post_shown(client, [*ops, msg])
-    what = "encrypted DM" if to is not None else "message"
+    what = "encrypted DM" if to is not None else "plain message" if plain else "message"
     console.print(
         f"sent {what} [bold]{msg.msg_id.hex()}[/] in chat {chat_id.hex()}", soft_wrap=True
     )
@@ -162,12 +167,17 @@ def history(
     key = load_key(key_file)
     with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
         page = client.history(chat_id, cursor=cursor, limit=limit, direction=direction)
-        render = payload_renderer(client, key)
+        render = Reader(client, key)
         rows = [(m.msg.hlc, m) for m in page.messages] + [(t.hlc, t) for t in page.tombstones]
         rows.sort(key=lambda row: row[0], reverse=direction == "backward")
         shown = [(item, None if isinstance(item, Tombstone) else render(item)) for _, item in rows]
+        reactions = {
+            m.id: {render.reaction(m.msg, k): users for k, users in m.reactions.items()}
+            for _, m in rows
+            if isinstance(m, Message)
+        }
     if as_json:
-        items = [history_json(item, text) for item, text in shown]
+        items = [history_json(item, text, reactions) for item, text in shown]
         typer.echo(
             dumps({"chat_id": chat_id.hex(), "messages": items, "next_cursor": page.next_cursor})
         )
@@ -185,7 +195,7 @@ def history(
         m = item.msg
         line = preview(text or "") + (" (edited)" if item.edit is not None else "")
         if item.reactions:
-            line += "  " + reactions_text(item.reactions)
+            line += "  " + reactions_text(reactions[item.id])
         table.add_row(
             str(item.seq), short(m.msg_id), format_ms(m.hlc.physical_ms), who(m.sender, key),
             MessageKind(m.kind).name.lower(), Text(line),
@@ -195,19 +205,21 @@ def history(
         console.print(Text(f"more: --cursor {page.next_cursor}"))
 
 
-def history_json(item: Message | Tombstone, text: str | None) -> dict[str, Any]:
+def history_json(
+    item: Message | Tombstone,
+    text: str | None,
+    reactions: dict[bytes, dict[str, tuple[bytes, ...]]],
+) -> dict[str, Any]:
     if isinstance(item, Tombstone):
         return {
             "id": item.msg_id.hex(), "kind": "deleted", "sender": item.sender.hex(),
             "time_ms": item.hlc.physical_ms, "deleted_by": item.deleted_by.hex(),
             "deleted_at_ms": item.deleted_at.physical_ms,
         }  # fmt: skip
-    reactions = {
-        k.decode(errors="replace"): [u.hex() for u in us] for k, us in item.reactions.items()
-    }
+    shown = {k: [u.hex() for u in us] for k, us in reactions.get(item.id, {}).items()}
     return {
         **msg_json(item.msg, text), "seq": item.seq, "edited": item.edit is not None,
-        "reactions": reactions,
+        "reactions": shown,
     }  # fmt: skip
 
 
@@ -241,29 +253,31 @@ def chats(
         console.print(Text(f"more: --cursor {page['next_cursor']}"))
 
 
-def reactions_text(reactions: dict[bytes, tuple[bytes, ...]]) -> str:
-    """``+1 2  ok 1``: each key (as text where it is) and how many users reacted with it."""
-    return "  ".join(f"{k.decode(errors='replace')} {len(users)}" for k, users in reactions.items())
+def reactions_text(reactions: dict[str, tuple[bytes, ...]]) -> str:
+    """``+1 2  ok 1``: each reaction and how many users reacted with it."""
+    return "  ".join(f"{k} {len(users)}" for k, users in reactions.items())
 
 
 def who(user: bytes, key: UserKey | None) -> str:
     return "me" if key is not None and user == key.user_id else user.hex()[:12]
 
 
-def payload_renderer(client: ChatsyncClient, key: UserKey | None) -> Callable[[Message], str]:
-    """A function that shows a message's payload: decrypted, as text, or as a size."""
-    box_keys: dict[bytes, bytes | None] = {}
+class Reader:
+    """What a user is shown of the messages they may read: DMs and group messages opened with
+    their keys (anything else as text, or its size), and group reactions opened too. Keys
+    are read from the node once per chat, and again when a message names a newer one (a
+    long ``watch`` sees epochs start)."""
 
-    def sender_box_key(sender: bytes) -> bytes | None:
-        if key is not None and sender == key.user_id:
-            return key.box_key
-        if sender not in box_keys:
-            doc = client.identity_doc(sender)
-            box_keys[sender] = None if doc is None else doc.box_key
-        return box_keys[sender]
+    def __init__(self, client: ChatsyncClient, key: UserKey | None) -> None:
+        self.client, self.key = client, key
+        self._box_keys: dict[bytes, bytes | None] = {}
+        self._groups: dict[bytes, GroupKeys] = {}
 
-    def render(item: Message) -> str:
-        payload = item.payload  # the latest edit's
+    def __call__(self, item: Message) -> str:
+        shown = item.edit if item.edit is not None else item.msg  # the latest edit's place
+        payload = shown.payload
+        if is_group_sealed(payload):
+            return self._open_group(shown)
         try:
             decode_envelope(payload)
         except E2eError:
@@ -271,17 +285,58 @@ def payload_renderer(client: ChatsyncClient, key: UserKey | None) -> Callable[[M
                 return payload.decode("utf-8")
             except UnicodeDecodeError:
                 return f"[{len(payload)} bytes]"
-        if key is None:
+        if self.key is None:
             return f"[encrypted DM, {len(payload)} bytes]"
-        box_key = sender_box_key(item.msg.sender)
+        box_key = self._sender_box_key(item.msg.sender)
         if box_key is None:
             return "[encrypted DM; the sender has no identity here]"
         try:
-            return open_dm(key, payload, box_key).decode("utf-8", errors="replace")
+            return open_dm(self.key, payload, box_key).decode("utf-8", errors="replace")
         except E2eError as exc:
             return f"[cannot decrypt: {exc}]"
 
-    return render
+    def reaction(self, target: MsgV1 | None, key: bytes) -> str:
+        """A reaction's key as text (sealed ones opened with their target's key)."""
+        if target is None or self.key is None or not is_group_sealed(target.payload):
+            return key.decode(errors="replace")
+        return open_reaction_key(self._keys(target.chat_id), target, key)
+
+    def reaction_of(self, msg: MsgV1) -> tuple[bool, str]:
+        """A REACTION message: (reacts — False for a retraction, its reaction as text)."""
+        reacts, key = decode_reaction(msg.payload)
+        target = None
+        if msg.ref is not None and self.key is not None:
+            try:
+                target = self.client.message(msg.chat_id, msg.ref)
+            except ChatsyncClientError:
+                target = None  # deleted, or not readable here: shown as it is
+        return reacts, self.reaction(target, key)
+
+    def _open_group(self, msg: MsgV1) -> str:
+        if self.key is None:
+            return f"[encrypted, {len(msg.payload)} bytes]"
+        for fresh in (False, True):
+            try:
+                return self._keys(msg.chat_id, fresh=fresh).open(msg).decode(errors="replace")
+            except Undecryptable:
+                continue  # grants read before this message's: read them again, once
+            except E2eError as exc:
+                return f"[cannot decrypt: {exc}]"
+        return "[encrypted: no key for it reached you]"
+
+    def _keys(self, chat_id: bytes, *, fresh: bool = False) -> GroupKeys:
+        assert self.key is not None
+        if fresh or chat_id not in self._groups:
+            self._groups[chat_id] = GroupKeys(self.client, self.key, chat_id)
+        return self._groups[chat_id]
+
+    def _sender_box_key(self, sender: bytes) -> bytes | None:
+        if self.key is not None and sender == self.key.user_id:
+            return self.key.box_key
+        if sender not in self._box_keys:
+            doc = self.client.identity_doc(sender)
+            self._box_keys[sender] = None if doc is None else doc.box_key
+        return self._box_keys[sender]
 
 
 def status(

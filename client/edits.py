@@ -5,14 +5,13 @@ one line."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import typer
 
-from client.e2e import UserKey, seal_dm
-from client.http import ChatsyncClient, ChatsyncClientError, hlc_of
-from client.posting import FILE_OPTION, message_text, post_shown
+from client.e2e import UserKey
+from client.group_e2e import is_group_sealed
+from client.http import ChatsyncClient, hlc_of
+from client.posting import FILE_OPTION, member_errors, message_text, post_shown
+from client.sealing import Content, reaction_key, seal_text
 from client.shell import (
     DEFAULT_KEY_FILE,
     DEFAULT_NODE,
@@ -45,7 +44,8 @@ def edit(
     node: str = NODE,
     file: str = FILE_OPTION,
 ) -> None:
-    """Replace the text of one of your messages (in a DM: encrypted again to the other party)."""
+    """Replace the text of one of your messages, sealed as the message was (to the other party
+    in a DM, to the members now in a group; a plain message's edit stays plain)."""
     chat_id = parse_hex(chat, CHAT_ID_LEN, "--chat")
     content = message_text(text, file)
     key = load_key(key_file)
@@ -55,8 +55,10 @@ def edit(
         member_errors(client, chat_id),
     ):
         target = resolve_msg_id(client, chat_id, msg_id)
-        payload = content_payload(client, key, chat_id, content)
-        about(client, key, chat_id, target, MessageKind.EDIT, payload)
+        sealed = seal_text(
+            client, key, chat_id, content, plain=not is_sealed(client, chat_id, target)
+        )
+        about(client, key, chat_id, target, MessageKind.EDIT, sealed)
     console.print(f"edited {target.hex()}", soft_wrap=True)
 
 
@@ -77,7 +79,14 @@ def delete(
     ):
         target = resolve_msg_id(client, chat_id, msg_id)
         msg = held_message(client, chat_id, target)
-        about(client, key, chat_id, target, MessageKind.DELETE, Claims.of(msg).encode())
+        about(
+            client,
+            key,
+            chat_id,
+            target,
+            MessageKind.DELETE,
+            Content(Claims.of(msg).encode(), client.now()),
+        )
     console.print(f"deleted {target.hex()}", soft_wrap=True)
 
 
@@ -92,17 +101,18 @@ def react(
     """React to a message, or (--retract) take the reaction back: the latest of yours wins."""
     chat_id = parse_hex(chat, CHAT_ID_LEN, "--chat")
     key = load_key(key_file)
-    try:
-        payload = reaction_payload(reaction.encode(), retract=retract)
-    except ValueError as exc:
-        raise fail(str(exc)) from None
     with (
         clear_errors(),
         ChatsyncClient(node, key=key.signing_key) as client,
         member_errors(client, chat_id),
     ):
         target = resolve_msg_id(client, chat_id, msg_id)
-        about(client, key, chat_id, target, MessageKind.REACTION, payload)
+        sealed = reaction_key(client, key, held_message(client, chat_id, target), reaction.encode())
+        try:
+            payload = reaction_payload(sealed, retract=retract)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+        about(client, key, chat_id, target, MessageKind.REACTION, Content(payload, client.now()))
     console.print(f"{'retracted' if retract else 'reacted'} {reaction} on {target.hex()}")
 
 
@@ -176,30 +186,14 @@ def is_hex(value: str) -> bool:
     return all(c in "0123456789abcdefABCDEF" for c in value)
 
 
-@contextmanager
-def member_errors(client: ChatsyncClient, chat_id: bytes) -> Iterator[None]:
-    """A read of the chat refused as ``not_a_member`` said as what it means here: the node
-    knows no such chat, or you are not a member of it (so its messages are not yours to
-    edit, delete, react to or mark read)."""
-    try:
-        yield
-    except ChatsyncClientError as exc:
-        if exc.code != "not_a_member":
-            raise
-        if client.chat_proof(chat_id) is None:
-            raise fail(
-                f"this node knows no chat {chat_id.hex()} (a wrong id, or not synced here yet)"
-            ) from None
-        raise fail(
-            f"refused: you are not a member of chat {chat_id.hex()} on this node ({exc})"
-        ) from None
-
-
 def held_message(client: ChatsyncClient, chat_id: bytes, msg_id: bytes) -> MsgV1:
     """The message as the node holds it, or a one-line failure."""
     msg = client.message(chat_id, msg_id)
     if msg is None:
-        raise fail(f"this node holds no message {msg_id.hex()} in chat {chat_id.hex()}")
+        raise fail(
+            f"this node holds no message {msg_id.hex()} in chat {chat_id.hex()} "
+            "(deleted, or not synced here)"
+        )
     return msg
 
 
@@ -209,23 +203,19 @@ def about(
     chat_id: bytes,
     target: bytes,
     kind: MessageKind,
-    payload: bytes,
+    content: Content,
 ) -> MsgV1:
-    msg = MsgV1.create(key.signing_key, chat_id, client.now(), payload, kind=kind, ref=target)
-    post_shown(client, [msg])
+    msg = MsgV1.create(
+        key.signing_key, chat_id, content.hlc, content.payload, kind=kind, ref=target
+    )
+    post_shown(client, [*content.before, msg])
     return msg
 
 
-def content_payload(client: ChatsyncClient, key: UserKey, chat_id: bytes, text: bytes) -> bytes:
-    """The text as is in a group; sealed to the other party in a DM."""
-    proof = client.chat_proof(chat_id)
-    if not isinstance(proof, DmProof):
-        return text
-    other = proof.user_b if proof.user_a == key.user_id else proof.user_a
-    doc = client.identity_doc(other)
-    if doc is None:
-        raise fail(f"user {other.hex()} has no identity on this node: nothing to encrypt to")
-    return seal_dm(key, doc.box_key, text)
+def is_sealed(client: ChatsyncClient, chat_id: bytes, target: bytes) -> bool:
+    """Whether the message an edit replaces was sealed (a DM's always is)."""
+    msg = held_message(client, chat_id, target)
+    return is_group_sealed(msg.payload) or isinstance(client.chat_proof(chat_id), DmProof)
 
 
 def register(app: typer.Typer) -> None:

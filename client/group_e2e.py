@@ -140,6 +140,40 @@ def open_group(msg_key: bytes, chat_id: bytes, sender: bytes, hlc: Hlc, payload:
         ) from None
 
 
+# --- reactions ----------------------------------------------------------------------------------
+
+REACTION_NONCE_LEN = NONCE_LEN
+MAX_SEALED_REACTION = 24  # bytes of reaction text: nonce + text + tag fit a 64-byte reaction key
+_REACTION_KEY_CONTEXT = "chatsync 2026-11 group reaction key"
+
+
+def _reaction_key(target_key: bytes) -> bytes:
+    return blake3.blake3(target_key, derive_key_context=_REACTION_KEY_CONTEXT).digest()
+
+
+def seal_reaction(target_key: bytes, reaction: bytes) -> bytes:
+    """A reaction's key, sealed so that the node cannot read it but groups equal reactions:
+    deterministic (the nonce is a keyed hash of the reaction) under a key derived from the
+    target message's — whoever reads the message reads its reactions."""
+    if not 1 <= len(reaction) <= MAX_SEALED_REACTION:
+        raise ValueError(f"a sealed reaction is 1..{MAX_SEALED_REACTION} bytes of text")
+    key = _reaction_key(target_key)
+    nonce = blake3.blake3(reaction, key=key).digest()[:REACTION_NONCE_LEN]
+    return nonce + crypto_aead_xchacha20poly1305_ietf_encrypt(reaction, None, nonce, key)
+
+
+def open_reaction(target_key: bytes, sealed: bytes) -> bytes:
+    key = _reaction_key(target_key)
+    nonce, body = sealed[:REACTION_NONCE_LEN], sealed[REACTION_NONCE_LEN:]
+    try:
+        reaction = bytes(crypto_aead_xchacha20poly1305_ietf_decrypt(body, None, nonce, key))
+    except CryptoError:
+        raise E2eError("not a reaction sealed for this message") from None
+    if blake3.blake3(reaction, key=key).digest()[:REACTION_NONCE_LEN] != nonce:
+        raise E2eError("a sealed reaction whose nonce is not its own: two keys for one reaction")
+    return reaction
+
+
 # --- grants ------------------------------------------------------------------------------------
 
 
@@ -163,11 +197,12 @@ def seal_grants(
     if not 1 <= len(grants) <= MAX_RECIPIENTS:
         raise ValueError(f"a grants message names 1..{MAX_RECIPIENTS} recipients")
     rows = []
+    sender_box = sender.box_private  # derived from the ed25519 key on every read: once here
     for recipient in sorted(grants):
         given = sorted(grants[recipient], key=lambda g: (g.key_id, g.hlc is not None, g.hlc))
         if not 1 <= len(given) <= MAX_GRANTS:
             raise ValueError(f"1..{MAX_GRANTS} grants per recipient")
-        box = Box(sender.box_private, PublicKey(box_keys[recipient]))
+        box = Box(sender_box, PublicKey(box_keys[recipient]))
         boxed = bytes(box.encrypt(canonical_cbor([1, [g.row() for g in given]])))
         rows.append([recipient, box_keys[recipient], boxed])
     return canonical_cbor([GRANTS_VERSION, sender.box_key, rows])
@@ -236,12 +271,14 @@ def _decode_grant_rows(plain: bytes) -> list[Grant]:
 
 @dataclass
 class Keyring:
-    """The keys one reader got for one chat, per sender (a key opens only its sender's
-    messages: a member cannot pass their messages off as another's epoch)."""
+    """The keys one reader got for one chat. An epoch key opens only its own sender's messages
+    (only that sender grants it: a member cannot stand in for another's epoch). A message key
+    may come from any member — the one who adds someone hands over what the group shows new
+    members — so each message keeps every candidate: a wrong one fails to open, nothing else."""
 
     chat_id: bytes
     epochs: dict[tuple[bytes, bytes], bytes] = field(default_factory=dict)  # (sender, id) -> key
-    messages: dict[tuple[bytes, bytes, Hlc], bytes] = field(default_factory=dict)
+    messages: dict[tuple[bytes, Hlc], list[bytes]] = field(default_factory=dict)  # (id, hlc)
 
     def learn(self, sender: bytes, grants: Iterable[Grant]) -> None:
         for g in grants:
@@ -250,20 +287,33 @@ class Keyring:
                     continue  # a key that is not what it claims: worthless, and not kept
                 self.epochs[(sender, g.key_id)] = g.key
             else:
-                self.messages[(sender, g.key_id, g.hlc)] = g.key
+                candidates = self.messages.setdefault((g.key_id, g.hlc), [])
+                if g.key not in candidates:
+                    candidates.append(g.key)
 
-    def key_for(self, sender: bytes, hlc: Hlc, key_id: bytes) -> bytes | None:
+    def keys_for(self, sender: bytes, hlc: Hlc, key_id: bytes) -> list[bytes]:
+        """The keys that may open ``sender``'s message at ``hlc`` sealed under ``key_id``."""
         epoch = self.epochs.get((sender, key_id))
-        if epoch is not None:
-            return message_key(epoch, self.chat_id, sender, hlc)
-        return self.messages.get((sender, key_id, hlc))
+        derived = [] if epoch is None else [message_key(epoch, self.chat_id, sender, hlc)]
+        return derived + self.messages.get((key_id, hlc), [])
+
+    def open_with_key(self, sender: bytes, hlc: Hlc, payload: bytes) -> tuple[bytes, bytes]:
+        """(the text, the key that opened it); Undecryptable if no key reached this reader."""
+        env = decode_group(payload)
+        keys = self.keys_for(sender, hlc, env.key_id)
+        if not keys:
+            raise Undecryptable("no key for this message has reached this member")
+        error: E2eError | None = None
+        for key in keys:
+            try:
+                return open_group(key, self.chat_id, sender, hlc, payload), key
+            except E2eError as exc:
+                error = exc
+        assert error is not None
+        raise error
 
     def open(self, sender: bytes, hlc: Hlc, payload: bytes) -> bytes:
-        env = decode_group(payload)
-        key = self.key_for(sender, hlc, env.key_id)
-        if key is None:
-            raise Undecryptable("no key for this message has reached this member")
-        return open_group(key, self.chat_id, sender, hlc, payload)
+        return self.open_with_key(sender, hlc, payload)[0]
 
 
 # --- what a sender does ------------------------------------------------------------------------
@@ -300,6 +350,23 @@ def epoch_grants(epoch: Epoch) -> dict[bytes, list[Grant]]:
     """The epoch's key for each of its recipients (the sender among them)."""
     grant = Grant(epoch.key_id, None, epoch.key)
     return {member: [grant] for member in epoch.recipients}
+
+
+def seal_epoch(sender: UserKey, epoch: Epoch, box_keys: dict[bytes, bytes]) -> list[bytes]:
+    """The grants messages' payloads that hand ``epoch``'s key to each of its recipients."""
+    return seal_grants_split(sender, epoch_grants(epoch), box_keys)
+
+
+def seal_grants_split(
+    sender: UserKey, grants: dict[bytes, list[Grant]], box_keys: dict[bytes, bytes]
+) -> list[bytes]:
+    """``grants`` as grants messages' payloads, ``MAX_RECIPIENTS`` recipients to a message (a
+    large group's epoch takes several)."""
+    recipients = sorted(grants)
+    return [
+        seal_grants(sender, {r: grants[r] for r in recipients[at : at + MAX_RECIPIENTS]}, box_keys)
+        for at in range(0, len(recipients), MAX_RECIPIENTS)
+    ]
 
 
 @dataclass(frozen=True)
@@ -341,11 +408,12 @@ def open_own_grants(sender: UserKey, payload: bytes) -> dict[bytes, list[Grant]]
     except DecodeError as exc:
         raise E2eError(f"not a grants message: {exc}") from None
     out: dict[bytes, list[Grant]] = {}
+    sender_box = sender.box_private
     for row in v[2] if type(v[2]) is list else []:
         if type(row) is list and len(row) == 3 and type(row[0]) is bytes:
             _, sealed_to, boxed = row
             try:
-                box = Box(sender.box_private, PublicKey(_box_key_of(sealed_to)))
+                box = Box(sender_box, PublicKey(_box_key_of(sealed_to)))
                 out[row[0]] = _decode_grant_rows(bytes(box.decrypt(boxed)))
             except (CryptoError, TypeError):
                 raise E2eError("own grants do not decrypt: not sent by this key") from None

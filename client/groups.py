@@ -21,7 +21,9 @@ from rich.table import Table
 from client.commands import format_ms
 from client.display import dumps
 from client.e2e import UserKey
-from client.http import ChatsyncClient, ChatsyncClientError
+from client.group_keys import GroupKeys
+from client.http import ChatsyncClient, ChatsyncClientError, Member
+from client.sealing import identity_ops
 from client.shell import (
     DEFAULT_KEY_FILE,
     DEFAULT_NODE,
@@ -34,6 +36,7 @@ from client.shell import (
 )
 from store.authz import NONCE_LEN, AdminGrant, ChatProof, GroupProof, grant_admin, new_group
 from store.keys import CHAT_ID_LEN, USER_ID_LEN
+from store.messages import MAX_PAGE_LIMIT
 from store.ops import MembershipAction, Op
 from store.records import MsgV1, Role
 from store.signing import SIGNATURE_LEN
@@ -176,7 +179,10 @@ def create(
             )
         ]  # fmt: skip
         if name:  # after the add: its stamp is later, so the creator is a member by then
-            ops.append(MsgV1.create(key.signing_key, chat_id, client.now(), name.encode()))
+            me = [Member(key.user_id, Role.ADMIN, ops[0].hlc)]  # the node knows none yet
+            sealed, stamp = GroupKeys(client, key, chat_id).seal(name.encode(), client.now, me)
+            ops += [*identity_ops(client, key), *sealed.grants]
+            ops.append(MsgV1.create(key.signing_key, chat_id, stamp, sealed.payload))
         client.post_ops(ops)
     say(f"created group {chat_id.hex()}")
 
@@ -188,11 +194,19 @@ def add(
     admin: bool = typer.Option(
         False, "--admin", help="Add as admin (creator only); prints their admin grant."
     ),
+    history: int = typer.Option(
+        0,
+        "--history",
+        min=0,
+        max=MAX_PAGE_LIMIT,
+        help="Also let them read the newest N messages (you can read) from before their add.",
+    ),
     grant: str = GRANT_OPTION,
     key_file: str = KEY_OPTION,
     node: str = NODE_OPTION,
 ) -> None:
-    """Add USER to the group (the creator, or an admin with --grant)."""
+    """Add USER to the group (the creator, or an admin with --grant). They read what is sent
+    from their add on, the group's name, and (--history N) the newest N messages before it."""
     chat_id, user_id = chat_arg(chat), user_arg(user)
     key = load_key(key_file)
     role = Role.ADMIN if admin else Role.PARTICIPANT
@@ -208,8 +222,30 @@ def add(
             role=role, grant=parse_grant(grant, key),
         )  # fmt: skip
         say(f"added {user_id.hex()} as {role.name.lower()} to group {chat_id.hex()}")
+        share_past(client, key, chat_id, user_id, history)
         if admin:  # the node took it, so we are the creator: the grant is ours to sign
             show_grant(proof, key, user_id)
+
+
+def share_past(
+    client: ChatsyncClient, key: UserKey, chat_id: bytes, user_id: bytes, newest: int
+) -> None:
+    """Grant a member just added the keys of the group's name (its first message) and of the
+    ``newest`` messages before the add: what the group shows them of its past."""
+    keys = GroupKeys(client, key, chat_id)
+    if keys.box_key(user_id) is None:
+        say(
+            f"note: {user_id.hex()} has published no identity, so nothing sealed reaches them "
+            "until they do (`chatsync publish`)"
+        )
+        return
+    first = client.history(chat_id, limit=1, direction="forward").messages  # content only
+    past = client.history(chat_id, limit=newest).messages if newest else []
+    shown = [m for item in [*first, *past] for m in (item.msg, item.edit) if m is not None]
+    msgs = {m.msg_id: m for m in shown}  # the first may be among the newest
+    grants = keys.grant_past(user_id, list(msgs.values()), client.now)
+    if grants:
+        client.post_ops(list(grants))
 
 
 @group_app.command("remove")

@@ -5,6 +5,8 @@ said in one line."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import typer
 
@@ -82,3 +84,22 @@ def post_shown(client: ChatsyncClient, ops: list[Op]) -> None:
         f"held, not shown: {why}; the node keeps it and shows it once such an add arrives",
         code=HELD_EXIT,
     )
+
+
+@contextmanager
+def member_errors(client: ChatsyncClient, chat_id: bytes) -> Iterator[None]:
+    """A read of the chat refused as ``not_a_member`` said as what it means here: the node
+    knows no such chat, or you are not a member of it (so its messages are not yours to
+    edit, delete, react to or mark read)."""
+    try:
+        yield
+    except ChatsyncClientError as exc:
+        if exc.code != "not_a_member":
+            raise
+        if client.chat_proof(chat_id) is None:
+            raise fail(
+                f"this node knows no chat {chat_id.hex()} (a wrong id, or not synced here yet)"
+            ) from None
+        raise fail(
+            f"refused: you are not a member of chat {chat_id.hex()} on this node ({exc})"
+        ) from None

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import trio
 import typer
 
-from client.commands import format_ms, payload_renderer, who
+from client.commands import Reader, format_ms, who
 from client.display import SHORT_ID, dumps, msg_json, preview, short
 from client.e2e import UserKey
 from client.http import ChatsyncClient, Event, Message
@@ -30,7 +29,6 @@ from client.shell import (
     load_key,
 )
 from client.stream import watch_events
-from store.kinds import decode_reaction
 from store.records import MessageKind
 
 
@@ -53,9 +51,11 @@ def watch(
 
 
 async def _watch(client: ChatsyncClient, key: UserKey, since: str | None, as_json: bool) -> None:
-    render = payload_renderer(client, key)
+    render = Reader(client, key)
     state = lambda text: print(f"[{text}]", file=sys.stderr, flush=True)  # noqa: E731
     async for event in watch_events(client, key.user_id, since, on_state=state):
+        if event.msg is not None and event.msg.kind is MessageKind.KEYS:
+            continue  # a group's key grants: nothing for a person to read
         if as_json:
             item = await trio.to_thread.run_sync(event_json, event, render)
             print(dumps(item), flush=True)
@@ -65,7 +65,7 @@ async def _watch(client: ChatsyncClient, key: UserKey, since: str | None, as_jso
             print(f"{line}  {event.position}", flush=True)
 
 
-def event_json(event: Event, render: Callable[[Message], str]) -> dict[str, Any]:
+def event_json(event: Event, render: Reader) -> dict[str, Any]:
     """An event whole: its position (the token), its chat, and its message or member op."""
     item: dict[str, Any] = {
         "position": event.position, "type": event.type, "chat_id": event.chat_id.hex(),
@@ -80,8 +80,8 @@ def event_json(event: Event, render: Callable[[Message], str]) -> dict[str, Any]
         msg = event.msg
         text = render(Message(msg, 0)) if msg.kind in CONTENT_KINDS else None
         if msg.kind is MessageKind.REACTION:
-            reacts, reaction = decode_reaction(msg.payload)
-            item["reaction"] = {"key": reaction.decode(errors="replace"), "retract": not reacts}
+            reacts, reaction = render.reaction_of(msg)
+            item["reaction"] = {"key": reaction, "retract": not reacts}
         item["message"] = msg_json(msg, text)
     else:
         item["id"] = (event.msg_id or b"").hex()  # hidden
@@ -91,7 +91,7 @@ def event_json(event: Event, render: Callable[[Message], str]) -> dict[str, Any]
 CONTENT_KINDS = (MessageKind.NEW, MessageKind.EDIT, MessageKind.REPLY)
 
 
-def describe(event: Event, key: UserKey, render: Callable[[Message], str]) -> str | None:
+def describe(event: Event, key: UserKey, render: Reader) -> str | None:
     """One line for an event (None: nothing to show)."""
     chat = short(event.chat_id)
     if event.member_op is not None:
@@ -108,9 +108,9 @@ def describe(event: Event, key: UserKey, render: Callable[[Message], str]) -> st
     if msg.kind is MessageKind.DELETE:
         return f"{when}  {chat}  {sender} deleted {ref}"
     if msg.kind is MessageKind.REACTION:
-        reacts, reaction = decode_reaction(msg.payload)
+        reacts, reaction = render.reaction_of(msg)
         verb = "reacted" if reacts else "took back"
-        return f"{when}  {chat}  {sender} {verb} {reaction.decode(errors='replace')} on {ref}"
+        return f"{when}  {chat}  {sender} {verb} {reaction} on {ref}"
     if msg.kind is MessageKind.READ_RECEIPT:
         return f"{when}  {chat}  {sender} read up to {ref}"
     text = preview(render(Message(msg, 0)))

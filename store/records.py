@@ -461,11 +461,7 @@ def _decode_msg_trusted(data: bytes, max_payload: int) -> MsgV1 | None:
         and kind in _MESSAGE_KINDS
         and type(payload) is bytes
         and len(payload) <= max_payload
-        and (
-            ref is None
-            if kind in STANDALONE
-            else type(ref) is bytes and len(ref) == MSG_ID_LEN
-        )
+        and (ref is None if kind in STANDALONE else type(ref) is bytes and len(ref) == MSG_ID_LEN)
         and type(author_key) is bytes
         and len(author_key) == signing.PUBLIC_KEY_LEN
         and type(sig) is bytes

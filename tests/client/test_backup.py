@@ -203,3 +203,38 @@ def truncate(path: Path) -> None:
 
 def remove(path: Path) -> None:
     path.unlink()
+
+
+async def test_an_encrypted_group_exported_and_imported_reads_the_same(tmp_path: Path) -> None:
+    """The grants travel with the messages: after an import into a fresh node, the members
+    read the sealed name, posts and edit there as before."""
+    key, bob = str(tmp_path / "alice.key"), str(tmp_path / "bob.key")
+    write_key_file(Path(key), ALICE)
+    write_key_file(Path(bob), BOB)
+    out = tmp_path / "export"
+
+    def texts(url: str, chat: str) -> list[str]:
+        args = ("history", "--chat", chat, "--direction", "forward", "--json")
+        page = json.loads(ok(*args, "--key", bob, "--node", url))
+        return [m["text"] for m in page["messages"]]
+
+    async with running_node(tmp_path / "a") as (_, http):
+        url = url_of(http)
+
+        def converse() -> tuple[str, list[str]]:
+            ok("publish", "--key", bob, "--node", url)
+            said = ok("group", "create", "--name", "sealed team", "--key", key, "--node", url)
+            chat = said.split()[-1]
+            ok("group", "add", chat, BOB.user_id.hex(), "--key", key, "--node", url)
+            sent = ok("send", "first, sealed", "--chat", chat, "--key", key, "--node", url)
+            msg = sent.split()[2]
+            ok("edit", msg, "edited, sealed", "--chat", chat, "--key", key, "--node", url)
+            ok("export", "--key", bob, "--node", url, "--out", str(out))
+            return chat, texts(url, chat)
+
+        chat, before = await trio.to_thread.run_sync(converse)
+    assert before == ["sealed team", "edited, sealed"], before
+    async with running_node(tmp_path / "b") as (_, http):
+        url = url_of(http)
+        await trio.to_thread.run_sync(ok, "import", "--key", bob, "--node", url, "--from", str(out))
+        assert await trio.to_thread.run_sync(texts, url, chat) == before

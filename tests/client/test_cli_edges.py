@@ -63,6 +63,7 @@ async def test_ids_on_screen_and_whole_in_json_name_another_users_message(tmp_pa
             return (*args, "--key", keys[who], "--node", url)
 
         def session() -> None:
+            ok(*as_("bob", "publish"))  # his box key: the group's keys are sealed to it
             out = ok(*as_("alice", "group", "create", "--name", "ids"))
             [chat] = re.findall(r"created group ([0-9a-f]{64})", out)
             ok(*as_("alice", "group", "add", chat, BOB.user_id.hex()))
@@ -191,19 +192,28 @@ async def test_a_held_or_refused_post_exits_non_zero_with_one_line(tmp_path: Pat
             out = ok(*as_("alice", "send", "hello", "--chat", chat))
             [msg] = re.findall(r"sent message ([0-9a-f]{64})", out)
             unknown = "77" * 32
-            out = one_line(run_cli(*as_("alice", "send", "hi", "--chat", unknown)), 3)
+            # sealed by default: no members known, nothing to encrypt to, nothing sent
+            out = one_line(run_cli(*as_("alice", "send", "hi", "--chat", unknown)), 1)
+            assert f"this node knows no chat {unknown}" in out and "encrypt" in out
+            out = one_line(run_cli(*as_("carol", "send", "let me in", "--chat", chat)), 1)
+            assert f"refused: you are not a member of chat {chat} on this node" in out
+            out = one_line(run_cli(*as_("carol", "react", msg, "+1", "--chat", chat)), 1)
+            assert f"refused: you are not a member of chat {chat} on this node" in out
+            # --plain: posted as is, and held where the node knows no chat or no add of you
+            plain = ("--plain", "--chat")
+            out = one_line(run_cli(*as_("alice", "send", "hi", *plain, unknown)), 3)
             assert f"held, not shown: this node knows no chat {unknown}" in out
-            out = one_line(run_cli(*as_("carol", "send", "let me in", "--chat", chat)), 3)
+            out = one_line(run_cli(*as_("carol", "send", "let me in", *plain, chat)), 3)
             assert f"held, not shown: this node knows no add of you to chat {chat}" in out
-            out = one_line(run_cli(*as_("carol", "react", msg, "+1", "--chat", chat)), 3)
-            assert "held, not shown" in out
             assert "not allowed" in refused(*as_("carol", "group", "add", chat, bob))
             for command in (("delete", msg), ("read", msg), ("react", msg[:8], "+1")):
                 out = refused(*as_("carol", *command, "--chat", chat))
                 assert f"refused: you are not a member of chat {chat} on this node" in out
                 out = refused(*as_("alice", *command, "--chat", unknown))
                 assert f"this node knows no chat {unknown}" in out
-            assert "not_author" in refused(*as_("carol", "edit", msg, "mine", "--chat", chat))
+            assert "not_author" in refused(*as_("bob", "edit", msg, "mine", "--chat", chat))
+            out = refused(*as_("carol", "edit", msg, "mine", "--chat", chat))
+            assert f"refused: you are not a member of chat {chat} on this node" in out
             # re-adding: said, exit 0, nothing posted
             before = as_json(*as_("alice", "group", "members", chat))
             out = ok(*as_("alice", "group", "add", chat, bob))
@@ -212,7 +222,7 @@ async def test_a_held_or_refused_post_exits_non_zero_with_one_line(tmp_path: Pat
             # a removed member's post: refused
             ok(*as_("alice", "group", "remove", chat, bob))
             out = one_line(run_cli(*as_("bob", "send", "still here?", "--chat", chat)), 1)
-            assert "refused: not_a_member" in out
+            assert f"refused: you are not a member of chat {chat} on this node" in out
             texts = [
                 m["text"] for m in as_json(*as_("alice", "history", "--chat", chat))["messages"]
             ]

@@ -147,9 +147,13 @@ async def test_cli_keygen_send_dm_history_status(tmp_path: Path) -> None:
             assert r.exit_code == 1 and "not_a_member" in r.output and "hello" not in r.output
             r = run_cli("history", "--node", url, "--chat", chat, "--limit", "1", "--key", bob_key)
             assert "--cursor" in r.output
-            # a plain group message with --chat: held while Bob is no member of Alice's group
+            # a group message with --chat is sealed for its members: none known here, none sent
             group = GROUP.hex()
             r = run_cli("send", "--key", str(bob_file), "--node", url, "--chat", group, "hi all")
+            assert r.exit_code == 1 and "no members to encrypt to" in r.output, r.output
+            # --plain: the text as is, held while Bob is no member of Alice's group
+            plain = ("--chat", group, "--plain", "hi all")
+            r = run_cli("send", "--key", str(bob_file), "--node", url, *plain)
             assert r.exit_code == 3 and "held, not shown" in r.output, r.output
             r = run_cli("history", "--node", url, "--chat", group, "--key", bob_key)
             assert r.exit_code == 1 and "not_a_member" in r.output  # held: he is none
@@ -169,8 +173,9 @@ async def test_cli_keygen_send_dm_history_status(tmp_path: Path) -> None:
             r = run_cli("history", "--node", url, "--chat", "abc", "--key", bob_key)
             assert r.exit_code == 1 and "error" in r.output
             r = run_cli(
-                "send", "--key", str(alice_file), "--node", url, "--chat", group, "x" * 300_000
-            )
+                "send", "--key", str(alice_file), "--node", url, "--chat", group, "--plain",
+                "x" * 300_000,
+            )  # fmt: skip
             assert r.exit_code == 1 and "over the limit" in r.output and "Traceback" not in r.output
             r = run_cli("status", "--node", f"http://127.0.0.1:{free_port()}")
             assert r.exit_code == 1 and "unreachable" in r.output

@@ -89,6 +89,18 @@ def test_grants_open_for_their_recipients_only() -> None:
     assert set(own) == {alice.user_id, bob.user_id}
 
 
+def test_an_epoch_for_more_than_a_message_of_recipients_is_sealed_in_several() -> None:
+    alice, bob = USERS[:2]
+    others = {bytes([i % 256, i // 256]) * 10: bob.box_key for i in range(ge.MAX_RECIPIENTS)}
+    members = frozenset({alice.user_id, bob.user_id, *others})
+    payloads = ge.seal_epoch(alice, ge.new_epoch(members, Hlc(1)), {**others, **BOX_KEYS})
+    assert len(payloads) == 2  # MAX_RECIPIENTS + 2 recipients
+    opened = [ge.open_own_grants(alice, p) for p in payloads]
+    assert [len(o) for o in opened] == [ge.MAX_RECIPIENTS, 2]
+    assert set().union(*opened) == members
+    assert sum(len(ge.open_grants(bob, p, alice.box_key)) for p in payloads) == 1
+
+
 def test_hostile_grants_are_refused_with_a_reason() -> None:
     alice, bob = USERS[:2]
     epoch = ge.new_epoch(frozenset({bob.user_id}), Hlc(1))
