@@ -142,7 +142,7 @@ class SenderKeys:
         self.seed = seed
         self.notice_removals = notice_removals
         self.ops: dict[int, list[MemberOp]] = {}  # chat -> its member ops, as planned
-        self.senders: dict[tuple[int, int], Sender] = {}  # (user, chat)
+        self.senders: dict[int, dict[int, Sender]] = {}  # chat -> user -> their keys there
 
     # --- what senders see ---
 
@@ -178,7 +178,7 @@ class SenderKeys:
         plan = self.plan
         if plan.poisoned_by(node, t_ms):
             return plan.stamp(node, t_ms), group_message(NO_KEY, (), filler)
-        sender = self.senders.setdefault((author, chat), Sender())
+        sender = self.senders.setdefault(chat, {}).setdefault(author, Sender())
         known = self._known(sender, chat, node, t_ms)
         self._receive(node, t_ms, known)
         self._grant_missing(t_ms, node, author, chat, sender, known)
@@ -262,13 +262,15 @@ class SenderKeys:
 
     def _learn(self, chat: int, t_ms: int) -> None:
         """Senders of ``chat`` that see a new add now give what they owe it."""
-        for (author, c), sender in sorted(self.senders.items()):
-            if c == chat and sender.sent:
-                self._owe(author, chat, sender, t_ms, everything=False)
+        senders = self.senders.get(chat, {})
+        for author in sorted(senders):
+            if senders[author].sent:
+                self._owe(author, chat, senders[author], t_ms, everything=False)
 
     def finish(self, t_ms: int) -> None:
         """The end of the workload: every op has reached every sender."""
-        for (author, chat), sender in sorted(self.senders.items()):
+        for author, chat in sorted((a, c) for c, senders in self.senders.items() for a in senders):
+            sender = self.senders[chat][author]
             if sender.sent:
                 self._owe(author, chat, sender, t_ms, everything=True)
 
