@@ -9,6 +9,9 @@ op (kind, author, chat, origin node), runs each node's ``HlcClock`` on its own
 (the plan signs the messages others refer to once itself, to know their ids: an
 Ed25519 signature is deterministic). Same parameters and seed, same file, byte for byte.
 
+Group messages are sealed, and KEYS messages granted, by each sender as it saw the chat's
+members (``sim.sender_keys``).
+
 Deliberate corner cases (``tie_rate``): an identity put and a member add/remove
 pair whose twin carries the *same* HLC stamp from another device, so that the
 tie-breaks (blob bytes, remove-wins) are exercised and a broken tie-break shows.
