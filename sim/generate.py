@@ -724,6 +724,7 @@ def generate(p: GenParams, out: str | Path) -> GenResult:
             "duration_s": p.duration_s,
             "tie_rate": p.tie_rate,
             "poisoned": sorted(planner.poisoned),
+            **({"plant": p.plant} if p.plant else {}),  # a generator bug (sim/bugs.py)
         },
     )
     events = _merge_events(planner.faults, rows)

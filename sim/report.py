@@ -78,7 +78,8 @@ def summary(outcome: RunOutcome) -> str:
     lines = [
         f"{'OK' if r['ok'] else 'FAILED'}: {h.nodes} nodes, {r['oracle']['valid_ops']:,} valid ops"
         f" (+{r['oracle']['invalid_ops']:,} invalid), seed {h.seed}, {r['shards']} shards"
-        + (f", planted bug {r['plant']}" if r["plant"] else ""),
+        + (f", planted bug {r['plant']}" if r["plant"] else "")
+        + (f", planted bug {h.params['plant']} (in the trace)" if h.params.get("plant") else ""),
         "roots: "
         + ", ".join(
             f"{name} {d['distinct_roots']} distinct, {'=' if d['equals_oracle'] else '!='} oracle ({d['oracle_count']:,} records)"
