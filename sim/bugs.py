@@ -11,6 +11,10 @@ and who may delete — and reads the other switches itself: the member-row merge
 and retention checks, the verdicts frozen on arrival, how ``view()`` picks an edit).
 ``chatsync sim bugs``, ``tests/sim/test_engine.py`` and ``tests/sim/test_spark_run.py`` show that each one is caught.
 
+Generator bugs (``GENERATOR_BUGS``) are the generator's clients' (``sim/sender_keys.py``):
+the trace carries them (``GenParams.plant``, ``chatsync sim generate --plant``), the nodes
+run the real rules, and the oracle's group-key counters catch them.
+
 Peering bugs (``PeeringBug``) swap the ``sync.peering.PeerBook`` the overlay
 (``sim/overlay.py``) gives each node; ``chatsync sim scale --plant`` and
 ``tests/sim/test_overlay.py`` show that they are caught.
@@ -30,7 +34,7 @@ from store.keys import NUM_BUCKETS, RECORD_ID_LEN
 from store.kinds import IsAdmin
 from store.merge import identity_wins, merge_member_states
 from store.plan import AdminState, RuleSet, admin_rule
-from store.records import MemberInfo, MsgV1
+from store.records import MemberInfo, MessageKind, MsgV1
 from sync.merkle import DEPTH, FANOUT_BITS, MerkleTree, check_hash
 from sync.peering import KnownPeer, PeerBook
 
@@ -46,6 +50,13 @@ class Bug(StrEnum):
     AUTHZ_NO_REMOVALS = "authz-no-removals"  # removals ignored: every admissible message shown
     ANYONE_MAY_DELETE = "anyone-may-delete"  # delete validity ignores author and admin
     EDIT_ARRIVAL_ORDER = "edit-arrival-order"  # the edit that arrived last wins, not (hlc, id)
+    KEYS_FROM_NON_MEMBER = "keys-from-non-member"  # a KEYS message is stored and shown from anyone
+    # the generator's group senders keep their epoch after a removal (sim/sender_keys.py)
+    NO_ROTATE_ON_REMOVE = "no-rotate-on-remove"
+
+
+# Bugs of the generator's clients, not of the nodes: the trace carries them (``GenParams.plant``)
+GENERATOR_BUGS = frozenset({Bug.NO_ROTATE_ON_REMOVE})
 
 
 class PeeringBug(StrEnum):
@@ -127,6 +138,16 @@ def _visible_ignoring_removals(msg: MsgV1, access: Access) -> bool:
     return admissible(msg, access)
 
 
+def _keys_admitted_from_anyone(msg: MsgV1, access: Access) -> bool:
+    """BUG: a KEYS message needs no member op: stored whoever sent it."""
+    return msg.kind is MessageKind.KEYS or admissible(msg, access)
+
+
+def _keys_shown_from_anyone(msg: MsgV1, access: Access) -> bool:
+    """BUG: ... and shown whoever sent it."""
+    return msg.kind is MessageKind.KEYS or visible(msg, access)
+
+
 class OffByOneTree(SimTree):
     """BUG: ``MerkleTree._toggle`` with the leaf index one too high."""
 
@@ -164,8 +185,9 @@ def book_for(bug: str | None) -> type[PeerBook]:
 
 
 def rules_for(bug: Bug | str | None) -> Rules:
-    """The real rules, or the real rules with one planted bug (a peering bug changes none)."""
-    if bug is None or bug in PEERING_BUGS:
+    """The real rules, or the real rules with one planted bug (a peering bug and a generator
+    bug change none)."""
+    if bug is None or bug in PEERING_BUGS or bug in GENERATOR_BUGS:
         return Rules()
     bug = Bug(bug)
     if bug is Bug.LWW_ARRIVAL:
@@ -184,4 +206,6 @@ def rules_for(bug: Bug | str | None) -> Rules:
         return Rules(anyone_may_delete=True)
     if bug is Bug.EDIT_ARRIVAL_ORDER:
         return Rules(edit_by_arrival=True)
+    if bug is Bug.KEYS_FROM_NON_MEMBER:
+        return Rules(admissible=_keys_admitted_from_anyone, visible=_keys_shown_from_anyone)
     return Rules(message_tree=OffByOneTree)

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sim.bugs import Bug, PeeringBug
+from sim.bugs import GENERATOR_BUGS, Bug, PeeringBug
 from sim.generate import FAULTS, GenParams, generate, parse_faults
 from sim.schedule import DISCOVERY, UNIFORM
 
@@ -62,8 +62,14 @@ def generate_cmd(
         float, typer.Option(min=0, max=1, help="Share of same-stamp twins.")
     ] = 0.05,
     seed: Annotated[int, typer.Option(min=0, help="Seed: same seed, same trace.")] = 1,
+    plant: Annotated[
+        Bug | None,
+        typer.Option(hidden=True, help="Test only: a planted bug of the generator's clients."),
+    ] = None,
 ) -> None:
     """Write a trace of real signed ops and a fault schedule."""
+    if plant is not None and plant not in GENERATOR_BUGS:
+        raise typer.BadParameter(f"{plant.value} is planted in the nodes: sim run --plant")
     try:
         kinds = parse_faults(faults)
     except ValueError as exc:
@@ -79,6 +85,7 @@ def generate_cmd(
         retention_s=retention_s,
         anti_entropy_ms=int(anti_entropy_s * 1000),
         tie_rate=tie_rate,
+        plant=plant.value if plant else None,
     )
     t0 = time.perf_counter()
     result = generate(params, out)

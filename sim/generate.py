@@ -9,6 +9,9 @@ op (kind, author, chat, origin node), runs each node's ``HlcClock`` on its own
 (the plan signs the messages others refer to once itself, to know their ids: an
 Ed25519 signature is deterministic). Same parameters and seed, same file, byte for byte.
 
+Group messages are sealed, and KEYS messages granted, by each sender as it saw the chat's
+members (``sim.sender_keys``).
+
 Deliberate corner cases (``tie_rate``): an identity put and a member add/remove
 pair whose twin carries the *same* HLC stamp from another device, so that the
 tie-breaks (blob bytes, remove-wins) are exercised and a broken tie-break shows.
@@ -31,8 +34,10 @@ from typing import Any
 from nacl.signing import SigningKey
 
 from sim import kind_plays, scenarios
+from sim.bugs import Bug
 from sim.opspec import OpSpec
 from sim.rand import derive
+from sim.sender_keys import SEALED, SenderKeys
 from store import trace as tr
 from store.authz import NONCE_LEN, GroupProof, grant_admin, new_group
 from store.hlc import DEFAULT_MAX_OFFSET_MS, VIRTUAL_EPOCH_MS, Hlc, HlcClock
@@ -86,6 +91,7 @@ class GenParams:
     payload_max: int = 160
     quiesce_rounds: int | None = None  # default: log2(nodes) + 6
     workers: int | None = None
+    plant: str | None = None  # test only: a planted bug of the generator's (sim/bugs.py)
 
     def command(self, out: Path) -> str:
         parts = [
@@ -102,6 +108,8 @@ class GenParams:
             parts.append(f"--retention-s {self.retention_s:g}")
         if self.tie_rate != 0.05:
             parts.append(f"--tie-rate {self.tie_rate:g}")
+        if self.plant:
+            parts.append(f"--plant {self.plant}")
         parts.append(f"-o {shlex.quote(str(out))}")
         return " ".join(parts)
 
@@ -156,6 +164,9 @@ class _Planner:
         self.last_post: dict[tuple[int, int], OpSpec] = {}  # (node, chat) -> newest post there
         self._ids: dict[int, bytes] = {}  # spec index -> message id, for referenced messages
         self.clocks: list[HlcClock] = []
+        self.keys = SenderKeys(
+            self, p.seed, notice_removals=p.plant != Bug.NO_ROTATE_ON_REMOVE.value
+        )
 
     def _initial_members(self) -> list[list[int]]:
         members = []
@@ -345,6 +356,7 @@ class _Planner:
             else:
                 self._random_op(kind, t)
         self._run_steps(until=self.heal - 1)
+        self.keys.finish(self.heal - 1)
         return self.specs
 
     def _random_op(self, kind: str, t: int) -> None:
@@ -450,13 +462,24 @@ class _Planner:
     ) -> OpSpec:
         """A message of any kind; ``target``: the message its ``ref`` names."""
         ref = None if target is None else self.msg_id(target)
-        spec = OpSpec(0, t_ms, node, tr.MSG, author, chat, hlc=self.stamp(node, t_ms))
+        if payload is None and kind in SEALED:  # sealed under its sender's key (sim.sender_keys)
+            hlc, payload = self.keys.seal(t_ms, node, author, chat, self._filler(author, t_ms))
+        else:
+            hlc = self.stamp(node, t_ms)
+        spec = OpSpec(0, t_ms, node, tr.MSG, author, chat, hlc=hlc)
         spec.msg_kind, spec.ref, spec.payload = int(kind), ref, payload
         self.add(spec)
         if kind in CONTENT:
             self.posts[chat].append(spec)
             self.last_post[(node, chat)] = spec
         return spec
+
+    def _filler(self, author: int, t_ms: int) -> bytes:
+        """What stands in for a group message's ciphertext."""
+        lo, hi = self.p.payload_min, self.p.payload_max
+        draw = derive(self.p.seed, "payload", author, t_ms, len(self.specs))
+        size = lo + int.from_bytes(draw[:4], "big") % (hi - lo + 1)
+        return (draw * (size // 32 + 1))[:size]
 
     def msg_id(self, spec: OpSpec) -> bytes:
         """The id a planned message will have (signing is deterministic): signed here once,
@@ -496,6 +519,7 @@ class _Planner:
         spec = OpSpec(0, t, node, kind, actor, chat, target, role, hlc, creator=creator)
         spec.granted = granted
         self.add(spec)
+        self.keys.member_op(t, node, chat, target, hlc, kind == tr.MEMBER_ADD)
         if kind == tr.MEMBER_ADD:
             self.roster[chat].add(target)
             if role == int(Role.ADMIN):
@@ -542,6 +566,14 @@ class _Planner:
         ahead = [n for n in steady if self.offset(n, t_ms) >= floor]
         pool = ahead or steady
         return self.rng.choice(pool) if pool else None
+
+    def cut_at(self, t_ms: int) -> tuple[frozenset[int], int] | None:
+        """The side of the partition on at ``t_ms`` and when the next heal ends it."""
+        group = self._partitioned(t_ms)
+        if group is None:
+            return None
+        heals = (f.t_ms for f in self.faults if f.kind == tr.HEAL and f.t_ms > t_ms)
+        return frozenset(group), min(heals, default=self.heal)
 
     def _partition_starts(self) -> list[int]:
         return sorted(f.t_ms for f in self.faults if f.kind in (tr.PARTITION, tr.PARTITION_ONEWAY))
@@ -692,6 +724,7 @@ def generate(p: GenParams, out: str | Path) -> GenResult:
             "duration_s": p.duration_s,
             "tie_rate": p.tie_rate,
             "poisoned": sorted(planner.poisoned),
+            **({"plant": p.plant} if p.plant else {}),  # a generator bug (sim/bugs.py)
         },
     )
     events = _merge_events(planner.faults, rows)

@@ -1,7 +1,7 @@
 """Checker strength: how many seeds until the check catches each planted bug.
 
 For each bug, seeds 1, 2, ... each generate a small trace with every fault kind
-and replay it with the bug planted; the first failing check stops the search.
+(with the bug, if it is one of the generator's) and replay it with the bug planted; the first failing check stops the search.
 ``chatsync sim bugs`` prints the table; ``tests/sim/test_spark_run.py``
 asserts every bug is caught within the budget.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from sim.bugs import Bug
+from sim.bugs import GENERATOR_BUGS, Bug
 from sim.generate import GenParams, generate
 from sim.runner import run_simulation
 
@@ -73,7 +73,9 @@ def hunt(
         for seed in range(1, max_seeds + 1):
             if on_seed is not None:
                 on_seed(bug, seed)
-            trace = small_trace(seed, Path(tmp) / f"seed-{seed}.parquet")
+            # a bug of the generator's clients is in the trace; the nodes' bugs in the replay
+            made = {"plant": bug.value} if bug in GENERATOR_BUGS else {}
+            trace = small_trace(seed, Path(tmp) / f"seed-{seed}.parquet", **made)
             outcome = run_simulation(spark, trace, shards=shards, plant=bug.value)
             if not outcome.ok:
                 return Hunt(bug.value, seed, seed, why_failed(outcome.result))

@@ -31,7 +31,10 @@ state them, not by calling them:
   sender and the REACTIONs with that ref. The MESSAGES domain is the admissible
   messages newer than the cutoff minus the erased ones (deletes apart); the expected
   **view** of each chat is folded from those (current payload, edited, reply state,
-  reactions, tombstones, read positions).
+  reactions, tombstones, read positions);
+* **group keys** (``sim.key_oracle``): per group message, who should read it (members at
+  its stamp) and who can (holders of a grant covering it): ``undecryptable_for_member`` and
+  ``readable_by_removed``, which the check wants 0.
 
 Record ids come from ``store.records``' id functions (they define what an id is);
 the oracle's roots are ``MerkleTree.from_ids`` over its ids.
@@ -47,6 +50,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, BooleanType, IntegerType, StructField, StructType
 
+from sim import key_oracle
+from sim.key_oracle import KeyCounts
 from sim.shards import (
     Expected,
     ViewItem,
@@ -79,6 +84,7 @@ class Oracle:
     valid_ops: int = 0
     invalid_ops: int = 0
     inadmissible: int = 0  # valid messages after the cutoff that no op admits
+    keys: KeyCounts = field(default_factory=KeyCounts)  # who can read which group message
 
     def ids(self, domain: Domain) -> list[bytes]:
         if domain is Domain.MESSAGES:
@@ -272,6 +278,7 @@ def compute_oracle(spark: SparkSession, trace_uri: str, header: tr.TraceHeader) 
     oracle.views = [
         (chat, d, chat_keys.get(chat, tr.chat_shard_key(chat))) for chat, d in digests.items()
     ]
+    oracle.keys = _count_keys(member_ops, msgs)
 
     key = ["chat", "user"]
     adds = (
@@ -323,6 +330,26 @@ def compute_oracle(spark: SparkSession, trace_uri: str, header: tr.TraceHeader) 
     )
     oracle.identities = [(r["user"], r["id"], r["shard_key"]) for r in identities.collect()]
     return oracle
+
+
+def _count_keys(member_ops: DataFrame, msgs: DataFrame) -> KeyCounts:
+    """Group keys (``sim.key_oracle``): per chat, from its valid member ops and its valid
+    group and KEYS messages, whatever their age."""
+    ops = member_ops.select(
+        "chat", "user", "hlc", (F.col("kind") == tr.MEMBER_ADD).alias("is_add")
+    ).distinct()
+    sealed = (
+        msgs.where(F.col("msg.mkind").isin(*key_oracle.KINDS))
+        .select("chat", "user", "hlc", "msg.mkind", "msg.payload")
+        .distinct()
+    )
+    rows = ops.rdd.map(lambda r: (r[0], (True, r[1], r[2], int(r[3]), None))).union(
+        sealed.rdd.map(lambda r: (r[0], (False, r[1], r[2], r[3], r[4])))
+    )
+    total = KeyCounts()
+    for counts in rows.groupByKey().map(lambda kv: key_oracle.count_keys(kv[1])).collect():
+        total.add(counts)
+    return total
 
 
 # --- message kinds, per chat (MESSAGES.md; this module's own fold) ---------------------------
@@ -527,4 +554,9 @@ def oracle_summary(oracle: Oracle) -> dict[str, Any]:
         "edited_messages": oracle.edited,
         "tombstones": oracle.tombstones,
         "views_digest": views_digest({chat: d for chat, d, _ in oracle.views}),
+        "group_messages": oracle.keys.group_messages,
+        "keys_messages": oracle.keys.keys_messages,
+        "undecryptable_for_member": oracle.keys.undecryptable_for_member,
+        "readable_by_removed": oracle.keys.readable_by_removed,
+        "undecryptable_grant_hidden": oracle.keys.grant_hidden,
     }

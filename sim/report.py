@@ -78,7 +78,8 @@ def summary(outcome: RunOutcome) -> str:
     lines = [
         f"{'OK' if r['ok'] else 'FAILED'}: {h.nodes} nodes, {r['oracle']['valid_ops']:,} valid ops"
         f" (+{r['oracle']['invalid_ops']:,} invalid), seed {h.seed}, {r['shards']} shards"
-        + (f", planted bug {r['plant']}" if r["plant"] else ""),
+        + (f", planted bug {r['plant']}" if r["plant"] else "")
+        + (f", planted bug {h.params['plant']} (in the trace)" if h.params.get("plant") else ""),
         "roots: "
         + ", ".join(
             f"{name} {d['distinct_roots']} distinct, {'=' if d['equals_oracle'] else '!='} oracle ({d['oracle_count']:,} records)"
@@ -100,6 +101,11 @@ def summary(outcome: RunOutcome) -> str:
         f"{o['tombstones']:,} tombstones, {o['edited_messages']:,} messages shown edited; "
         f"{stats.get('erased_waiting_at_end', 0):,} (node, message) pairs erased by a held "
         "delete but still in a waiting room",
+        f"group keys: {o.get('group_messages', 0):,} group messages from members, "
+        f"{o.get('keys_messages', 0):,} KEYS messages shown; undecryptable_for_member "
+        f"{o.get('undecryptable_for_member', 0):,}, readable_by_removed "
+        f"{o.get('readable_by_removed', 0):,}; {o.get('undecryptable_grant_hidden', 0):,} "
+        "(message, member) pairs whose only grant its sender sent when no member (findings)",
         f"gossip: {stats['gossip_sent']:,} sent, {stats['gossip_dropped']:,} dropped, "
         f"{stats['gossip_duplicated']:,} duplicated, {stats['gossip_rejected_drift']:,} refused (drift), "
         f"{stats['gossip_rejected_old']:,} refused (retention)",

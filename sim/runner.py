@@ -6,7 +6,9 @@
 3. The driver combines the shards: per node, roots by XOR and sum, counters by
    sum; converged means one root per domain among the honest live nodes, equal
    to the oracle's; the run passes if also nothing is lost, extra, stale,
-   resurrected, wrongly active, shown unauthorized or hidden though authorized.
+   resurrected, wrongly active, shown unauthorized or hidden though authorized, and no
+   member of a group is left without the key of a message sent to them nor a removed one
+   given the key of a message whose sender knew of the removal (the oracle's group keys).
 
 ``result`` holds only what the trace, the shard count and the planted bug decide
 (it is identical on any master and any number of executors); wall-clock figures
@@ -254,7 +256,14 @@ def combine(
     ][:20]
     rounds = _combine_rounds(results)
     quiet = _first_quiet_round(rounds, header.heal_ms)
-    ok = converged and not any(totals.values()) and clock_jumps == 0
+    keys = oracle.keys  # group keys: the oracle's count, from the trace (sim.key_oracle)
+    group_keys = {
+        "undecryptable_for_member": keys.undecryptable_for_member,
+        "readable_by_removed": keys.readable_by_removed,
+    }
+    ok = (
+        converged and not any(totals.values()) and clock_jumps == 0 and not any(group_keys.values())
+    )
     return {
         "ok": ok,
         "converged": converged,
@@ -270,7 +279,7 @@ def combine(
             "down_at_end": [i for i in range(n) if not nodes[i]["alive"]],
         },
         "domains": domains,
-        "check": {**totals, "honest_clocks_pushed_ahead": clock_jumps},
+        "check": {**totals, "honest_clocks_pushed_ahead": clock_jumps, **group_keys},
         "failing_nodes": failing,
         "oracle": oracle_summary(oracle),
         "stats": stats,

@@ -15,6 +15,7 @@ import pytest
 
 from sim.engine import view_digest_of
 from sim.hunt import SMALL, small_trace
+from sim.key_oracle import KeyCounts, Row, count_keys
 from sim.shards import Expected, shard_of
 from store import trace as tr
 from store.errors import DecodeError
@@ -23,7 +24,7 @@ from store.ops import decode_op
 from store.records import MsgV1, compute_identity_record_id, member_record_id
 from sync.replica import MemoryReplica
 
-__all__ = ["SMALL", "SPARK_WARNINGS", "brute_force_expected", "small_trace"]
+__all__ = ["SMALL", "SPARK_WARNINGS", "brute_force_expected", "brute_force_keys", "small_trace"]
 
 # PySpark's warnings on every Arrow UDF, silenced in the Spark tests
 SPARK_WARNINGS = [
@@ -95,3 +96,30 @@ def brute_force_expected(path: Path, shard: int = 0, shards: int = 1) -> Expecte
         if mine(tr.chat_shard_key(chat))
     }
     return exp
+
+
+def brute_force_keys(path: Path) -> KeyCounts:
+    """The group-key counters without Spark: every valid op of the trace, decoded here, each
+    chat's rows handed to ``sim.key_oracle.count_keys``."""
+    trace = tr.read_trace(path)
+    h = trace.header
+    chats: dict[bytes, list[Row]] = {}
+    seen: set[bytes] = set()
+    for row in trace.table.select(["t_ms", "kind", "op"]).to_pylist():
+        kind, data = row["kind"], row["op"]
+        if kind not in tr.OP_CODES or data in seen:
+            continue
+        seen.add(data)
+        op = decode_op(tr.OP_CODES[kind], data)
+        if op.hlc.physical_ms - row["t_ms"] > h.max_offset_ms:
+            continue
+        if isinstance(op, MsgV1):
+            chat_rows = chats.setdefault(op.chat_id, [])
+            chat_rows.append((False, op.sender, op.hlc.pack(), int(op.kind), op.payload))
+        elif kind in tr.MEMBER_KINDS:
+            is_add = int(kind == tr.MEMBER_ADD)
+            chats.setdefault(op.chat_id, []).append((True, op.user_id, op.hlc.pack(), is_add, None))
+    total = KeyCounts()
+    for rows in chats.values():
+        total.add(count_keys(rows))
+    return total

@@ -24,7 +24,7 @@ from sim.runner import RunOutcome, run_simulation
 from store.ops import MembershipAction, MembershipOp
 from store.trace import read_header
 
-from sim_support import SPARK_WARNINGS, brute_force_expected, small_trace
+from sim_support import SPARK_WARNINGS, brute_force_expected, brute_force_keys, small_trace
 
 pytestmark = [pytest.mark.slow, *SPARK_WARNINGS]
 CHATSYNC = str(Path(sys.executable).parent / "chatsync")
@@ -53,6 +53,9 @@ def test_a_small_faulty_trace_converges_and_is_reported(
     assert max(row[1] for row in rows if row[0] < heal) > 0  # the faults made replicas diverge
     assert r["quiet_at_ms"] is not None and r["quiet_at_ms"] >= heal
     assert r["stats"]["sync_records_applied"] > 0 and r["stats"]["gossip_dropped"] > 0
+    # group keys: sealed messages and KEYS in the trace, both counters in the check and 0
+    assert r["oracle"]["group_messages"] > 0 and r["oracle"]["keys_messages"] > 0
+    assert r["check"]["undecryptable_for_member"] == r["check"]["readable_by_removed"] == 0
     assert outcome.timing["node_ops_per_s"] > 0
 
     paths = write_report(outcome, tmp_path / "report")
@@ -68,7 +71,8 @@ def test_the_oracle_agrees_with_a_brute_force_fold(
 ) -> None:
     path = small_trace(seed, tmp_path / "t.parquet")
     want = brute_force_expected(path)
-    got = compute_oracle(spark, str(path), read_header(path)).for_shard(0, 1)
+    oracle = compute_oracle(spark, str(path), read_header(path))
+    got = oracle.for_shard(0, 1)
     assert got.messages == want.messages and got.messages
     assert got.visible == want.visible and got.visible < got.messages  # some hidden
     assert got.member_ops == want.member_ops and got.member_ops
@@ -78,6 +82,9 @@ def test_the_oracle_agrees_with_a_brute_force_fold(
     assert got.deletes == want.deletes and got.deletes
     assert got.erased == want.erased and got.erased
     assert got.views == want.views and len(set(got.views.values())) == len(got.views)
+    # group keys: the Spark job's count, the same fold over the trace decoded in Python
+    keys = oracle.keys
+    assert keys == brute_force_keys(path) and keys.group_messages and keys.keys_messages
 
 
 def test_one_and_two_executors_give_the_same_result(
