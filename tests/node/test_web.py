@@ -206,8 +206,14 @@ async def test_every_metric_the_grafana_dashboard_queries_exists_on_a_node(tmp_p
             return name in (await b_http.get("/metrics")).text
 
         await _wait_for(lambda: exported("chatsync_peer_agreed_seconds{"))
-        await a_http.post("/ops", json=ops_body(identity(2, now_ms())))
-        await _wait_for(lambda: exported("chatsync_op_latency_ms"))
+
+        async def gossiped() -> bool:
+            # a new op each try: the first may go out before b joined a's gossip mesh
+            await a_http.post("/ops", json=ops_body(identity(2, now_ms())))
+            await trio.sleep(0.5)
+            return await exported("chatsync_op_latency_ms")
+
+        await _wait_for(gossiped, timeout_s=60)
         # a took the post through its API, b got it by gossip: together they export everything
         metrics = (await a_http.get("/metrics")).text + (await b_http.get("/metrics")).text
     exported_names = {
