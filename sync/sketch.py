@@ -2,10 +2,12 @@
 
 Theory of operation
 -------------------
-Each id of a region (the buckets a Merkle descent found different) becomes a **short id**:
-``width`` bytes of a keyed hash whose key comes from the pass's salt, so nobody can choose ids
-that collide before the salt is drawn, and a collision that happens by chance is not repeated
-in the next pass (SYNC.md, "Security"). A sketch of ``m`` cells (``m`` a multiple of 3) puts
+Each id of a region (the buckets a Merkle descent found different) becomes a **short id** of
+``width`` bytes: its two-byte bucket, then ``width - 2`` bytes of a keyed hash whose key comes
+from the pass's salt, so nobody can choose ids that collide before the salt is drawn, and a
+collision that happens by chance is not repeated in the next pass (SYNC.md, "Security"). The
+bucket tells the decoder where a short id it lacks lives: it asks only in buckets it
+reconciles (``sync.claims``), and ignores a decoded id outside the region. A sketch of ``m`` cells (``m`` a multiple of 3) puts
 every short id into one cell of each third of the table. A cell holds three sums, each
 invertible: ``count`` (mod 256), ``keys`` (XOR of the short ids) and ``check`` (XOR of a
 32-bit keyed hash of each short id).
@@ -20,8 +22,8 @@ peeling succeeds with high probability (the threshold for three hashes is ``1.22
 
 Short ids are computed in bulk with numpy (a region can hold a million ids); peeling walks
 only the ``m`` cells in Python. The key hash is NH (Black et al., UMAC): an almost-universal
-hash over the id's 32-bit words, then a 64-bit bijective mixer; two distinct ids collide for
-a random key with probability about ``2^-8w`` for random ids.
+hash over the id's 32-bit words, then a 64-bit bijective mixer; two distinct ids of one bucket
+collide for a random key with probability about ``2^-8(w-2)``.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ from store.keys import RECORD_ID_LEN
 
 HASHES = 3  # cells per id, one in each third of the table
 CHECK_LEN = 4  # bytes of a cell's check sum
-DEFAULT_SHORT_ID_LEN = 6  # bytes of a short id on the wire
-MAX_SHORT_ID_LEN = 8
+DEFAULT_SHORT_ID_LEN = 6  # bytes of a short id on the wire: the bucket, 4 bytes of keyed hash
+MIN_SHORT_ID_LEN, MAX_SHORT_ID_LEN = 3, 8
+BUCKET_BITS = 16
 MIN_CELLS = 12
 _M64 = (1 << 64) - 1
 _M32 = (1 << 32) - 1
@@ -70,8 +73,10 @@ class SketchKey:
 
     @classmethod
     def derive(cls, salt: bytes, domain: int, width: int = DEFAULT_SHORT_ID_LEN) -> SketchKey:
-        if not 1 <= width <= MAX_SHORT_ID_LEN:
-            raise ValueError(f"short id width {width} outside 1..{MAX_SHORT_ID_LEN}")
+        if not MIN_SHORT_ID_LEN <= width <= MAX_SHORT_ID_LEN:
+            raise ValueError(
+                f"short id width {width} outside {MIN_SHORT_ID_LEN}..{MAX_SHORT_ID_LEN}"
+            )
         raw = blake3.blake3(b"chatsync-sketch" + salt + bytes([domain])).digest(48)
         words = [int.from_bytes(raw[i : i + 4], "little") for i in range(0, 32, 4)]
         return cls(
@@ -99,9 +104,11 @@ def _mix_np(x: U64) -> U64:
 
 
 def short_ids(key: SketchKey, ids: bytes) -> U64:
-    """The short ids of concatenated 32-byte ids, in their order."""
+    """The short ids of concatenated 32-byte ids, in their order: bucket, then keyed hash."""
     if len(ids) % RECORD_ID_LEN:
         raise ValueError("ids must be concatenated 32-byte ids")
+    raw = np.frombuffer(ids, dtype=np.uint8).reshape(-1, RECORD_ID_LEN)
+    buckets = (raw[:, 0].astype(np.uint64) << np.uint64(8)) | raw[:, 1].astype(np.uint64)
     words = np.frombuffer(ids, dtype="<u4").reshape(-1, 8).astype(np.uint64)
     total = np.zeros(len(words), dtype=np.uint64)
     mask = np.uint64(_M32)
@@ -111,7 +118,13 @@ def short_ids(key: SketchKey, ids: bytes) -> U64:
             b = (words[:, i + 1] + np.uint64(key.nh[i + 1])) & mask
             total += a * b
         mixed = _mix_np(total ^ np.uint64(key.out))
-    return mixed >> np.uint64(64 - 8 * key.width)
+    hashed = 8 * key.width - BUCKET_BITS
+    return (buckets << np.uint64(hashed)) | (mixed >> np.uint64(64 - hashed))
+
+
+def bucket_of_short(short: int, width: int) -> int:
+    """The bucket a short id names (its first two bytes)."""
+    return short >> (8 * width - BUCKET_BITS)
 
 
 def short_id(key: SketchKey, record_id: bytes) -> int:
