@@ -33,6 +33,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -47,7 +48,7 @@ from bench.console import (
 )
 from bench.machine import loadavg, machine_info
 from store.hlc import VIRTUAL_EPOCH_MS, Hlc
-from store.keys import RECORD_ID_LEN
+from store.keys import NUM_BUCKETS, RECORD_ID_LEN
 from store.records import MsgV1, blake3_id
 from store.signing import key_from_seed
 from sync.frames import Domain
@@ -101,6 +102,9 @@ class Base:
     tree: MerkleTree
     index: list[list[bytes]]  # bucket -> sorted ids
     build_s: dict[str, float]
+    by_bucket: Any = None  # (n, 32) uint8: the ids in bucket order, for range reads
+    positions: Any = None  # each of those ids' place in ``ids`` (a case holds a prefix)
+    starts: Any = None  # bucket -> its first row in ``by_bucket`` (65,537 entries)
 
 
 def make_base_ids(n: int, seed: int) -> list[bytes]:
@@ -121,9 +125,13 @@ def build_base(n: int, seed: int, step: Callable[[str], None] = lambda s: None) 
     step("bucket index")
     start = perf_counter()
     index = build_index(ids)
+    rows = np.frombuffer(b"".join(ids), dtype=np.uint8).reshape(-1, RECORD_ID_LEN)
+    buckets = (rows[:, 0].astype(np.int64) << 8) | rows[:, 1]
+    positions = np.argsort(buckets, kind="stable")
+    starts = np.searchsorted(buckets[positions], np.arange(NUM_BUCKETS + 1))
     timings["index_s"] = perf_counter() - start
     step("done")
-    return Base(ids, tree, index, timings)
+    return Base(ids, tree, index, timings, rows[positions], positions, starts)
 
 
 def build_index(ids: Iterable[bytes]) -> list[list[bytes]]:
@@ -146,6 +154,15 @@ class SharedIds:
     def bucket(self, bucket: int) -> list[bytes]:
         ids = self.base.index[bucket]
         return [i for i in ids if i not in self.dropped] if self.dropped else ids
+
+    def range_blob(self, start: int, end: int) -> bytes:
+        """The held ids of buckets ``start <= b < end``, concatenated (one slice, as a store's
+        range scan would read them)."""
+        lo, hi = self.base.starts[start], self.base.starts[end]
+        rows = self.base.by_bucket[lo:hi]
+        if self.dropped:
+            rows = rows[self.base.positions[lo:hi] < self.count]
+        return bytes(rows.tobytes())
 
     def __contains__(self, record_id: bytes) -> bool:
         ids = self.base.index[(record_id[0] << 8) | record_id[1]]
@@ -178,6 +195,7 @@ class BenchReplica:
         }
         self.extras: dict[bytes, MsgV1] = {}
         self.extra_index: dict[int, list[bytes]] = {}
+        self._extra_sorted: list[bytes] | None = []  # None: to sort again
         self.base_requests = 0
         self.unknown_requests = 0
 
@@ -186,6 +204,7 @@ class BenchReplica:
         if record_id in self.extras or record_id in self.shared:
             return False
         self.extras[record_id] = msg
+        self._extra_sorted = None
         bisect.insort(
             self.extra_index.setdefault((record_id[0] << 8) | record_id[1], []), record_id
         )
@@ -208,6 +227,29 @@ class BenchReplica:
         extra = self.extra_index.get(bucket)
         shared = self.shared.bucket(bucket)
         return sorted(shared + extra) if extra else list(shared)
+
+    def ids_in_range(
+        self,
+        domain: Domain,
+        start: int,
+        end: int,
+        cutoff_ms: int | None,
+        scope: Scope = EVERYTHING,
+    ) -> bytes:
+        require_everything(scope)
+        _no_cutoff(cutoff_ms)
+        if domain is not Domain.MESSAGES:
+            return b""
+        if self._extra_sorted is None:
+            self._extra_sorted = sorted(self.extras)  # sorted ids are sorted by bucket
+        extras = self._extra_sorted
+        lo = bisect.bisect_left(extras, start.to_bytes(2, "big"))
+        hi = (
+            len(extras)
+            if end >= NUM_BUCKETS
+            else bisect.bisect_left(extras, end.to_bytes(2, "big"))
+        )
+        return self.shared.range_blob(start, end) + b"".join(extras[lo:hi])
 
     def get_records(
         self,

@@ -147,11 +147,13 @@ class SketchSection:
 
 @dataclass(frozen=True, slots=True)
 class Sketches:
-    """Per domain, a sketch of the sender's ids in the region. ``retry``: the receiver of our
-    last sketch could not decode it; this one is larger and from our side."""
+    """Per domain, a sketch of the sender's ids in the region, or (an empty ``blob``) a request
+    for the peer's sketch of ``cells`` cells, so that we decode it. ``answer``: this sketch
+    answers the peer's sketch that did not decode (larger) or its request; its receiver
+    decodes it and never sketches back."""
 
     sections: dict[Domain, SketchSection]
-    retry: bool = False
+    answer: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,11 +191,11 @@ def encode_frame(frame: Frame) -> bytes:
             ]
             if drained:
                 body.append(drained)
-        case Sketches(sketch_sections, retry):
+        case Sketches(sketch_sections, answer):
             body = [
                 FrameType.SKETCH,
                 [[int(d), s.flags, s.cells, s.width, s.blob, s.skip] for d, s in sorted(sketch_sections.items())],
-                retry,
+                answer,
             ]  # fmt: skip
         case Abort(reason):
             body = [FrameType.ABORT, reason[:200]]
@@ -404,7 +406,7 @@ def _decode_transfer(v: list[Any], max_ids: int) -> Transfer:
 
 
 def _decode_sketches(v: list[Any], max_ids: int) -> Sketches:
-    sections, retry = _arity(v, 2, "SKETCH")
+    sections, answer = _arity(v, 2, "SKETCH")
     out: dict[Domain, SketchSection] = {}
     for domain, rest in _sections(sections, "SKETCH"):
         flags, cells, width, blob, skip = _arity(rest, 5, "SKETCH section")
@@ -413,12 +415,12 @@ def _decode_sketches(v: list[Any], max_ids: int) -> Sketches:
             raise _fail(f"short id width must be {MIN_SHORT_ID_LEN}..8", "bad_width")
         cells = _uint(cells, "cells", 1 << 32)
         blob = _bytes(blob, "sketch cells")
-        if len(blob) != cells * (1 + width + SKETCH_CHECK_LEN):
+        if blob and len(blob) != cells * (1 + width + SKETCH_CHECK_LEN):
             raise _fail(f"{len(blob)} bytes for {cells} cells of width {width}", "bad_cells")
         out[domain] = SketchSection(
             _bytes(flags, "flags"), cells, width, blob, _bytes(skip, "skipped buckets")
         )
-    return Sketches(out, _bool(retry, "retry"))
+    return Sketches(out, _bool(answer, "answer"))
 
 
 def _decode_abort(v: list[Any], max_ids: int) -> Abort:

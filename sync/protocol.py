@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -194,7 +194,7 @@ class State(Enum):
     AWAIT_MIDDLE = "await_middle"  # responder sent depth-2 hashes
     AWAIT_LEAVES = "await_leaves"  # initiator sent depth-3 hashes
     AWAIT_CELLS = "await_cells"  # responder sent leaf hashes
-    AWAIT_DECODE = "await_decode"  # both: sent a sketch, awaits what it decoded to (or a retry)
+    AWAIT_DECODE = "await_decode"  # both: sent a sketch (or asked for one), awaits the answer
     TRANSFER = "transfer"  # both: records and requests
     DONE = "done"
     ABORTED = "aborted"
@@ -215,7 +215,7 @@ TRANSITIONS: dict[tuple[SessionRole, State, type], str] = {
     (RESP, State.AWAIT_MIDDLE, Sketches): "_on_sketch",
     (INIT, State.AWAIT_LEAVES, Sketches): "_on_sketch",
     (RESP, State.AWAIT_CELLS, Sketches): "_on_sketch",
-    (INIT, State.AWAIT_DECODE, Sketches): "_on_sketch",  # a retry: ours did not decode
+    (INIT, State.AWAIT_DECODE, Sketches): "_on_sketch",  # an answer: to decode here
     (RESP, State.AWAIT_DECODE, Sketches): "_on_sketch",
     (INIT, State.AWAIT_DECODE, Transfer): "_on_transfer",
     (RESP, State.AWAIT_DECODE, Transfer): "_on_transfer",
@@ -283,7 +283,7 @@ class _Region:
     key: SketchKey
     ids: bytes  # concatenated 32-byte ids
     shorts: U64
-    claimed: set[int]  # the buckets we push from (``sync.claims``): others are another's
+    sent: bool  # we sent the sketch (and claimed the region); else we decode it
     cells: int = 0  # the size of the last sketch sent or read
     complete: bool | None = None  # whether the decode named the whole difference
 
@@ -840,17 +840,19 @@ class SyncSession:
                 )
             self.state = deeper
             return Nodes(out)
+        # Another session of ours holds buckets: the peer would push into them as well, so
+        # ask for its sketch and decode it here, claiming exactly the buckets it names.
+        request = self._claims is not None and self._claims.others_hold(self)
         sketches = {}
         for domain, differ in differs.items():
             dp = self._domains[domain]
             flags = write_flags(dp.sent, set(differ))
             estimate = estimate_difference(depth, len(dp.sent), len(differ))
             cells = min(cells_for(estimate), self.config.max_sketch_cells)
-            region, skip = self._open_region(
-                domain, dp, depth, differ, self.config.short_id_bytes, claim=True
-            )
-            blob = self._sketch_of(region, cells).encode()
-            sketches[domain] = SketchSection(flags, cells, region.key.width, blob, skip)
+            width = self.config.short_id_bytes
+            region, skip = self._open_region(domain, dp, depth, differ, width, claim=not request)
+            blob = b"" if request else self._sketch_of(region, cells).encode()
+            sketches[domain] = SketchSection(flags, cells, width, blob, skip)
         self.state = State.AWAIT_DECODE
         return Sketches(sketches)
 
@@ -877,16 +879,16 @@ class SyncSession:
                 skip = write_flags(under, set(under) - taken)
         left_out = set(read_flags(under, skip)) if skip else set()
         buckets = [b for b in under if b not in left_out] if left_out else under
-        cutoff, scope = self._cutoff(domain), self.config.scope
-        ids = b"".join(b"".join(self.replica.bucket_ids(domain, b, cutoff, scope)) for b in buckets)
         key = SketchKey.derive(self._salt, int(domain), width)
-        if claim or self._claims is None:
-            claimed = set(buckets)
-        else:
-            claimed = set(self._claims.take(self, domain, buckets, len(buckets), self._now_ms))
-        dp.region = _Region(buckets, key, ids, short_ids(key, ids), claimed)
+        ids = self._read_region(domain, buckets)
+        dp.region = _Region(buckets, key, ids, short_ids(key, ids), claim)
         dp.diff_buckets = set(buckets)
         return dp.region, skip
+
+    def _read_region(self, domain: Domain, buckets: list[int]) -> bytes:
+        cutoff, scope = self._cutoff(domain), self.config.scope
+        runs = _runs(buckets)
+        return b"".join(self.replica.ids_in_range(domain, lo, hi, cutoff, scope) for lo, hi in runs)
 
     def _sketch_of(self, region: _Region, cells: int) -> Sketch:
         region.cells = cells
@@ -895,57 +897,105 @@ class SyncSession:
     def _on_sketch(self, frame: Sketches) -> Sketches | Transfer:
         """Subtract the peer's sketch from ours and peel: push what only we hold, ask (by
         short id) for what only the peer holds. A sketch that does not decode is answered
-        once with ours, twice as large (a retry); a retry that does not decode either is
-        taken for what it named, and the session's closing root comparison says the rest."""
+        once with ours, twice as large, and a request with ours of the size asked; an
+        answer is decoded for what it names — if it does not decode either, the closing
+        root comparison says the rest is for the next pass."""
         if not frame.sections or any(d not in self._domains for d in frame.sections):
             raise RemoteProtocolError(
                 "SKETCH for a domain outside this pass", reason="unexpected_domain"
             )
-        if frame.retry != (self.state is State.AWAIT_DECODE):
+        if frame.answer != (self.state is State.AWAIT_DECODE):
             raise RemoteProtocolError(
-                "a retry answers only our own sketch", reason="unexpected_frame"
+                "an answer comes only after our own sketch, and only then",
+                reason="unexpected_frame",
             )
-        if not frame.retry:
+        requests = [not section.blob for section in frame.sections.values()]
+        if any(requests) and (frame.answer or not all(requests)):
+            raise RemoteProtocolError("a request is a whole first sketch", reason="bad_cells")
+        if not frame.answer:
             self._section_domains(frame.sections, "SKETCH")
-        retries = {}
+        answers = {}
         for domain, section in frame.sections.items():
             dp = self._domains[domain]
-            region = self._region_for(domain, dp, section, frame.retry)
+            region = self._region_for(domain, dp, section, frame.answer)
             cells = section.cells
             if cells < HASHES or cells % HASHES or cells > self.config.max_sketch_cells:
                 raise RemoteProtocolError(f"a sketch of {cells} cells", reason="bad_cells")
+            if not section.blob:  # a request: our sketch, for the peer to decode
+                answers[domain] = SketchSection(
+                    b"", cells, region.key.width, self._sketch_of(region, cells).encode()
+                )
+                continue
             theirs = Sketch.decode(region.key, cells, section.blob)  # frames checked the length
             peeled = self._sketch_of(region, cells).subtract(theirs).peel()
             larger = min(2 * cells, self.config.max_sketch_cells)
-            if not peeled.complete and not frame.retry and larger > cells:
+            if not peeled.complete and not frame.answer and larger > cells:
                 blob = self._sketch_of(region, larger).encode()
-                retries[domain] = SketchSection(b"", larger, region.key.width, blob)
+                answers[domain] = SketchSection(b"", larger, region.key.width, blob)
                 continue
             region.complete = peeled.complete
-            for record_id in lookup(region.shorts, region.ids, peeled.mine):
-                if bucket_of(record_id) in region.claimed:
-                    dp.outbox.append(record_id)
+            mine = lookup(region.shorts, region.ids, peeled.mine)
             width = region.key.width  # a short id names its bucket: ask only in ours
-            dp.short_wants.extend(
-                s for s in peeled.theirs if bucket_of_short(s, width) in region.claimed
-            )
-        if retries:
+            named = {bucket_of(i) for i in mine} | {
+                bucket_of_short(s, width) for s in peeled.theirs
+            }
+            ours = self._claim_decoded(domain, region, named)
+            dp.outbox.extend(i for i in mine if bucket_of(i) in ours)
+            dp.short_wants.extend(s for s in peeled.theirs if bucket_of_short(s, width) in ours)
+        if answers:
             self.state = State.AWAIT_DECODE
-            return Sketches(retries, retry=True)
+            return Sketches(answers, answer=True)
         self.state = State.TRANSFER
         return self._next_transfer()
 
+    def _claim_decoded(self, domain: Domain, region: _Region, named: set[int]) -> set[int]:
+        """Of the buckets a decode named, those this session moves: what the sender of the
+        sketch claimed when it built it (all of them), or for the decoder, the ones no other
+        session of ours holds — claimed now, per bucket, not for the whole region."""
+        if region.sent or self._claims is None:
+            return named
+        return set(self._claims.take(self, domain, sorted(named), len(named), self._now_ms))
+
+    def _narrow_claims(self, transfer: Transfer) -> None:
+        """The peer decoded our sketch: keep the buckets its answer names, free the rest of
+        the region (for the other sessions' next passes)."""
+        if self._claims is None:
+            return
+        keep: dict[Domain, set[int]] = {}
+        for domain, dp in self._domains.items():
+            if dp.region is None or not dp.region.sent:
+                continue
+            named = keep.setdefault(domain, set())
+            section = transfer.sections.get(domain)
+            if section is not None:
+                named.update(bucket_of(w) for w in _split(section.wants, RECORD_ID_LEN))
+                width = dp.region.key.width
+                shorts = _split(section.short_wants, width)
+                named.update(bucket_of_short(int.from_bytes(s, "big"), width) for s in shorts)
+                named.update(dp.moved)
+            named.update(bucket_of(i) for i in dp.outbox)
+        if not keep:
+            return
+        self._claims.release(self)
+        for domain, named in keep.items():
+            self._claims.take(self, domain, sorted(named), len(named), self._now_ms)
+
     def _region_for(
-        self, domain: Domain, dp: _DomainPass, section: SketchSection, retry: bool
+        self, domain: Domain, dp: _DomainPass, section: SketchSection, answer: bool
     ) -> _Region:
-        if not retry:
+        """The region a sketch covers: named by its flags, or for an answer, our own."""
+        if not answer:
             nodes = read_flags(dp.sent, section.flags)
             return self._open_region(
                 domain, dp, dp.sent_depth, nodes, section.width, skip=section.skip
             )[0]
-        if dp.region is None or section.flags or section.width != dp.region.key.width:
-            raise RemoteProtocolError("a retry must keep the region", reason="bad_flags")
-        return dp.region
+        region = dp.region
+        if region is None or section.flags or section.skip or section.width != region.key.width:
+            raise RemoteProtocolError("an answer must keep the region", reason="bad_flags")
+        # read again: other sessions may have brought records since we sent ours
+        region.ids = self._read_region(domain, region.buckets)
+        region.shorts = short_ids(region.key, region.ids)
+        return region
 
     def _take(self, domain: Domain, buckets: list[int]) -> list[int]:
         """The differing buckets this pass reconciles: at most ``max_cells``, none that
@@ -985,7 +1035,8 @@ class SyncSession:
     # --- transfer ---
 
     def _on_transfer(self, transfer: Transfer) -> None:
-        self.state = State.TRANSFER  # from AWAIT_DECODE: the peer decoded our sketch
+        decoded_ours = self.state is State.AWAIT_DECODE  # the peer decoded our sketch
+        self.state = State.TRANSFER
         # member ops before messages: a frame that brings a message and the op that admits
         # it stores both, instead of parking the message until the next frame
         for domain, section in sorted(transfer.sections.items(), key=_apply_order):
@@ -997,6 +1048,8 @@ class SyncSession:
             self._take_requests(domain, dp, section)
             if not self._take_records(domain, dp, section.records):
                 break  # a bad record: what came before it is written, then the session ends
+        if decoded_ours:
+            self._narrow_claims(transfer)
         self._taken = transfer  # answered by ``answer`` once the records are written
         return None
 
@@ -1021,20 +1074,24 @@ class SyncSession:
         return not asks and not any(dp.pending() for dp in self._domains.values())
 
     def _final_pass(self) -> bool:
-        """Whether the next pass only compares roots. After a shortcut, no: if one id did not
-        close the gap, descend. After sketches that decoded completely, yes (all that differs
-        was named) — unless nothing moved and no cutoff or settling explains it: then a
-        short-id collision may have hidden the difference, and a fresh salt will not.
-        Otherwise, as for cells: a pass that found differences but could move nothing (e.g.
-        records the other side's retention refuses) would find the same again."""
+        """Whether the next pass only compares roots (a pass that is not final costs the same
+        when the roots are equal: the responder answers DONE either way).
+
+        After a shortcut, no: if one id did not close the gap, descend. After a sketch pass
+        that moved records, no: whatever still differs — a sketch that did not decode, buckets
+        another session held, a write that raced — is found by the next. One that moved
+        nothing is final when a cutoff or settling explains it (it would find the same
+        again); otherwise a short-id collision may have hidden the difference, and the next
+        pass's fresh salt will not. Cells passes, as before: a pass that found differences
+        but could move nothing (e.g. records the other side's retention refuses) would find
+        the same again."""
         passes = list(self._domains.values())
         if any(dp.shortcut for dp in passes):
             return False
-        regions = [dp.region for dp in passes if dp.region is not None]
-        found = any(dp.diff_buckets for dp in passes)
-        if regions and len(regions) == len(passes) and all(r.complete for r in regions):
+        if any(dp.region is not None for dp in passes):
             explained = self._session_cutoff is not None or self.config.settle_ms is not None
-            return self._moved > 0 or explained
+            return self._moved == 0 and explained
+        found = any(dp.diff_buckets for dp in passes)
         return found and (self._moved == 0 or self._stuck())
 
     def _stuck(self) -> bool:
@@ -1260,6 +1317,19 @@ class SyncSession:
                 dp.moved.add(bucket_of(chunk[i]))
                 budget -= len(blob)
         return out, budget
+
+
+def _runs(buckets: list[int]) -> Iterator[tuple[int, int]]:
+    """Ascending buckets as ranges ``[lo, hi)`` of consecutive ones."""
+    lo = hi = -1
+    for bucket in buckets:
+        if bucket != hi:
+            if hi > lo:
+                yield lo, hi
+            lo = bucket
+        hi = bucket + 1
+    if hi > lo:
+        yield lo, hi
 
 
 def _pushed_records(frame: Frame) -> dict[Domain, list[bytes]]:
