@@ -30,7 +30,7 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from time import perf_counter
+from time import perf_counter, process_time
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,7 @@ from bench.console import (
     save_report,
 )
 from bench.machine import loadavg, machine_info
+from bench.sync_compare import goals, goals_table, side_by_side, side_by_side_table
 from store.hlc import VIRTUAL_EPOCH_MS, Hlc
 from store.keys import NUM_BUCKETS, RECORD_ID_LEN
 from store.records import MsgV1, blake3_id
@@ -320,8 +321,11 @@ def run_case(
     placement: str,
     width: int,
     seed: int,
+    protocol: str = "sketch",
 ) -> dict[str, Any]:
-    """Two replicas sharing n - d ids, the d differing records split at random; sync twice."""
+    """Two replicas sharing n - d ids, the d differing records split at random; sync twice.
+    ``protocol``: "sketch" (this protocol) or "cells" (the per-leaf cells and id lists it
+    replaces: ``SyncConfig(sketch=False)``)."""
     n = len(base.ids)
     if d > n:
         raise ValueError(f"d = {d} differences need n >= d, got n = {n}")
@@ -333,12 +337,12 @@ def run_case(
         (a if rng.random() < 0.5 else b).add(msg)
     only_a, only_b = len(a.extras), len(b.extras)
     differing = differing_nodes(a.tree(Domain.MESSAGES), b.tree(Domain.MESSAGES))
-    config = SyncConfig(hash_width=width)
+    config = SyncConfig(hash_width=width, sketch=protocol == "sketch")
     salt = f"bench-sync:{seed}".encode()
 
-    start = perf_counter()
+    start, cpu = perf_counter(), process_time()
     first = run_session(a, b, config=config, salt_seed=salt)
-    wall = perf_counter() - start
+    wall, cpu = perf_counter() - start, process_time() - cpu
     second = run_session(a, b, config=config, salt_seed=salt + b":again")
 
     ini, resp = first.initiator.stats, first.responder.stats
@@ -357,6 +361,7 @@ def run_case(
         "n": n,
         "d": d,
         "placement": placement,
+        "protocol": protocol,
         "hash_width": width,
         "only_initiator": only_a,
         "only_responder": only_b,
@@ -374,6 +379,7 @@ def run_case(
         "passes": ini.passes,
         "frames": first.frames,
         "wall_s": wall,
+        "cpu_s": cpu,  # both sides: the loopback runs them in this one process
         "records_shipped": shipped,
         "records_applied": applied,
         "unneeded_shipped": shipped - applied,
@@ -485,6 +491,7 @@ def run_sync_bench(params: SyncBenchParams, console: Console | None = None) -> d
     skipped = [(n, d) for n in sizes for d in diffs if d > n]
     load_before = loadavg()
     cases: list[dict[str, Any]] = []
+    baseline: list[dict[str, Any]] = []  # the same cases with the cells protocol
     width_cases: list[dict[str, Any]] = []
     bases: dict[int, dict[str, float]] = {}
     rebuild: dict[str, Any] | None = None
@@ -493,7 +500,7 @@ def run_sync_bench(params: SyncBenchParams, console: Console | None = None) -> d
         pool_size = max(diffs)
         sign = progress.add_task("signing differing records", total=2 * pool_size)
         pools = make_pools(pool_size, params.seed, lambda k: progress.advance(sign, k))
-        run = progress.add_task("sync sessions", total=len(plan) + len(widths))
+        run = progress.add_task("sync sessions", total=2 * len(plan) + len(widths))
         for n in sizes:
             build = progress.add_task(f"base n={n:,}: ids", total=3)
 
@@ -509,13 +516,17 @@ def run_sync_bench(params: SyncBenchParams, console: Console | None = None) -> d
                     if d > n:
                         continue
                     for placement in PLACEMENTS:
-                        progress.update(run, description=f"sync n={n:,} d={d:,} {placement}")
-                        cases.append(
-                            run_case(
-                                base, pools[placement], d, placement, params.hash_width, params.seed
+                        for protocol, into in (("sketch", cases), ("cells", baseline)):
+                            progress.update(
+                                run, description=f"{protocol} n={n:,} d={d:,} {placement}"
                             )
-                        )
-                        progress.advance(run)
+                            into.append(
+                                run_case(
+                                    base, pools[placement], d, placement, params.hash_width,
+                                    params.seed, protocol,
+                                )
+                            )  # fmt: skip
+                            progress.advance(run)
                 if n == wn:
                     for width in widths:
                         progress.update(run, description=f"sync n={n:,} d={wd:,} width {width}")
@@ -537,6 +548,14 @@ def run_sync_bench(params: SyncBenchParams, console: Console | None = None) -> d
     report = _report(
         params, cases, width_cases, rebuild, bases, skipped, load_before, perf_counter() - started
     )
+    report["baseline"] = baseline
+    report["side_by_side"] = side_by_side(cases, baseline)
+    report["goals"] = goals(report["side_by_side"])
+    report["failures"] += [
+        {"n": c["n"], "d": c["d"], "placement": c["placement"], "protocol": "cells", "what": f}
+        for c in baseline
+        for f in c["failures"]
+    ]
     _print(console, report)
     save_report(console, report, params.out)
     return report
@@ -641,6 +660,9 @@ def _print(console: Console, report: dict[str, Any]) -> None:
     console.print(_width_table(report["hash_widths"], p["hash_width"]))
     _print_anchors(console, report)
     _print_targets(console, report["targets"])
+    if report.get("side_by_side"):
+        console.print(side_by_side_table(report["side_by_side"]))
+        console.print(goals_table(report["goals"]))
     _print_rebuild(console, report)
     if report["skipped"]:
         console.print(
@@ -769,7 +791,7 @@ def _print_anchors(console: Console, report: dict[str, Any]) -> None:
     for c in ours:
         table.add_row(
             f"[bold]chatsync, {c['placement']}[/]",
-            f"measured: {p['hash_width']} B salted node hashes, pure cells, 8 B prefixes",
+            f"measured: {p['hash_width']} B salted depth-2 hashes, an IBLT of 6 B salted short ids",
             f"[bold]{c['floor_ratio']:.2f}x ({byte_size(c['reconciliation_bytes'])})[/]",
             f"[bold]{c['round_trips']} ({c['round_trips_before_fetch']} to fetch)[/]",
         )
