@@ -708,8 +708,8 @@ class SyncSession:
                     "a shortcut names exactly one id per domain", reason="unsolicited"
                 )
             dp = self._domains[domain] = self._new_pass()
-            named = section.wants or self._decode_record(domain, section.records[0])[1]
-            dp.shortcut, dp.diff_buckets = True, {bucket_of(named)}
+            one = section.wants or self._decode_record(domain, section.records[0])[1]
+            dp.shortcut, dp.diff_buckets = True, {bucket_of(one)}
         self.state = State.TRANSFER
         return self._on_transfer(transfer)
 
