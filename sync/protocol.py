@@ -852,6 +852,7 @@ class SyncSession:
             cells = min(cells_for(estimate), self.config.max_sketch_cells)
             width = self.config.short_id_bytes
             region, skip = self._open_region(domain, dp, depth, differ, width, claim=not request)
+            region.cells = cells  # the size of our sketch, or of the one we ask for
             blob = b"" if request else self._sketch_of(region, cells).encode()
             sketches[domain] = SketchSection(flags, cells, width, blob, skip)
         self.state = State.AWAIT_DECODE
@@ -918,9 +919,11 @@ class SyncSession:
         answers = {}
         for domain, section in frame.sections.items():
             dp = self._domains[domain]
+            # an answer is at most twice the sketch we sent (or the size we asked for)
+            limit = 2 * dp.region.cells if frame.answer and dp.region else None
             region = self._region_for(domain, dp, section, frame.answer)
             cells = section.cells
-            if cells < HASHES or cells % HASHES or cells > self.config.max_sketch_cells:
+            if cells < HASHES or cells % HASHES or cells > (limit or self.config.max_sketch_cells):
                 raise RemoteProtocolError(f"a sketch of {cells} cells", reason="bad_cells")
             if not section.blob:  # a request: our sketch, for the peer to decode
                 answers[domain] = SketchSection(
