@@ -163,7 +163,7 @@ class SharedIds:
         rows = self.base.by_bucket[lo:hi]
         if self.dropped:
             rows = rows[self.base.positions[lo:hi] < self.count]
-        return bytes(rows.tobytes())
+        return rows.tobytes()
 
     def __contains__(self, record_id: bytes) -> bool:
         ids = self.base.index[(record_id[0] << 8) | record_id[1]]

@@ -107,17 +107,15 @@ def short_ids(key: SketchKey, ids: bytes) -> U64:
     """The short ids of concatenated 32-byte ids, in their order: bucket, then keyed hash."""
     if len(ids) % RECORD_ID_LEN:
         raise ValueError("ids must be concatenated 32-byte ids")
-    raw = np.frombuffer(ids, dtype=np.uint8).reshape(-1, RECORD_ID_LEN)
-    buckets = (raw[:, 0].astype(np.uint64) << np.uint64(8)) | raw[:, 1].astype(np.uint64)
-    words = np.frombuffer(ids, dtype="<u4").reshape(-1, 8).astype(np.uint64)
+    words = np.frombuffer(ids, dtype="<u4").reshape(-1, 8)
     total = np.zeros(len(words), dtype=np.uint64)
-    mask = np.uint64(_M32)
     with np.errstate(over="ignore"):
-        for i in range(0, 8, 2):
-            a = (words[:, i] + np.uint64(key.nh[i])) & mask
-            b = (words[:, i + 1] + np.uint64(key.nh[i + 1])) & mask
+        for i in range(0, 8, 2):  # NH: 32-bit additions wrap, their products fill 64 bits
+            a = (words[:, i] + np.uint32(key.nh[i])).astype(np.uint64)
+            b = (words[:, i + 1] + np.uint32(key.nh[i + 1])).astype(np.uint64)
             total += a * b
         mixed = _mix_np(total ^ np.uint64(key.out))
+    buckets = np.frombuffer(ids, dtype=">u2")[:: RECORD_ID_LEN // 2].astype(np.uint64)
     hashed = 8 * key.width - BUCKET_BITS
     return (buckets << np.uint64(hashed)) | (mixed >> np.uint64(64 - hashed))
 
