@@ -38,6 +38,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from bench import negentropy_peer
 from bench.console import (
     bench_console,
     bench_progress,
@@ -90,6 +91,7 @@ class SyncBenchParams:
     anchor_n: int = 1_000_000
     anchor_d: int = 1_000
     rebuild_ids: int = 1_000_000  # MerkleTree.from_ids vs incremental inserts
+    negentropy: bool = True  # run negentropy's reference code on each case too (needs node)
 
 
 # --- the replicas ----------------------------------------------------------------------------
@@ -403,6 +405,27 @@ def run_case(
     return case
 
 
+def negentropy_case(
+    base: Base, pool: Sequence[MsgV1], d: int, placement: str, seed: int
+) -> dict[str, Any]:
+    """The same two sets as ``run_case`` (the same split), reconciled by negentropy."""
+    n = len(base.ids)
+    # seconds, as Nostr's created_at (the reference code's varints break above 2^32)
+    epoch, span = VIRTUAL_EPOCH_MS // 1000, SPAN_MS // 1000
+    shared = [(epoch + int.from_bytes(i[:6], "big") % span, i) for i in base.ids[: n - d]]
+    rng = random.Random(f"{seed}:split:{n}:{d}:{placement}")
+    only: tuple[list[tuple[int, bytes]], list[tuple[int, bytes]]] = ([], [])
+    for msg in pool[:d]:
+        only[0 if rng.random() < 0.5 else 1].append((msg.hlc.physical_ms // 1000, msg.msg_id))
+    common = negentropy_peer.item_blob(shared)
+    result = negentropy_peer.reconcile(
+        common + negentropy_peer.item_blob(only[0]), common + negentropy_peer.item_blob(only[1])
+    )
+    if result["have"] + result["need"] != d:
+        raise AssertionError(f"negentropy found {result['have']} + {result['need']} for d = {d}")
+    return result
+
+
 def differing_nodes(a: MerkleTree, b: MerkleTree) -> dict[str, int]:
     """Nodes whose sets differ at each depth the descent compares: each is one hash comparison."""
     return {
@@ -492,6 +515,8 @@ def run_sync_bench(params: SyncBenchParams, console: Console | None = None) -> d
     load_before = loadavg()
     cases: list[dict[str, Any]] = []
     baseline: list[dict[str, Any]] = []  # the same cases with the cells protocol
+    negentropy: dict[tuple[int, int, str], dict[str, Any]] = {}
+    with_negentropy = params.negentropy and negentropy_peer.available()
     width_cases: list[dict[str, Any]] = []
     bases: dict[int, dict[str, float]] = {}
     rebuild: dict[str, Any] | None = None
@@ -527,6 +552,13 @@ def run_sync_bench(params: SyncBenchParams, console: Console | None = None) -> d
                                 )
                             )  # fmt: skip
                             progress.advance(run)
+                        if with_negentropy:
+                            progress.update(
+                                run, description=f"negentropy n={n:,} d={d:,} {placement}"
+                            )
+                            negentropy[(n, d, placement)] = negentropy_case(
+                                base, pools[placement], d, placement, params.seed
+                            )
                 if n == wn:
                     for width in widths:
                         progress.update(run, description=f"sync n={n:,} d={wd:,} width {width}")
@@ -549,7 +581,10 @@ def run_sync_bench(params: SyncBenchParams, console: Console | None = None) -> d
         params, cases, width_cases, rebuild, bases, skipped, load_before, perf_counter() - started
     )
     report["baseline"] = baseline
-    report["side_by_side"] = side_by_side(cases, baseline)
+    report["negentropy"] = [
+        {"n": n, "d": d, "placement": p, **r} for (n, d, p), r in negentropy.items()
+    ]
+    report["side_by_side"] = side_by_side(cases, baseline, negentropy)
     report["goals"] = goals(report["side_by_side"])
     report["failures"] += [
         {"n": c["n"], "d": c["d"], "placement": c["placement"], "protocol": "cells", "what": f}
