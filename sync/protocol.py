@@ -19,6 +19,17 @@ confirmed by the check hash), so R learns, per differing bucket, which id is
 missing and on which side — without listing the bucket. Buckets that do not
 decode get an id list instead: R sends salted 8-byte prefixes of its ids there.
 
+That is the *cells path* (``SyncConfig(sketch=False)``). By default the descent
+stops as soon as the share of equal nodes estimates the difference d (at depth
+2 unless every node there differs): the side that read the hashes sends a
+SKETCH — an IBLT (``sync.sketch``) of salted short ids of its ids under the
+differing nodes, ~1.5 d cells — and the other subtracts its own, peels, pushes
+what only it holds and asks for the rest by short id (``short_wants``). A
+sketch that does not decode is answered once with a larger one from the other
+side. Roots that differ by exactly one id name it without any descent. The
+initiator closes a pass with a HELLO that carries its last pushes, so the
+records and the root comparison share a round trip.
+
 Then both sides exchange TRANSFER frames — records pushed to the side that
 lacks them, ``wants`` (exact ids), ``id_lists`` and ``prefix_wants`` — strictly
 alternating, each bounded by ``max_record_bytes`` and ``max_ids_per_frame``.
