@@ -173,11 +173,7 @@ def history(
         rows = [(m.msg.hlc, m) for m in page.messages] + [(t.hlc, t) for t in page.tombstones]
         rows.sort(key=lambda row: row[0], reverse=direction == "backward")
         shown = [(item, None if isinstance(item, Tombstone) else render(item)) for _, item in rows]
-        reactions = {
-            m.id: {render.reaction(m.msg, k): users for k, users in m.reactions.items()}
-            for _, m in rows
-            if isinstance(m, Message)
-        }
+        reactions = {m.id: render.reactions(m) for _, m in rows if isinstance(m, Message)}
     if as_json:
         items = [history_json(item, text, reactions) for item, text in shown]
         typer.echo(
@@ -302,6 +298,15 @@ class Reader:
         if target is None or self.key is None or not is_group_sealed(target.payload):
             return key.decode(errors="replace")
         return open_reaction_key(self._keys(target.chat_id), target, key)
+
+    def reactions(self, item: Message) -> dict[str, tuple[bytes, ...]]:
+        """A message's reactions as text with their users (keys that show alike, such as two
+        that do not open, are counted together)."""
+        shown: dict[str, tuple[bytes, ...]] = {}
+        for key, users in item.reactions.items():
+            text = self.reaction(item.msg, key)
+            shown[text] = shown.get(text, ()) + users
+        return shown
 
     def reaction_of(self, msg: MsgV1) -> tuple[bool, str]:
         """A REACTION message: (reacts — False for a retraction, its reaction as text)."""
