@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import client.group_e2e as ge
@@ -318,7 +318,10 @@ def play(world: World, actions: list[tuple[str, int, object]]) -> dict[str, int]
     return counters(world)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(
+    max_examples=400, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],  # a loaded CI
+)  # fmt: skip
 @given(st.lists(ACTIONS, min_size=20, max_size=60))
 def test_members_read_what_was_sent_to_them_and_removed_members_do_not(
     actions: list[tuple[str, int, object]],
