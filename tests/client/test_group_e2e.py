@@ -2,7 +2,8 @@
 a property — members on their own replicas, any order, duplication and loss of member ops,
 grants and messages, then healed: every member reads every message sent while they were a
 member (``undecryptable_for_member`` = 0), and no one reads a message whose sender had seen
-their removal (``readable_by_removed`` = 0), counted against the member ops alone."""
+the removal that decides they were no member at its stamp (``readable_by_removed`` = 0),
+counted against the member ops alone."""
 
 from __future__ import annotations
 
@@ -158,7 +159,8 @@ class Op:
     user: int = -1  # member ops: whom
     add: bool = True
     payload: bytes = b""
-    removed_seen: frozenset[int] = frozenset()  # messages: removals the sender had seen
+    # messages: the removals (user, stamp) the sender had seen when it sent
+    removed_seen: frozenset[tuple[int, Hlc]] = frozenset()
 
 
 @dataclass
@@ -222,10 +224,7 @@ class World:
         assert epoch is not None
         key = ge.message_key(epoch.key, CHAT, IDS[sender], now)
         payload = ge.seal_group(key, epoch.key_id, CHAT, IDS[sender], now, text)
-        removed = frozenset(
-            u for u in range(len(USERS))
-            if not member_at(ops, u, now) and any(o.kind == "member" and o.user == u and not o.add for o in ops)
-        )  # fmt: skip
+        removed = frozenset((o.user, o.hlc) for o in ops if o.kind == "member" and not o.add)
         self._emit(Op("message", now, sender, payload=payload, removed_seen=removed))
 
     def grant_missing(self, sender: int) -> None:
@@ -253,12 +252,13 @@ def member_at(ops: list[Op], user: int, hlc: Hlc) -> bool:
     their latest member op stamped at or before ``hlc``."""
     if user == CREATOR:
         return True
-    latest = max(
-        (o for o in ops if o.kind == "member" and o.user == user and o.hlc <= hlc),
-        key=lambda o: o.hlc,
-        default=None,
-    )
+    latest = latest_member_op(ops, user, hlc)
     return latest is not None and latest.add
+
+
+def latest_member_op(ops: list[Op], user: int, hlc: Hlc) -> Op | None:
+    mine = [o for o in ops if o.kind == "member" and o.user == user and o.hlc <= hlc]
+    return max(mine, key=lambda o: o.hlc, default=None)
 
 
 def counters(world: World) -> dict[str, int]:
@@ -288,7 +288,11 @@ def counters(world: World) -> dict[str, int]:
                 readable = False
             member = member_at(world.ops, reader, op.hlc)
             out["undecryptable_for_member"] += member and not readable
-            out["readable_by_removed"] += reader in op.removed_seen and not member and readable
+            # a removal counts once it reached the sender: the one that decides the reader's
+            # membership at the stamp (a later removal the sender had not seen is concurrent)
+            deciding = latest_member_op(world.ops, reader, op.hlc)
+            seen = deciding is not None and (reader, deciding.hlc) in op.removed_seen
+            out["readable_by_removed"] += seen and not member and readable
     return out
 
 
@@ -351,3 +355,28 @@ def test_the_planted_sender_that_does_not_rotate_after_a_removal_is_caught() -> 
     assert play(World(), script)["readable_by_removed"] == 0
     lazy = World(needs_new_epoch=lambda epoch, members, now: epoch is None)  # PLANTED BUG
     assert play(lazy, script)["readable_by_removed"] == 1
+
+
+def test_a_key_granted_on_a_re_add_the_sender_saw_is_no_leak_of_a_removal_it_did_not() -> None:
+    """Alice adds, removes, re-adds and removes Bob again; Carol, who saw the first removal,
+    sends; she then learns of the re-add but not of the last removal, and grants Bob the key
+    of her message (as far as she knows he was a member at its stamp). Bob reads it, though
+    not a member then: the removal that decides it had not reached Carol — a concurrent
+    removal, which the rules allow; the one she had seen did not decide it."""
+    world = World()
+    world.add(2, True)
+    world.heal()
+    world.add(1, True)
+    world.add(1, False)
+    world.heal()
+    re_add = len(world.ops)
+    world.add(1, True)
+    world.add(1, False)
+    world.send(2)  # Carol has seen Bob's first removal only
+    world.catch_up(2, re_add + 1)  # ... now the re-add, not the removal after it
+    world.send(2)  # her late grants hand Bob her first message's key
+    got = counters(world)
+    assert got == {"undecryptable_for_member": 0, "readable_by_removed": 0, "messages": 2}
+    message = next(o for o in world.ops if o.kind == "message")
+    assert not member_at(world.ops, 1, message.hlc)
+    assert (1, latest_member_op(world.ops, 1, message.hlc).hlc) not in message.removed_seen  # type: ignore[union-attr]
