@@ -32,7 +32,7 @@ from client.e2e import (
     write_key_file,
 )
 from client.group_e2e import Undecryptable, is_group_sealed
-from client.group_keys import GroupKeys
+from client.group_keys import BoxKeys, GroupKeys
 from client.http import ChatsyncClient, ChatsyncClientError, Message
 from client.posting import FILE_OPTION, TEXT_HELP, member_errors, message_text, post_shown
 from client.sealing import identity_ops, open_reaction_key, seal_text
@@ -268,7 +268,7 @@ class Reader:
 
     def __init__(self, client: ChatsyncClient, key: UserKey | None) -> None:
         self.client, self.key = client, key
-        self._box_keys: dict[bytes, bytes | None] = {}
+        self._box_keys = None if key is None else BoxKeys(client, key)
         self._groups: dict[bytes, GroupKeys] = {}
 
     def __call__(self, item: Message) -> str:
@@ -285,7 +285,8 @@ class Reader:
                 return f"[{len(payload)} bytes]"
         if self.key is None:
             return f"[encrypted DM, {len(payload)} bytes]"
-        box_key = self._sender_box_key(item.msg.sender)
+        assert self._box_keys is not None  # a key: the reader's own box key is known
+        box_key = self._box_keys(item.msg.sender)
         if box_key is None:
             return "[encrypted DM; the sender has no identity here]"
         try:
@@ -334,16 +335,8 @@ class Reader:
     def _keys(self, chat_id: bytes, *, fresh: bool = False) -> GroupKeys:
         assert self.key is not None
         if fresh or chat_id not in self._groups:
-            self._groups[chat_id] = GroupKeys(self.client, self.key, chat_id)
+            self._groups[chat_id] = GroupKeys(self.client, self.key, chat_id, self._box_keys)
         return self._groups[chat_id]
-
-    def _sender_box_key(self, sender: bytes) -> bytes | None:
-        if self.key is not None and sender == self.key.user_id:
-            return self.key.box_key
-        if sender not in self._box_keys:
-            doc = self.client.identity_doc(sender)
-            self._box_keys[sender] = None if doc is None else doc.box_key
-        return self._box_keys[sender]
 
 
 def status(

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import blake3
 from nacl.bindings import (
@@ -214,17 +215,7 @@ def open_grants(reader: UserKey, payload: bytes, sender_box_key: bytes) -> list[
     ``sender_box_key``: the box key the message's sender published (their verified
     identity); the message's signature binds the payload to that sender.
     """
-    try:
-        v = load_array(
-            payload, what="grants", version=GRANTS_VERSION, fields=3, max_bytes=MAX_GROUP_PAYLOAD
-        )
-        box_key = field_bytes(v[1], "sender_box_key", length=BOX_KEY_LEN)
-        rows = v[2]
-        if type(rows) is not list or not 1 <= len(rows) <= MAX_RECIPIENTS:
-            raise DecodeError(f"grants: 1..{MAX_RECIPIENTS} recipients")
-        ensure_canonical(v, payload, "grants")
-    except DecodeError as exc:
-        raise E2eError(f"not a grants message: {exc}") from None
+    box_key, rows = _decode_grants(payload)
     if box_key != sender_box_key:
         raise E2eError("the grants' sender key is not the key the sender published")
     mine = [row for row in rows if type(row) is list and len(row) == 3 and row[0] == reader.user_id]
@@ -238,6 +229,22 @@ def open_grants(reader: UserKey, payload: bytes, sender_box_key: bytes) -> list[
     except CryptoError:
         raise E2eError("grants do not decrypt (tampered, or not for this key)") from None
     return _decode_grant_rows(plain)
+
+
+def _decode_grants(payload: bytes) -> tuple[bytes, list[Any]]:
+    """A grants message's sender box key and its recipients' rows (shape checked, not opened)."""
+    try:
+        v = load_array(
+            payload, what="grants", version=GRANTS_VERSION, fields=3, max_bytes=MAX_GROUP_PAYLOAD
+        )
+        box_key = field_bytes(v[1], "sender_box_key", length=BOX_KEY_LEN)
+        rows = v[2]
+        if type(rows) is not list or not 1 <= len(rows) <= MAX_RECIPIENTS:
+            raise DecodeError(f"grants: 1..{MAX_RECIPIENTS} recipients")
+        ensure_canonical(v, payload, "grants")
+    except DecodeError as exc:
+        raise E2eError(f"not a grants message: {exc}") from None
+    return box_key, rows
 
 
 def _decode_grant_rows(plain: bytes) -> list[Grant]:
@@ -401,15 +408,10 @@ def missing_grants(
 def open_own_grants(sender: UserKey, payload: bytes) -> dict[bytes, list[Grant]]:
     """Every recipient's grants in a grants message ``sender`` sent (``Box`` is symmetric: the
     sender opens what it sealed for each recipient)."""
-    try:
-        v = load_array(
-            payload, what="grants", version=GRANTS_VERSION, fields=3, max_bytes=MAX_GROUP_PAYLOAD
-        )
-    except DecodeError as exc:
-        raise E2eError(f"not a grants message: {exc}") from None
+    _, rows = _decode_grants(payload)
     out: dict[bytes, list[Grant]] = {}
     sender_box = sender.box_private
-    for row in v[2] if type(v[2]) is list else []:
+    for row in rows:
         if type(row) is list and len(row) == 3 and type(row[0]) is bytes:
             _, sealed_to, boxed = row
             try:

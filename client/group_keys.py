@@ -50,13 +50,34 @@ class Sealed:
     left_out: list[bytes]  # members with no published identity: nothing to seal to
 
 
+class BoxKeys:
+    """Users' published box keys (their identities, signatures checked), each looked up once;
+    the user's own from its key file."""
+
+    def __init__(self, client: ChatsyncClient, key: UserKey) -> None:
+        self.client = client
+        self._known: dict[bytes, bytes | None] = {key.user_id: key.box_key}
+
+    def __call__(self, user: bytes) -> bytes | None:
+        if user not in self._known:
+            doc = self.client.identity_doc(user)
+            self._known[user] = None if doc is None else doc.box_key
+        return self._known[user]
+
+
 class GroupKeys:
     """One user's view of one group's keys, read from the node once per command."""
 
-    def __init__(self, client: ChatsyncClient, key: UserKey, chat_id: bytes) -> None:
+    def __init__(
+        self,
+        client: ChatsyncClient,
+        key: UserKey,
+        chat_id: bytes,
+        box_keys: BoxKeys | None = None,
+    ) -> None:
         self.client, self.key, self.chat_id = client, key, chat_id
         self._grants: list[MsgV1] | None = None
-        self._box_keys: dict[bytes, bytes | None] = {key.user_id: key.box_key}
+        self._box_keys = box_keys or BoxKeys(client, key)
         self._keyring: Keyring | None = None
 
     # --- reading ---
@@ -77,10 +98,7 @@ class GroupKeys:
 
     def box_key(self, user: bytes) -> bytes | None:
         """The user's published box key (their identity, its signature checked), or None."""
-        if user not in self._box_keys:
-            doc = self.client.identity_doc(user)
-            self._box_keys[user] = None if doc is None else doc.box_key
-        return self._box_keys[user]
+        return self._box_keys(user)
 
     def keyring(self) -> Keyring:
         """Every key granted to this user, per sender. A grants message that does not open
