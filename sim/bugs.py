@@ -53,10 +53,11 @@ class Bug(StrEnum):
     KEYS_FROM_NON_MEMBER = "keys-from-non-member"  # a KEYS message is stored and shown from anyone
     # the generator's group senders keep their epoch after a removal (sim/sender_keys.py)
     NO_ROTATE_ON_REMOVE = "no-rotate-on-remove"
+    NO_HAND_OVER = "no-hand-over"  # no member hands over the keys a removed sender owes
 
 
 # Bugs of the generator's clients, not of the nodes: the trace carries them (``GenParams.plant``)
-GENERATOR_BUGS = frozenset({Bug.NO_ROTATE_ON_REMOVE})
+GENERATOR_BUGS = frozenset({Bug.NO_ROTATE_ON_REMOVE, Bug.NO_HAND_OVER})
 
 
 class PeeringBug(StrEnum):
