@@ -266,6 +266,8 @@ class SenderKeys:
         added = set(histories) if everyone else {op.user for _, op in new}
         owed: list[tuple[int, bytes, int]] = []
         mine = histories.get(author)
+        if mine is None:
+            return  # never a member here: every message of its was refused, nothing is owed
 
         def shown(at: int) -> bool:  # a KEYS message of its own that the chat shows
             return mine is not None and mine.active_at(Hlc.unpack(at))
