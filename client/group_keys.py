@@ -152,7 +152,8 @@ class GroupKeys:
             members = self.client.member_list(self.chat_id)
         recipients = frozenset(m.user_id for m in members if self.box_key(m.user_id) is not None)
         left_out = sorted(m.user_id for m in members if m.user_id not in recipients)
-        state = SenderState() if new_chat else self._sender_state(members)
+        membership = Membership([]) if new_chat else self.membership()
+        state = SenderState() if new_chat else self._sender_state(members, membership)
         grants: list[MsgV1] = []
         late = missing_grants(
             self.chat_id, self.key.user_id, state.sent, _member_at(members), recipients,
@@ -161,7 +162,6 @@ class GroupKeys:
         grants += self._grant_messages(late, now)
         removals: Removed = NO_REMOVALS
         if not new_chat:
-            membership = self.membership()
             removals = membership.removals()
             grants += self._grant_messages(self._handovers(membership, state), now)
         epoch = state.current
@@ -233,21 +233,30 @@ class GroupKeys:
             lambda user, key_id, hlc: (user, key_id, hlc) in state.granted,
         )  # fmt: skip
 
-    def _sender_state(self, members: list[Member]) -> SenderState:
+    def _sender_state(self, members: list[Member], membership: Membership) -> SenderState:
+        """This user's epochs and grants, from its shown grants and the ones the chat hides
+        (stamped while, as the member ops now show, it was removed: owed again)."""
         me = self.key.user_id
         own = [(m.hlc, m.payload) for m in self.grants_messages() if m.sender == me]
-        epochs_only = SenderState.read(self.key, own, [])
-        # only messages after an add that some epoch of ours left out can owe a late grant
+        own += [(m.hlc, m.payload) for m in self.client.own_hidden(self.chat_id, MessageKind.KEYS)]
+
+        def was_member(hlc: Hlc) -> bool:
+            return membership.deciding_add(me, hlc) is not None
+
+        epochs_only = SenderState.read(self.key, own, [], was_member)
+        # only messages after an add that some epoch of ours left out, or under an epoch whose
+        # grant is hidden, can owe a grant
         behind = [
             m.added_at
             for m in members
             for epoch in epochs_only.epochs.values()
             if m.user_id not in epoch.recipients and m.added_at >= epoch.started
         ]
+        behind += [epoch.started for epoch in epochs_only.epochs.values() if epoch.hidden]
         if not behind:
             return epochs_only
         mine = self._sealed_since(min(behind), lambda msg: msg.sender == me)
-        return SenderState.read(self.key, own, [(m.hlc, m.payload) for m in mine])
+        return SenderState.read(self.key, own, [(m.hlc, m.payload) for m in mine], was_member)
 
     def _sealed_since(self, since: Hlc, wanted: Callable[[MsgV1], bool]) -> list[MsgV1]:
         """The chat's sealed messages stamped at or after ``since`` that are ``wanted``,

@@ -443,6 +443,25 @@ class Messages:
             append(_new_tuple(StoredMessage, (key, seq, msg)))
         return RangePage(items, None)
 
+    def hidden_by(
+        self, chat_id: bytes, sender: bytes, kinds: frozenset[int]
+    ) -> list[StoredMessage]:
+        """The chat's hidden messages of ``sender`` of these kinds, in (hlc, seq) order, the
+        newest ``MAX_PAGE_LIMIT``: what a sender may read back of its own (its key grants sent
+        while, as it learnt later, it was removed). None in most chats, without a read."""
+        if not self._hidden.seqs(chat_id):
+            return []
+        max_payload = self.config.max_payload
+        out = []
+        for _, key in self._rocks.iter_prefix("hidden", chat_id):
+            value = self._rocks.get("messages", key)
+            if value is None or value[KIND_AT[value[STAMP_AT]]] not in kinds:
+                continue
+            msg = decode_msg(value, max_payload=max_payload, trusted=True)
+            if msg.sender == sender:
+                out.append(StoredMessage(key, parse_key_messages(key)[2], msg))
+        return sorted(out, key=lambda item: item.key)[-MAX_PAGE_LIMIT:]
+
     # --- sync helpers (seed 002: Merkle rebuild, step 4, step 5) ---
 
     def iter_msg_ids(self) -> Iterator[tuple[bytes, int]]:
