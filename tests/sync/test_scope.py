@@ -102,9 +102,7 @@ def test_served_users_are_those_whose_home_nodes_name_the_node() -> None:
 
 def test_split_by_scope_keeps_global_records_and_refuses_other_chats() -> None:
     inside = message(0)  # CHATS[0]
-    outside = next(
-        message(n) for n in (1, 2) if shard_of(CHATS[n], 64) != shard_of(CHATS[0], 64)
-    )
+    outside = next(message(n) for n in (1, 2) if shard_of(CHATS[n], 64) != shard_of(CHATS[0], 64))
     scope = shards_scope({shard_of(CHATS[0], 64)}, 64)
     op = member(1, 1, 1_000)
     ident = identity(1, 1, 1)
