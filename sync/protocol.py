@@ -544,14 +544,16 @@ class SyncSession:
             inner = self.replica.scope & hello.scope
         except ScopeError as exc:
             raise RemoteProtocolError(f"HELLO scope: {exc}", reason="scope_mismatch") from None
-        # narrower than offered: the scoped roots cover more on the peer's side than ours
+        # narrower than offered: the peer's scoped roots cover shards we do not hold. Equal
+        # full-width roots still mean the same records (the peer holds nothing beyond the
+        # intersection there); different ones lead to a descent, over the intersection.
         narrowed = inner != hello.scope
         self.release_claims()
         self._pass_no = self.stats.passes = hello.pass_no
         self._salt, self._width = hello.salt, hello.width
         self._session_cutoff = _later(self.config.cutoff_ms, hello.cutoff_ms)
         self._scope = inner
-        differing = [d for d in Domain if self._differs(d, hello, narrowed)]
+        differing = [d for d in Domain if self._tree(d).root() != hello.roots[d]]
         if not differing or hello.final or hello.pass_no > self.config.max_passes:
             self.state, self.converged = State.DONE, not differing
             return Done(not differing)
@@ -566,14 +568,6 @@ class SyncSession:
             )
         self.state = State.AWAIT_MIDDLE
         return Nodes(sections, max(0, self._session_cutoff or 0), inner if narrowed else None)
-
-    def _differs(self, domain: Domain, hello: Hello, narrowed: bool) -> bool:
-        """Whether ``domain`` needs a descent: its roots differ — or, for a scoped domain when
-        the intersection is narrower than the peer offered, the roots cannot be compared
-        (unless the intersection holds no shard at all: nothing to reconcile there)."""
-        if narrowed and domain in SCOPED:
-            return self._scope.shards is None or bool(self._scope.shards)
-        return self._tree(domain).root() != hello.roots[domain]
 
     def _no_scope(self, nodes: Nodes) -> None:
         if nodes.scope is not None:

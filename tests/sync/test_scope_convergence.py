@@ -1,7 +1,7 @@
 """Replicas with different, changing scopes converge on every chat they share and hold
 nothing outside their scope (SYNC.md, "Scopes").
 
-Four ``MemoryReplica``s under the chat rules, each holding a scope of a small network's
+Four ``MemoryReplica``s (under the chat rules, or storing every message), each holding a scope of a small network's
 shards (or every shard). Records — messages, edits, deletes, reactions, member ops,
 identities — reach them one by one, twice or never; any two run sessions, cut short at
 random; scopes change (grow, shrink, become full) between steps. Whatever happened:
@@ -30,7 +30,7 @@ from sync.merkle import MerkleTree
 from sync.replica import SCOPED, MemoryReplica, Record
 from sync.scope import EVERYTHING, Scope, shard_of
 
-from sync_support import CHATS, RECORDS, assert_trees_match_contents
+from sync_support import CHATS, RECORDS, assert_trees_match_contents, member, message
 
 NUM_SHARDS = 3  # one chat per shard (CHATS), so that scopes overlap and differ often
 SHARD = {chat: shard_of(chat, NUM_SHARDS) for chat in CHATS}
@@ -40,9 +40,19 @@ SCOPES: st.SearchStrategy[Scope] = st.one_of(
 )
 REPLICAS = 4
 
+# Any record, and more often plain messages, or the creator's adds of every user (stamped
+# before every message) at once, so that most messages are admitted and stored, not left
+# waiting for ops.
+ALL_ADMITS = [member(chat, user, 990) for chat in range(3) for user in range(4)]
+SOME_RECORDS = st.one_of(
+    st.lists(st.integers(0, 60).map(message), min_size=1, max_size=8),
+    st.lists(RECORDS, max_size=5),
+    st.just(ALL_ADMITS),
+)
+
 Step = tuple[Any, ...]
 STEPS: st.SearchStrategy[Step] = st.one_of(
-    st.tuples(st.just("deliver"), st.integers(0, REPLICAS - 1), st.lists(RECORDS, max_size=4)),
+    st.tuples(st.just("deliver"), st.integers(0, REPLICAS - 1), SOME_RECORDS),
     st.tuples(
         st.just("sync"),
         st.integers(0, REPLICAS - 1),
@@ -106,12 +116,15 @@ def deliver(replica: MemoryReplica, records: list[Record]) -> None:
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(SCOPES, min_size=REPLICAS, max_size=REPLICAS),
-    st.lists(STEPS, max_size=30),
+    st.lists(STEPS, min_size=4, max_size=30),
+    st.booleans(),
 )
 def test_scoped_replicas_converge_on_what_they_share_and_hold_nothing_else(
-    scopes: list[Scope], steps: list[Step]
+    scopes: list[Scope], steps: list[Step], admit_all: bool
 ) -> None:
-    replicas = [MemoryReplica(scope=s) for s in scopes]
+    """``admit_all``: every message stored on arrival (the sync engine alone), else the chat
+    rules decide (messages wait for the ops that admit them)."""
+    replicas = [MemoryReplica(scope=s, admit_all=admit_all) for s in scopes]
     given_any: list[Record] = []
     for step in steps:
         if step[0] == "deliver":
@@ -138,7 +151,7 @@ def test_scoped_replicas_converge_on_what_they_share_and_hold_nothing_else(
                 assert chat_state(a, chat) == chat_state(b, chat)
 
     # a full replica given everything, synced last: each scoped replica holds its scope of it
-    full = MemoryReplica()
+    full = MemoryReplica(admit_all=admit_all)
     full.apply_ops(given_any)
     sync_until_converged([full, *replicas])
     for replica in replicas:
@@ -152,13 +165,14 @@ def test_scoped_replicas_converge_on_what_they_share_and_hold_nothing_else(
 def test_a_session_ships_only_the_intersection() -> None:
     """Two replicas holding every chat's records, scoped to overlapping shards: a session
     moves records of the shared shards only, in both directions."""
-    from sync_support import message
-
     msgs: list[MsgV1] = [message(n) for n in range(30)]
     shards = sorted(set(SHARD.values()))
     a_scope = Scope(frozenset(shards[:2]), NUM_SHARDS)
     b_scope = Scope(frozenset(shards[1:]), NUM_SHARDS)
-    a, b = MemoryReplica(scope=a_scope, admit_all=True), MemoryReplica(scope=b_scope, admit_all=True)
+    a, b = (
+        MemoryReplica(scope=a_scope, admit_all=True),
+        MemoryReplica(scope=b_scope, admit_all=True),
+    )
     a.apply_ops(msgs[0::2])
     b.apply_ops(msgs[1::2])
     result = run_session(a, b)
