@@ -68,6 +68,7 @@ from store.retention import RetentionPolicy
 from store.rocks import ChatDbConfig
 from sync.frames import Domain
 from sync.replica import DbReplica
+from sync.scope import ScopeError
 
 if TYPE_CHECKING:
     from trio_typing import TaskStatus
@@ -110,7 +111,7 @@ class Node:
                 recorder = OpRecorder(cfg.trace_out, cfg, clock.wall_ms())
             # Refuse expired messages from the first write on; the GC keeps this current.
             db.expire_before_ms = RetentionPolicy(cfg.retention_days).age_cutoff(clock.wall_ms())
-            replica = await trio.to_thread.run_sync(DbReplica, db)
+            replica = await trio.to_thread.run_sync(open_replica, db, cfg)
             async with trio.open_nursery() as writer_nursery:  # the writer outlives the network
                 await self._run_network(writer_nursery, replica, clock, recorder, task_status)
         finally:
@@ -416,6 +417,15 @@ def db_config(cfg: NodeConfig) -> ChatDbConfig:
         max_payload=cfg.max_payload,
         max_offset_ms=cfg.max_offset_ms,
     )
+
+
+def open_replica(db: ChatDb, cfg: NodeConfig) -> DbReplica:
+    """The store with its trees, holding the node's scope: ``StartupRefused`` if the store
+    holds chats outside it (narrowing a store is not built: SYNC.md, "Scopes")."""
+    try:
+        return DbReplica(db, scope=cfg.scope)
+    except ScopeError as exc:
+        raise StartupRefused(f"data directory {cfg.data}: {exc}") from exc
 
 
 def _count_dropped(metrics: Metrics, reason: str) -> None:

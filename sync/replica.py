@@ -568,6 +568,10 @@ class DbReplica(ScopedTrees):
         self.scope = scope
         self.refused_out_of_scope = 0
         self._shard_leaves: tuple[int, dict[Domain, ShardLeaves]] | None = None
+        if not scope.is_full and any(
+            not scope.holds_chat(chat) for d in SCOPED for _, chat in self._iter_chats(d)
+        ):
+            raise ScopeError(f"the store holds chats outside {scope}: narrowing is not built")
         self.plan_rules = ADMIT_ALL if admit_all else CHAT_RULES
         self.waiting = waiting if waiting is not None else WaitingRoom()
         # told of every message sync stored that was new here (from the applying thread)
