@@ -11,6 +11,9 @@ import pytest
 
 from node.config import load_config, parse_scope
 from node.errors import StartupRefused
+from node.intake import OpIntake, OutsideScope, refuse_outside_scope
+from node.limits import AuthorRates
+from node.metrics import Metrics
 from node.node import open_replica
 from store import ChatDb, ChatDbConfig, Hlc, MsgV1
 from store.plan import ADMIT_ALL
@@ -70,5 +73,27 @@ def test_a_store_holding_chats_outside_the_scope_is_refused(tmp_path: Path) -> N
         outside = load_config(None, {"scope_shards": (other,), "data": str(tmp_path / "db")})
         with pytest.raises(StartupRefused, match="narrowing is not built"):
             open_replica(db, outside)
+    finally:
+        db.close()
+
+
+def test_the_api_refuses_a_message_of_a_chat_outside_the_scope(tmp_path: Path) -> None:
+    """A scoped node's intake refuses (``out_of_scope``) what its store would not write,
+    instead of acknowledging a message it drops; chats inside the scope pass this check."""
+    db = ChatDb(ChatDbConfig(block_cache_mb=8, memtable_mb=8), path=tmp_path / "db")
+    try:
+        home = shard_of(CHAT, DEFAULT_SHARDS)
+        metrics = Metrics()
+        intake = OpIntake(
+            db, None, None, AuthorRates(1_000.0, 1_000.0), metrics, None,  # type: ignore[arg-type]
+            max_offset_ms=60_000, scope=Scope(frozenset({(home + 1) % DEFAULT_SHARDS})),
+        )  # fmt: skip
+        msg = MsgV1.create(key_from_seed(b"\x01" * 32), CHAT, Hlc(1_000), b"hi")
+        with pytest.raises(OutsideScope, match=f"shard {home}") as info:
+            intake.check([msg], now_ms=1_000)
+        assert info.value.reason == "out_of_scope"
+        intake.scope = Scope(frozenset({home}))
+        intake.check([msg], now_ms=1_000)  # inside: this check passes
+        refuse_outside_scope(EVERYTHING, [msg])  # a full node holds every chat
     finally:
         db.close()
