@@ -100,6 +100,9 @@ class NodeConfig:
     # every node), and the shards this node holds: None (``--full``), every one
     network_shards: int = DEFAULT_SHARDS
     scope_shards: tuple[int, ...] | None = None
+    # messages and deletes gossiped on their shard's topic, subscribed by scope (a network
+    # setting: the same on every node); off: one topic for everything, as before scopes
+    gossip_sharded: bool = False
     # retention (RETENTION.md)
     retention_days: float = 0.0  # 0 = keep forever
     max_storage_mb: int = 0  # 0 = unlimited

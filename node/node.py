@@ -37,6 +37,7 @@ from node.dm3 import load_or_create_key as load_dm3_key
 from node.erasure import compact_erasures
 from node.errors import StartupRefused
 from node.gossip.settings import OPS_TOPIC
+from node.gossip.topics import topics_for
 from node.intake import Submitted
 from node.memory import rss_bytes
 from node.metrics import Metrics
@@ -274,10 +275,13 @@ class RunningNode:
         self.p2p_host.set_stream_handler(
             PEERS_PROTOCOL, "peers", self.peers.answer_exchange, self._handler_failed
         )
-        self.p2p_pubsub.set_validator(OPS_TOPIC, gossip.validate)
-        subscription = await self.p2p_pubsub.subscribe(OPS_TOPIC)
+        subscriptions = []  # the ops topic; with gossip_sharded, those of our shards too
+        for topic in topics_for(OPS_TOPIC, cfg.scope, sharded=cfg.gossip_sharded):
+            self.p2p_pubsub.set_validator(topic, gossip.validate)
+            subscriptions.append(await self.p2p_pubsub.subscribe(topic))
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(gossip.receive_loop, subscription)
+            for subscription in subscriptions:
+                nursery.start_soon(gossip.receive_loop, subscription)
             nursery.start_soon(gossip.publish_loop)
             nursery.start_soon(self.peers.maintain, self.listen_addrs)
             nursery.start_soon(self.peers.schedule_syncs, self._initiate_sync)
