@@ -148,7 +148,7 @@ def encode_frame(frame: Frame) -> bytes:
             body = [FrameType.DONE, converged]
         case Nodes(sections, cutoff_ms, scope):
             body = [FrameType.NODES, _tree_sections(sections), cutoff_ms]
-            if scope is not None:
+            if scope is not None and not scope.is_full:
                 body.append(scope.to_wire())
         case Cells(sections):
             body = [FrameType.CELLS, _tree_sections(sections)]

@@ -547,7 +547,7 @@ class SyncSession:
         # narrower than offered: the peer's scoped roots cover shards we do not hold. Equal
         # full-width roots still mean the same records (the peer holds nothing beyond the
         # intersection there); different ones lead to a descent, over the intersection.
-        narrowed = inner != hello.scope
+        narrowed = inner.shards != hello.scope.shards  # (a full scope: any number of shards)
         self.release_claims()
         self._pass_no = self.stats.passes = hello.pass_no
         self._salt, self._width = hello.salt, hello.width

@@ -188,3 +188,22 @@ def test_a_record_pushed_outside_the_scope_ends_the_session_and_is_not_written()
     assert info.value.reason == "out_of_scope"
     assert inside.msg_id in victim_replica.messages
     assert outside.msg_id not in victim_replica.messages
+
+
+def test_full_replicas_of_a_network_of_any_size_speak_todays_frames() -> None:
+    """A full scope has no shard count on the wire: two full nodes of a 64-shard network
+    send exactly the frames of two nodes before scopes."""
+    from sync.loopback import run_session
+
+    from sync_support import Wire
+
+    a, b = collision()
+    sizes = []
+    for scope in (EVERYTHING, Scope(None, 64)):
+        wire = Wire()
+        left, right = MemoryReplica(admit_all=True, scope=scope), full_replica(a, b)
+        result = run_session(left, right, on_frame=wire)
+        assert result.converged and set(left.messages) == {a.msg_id, b.msg_id}
+        assert all(getattr(frame, "scope", None) in (None, EVERYTHING) for _, frame in wire.frames)
+        sizes.append(result.bytes_sent)
+    assert sizes[0] == sizes[1]
