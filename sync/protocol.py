@@ -88,8 +88,9 @@ from sync.frames import (
     encode_frame,
 )
 from sync.merkle import DEPTH, FANOUT, TreeReader, check_hash, children
-from sync.replica import SCOPED, Record, Replica
+from sync.replica import Record, Replica
 from sync.scope import Scope, ScopeError
+from sync.shards import SCOPED
 
 TOP_DEPTH = 2  # R's first NODES frame: every depth-2 node (256 hashes)
 FETCH_CHUNK = 256  # ids looked up per replica call while filling a frame

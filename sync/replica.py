@@ -47,8 +47,8 @@ from store.retention import Expiry
 from store.waiting import WaitingRoom
 from sync.frames import Domain
 from sync.merkle import MerkleTree, TreeReader
-from sync.scope import EVERYTHING, Scope, ScopeError, shard_of, split_by_scope
-from sync.shards import ShardLeaves
+from sync.scope import EVERYTHING, Scope, ScopeError, split_by_scope
+from sync.shards import SCOPED, ScopedTrees, ShardLeaves
 
 if TYPE_CHECKING:  # a ChatDb is passed in; sync never imports rocksdict itself
     from store.chatdb import ChatDb
@@ -87,69 +87,6 @@ class Replica(Protocol):
     def apply(self, domain: Domain, records: list[Record]) -> int:
         """Merge validated records into the store and its tree; return how many changed it."""
         ...
-
-
-SCOPED = frozenset({Domain.MESSAGES, Domain.DELETES})  # follow their chat's shard
-
-
-class ScopedTrees:
-    """What the replicas share about scopes: the tree of a scope (the one tree when it is
-    the replica's own, else summed from per-shard leaves, built when first needed), and
-    which listed ids lie in a scope. Subclasses give ``trees`` and how to find chats."""
-
-    scope: Scope
-    trees: dict[Domain, MerkleTree]
-    # per-shard leaves, for one number of shards (a full replica learns it from its peers)
-    _shard_leaves: tuple[int, dict[Domain, ShardLeaves]] | None
-
-    def scope_tree(self, domain: Domain, scope: Scope) -> TreeReader:
-        inner = self._within(domain, scope)
-        if inner is None:
-            return self.trees[domain]
-        assert inner.shards is not None
-        return self._leaves(inner.num_shards)[domain].view(inner.shards)
-
-    def _within(self, domain: Domain, scope: Scope) -> Scope | None:
-        """The part of ``scope`` this replica holds, None when that is all it holds."""
-        if domain not in SCOPED:
-            return None
-        inner = scope & self.scope
-        if inner.shards is None or inner.shards == self.scope.shards:
-            return None
-        return inner
-
-    def _in_scope(self, domain: Domain, ids: list[bytes], scope: Scope) -> list[bool]:
-        inner = self._within(domain, scope)
-        if inner is None:
-            return [True] * len(ids)
-        return [c is not None and inner.holds_chat(c) for c in self._chats_of(domain, ids)]
-
-    def _leaves(self, num_shards: int) -> dict[Domain, ShardLeaves]:
-        if self._shard_leaves is None or self._shard_leaves[0] != num_shards:
-            leaves = {d: ShardLeaves() for d in SCOPED}
-            for domain in SCOPED:
-                for record_id, chat in self._iter_chats(domain):
-                    leaves[domain].insert(shard_of(chat, num_shards), record_id)
-            self._shard_leaves = (num_shards, leaves)
-        return self._shard_leaves[1]
-
-    def _shard_change(
-        self, domain: Domain, chat: bytes, old: bytes | None, new: bytes | None
-    ) -> None:
-        if self._shard_leaves is None:
-            return  # not built yet: built from what is held when first needed
-        num_shards, by_domain = self._shard_leaves
-        leaves, shard = by_domain[domain], shard_of(chat, num_shards)
-        if old is not None:
-            leaves.remove(shard, old)
-        if new is not None:
-            leaves.insert(shard, new)
-
-    def _chats_of(self, domain: Domain, ids: list[bytes]) -> list[bytes | None]:
-        raise NotImplementedError
-
-    def _iter_chats(self, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
-        raise NotImplementedError
 
 
 def _filter_applied(

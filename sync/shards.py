@@ -8,14 +8,17 @@ same 65,536 two-byte buckets as the seed design), and ``ShardView`` reads a set 
 as one tree. XOR and counts are linear, so a node of the intersection's tree is the sum of
 the shards' nodes; the view sums on demand, so it is always current (records a session
 writes are in the next HELLO's roots) and costs memory only for the leaves.
+``ScopedTrees`` is what both replicas (``sync.replica``) do with them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from store.keys import RECORD_ID_LEN
-from sync.merkle import DEPTH, FANOUT_BITS, check_hash, node_hash
+from sync.frames import Domain
+from sync.merkle import DEPTH, FANOUT_BITS, MerkleTree, TreeReader, check_hash, node_hash
+from sync.scope import Scope, shard_of
 
 Leaf = list[int]  # [count, xor, check]
 
@@ -114,3 +117,66 @@ class ShardView:
                 xor ^= leaf[1]
                 check ^= leaf[2]
         return count, xor, check
+
+
+SCOPED = frozenset({Domain.MESSAGES, Domain.DELETES})  # follow their chat's shard
+
+
+class ScopedTrees:
+    """What the replicas share about scopes: the tree of a scope (the one tree when it is
+    the replica's own, else summed from per-shard leaves, built when first needed), and
+    which listed ids lie in a scope. Subclasses give ``trees`` and how to find chats."""
+
+    scope: Scope
+    trees: dict[Domain, MerkleTree]
+    # per-shard leaves, for one number of shards (a full replica learns it from its peers)
+    _shard_leaves: tuple[int, dict[Domain, ShardLeaves]] | None
+
+    def scope_tree(self, domain: Domain, scope: Scope) -> TreeReader:
+        inner = self._within(domain, scope)
+        if inner is None:
+            return self.trees[domain]
+        assert inner.shards is not None
+        return self._leaves(inner.num_shards)[domain].view(inner.shards)
+
+    def _within(self, domain: Domain, scope: Scope) -> Scope | None:
+        """The part of ``scope`` this replica holds, None when that is all it holds."""
+        if domain not in SCOPED:
+            return None
+        inner = scope & self.scope
+        if inner.shards is None or inner.shards == self.scope.shards:
+            return None
+        return inner
+
+    def _in_scope(self, domain: Domain, ids: list[bytes], scope: Scope) -> list[bool]:
+        inner = self._within(domain, scope)
+        if inner is None:
+            return [True] * len(ids)
+        return [c is not None and inner.holds_chat(c) for c in self._chats_of(domain, ids)]
+
+    def _leaves(self, num_shards: int) -> dict[Domain, ShardLeaves]:
+        if self._shard_leaves is None or self._shard_leaves[0] != num_shards:
+            leaves = {d: ShardLeaves() for d in SCOPED}
+            for domain in SCOPED:
+                for record_id, chat in self._iter_chats(domain):
+                    leaves[domain].insert(shard_of(chat, num_shards), record_id)
+            self._shard_leaves = (num_shards, leaves)
+        return self._shard_leaves[1]
+
+    def _shard_change(
+        self, domain: Domain, chat: bytes, old: bytes | None, new: bytes | None
+    ) -> None:
+        if self._shard_leaves is None:
+            return  # not built yet: built from what is held when first needed
+        num_shards, by_domain = self._shard_leaves
+        leaves, shard = by_domain[domain], shard_of(chat, num_shards)
+        if old is not None:
+            leaves.remove(shard, old)
+        if new is not None:
+            leaves.insert(shard, new)
+
+    def _chats_of(self, domain: Domain, ids: list[bytes]) -> list[bytes | None]:
+        raise NotImplementedError
+
+    def _iter_chats(self, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
+        raise NotImplementedError

@@ -27,8 +27,9 @@ from store.records import MsgV1
 from sync.frames import Domain
 from sync.loopback import run_session
 from sync.merkle import MerkleTree
-from sync.replica import SCOPED, MemoryReplica, Record
+from sync.replica import MemoryReplica, Record
 from sync.scope import EVERYTHING, Scope, shard_of
+from sync.shards import SCOPED
 
 from sync_support import CHATS, RECORDS, assert_trees_match_contents, member, message
 

@@ -13,8 +13,9 @@ from store import ChatDb, ChatDbConfig, MsgV1
 from sync.frames import Domain
 from sync.loopback import run_session
 from sync.merkle import MerkleTree
-from sync.replica import SCOPED, DbReplica, MemoryReplica
+from sync.replica import DbReplica, MemoryReplica
 from sync.scope import EVERYTHING, Scope, ScopeError, shard_of
+from sync.shards import SCOPED
 
 from sync_support import CHATS, delete_of, message
 
