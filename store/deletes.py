@@ -194,6 +194,16 @@ class Deletes:
         for delete_id, _ in self._rocks.iter_all("seen_delete"):
             yield delete_id
 
+    def chats_of_deletes(self, ids: list[bytes]) -> list[bytes | None]:
+        """The chat of each held delete (None: not held): its deletes key starts with it."""
+        keys = self._rocks.multi_get("seen_delete", ids)
+        return [None if k is None else k[:CHAT_ID_LEN] for k in keys]
+
+    def iter_delete_chats(self) -> Iterator[tuple[bytes, bytes]]:
+        """(delete id, chat id) of every held delete (per-shard trees, ``sync.shards``)."""
+        for delete_id, key in self._rocks.iter_all("seen_delete"):
+            yield delete_id, key[:CHAT_ID_LEN]
+
     def get_bucket_delete_ids(self, bucket: int) -> list[bytes]:
         return [i for i, _ in self._rocks.iter_prefix("seen_delete", bucket_prefix(bucket))]
 

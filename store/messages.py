@@ -473,6 +473,15 @@ class Messages:
         for msg_id, physical_ms in self.iter_msg_ids():
             callback(msg_id, physical_ms)
 
+    def msg_chats(self, ids: list[bytes]) -> list[bytes | None]:
+        """The chat of each held message (None: not held): its messages key starts with it."""
+        return [None if k is None else k[:CHAT_ID_LEN] for k in self._multi_get("seen_msg", ids)]
+
+    def iter_msg_chats(self) -> Iterator[tuple[bytes, bytes]]:
+        """(message id, chat id) of every held message (per-shard trees, ``sync.shards``)."""
+        for msg_id, key in self._iter_all("seen_msg"):
+            yield msg_id, key[:CHAT_ID_LEN]
+
     def get_bucket_msg_ids(self, bucket: int) -> list[bytes]:
         return [msg_id for msg_id, _ in self._iter_prefix("seen_msg", bucket_prefix(bucket))]
 

@@ -19,6 +19,7 @@ import cbor2
 from store.errors import shown
 from store.keys import NUM_BUCKETS, RECORD_ID_LEN
 from sync.errors import RemoteProtocolError
+from sync.scope import EVERYTHING, MAX_SHARDS, Scope, ScopeError
 
 PROTOCOL_VERSION = 1
 SALT_LEN = 16
@@ -49,6 +50,8 @@ class Hello:
 
     ``cutoff_ms``: the initiator's retention cutoff for messages (0: none). ``final``:
     compare roots and end — no descent (the last pass moved nothing it could move).
+    ``scope``: what the initiator offers to reconcile (``sync.scope``); the roots of the
+    scoped domains are over it. Full: not on the wire (today's seven fields).
     """
 
     pass_no: int
@@ -57,6 +60,7 @@ class Hello:
     roots: dict[Domain, tuple[bytes, int]]  # domain -> (xor, count)
     cutoff_ms: int = 0
     final: bool = False
+    scope: Scope = EVERYTHING
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +74,13 @@ class Nodes:
 
     ``cutoff_ms`` in the responder's first NODES of a pass: the session's message cutoff,
     the later of both sides' (0: none); both then neither list, ship nor accept older.
+    ``scope`` in the responder's first NODES of a pass, when the intersection of both
+    scopes is narrower than the initiator's HELLO offered: the session's scope from now on.
     """
 
     sections: dict[Domain, tuple[bytes, bytes]]  # domain -> (flags, concatenated hashes)
     cutoff_ms: int = 0
+    scope: Scope | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,16 +136,20 @@ Frame = Hello | Done | Nodes | Cells | Transfer | Abort
 
 def encode_frame(frame: Frame) -> bytes:
     match frame:
-        case Hello(pass_no, salt, width, roots, cutoff_ms, final):
+        case Hello(pass_no, salt, width, roots, cutoff_ms, final, scope):
             body: list[Any] = [
                 FrameType.HELLO, PROTOCOL_VERSION, pass_no, salt, width,
                 [[int(d), xor, count] for d, (xor, count) in sorted(roots.items())],
                 cutoff_ms, final,
             ]  # fmt: skip
+            if not scope.is_full:
+                body.append(scope.to_wire())
         case Done(converged):
             body = [FrameType.DONE, converged]
-        case Nodes(sections, cutoff_ms):
+        case Nodes(sections, cutoff_ms, scope):
             body = [FrameType.NODES, _tree_sections(sections), cutoff_ms]
+            if scope is not None and not scope.is_full:
+                body.append(scope.to_wire())
         case Cells(sections):
             body = [FrameType.CELLS, _tree_sections(sections)]
         case Transfer(idle, sections):
@@ -255,7 +266,20 @@ def decode_frame(data: bytes, *, max_frame: int, max_ids: int) -> Frame:
     return decoder(value[1:], max_ids)
 
 
+def _scope(value: Any) -> Scope:
+    """``[S, bitmap]``: at most ``MAX_SHARDS`` shards, a bitmap of exactly ⌈S/8⌉ bytes."""
+    num_shards, bitmap = _arity(_list(value, "scope", 2), 2, "scope")
+    num_shards = _uint(num_shards, "number of shards")
+    if num_shards > MAX_SHARDS:
+        raise _fail(f"a scope of {num_shards} shards, over {MAX_SHARDS}", "scope_too_large")
+    try:
+        return Scope.from_bitmap(num_shards, _bytes(bitmap, "scope bitmap"))
+    except ScopeError as exc:
+        raise _fail(f"scope: {exc}", "bad_scope") from None
+
+
 def _decode_hello(v: list[Any], max_ids: int) -> Hello:
+    scope = _scope(v.pop()) if len(v) == 8 else EVERYTHING
     version, pass_no, salt, width, roots, cutoff_ms, final = _arity(v, 7, "HELLO")
     if _uint(version, "version") != PROTOCOL_VERSION:
         raise _fail(f"unsupported protocol version {version}", "unsupported_version")
@@ -273,6 +297,7 @@ def _decode_hello(v: list[Any], max_ids: int) -> Hello:
         parsed,
         _uint(cutoff_ms, "cutoff"),
         _bool(final, "final"),
+        scope,
     )
 
 
@@ -293,8 +318,11 @@ def _decode_tree_sections(
 
 
 def _decode_nodes(v: list[Any], max_ids: int) -> Nodes:
+    scope = _scope(v.pop()) if len(v) == 3 else None
     sections, cutoff_ms = _arity(v, 2, "NODES")
-    return Nodes(_decode_tree_sections([sections], "NODES", None), _uint(cutoff_ms, "cutoff"))
+    return Nodes(
+        _decode_tree_sections([sections], "NODES", None), _uint(cutoff_ms, "cutoff"), scope
+    )
 
 
 def _decode_cells(v: list[Any], max_ids: int) -> Cells:

@@ -27,6 +27,7 @@ with instrumented(__name__ == "__main__"):
         decode_frame,
         encode_frame,
     )
+    from sync.scope import Scope
 
 TARGET = "frames"
 MAX_FRAME = 4 * 1024 * 1024  # SyncConfig's defaults
@@ -54,6 +55,10 @@ def seeds() -> dict[str, bytes]:
     frames: dict[str, Frame] = {
         "hello": Hello(1, b"s" * 16, 4, roots, 0, False),
         "hello-final": Hello(2, b"t" * 16, 16, roots, 1_700_000_000_000, True),
+        "hello-scoped": Hello(1, b"u" * 16, 4, roots, 0, False, Scope(frozenset({0, 9}), 12)),
+        "nodes-top-scoped": Nodes(
+            {Domain.DELETES: (b"", b"h" * 4 * 256)}, 0, Scope(frozenset(), 3)
+        ),
         "done": Done(True),
         "nodes-top": Nodes({Domain.MESSAGES: (b"", b"h" * 4 * 256)}, 5),
         "nodes": Nodes(
