@@ -49,6 +49,7 @@ from store.records import (
     ChatMeta,
     MessageKind,
     MsgV1,
+    StoredMsg,
     check_payload_size,
     decode_msg,
 )
@@ -420,14 +421,14 @@ class Messages:
                 start = after + b"\x00"  # the smallest key greater than the cursor
             else:
                 end = after
-        rows = self._rocks.iter_range(
-            "messages", start, end, reverse=direction is Direction.BACKWARD
-        )
+        backward = direction is Direction.BACKWARD
+        rows = self._rocks.items("messages", start, end, reverse=backward)
         hidden = self._hidden.seqs(chat_id)  # empty, without a read, for most chats
         items: list[StoredMessage] = []
         append = items.append
-        max_payload = self.config.max_payload
         for key, value in rows:
+            if backward and key < start:
+                break  # (a forward scan stops at ``end``: the upper bound)
             if len(items) == limit:
                 return RangePage(items, encode_cursor(items[-1].key))
             if kinds is not None and value[KIND_AT[value[STAMP_AT]]] not in kinds:  # kind_of
@@ -438,8 +439,9 @@ class Messages:
                 seq = parse_key_messages(key)[2]  # raises: not a messages key
             if hidden and seq in hidden:
                 continue
-            # Our own rows, written by put_messages: decoded trusted (see decode_msg).
-            msg = decode_msg(value, max_payload=max_payload, trusted=True)
+            # Our own rows, written by put_messages: decoded when a field is read (StoredMsg)
+            msg = _new(StoredMsg)
+            msg.__dict__["encoded"] = value  # = stored_msg(value), inlined
             append(_new_tuple(StoredMessage, (key, seq, msg)))
         return RangePage(items, None)
 

@@ -292,6 +292,21 @@ class Rocks:
             yield key, it.value()
             it.prev()
 
+    def items(
+        self, cf: str, start: bytes, end: bytes | None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """``iter_range``'s rows from rocksdict's own iterator (one call per row, not four),
+        bounded above by ``end``; reversed, it runs from the last key below ``end`` and does
+        *not* stop at ``start``: the caller stops at the first key below it."""
+        opts = ReadOptions()
+        opts.set_total_order_seek(True)
+        if end is not None:
+            opts.set_iterate_upper_bound(end)
+        rows: Iterator[tuple[bytes, bytes]] = self.cf[cf].items(
+            backwards=reverse, from_key=None if reverse else start, read_opt=opts
+        )
+        return rows
+
     def iter_values(self, cf: str, start: bytes, end: bytes | None) -> Iterator[bytes]:
         """The values of start <= key < end in key order: ``iter_range`` without the keys,
         one call per row into rocksdict instead of four (the unread scan)."""
