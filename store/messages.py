@@ -1,8 +1,9 @@
 """Messages: put (idempotent via seen_msg), cursor pagination, sync and retention helpers.
 
 A message lives under ``messages[chat|hlc|seq]`` and is indexed by
-``seen_msg[msg_id] = that key``. The seen_msg value therefore holds the packed
-HLC at bytes 32..40, which is what retention reads (seed 002).
+``seen_msg[msg_id] = that key`` (a shown message's then its event position: written with
+its event, ``store.events``). The seen_msg value therefore holds the packed HLC at bytes
+32..40, which is what retention reads (seed 002).
 
 ``Messages`` is given the RocksDB plumbing, the chats' metas, the event log (a shown message
 is logged in the batch that stores it) and the hidden index. It binds their methods once
@@ -55,6 +56,7 @@ from store.records import (
 )
 from store.rocks import Rocks
 
+MESSAGE = EventKind.MESSAGE
 DEFAULT_PAGE_LIMIT = 50
 MAX_PAGE_LIMIT = 200
 
@@ -193,12 +195,11 @@ class Messages:
         handle = self._handle
         batch = self._rocks.new_batch()
         batch.put(key, msg.encoded, handle["messages"])
-        batch.put(msg_id, key, handle["seen_msg"])
         if msg.ref is not None:
             self._index_ref(msg, msg_id, key, seq, batch)
         batch.put(chat, meta.encode(), handle["chats_meta"])
         self._mark_referred(batch, [msg], {msg_id: key})
-        self._write(batch, [(EventKind.MESSAGE, key)])
+        self._write(batch, [(EventKind.MESSAGE, key, msg_id)])  # and seen_msg (store.events)
         self._remember_one_meta(chat, meta)
         return _put_result(msg_id, seq, False)
 
@@ -209,7 +210,8 @@ class Messages:
         now_ms: int | None = None,
         hidden: frozenset[bytes] | set[bytes] = frozenset(),
     ) -> list[PutResult]:
-        """Store many messages in one WriteBatch (messages + seen_msg + chats_meta).
+        """Store many messages in one WriteBatch: messages + seen_msg per message, chats_meta
+        per chat, one events row (``store.events``).
 
         Every message is checked before anything is written: a payload over the
         limit raises TooLarge and, if ``now_ms`` is given, an HLC more than
@@ -263,15 +265,15 @@ class Messages:
             if hidden and msg_id in hidden:
                 hidden_keys.append(key_hidden(chat, seq))
                 put(hidden_keys[-1], key, self._handle["hidden"])
+                put(msg_id, key, seen_cf)  # (a shown one's, with its event: store.events)
             else:
-                events.append((EventKind.MESSAGE, key))
+                events.append((MESSAGE, key, msg_id))
                 if msg.kind in CONTENT and (
                     packed > state[1] or (packed == state[1] and msg_id > state[2])
                 ):
                     state[1], state[2] = packed, msg_id  # the newest shown content so far
             new_keys[msg_id] = key
             put(key, msg.encoded, messages_cf)
-            put(msg_id, key, seen_cf)
             if msg.ref is not None:
                 self._index_ref(msg, msg_id, key, seq, batch)
             result = _new(PutResult)  # _put_result(msg_id, seq, False), inlined
@@ -316,7 +318,7 @@ class Messages:
             missing = [ref for _, ref in referrers if ref not in new_keys]
             held = dict(zip(missing, self._multi_get("seen_msg", missing), strict=True))
             for m, ref in referrers:
-                target = new_keys.get(ref) or held.get(ref)
+                target = new_keys.get(ref) or (held.get(ref) or b"")[:MESSAGES_KEY_LEN]
                 if target is not None and target[:CHAT_ID_LEN] == m.chat_id:
                     key = new_keys[m.msg_id]
                     batch.put(target + key, _referred_value(target, key, m.encoded), referred)
@@ -388,10 +390,10 @@ class Messages:
         return [v is not None for v in self._multi_get("seen_msg", msg_ids)]
 
     def get_message(self, msg_id: bytes) -> MsgV1 | None:
-        key = self._get("seen_msg", msg_id)
-        if not key:
+        seen = self._get("seen_msg", msg_id)
+        if not seen:
             return None
-        raw = self._get("messages", key)
+        raw = self._get("messages", seen[:MESSAGES_KEY_LEN])
         if raw is None:
             return None
         return decode_msg(raw, max_payload=self.config.max_payload, trusted=True)
@@ -488,7 +490,9 @@ class Messages:
         high = MAX_PHYSICAL if settled_ts is None else settled_ts
         keys = self._multi_get("seen_msg", ids)
         wanted = [
-            key if key and low < (extract_hlc_physical_from_seen_value(key) or 0) <= high else None
+            key[:MESSAGES_KEY_LEN]
+            if key and low < (extract_hlc_physical_from_seen_value(key) or 0) <= high
+            else None
             for key in keys
         ]
         present = [key for key in wanted if key is not None]

@@ -34,7 +34,7 @@ from store.messages import (
     RangePage,
     StoredMessage,
 )
-from store.records import MessageKind, MsgV1, decode_msg, stored_msg
+from store.records import KIND_AT, STAMP_AT, MessageKind, MsgV1, decode_msg, stored_msg
 from store.rocks import Rocks
 
 REPLY = MessageKind.REPLY
@@ -74,7 +74,9 @@ class Views:
         changed = {
             key: self._view(msg, refs or [], valid)
             for key, _, msg in page.items
-            if (refs := referrers.get(key)) is not None or msg.kind is REPLY
+            # (the kind byte read in place: the page's messages are not decoded for this)
+            if (refs := referrers.get(key)) is not None
+            or (data := msg.encoded)[KIND_AT[data[STAMP_AT]]] == REPLY
         }
         tombstones = self._tombstones(chat_id, valid, cursor, page, direction) if valid else []
         return FoldedPage(page.items, changed, tombstones, page.next_cursor)
