@@ -57,6 +57,7 @@ from store.records import (
 from store.rocks import Rocks
 
 MESSAGE = EventKind.MESSAGE
+REPLY = MessageKind.REPLY.value
 DEFAULT_PAGE_LIMIT = 50
 MAX_PAGE_LIMIT = 200
 
@@ -406,13 +407,16 @@ class Messages:
         direction: Direction = Direction.BACKWARD,
         *,
         kinds: frozenset[int] | None = None,
+        replies: list[int] | None = None,
     ) -> RangePage:
         """One page of a chat's history, ordered by (hlc, seq) in ``direction``.
 
         ``cursor`` is the ``next_cursor`` of the previous page (base64 of the last
         key returned); the page starts strictly after it, so no message is returned
         twice however many messages are inserted between pages. ``kinds``: only messages
-        of these kinds (the others are skipped before they are decoded).
+        of these kinds (the others are skipped before they are decoded). ``replies`` (with
+        ``kinds``): given the indexes of the page's REPLY messages (``store.views``: their
+        kind byte is read here anyway).
         """
         check_len(chat_id, CHAT_ID_LEN, "chat_id")
         check_page_limit(limit)
@@ -433,13 +437,19 @@ class Messages:
                 break  # (a forward scan stops at ``end``: the upper bound)
             if len(items) == limit:
                 return RangePage(items, encode_cursor(items[-1].key))
-            if kinds is not None and value[KIND_AT[value[STAMP_AT]]] not in kinds:  # kind_of
-                continue
+            if kinds is not None:
+                kind = value[KIND_AT[value[STAMP_AT]]]  # kind_of, inlined
+                if kind not in kinds:
+                    continue
+                if kind == REPLY and replies is not None:
+                    replies.append(len(items))  # (hidden: taken out again below)
             if len(key) == MESSAGES_KEY_LEN:
                 seq = int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big")  # seq_of, inlined
             else:
                 seq = parse_key_messages(key)[2]  # raises: not a messages key
             if hidden and seq in hidden:
+                if replies and replies[-1] == len(items):
+                    replies.pop()
                 continue
             # Our own rows, written by put_messages: decoded when a field is read (StoredMsg)
             msg = _new(StoredMsg)
