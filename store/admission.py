@@ -292,7 +292,7 @@ class Admission:
             shown = visible(msg, access[msg.sender])
             if shown and seq in hidden:
                 batch.delete(key_hidden(chat_id, seq), hidden_cf)
-                events.append((EventKind.MESSAGE, key))
+                events.append((EventKind.MESSAGE, key, msg.msg_id))  # seen_msg: its position
             elif not shown and seq not in hidden:
                 added.append(key_hidden(chat_id, seq))
                 batch.put(added[-1], key, hidden_cf)

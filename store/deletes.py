@@ -30,6 +30,7 @@ from rocksdict import BottommostLevelCompaction, CompactOptions, WriteBatch
 from store.events import Event, EventKind, EventLog
 from store.keys import (
     CHAT_ID_LEN,
+    MESSAGES_KEY_LEN,
     bucket_prefix,
     key_by_ref,
     key_hidden,
@@ -121,11 +122,12 @@ class Deletes:
         """Add to ``batch`` the erasure of these held messages; returns the messages keys
         whose rows (in ``messages`` and ``referred``) held what went: ``compact_erased``
         rewrites them."""
-        keys = self._rocks.multi_get("seen_msg", [m.msg_id for m in msgs])
+        seen = self._rocks.multi_get("seen_msg", [m.msg_id for m in msgs])
         referred = self._handle["referred"]
         rewrite: list[bytes] = []
-        for msg, key in zip(msgs, keys, strict=True):
-            assert key is not None, "erasing a message not held"
+        for msg, value in zip(msgs, seen, strict=True):
+            assert value is not None, "erasing a message not held"
+            key = value[:MESSAGES_KEY_LEN]  # (then a shown one's event position: store.events)
             self._erase_one(msg, key, batch)
             rewrite.append(key)
             for row, _ in self._rocks.iter_prefix(
@@ -135,6 +137,7 @@ class Deletes:
             if msg.kind in CHANGES_TARGET and msg.ref is not None:
                 target = self._rocks.get("seen_msg", msg.ref)
                 if target is not None:  # the target's row holding this one's bytes
+                    target = target[:MESSAGES_KEY_LEN]
                     batch.delete(target + key, referred)
                     rewrite.append(target)
         return rewrite

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from store.errors import InvalidInput
 from store.keys import (
     CHAT_ID_LEN,
+    MESSAGES_KEY_LEN,
     USER_ID_LEN,
     USER_INBOX_KEY_LEN,
     check_len,
@@ -226,7 +227,7 @@ class Inbox:
 
     def _sender_of(self, msg_id: bytes) -> bytes | None:
         raw = self._rocks.get("seen_msg", msg_id)
-        stored = self._rocks.get("messages", raw) if raw else None
+        stored = self._rocks.get("messages", raw[:MESSAGES_KEY_LEN]) if raw else None
         return None if stored is None else decode_msg(stored, trusted=True).sender
 
     def delete_user_inbox_entry(self, user_id: bytes, chat_id: bytes) -> bool:
@@ -280,11 +281,10 @@ class Inbox:
         items: list[ChatListItem] = []
         append = items.append
         set_entry, set_unread = _SET_ITEM
-        unread_count, read_position = self._receipts.unread_count, self._receipts.read_position
+        unread_for = self._receipts.unread_for  # = unread_count(chat, user, read_position(...))
         for _, entry in rows:
-            chat = entry.chat_id
             item = _new(ChatListItem)  # ChatListItem(entry, unread), through its slots
             set_entry(item, entry)
-            set_unread(item, unread_count(chat, user_id, read_position(chat, user_id)))
+            set_unread(item, unread_for(entry.chat_id, user_id))
             append(item)
         return items
