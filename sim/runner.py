@@ -223,8 +223,7 @@ def progress_text(
     left = header.nodes * len(op_offsets) - node_ops
     eta = "?" if rate <= 0 else _clock(left / rate)
     return (
-        f"simulating: {sim_s:,.0f} of {span_s:,.0f} s simulated, "
-        f"{rate:,.0f} node-ops/s, ETA {eta}"
+        f"simulating: {sim_s:,.0f} of {span_s:,.0f} s simulated, {rate:,.0f} node-ops/s, ETA {eta}"
     )
 
 
