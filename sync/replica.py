@@ -270,7 +270,9 @@ class MemoryReplica(ScopedTrees):
 
     def apply_record(self, record: Record) -> bool:
         """Merge one validated record; True if it changed the replica."""
-        return self.apply_ops([record]).new[0]
+        plan = plan_ops([record], self, self.plan_rules)
+        self._carry_out(plan)
+        return plan.new[0]
 
     # --- the HeldView the planner reads ---
 
@@ -324,20 +326,23 @@ class MemoryReplica(ScopedTrees):
         for user, (before, record) in plan.identities.items():
             self._set_identity(user, before, (record.hlc, record.blob))
             self._wrote(IDENTITY, user, before)
-        self.waiting.release_chats(plan.released_chats)
+        if plan.released_chats:
+            self.waiting.release_chats(plan.released_chats)
         for delete in plan.deletes.values():
             self._put_delete(delete)
         for msg_id, msg in plan.erase.items():
             self.erased.add(msg_id)
             self._wrote(MESSAGES, msg_id, msg)
             self._drop_message(msg_id)
-        for msg_id in sorted(plan.refused_erased):
-            self._mark_erased(msg_id)
+        if plan.refused_erased:
+            for msg_id in sorted(plan.refused_erased):
+                self._mark_erased(msg_id)
         for msg in plan.store.values():
             self._put_message(msg)
         for msg in plan.park:
             self.waiting.park(msg)
-        self.waiting.discard(plan.discard)
+        if plan.discard:
+            self.waiting.discard(plan.discard)
 
     def _put_delete(self, delete: MsgV1) -> None:
         assert delete.ref is not None
