@@ -134,3 +134,28 @@ def test_closing_writes_what_waits(tmp_path: Path) -> None:
     with ChatDb(small_config(str(tmp_path))) as db:
         (item,) = db.list_user_chats(AUTHOR_IDS[0]).items
         assert item.entry.last_msg_id == post.msg_id
+
+
+def test_the_two_paths_agree_on_a_hidden_preview_and_a_member_added_to_a_receipt_only_chat() -> (
+    None
+):
+    """The property's two counterexamples (session 17): a removal at a post's stamp hides the
+    previewed post (the list refreshed at once kept it as the preview); a member added to a
+    chat of receipts only (the list refreshed at once gave them no entry)."""
+    for plan in (
+        [("post", 0, 0, 1), ("add", 0, 0, 2), ("remove", 0, 0, 1)],
+        [("post", 0, 1, 1), ("receipt", 1, 0, 1), ("add", 0, 1, 2)],
+    ):
+        creators = [member_op(c, c, 0, remove=False) for c in range(2)]
+        with fresh_db() as at_once, fresh_db() as later:
+            replicas = DbReplica(at_once), DbReplica(later)
+            for replica in replicas:
+                replica.apply_ops(creators)
+            posted: list[MsgV1] = []
+            for step in plan:
+                ops = ops_of(step, posted)
+                for replica in replicas:
+                    replica.apply_ops(ops)
+                at_once.flush_chat_lists()
+            assert lists(later) == lists(at_once), plan
+            assert inbox_rows(later) == inbox_rows(at_once), plan
