@@ -27,7 +27,7 @@ from store.events import Event, EventKind, EventLog
 from store.hidden import Hidden
 from store.hlc import LOGICAL_BITS, Hlc
 from store.identity import Identities
-from store.inbox import Inbox
+from store.inbox import ZERO_MSG_ID, Inbox
 from store.keys import CHAT_ID_LEN, MSG_ID_LEN, key_hidden, key_messages, prefix_end, seq_of
 from store.kinds import CONTENT
 from store.members import MemberOpsApplied, Members
@@ -38,8 +38,6 @@ from store.plan import CHAT_RULES, AdminState, MessageRule, Plan, RuleSet, plan_
 from store.records import MessageKind, MsgV1, decode_msg, make_chat_meta
 from store.rocks import Rocks
 from store.waiting import WaitingRoom
-
-ZERO_ID = bytes(32)
 
 
 class DbView:
@@ -313,7 +311,7 @@ class Admission:
         meta = self._metas.load(chat_id)
         page = self._messages.range(chat_id, limit=1, direction=Direction.BACKWARD, kinds=CONTENT)
         newest = page.items[0].msg if page.items else None
-        packed, msg_id = (newest.hlc.pack(), newest.msg_id) if newest else (0, ZERO_ID)
+        packed, msg_id = (newest.hlc.pack(), newest.msg_id) if newest else (0, ZERO_MSG_ID)
         # meta_after_messages only moves forward; a preview may move back to an older message
         fresh = make_chat_meta(
             packed >> LOGICAL_BITS, meta.last_seq, msg_id, meta.members, packed,

@@ -463,7 +463,7 @@ class Messages:
         """The chat's hidden messages of ``sender`` of these kinds, in (hlc, seq) order, the
         newest ``MAX_PAGE_LIMIT``: what a sender may read back of its own (its key grants sent
         while, as it learnt later, it was removed). None in most chats, without a read."""
-        if not self._hidden.seqs(chat_id):
+        if chat_id not in self._hidden.chats():  # in memory: no read for most chats
             return []
         max_payload = self.config.max_payload
         out = []
