@@ -194,8 +194,8 @@ class GroupKeys:
         now: Callable[[], Hlc],
         removals: Removed = NO_REMOVALS,
     ) -> list[MsgV1]:
-        grants = {user: given for user, given in grants.items() if self.box_key(user) is not None}
-        box_keys = {user: self.box_key(user) or b"" for user in grants}
+        box_keys = {user: key for user in grants if (key := self.box_key(user)) is not None}
+        grants = {user: given for user, given in grants.items() if user in box_keys}
         return [
             MsgV1.create(self.key.signing_key, self.chat_id, now(), payload, kind=MessageKind.KEYS)
             for payload in (
