@@ -10,9 +10,12 @@ recipients (an add or a removal), or when the epoch is used up (``EPOCH_MESSAGES
 added member message grants for exactly those (a KEYS message of message grants): when it
 next sends, ``KNOW_MS`` after the add, and once more at the end of the workload, when every
 op has reached everyone. A sender also starts an epoch when the removals it sees change (an
-epoch names them, as the client's grants do), and at the end grants again the messages of an
-epoch whose grant the chat hides (stamped while it was, as it learnt later, removed). At the
-end, too, members hand over what removed senders owe (``client.group_e2e.handover_grants``):
+epoch names them, as the client's grants do). A grant the chat hides (stamped while its
+sender was, unknown to it, removed) is read all the same, as the client reads it. A sender
+that knows it is no member posts nothing (a removed member's client reads nothing of the
+chat, and its node refuses its posts): the posts the workload still makes for it stay plain
+stand-ins, never sealed, and it owes no late grants — a hand-over covers those. At the end, too, members
+hand over what removed senders owe (``client.group_e2e.handover_grants``):
 for each message of a sender no member now, the active member with the lowest id among its
 epoch's recipients gives its key to each user who was a member at its stamp and whom the
 epoch left out, unless the epoch names a removal of theirs as recent as that user's add.
@@ -33,7 +36,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from sim.group_payloads import group_message, keys_message
+from sim.group_payloads import group_message, keys_message, plain_message
 from sim.opspec import OpSpec
 from sim.rand import derive
 from store.access import MemberHistory
@@ -85,7 +88,6 @@ class Epoch:
     key_id: bytes
     recipients: frozenset[int]
     started_ms: int
-    granted_at: int  # the stamp of the KEYS message that granted it
     sent: int = 0
     removed: frozenset[tuple[int, int]] = frozenset()  # (user, packed stamp) its sender saw
 
@@ -137,8 +139,7 @@ class Sender:
     epoch: Epoch | None = None
     epochs: int = 0
     sent: list[tuple[int, Epoch]] = field(default_factory=list)  # (hlc, epoch) per message
-    # (user, key id, hlc) -> the stamp of the KEYS message that granted it
-    granted: dict[tuple[int, bytes, int], int] = field(default_factory=dict)
+    granted: set[tuple[int, bytes, int]] = field(default_factory=set)  # (user, key id, hlc)
     known: set[int] = field(default_factory=set)  # the chat's member ops it has seen (indices)
     adds_checked: set[int] = field(default_factory=set)  # adds it has given what it owed
 
@@ -200,6 +201,8 @@ class SenderKeys:
         self._receive(node, t_ms, known)
         self._grant_missing(t_ms, node, author, chat, sender, known)
         histories = _histories(op for _, op in known)
+        if (mine := histories.get(author)) is None or not mine.active_at(LATEST):
+            return plan.stamp(node, t_ms), plain_message(filler)  # no member, as it knows
         view = frozenset(u for u, h in histories.items() if h.active_at(LATEST)) | {author}
         removed = frozenset(
             (u, h.removes[-1].pack()) for u, h in histories.items() if h.removes and u not in view
@@ -207,14 +210,8 @@ class SenderKeys:
         removed_seen = [(plan.user_id(u), at) for u, at in removed]
         now_ms = t_ms + plan.offset(node, t_ms)
         epoch = sender.epoch
-        mine = histories.get(author)
-        if (
-            epoch is None
-            or needs_new_epoch(epoch, view, now_ms, removed, notice_removals=self.notice_removals)
-            # it sees its own epoch's grant hidden (sent while it was removed): a client
-            # reads its epochs back from the chat, and will not find this one
-            or mine is None
-            or not mine.active_at(Hlc.unpack(epoch.granted_at))
+        if epoch is None or needs_new_epoch(
+            epoch, view, now_ms, removed, notice_removals=self.notice_removals
         ):
             epoch = self._new_epoch(t_ms, node, author, chat, sender, view, now_ms, removed)
         hlc = plan.stamp(node, t_ms)
@@ -237,8 +234,8 @@ class SenderKeys:
         key_id = derive(self.seed, "epoch-key", author, chat, sender.epochs)[:KEY_ID_LEN]
         grant = (key_id, frozenset(self.plan.user_id(u) for u in recipients))
         payload = keys_message([grant], [])
-        keys = self.plan.message(t_ms, node, author, chat, MessageKind.KEYS, payload=payload)
-        return Epoch(key_id, recipients, now_ms, keys.hlc, removed=removed)
+        self.plan.message(t_ms, node, author, chat, MessageKind.KEYS, payload=payload)
+        return Epoch(key_id, recipients, now_ms, removed=removed)
 
     # --- late grants ---
 
@@ -253,10 +250,9 @@ class SenderKeys:
         *,
         everyone: bool = False,
     ) -> None:
-        """Message grants for members at a message's stamp that its epoch left out, or whose
-        epoch grant the chat hides, and that have none yet (``client.group_e2e.
-        missing_grants``): for the adds it just learnt of and the messages it sent since — or,
-        with ``everyone``, for every member and message."""
+        """Message grants for members at a message's stamp that its epoch left out, and that
+        have none yet (``client.group_e2e.missing_grants``): for the adds it just learnt of and
+        the messages it sent since — or, with ``everyone``, for every member and message."""
         new = [(i, op) for i, op in known if op.is_add and i not in sender.adds_checked]
         if not new and not everyone:
             return
@@ -266,27 +262,21 @@ class SenderKeys:
         added = set(histories) if everyone else {op.user for _, op in new}
         owed: list[tuple[int, bytes, int]] = []
         mine = histories.get(author)
-        if mine is None:
-            return  # never a member here: every message of its was refused, nothing is owed
-
-        def shown(at: int) -> bool:  # a KEYS message of its own that the chat shows
-            return mine is not None and mine.active_at(Hlc.unpack(at))
-
+        if mine is None or not mine.active_at(LATEST):
+            return  # no member, as it knows: it reads nothing of the chat, posts nothing
         for hlc, epoch in sender.sent:
             if hlc < since:
                 continue
-            left_out = added - (epoch.recipients if shown(epoch.granted_at) else frozenset())
-            for user in sorted(left_out):
-                at = sender.granted.get((user, epoch.key_id, hlc))
-                if at is not None and shown(at):
+            for user in sorted(added - epoch.recipients):
+                if (user, epoch.key_id, hlc) in sender.granted:
                     continue
                 if histories[user].active_at(Hlc.unpack(hlc)):
                     owed.append((user, epoch.key_id, hlc))
         if owed:
             grants = [(key_id, self.plan.user_id(user), hlc) for user, key_id, hlc in owed]
             payload = keys_message([], grants)
-            keys = self.plan.message(t_ms, node, author, chat, MessageKind.KEYS, payload=payload)
-            sender.granted.update((grant, keys.hlc) for grant in owed)
+            self.plan.message(t_ms, node, author, chat, MessageKind.KEYS, payload=payload)
+            sender.granted.update(owed)
 
     def _learn(self, chat: int, t_ms: int) -> None:
         """Senders of ``chat`` that see a new add now give what they owe it."""
@@ -309,7 +299,7 @@ class SenderKeys:
         """The hand-overs of ``chat`` once every op has reached everyone: per removed
         sender's message, its epoch's lowest active recipient (by user id) gives its key to
         each member at its stamp the epoch left out — not to one whose removal it names as
-        recent as their add — unless its epoch grant is hidden: then no one holds it."""
+        recent as their add."""
         plan = self.plan
         histories = _histories(self.ops.get(chat, []))
         active = {u for u, h in histories.items() if h.active_at(LATEST)}
@@ -320,8 +310,8 @@ class SenderKeys:
                 continue
             for hlc, epoch in sender.sent:
                 stamp = Hlc.unpack(hlc)
-                if not mine.active_at(stamp) or not mine.active_at(Hlc.unpack(epoch.granted_at)):
-                    continue  # a message refused, or an epoch no one was shown
+                if not mine.active_at(stamp):
+                    continue  # a message refused
                 holders = [u for u in epoch.recipients if u in active]
                 if not holders:
                     continue
