@@ -14,11 +14,12 @@ epoch names them, as the client's grants do). A grant the chat hides (stamped wh
 sender was, unknown to it, removed) is read all the same, as the client reads it. A sender
 that knows it is no member posts nothing (a removed member's client reads nothing of the
 chat, and its node refuses its posts): the posts the workload still makes for it stay plain
-stand-ins, never sealed, and it owes no late grants — a hand-over covers those. At the end, too, members
-hand over what removed senders owe (``client.group_e2e.handover_grants``):
-for each message of a sender no member now, the active member with the lowest id among its
-epoch's recipients gives its key to each user who was a member at its stamp and whom the
-epoch left out, unless the epoch names a removal of theirs as recent as that user's add.
+stand-ins, never sealed, and it owes no late grants: members hand those over
+(``client.group_e2e.handover_grants``) — when they post, as far as they see, and at the end
+of the workload: for each message of a sender no member now, the active member with the
+lowest id among its epoch's recipients gives its key to each user who was a member at its
+stamp and whom the epoch left out, unless the epoch names a removal of theirs as recent as
+that user's add.
 
 What a sender sees: the member ops made on its node, and every other one ``KNOW_MS`` after it
 was made — after the partition between the two nodes heals, if one was on. A sender stamps
@@ -161,6 +162,8 @@ class SenderKeys:
         self.hand_over = hand_over
         self.ops: dict[int, list[MemberOp]] = {}  # chat -> its member ops, as planned
         self.senders: dict[int, dict[int, Sender]] = {}  # chat -> user -> their keys there
+        # chat -> (member, (key id, user id, stamp)) handed over
+        self.handed: dict[int, set[tuple[int, tuple[bytes, bytes, int]]]] = {}
 
     # --- what senders see ---
 
@@ -203,6 +206,8 @@ class SenderKeys:
         histories = _histories(op for _, op in known)
         if (mine := histories.get(author)) is None or not mine.active_at(LATEST):
             return plan.stamp(node, t_ms), plain_message(filler)  # no member, as it knows
+        if self.hand_over:
+            self._hand_over(chat, t_ms, [op for _, op in known], only=author, node=node)
         view = frozenset(u for u, h in histories.items() if h.active_at(LATEST)) | {author}
         removed = frozenset(
             (u, h.removes[-1].pack()) for u, h in histories.items() if h.removes and u not in view
@@ -293,16 +298,21 @@ class SenderKeys:
                 self._owe(author, chat, sender, t_ms, everything=True)
         if self.hand_over:
             for chat in sorted(self.senders):
-                self._hand_over(chat, t_ms)
+                self._hand_over(chat, t_ms, self.ops.get(chat, []))
 
-    def _hand_over(self, chat: int, t_ms: int) -> None:
-        """The hand-overs of ``chat`` once every op has reached everyone: per removed
-        sender's message, its epoch's lowest active recipient (by user id) gives its key to
-        each member at its stamp the epoch left out — not to one whose removal it names as
-        recent as their add."""
+    def _hand_over(
+        self, chat: int, t_ms: int, ops: list[MemberOp], *, only: int | None = None,
+        node: int | None = None,
+    ) -> None:  # fmt: skip
+        """The hand-overs of ``chat`` as ``ops`` show its members: per removed sender's
+        message, its epoch's lowest active recipient (by user id) gives its key to each member
+        at its stamp the epoch left out — not to one whose removal it names as recent as their
+        add — once. ``only``: that member's alone, posting now from ``node`` (a client hands
+        over when it posts); else everyone's, at the end of the workload."""
         plan = self.plan
-        histories = _histories(self.ops.get(chat, []))
+        histories = _histories(ops)
         active = {u for u, h in histories.items() if h.active_at(LATEST)}
+        handed = self.handed.setdefault(chat, set())
         owed: dict[int, list[tuple[bytes, bytes, int]]] = {}
         for author, sender in sorted(self.senders[chat].items()):
             mine = histories.get(author)
@@ -316,6 +326,8 @@ class SenderKeys:
                 if not holders:
                     continue
                 duty = min(holders, key=plan.user_id)
+                if only is not None and duty != only:
+                    continue
                 removed = dict(epoch.removed)
                 for user in sorted(histories.keys() - epoch.recipients):
                     history = histories[user]
@@ -324,12 +336,15 @@ class SenderKeys:
                     added = max(a for a in history.adds if a <= stamp).pack()
                     if removed.get(user, -1) >= added:
                         continue  # its sender had seen them removed: left out on purpose
-                    owed.setdefault(duty, []).append((epoch.key_id, plan.user_id(user), hlc))
+                    grant = (epoch.key_id, plan.user_id(user), hlc)
+                    if (duty, grant) not in handed:
+                        owed.setdefault(duty, []).append(grant)
         for duty, grants in sorted(owed.items()):
-            node = plan.origin(duty, t_ms)
-            if not plan.poisoned_by(node, t_ms):
+            at = plan.origin(duty, t_ms) if node is None else node
+            if not plan.poisoned_by(at, t_ms):
+                handed.update((duty, grant) for grant in grants)
                 payload = keys_message([], grants)
-                plan.message(t_ms, node, duty, chat, MessageKind.KEYS, payload=payload)
+                plan.message(t_ms, at, duty, chat, MessageKind.KEYS, payload=payload)
 
     def _owe(self, author: int, chat: int, sender: Sender, t_ms: int, *, everything: bool) -> None:
         node = self.plan.origin(author, t_ms)
