@@ -23,6 +23,7 @@ from rich.table import Table
 from sim.bugs import GENERATOR_BUGS, Bug, PeeringBug
 from sim.generate import FAULTS, GenParams, generate, parse_faults
 from sim.schedule import DISCOVERY, UNIFORM
+from sync.scope import MAX_SHARDS
 
 sim_app = typer.Typer(
     help="Spark simulator: replay multi-node traces through store/ and sync/, check convergence.",
@@ -66,6 +67,15 @@ def generate_cmd(
         Bug | None,
         typer.Option(hidden=True, help="Test only: a planted bug of the generator's clients."),
     ] = None,
+    scope_shards: Annotated[
+        int,
+        typer.Option(
+            min=0, max=MAX_SHARDS, help="Partial replication: S shards (0: every node full)."
+        ),
+    ] = 0,
+    replication: Annotated[
+        int, typer.Option(min=1, help="Scoped: each shard pinned on this many nodes.")
+    ] = 3,
 ) -> None:
     """Write a trace of real signed ops and a fault schedule."""
     if plant is not None and plant not in GENERATOR_BUGS:
@@ -86,6 +96,8 @@ def generate_cmd(
         anti_entropy_ms=int(anti_entropy_s * 1000),
         tie_rate=tie_rate,
         plant=plant.value if plant else None,
+        scope_shards=scope_shards,
+        replication=replication,
     )
     t0 = time.perf_counter()
     result = generate(params, out)
