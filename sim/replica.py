@@ -174,7 +174,12 @@ class SimReplica(MemoryReplica):
         """One record from gossip or a local write: a message of a chat outside the scope
         is refused, as the store's ingress refuses it (``split_by_scope``); a scope may have
         shrunk while the message was on its way."""
-        if isinstance(record, MsgV1) and not self.scope.holds_chat(record.chat_id):
+        scope = self.scope
+        if (
+            scope.shards is not None
+            and isinstance(record, MsgV1)
+            and not scope.holds_chat(record.chat_id)
+        ):
             self.refused_out_of_scope += 1
             return False
         return super().apply_record(record)
