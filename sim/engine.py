@@ -179,6 +179,7 @@ class ShardSim:
             "ops_at_down_node": 0,
             "posts_waiting_at_origin": 0,
             "gossip_sent": 0,
+            "gossip_sent_scoped": 0,
             "gossip_dropped": 0,
             "gossip_duplicated": 0,
             "gossip_to_down_node": 0,
@@ -335,6 +336,8 @@ class ShardSim:
         self.stats["gossip_dropped"] += fanout.dropped
         self.stats["gossip_duplicated"] += fanout.duplicated
         self.stats["gossip_sent"] += fanout.sent
+        if subscribed is not None:
+            self.stats["gossip_sent_scoped"] += fanout.sent  # to a shard's topic only
         self.round_bytes["gossip"] += size * fanout.sent
 
     def _deliver(self, delivery: Delivery) -> None:

@@ -753,13 +753,13 @@ def generate(p: GenParams, out: str | Path) -> GenResult:
 
 
 def _scope_rounds(p: GenParams) -> int:
-    """Scoped: a node syncs its shards in turn (one a round, ``sim.engine``), so the quiescence
-    gets about two turns of a typical scope on top."""
+    """Scoped: a node syncs its shards in turn (one a round, ``sim.scope_book``), so the
+    quiescence gets about one turn of a typical scope on top."""
     if not p.scope_shards:
         return 0
     members = (2 + max(2, min(p.users, 8))) / 2
     per_node = (p.chats * members + min(p.chats, p.scope_shards) * p.replication) / p.nodes
-    return min(100, math.ceil(2 * min(per_node, p.scope_shards)))
+    return min(100, math.ceil(min(per_node, p.scope_shards)))
 
 
 def _scope_faults(p: GenParams, planner: _Planner, specs: list[OpSpec]) -> list[Fault]:

@@ -6,8 +6,8 @@ the trace (``group`` = the node's shards from then on), which the replay applies
 ``set_scope`` and the oracle reads as the nodes' final scopes:
 
 * a user's **home node** is node ``user % nodes`` (the node the generator makes its ops on);
-* **pins**: every shard is pinned on the ``R`` nodes with the highest rendezvous hash
-  BLAKE3(shard || node id), so each chat has ``R`` holders whatever its members do;
+* **pins**: every shard is pinned on its ``R`` nearest nodes by rendezvous hashing
+  (``rendezvous``: the holders rule), so each chat has ``R`` holders whatever its members do;
 * a node **grows** by a chat's shard ``LEARN_MS`` after a member op adds a user it serves
   (the global member ops reach it by gossip), and **shrinks** ``GRACE_MS`` after the last
   such user left or was removed (the grace period before a shard's rows are dropped);
@@ -56,15 +56,21 @@ def node_id(node: int) -> bytes:
     return node.to_bytes(4, "big")
 
 
-def rendezvous(shard: int, nodes: int, replication: int) -> list[int]:
-    """The ``replication`` nodes with the highest BLAKE3(shard || node id): the shard's pins."""
-    prefix = shard.to_bytes(4, "big")
-    top = heapq.nlargest(
+# The R rule as branch ``scope33b`` writes it (``sync.scope.holders``, not merged when this was
+# written): the R nodes of lowest BLAKE3(domain || S || shard || node id)[:8], ties by id.
+# Restated here, so the simulator's scopes do not rest on the code they check.
+HOLDERS_DOMAIN = b"chatsync/holders/v1\x00"
+
+
+def rendezvous(shard: int, nodes: int, replication: int, num_shards: int) -> list[int]:
+    """The shard's ``replication`` pinned nodes (nearest by rendezvous hashing)."""
+    prefix = HOLDERS_DOMAIN + num_shards.to_bytes(2, "big") + shard.to_bytes(2, "big")
+    nearest = heapq.nsmallest(
         min(replication, nodes),
         range(nodes),
-        key=lambda n: blake3.blake3(prefix + node_id(n)).digest(8),
+        key=lambda n: (blake3.blake3(prefix + node_id(n)).digest(8), node_id(n)),
     )
-    return sorted(top)
+    return sorted(nearest)
 
 
 def home_node(user: int, nodes: int) -> int:
@@ -90,7 +96,7 @@ def plan_scopes(
     every time it changes."""
     pins: list[set[int]] = [set() for _ in range(nodes)]
     for shard in used_shards:
-        for n in rendezvous(shard, nodes, p.replication):
+        for n in rendezvous(shard, nodes, p.replication, p.shards):
             pins[n].add(shard)
     # reasons to hold a shard, as (node, shard) -> +1 at their start and -1 at their end
     changes: list[tuple[int, int, int, int]] = []  # (t, node, shard, +1/-1)
