@@ -316,13 +316,8 @@ class SimReplica(MemoryReplica):
         if msg.ref is not None:
             self.refs.setdefault(msg.ref, set()).add(msg.msg_id)
         self._index(MESSAGES, None, msg.msg_id, msg.msg_id)
+        self._shard_change(MESSAGES, msg.chat_id, None, msg.msg_id)  # per-shard leaves too
         heapq.heappush(self._by_time, (msg.hlc.physical_ms, msg.msg_id))
-
-    def _drop_delete(self, delete_id: bytes) -> None:
-        delete = self.deletes.pop(delete_id)
-        assert delete.ref is not None
-        self.deletes_by_ref[delete.ref].remove(delete)
-        self._index(DELETES, delete_id, None, delete_id)
 
     def _refold(self, keys: set[Key]) -> None:
         """Rows, histories and DM parties of ``keys`` again from the ops still held."""
