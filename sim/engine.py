@@ -24,6 +24,7 @@ count and the planted bug, never on which executor ran it.
 from __future__ import annotations
 
 import json
+import resource
 import socket
 import time
 from collections.abc import Mapping
@@ -274,6 +275,8 @@ class ShardSim:
         result = self._result()
         result["wall_s"] = time.perf_counter() - started
         result["cpu_s"] = time.process_time() - cpu0
+        # the worker process's peak (a Python worker may have run another shard before)
+        result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         progress.send(span, span)
         progress.close()
         return result

@@ -177,6 +177,7 @@ def run_simulation(
         "shard_wall_s_max": round(max(r["wall_s"] for r in results), 3),
         "shard_wall_s_sum": round(sum(r["wall_s"] for r in results), 3),
         "shard_cpu_s_sum": round(sum(r.get("cpu_s", 0.0) for r in results), 3),
+        "shard_peak_rss_mb": round(max(r.get("peak_rss_mb", 0.0) for r in results), 1),
         "node_ops": node_ops,
         "node_ops_per_s": round(node_ops / wall, 1),
         "node_ops_per_s_simulating": round(node_ops / max(t_sim, 1e-9), 1),
