@@ -24,7 +24,17 @@ from sim.runner import combine
 from sim.scopes import GRACE_MS, LEARN_MS, ChatEvent, ScopeParams, plan_scopes, rendezvous
 from store import trace as tr
 
+from sim_support import SPARK_WARNINGS
+
 SHARDS = 2
+
+
+def spark_test(test: Any) -> Any:
+    """Slow, as every Spark test (the oracle runs on ``local[2]``)."""
+    for mark in (pytest.mark.slow, *SPARK_WARNINGS):
+        test = mark(test)
+    return test
+
 
 # The scaled run in small: 30 nodes, 60 chats over 512 shards, every fault kind; each node
 # holds a few percent of the chats.
@@ -82,6 +92,7 @@ def _replay(path: Path, header: tr.TraceHeader, oracle: Oracle, plant: str | Non
     return combine(header, oracle, results, shards=SHARDS, plant=plant), results
 
 
+@spark_test
 def test_a_scoped_trace_converges_on_every_chat_and_nothing_outside_a_scope(scaled: Any) -> None:
     path, header, oracle = scaled
     result, _ = _replay(path, header, oracle, None)
@@ -106,6 +117,7 @@ def test_a_scoped_trace_converges_on_every_chat_and_nothing_outside_a_scope(scal
     assert any(d > 0 for d in steps) and any(d < 0 for d in steps)
 
 
+@spark_test
 @pytest.mark.parametrize(
     ("bug", "seen"),
     [
