@@ -171,7 +171,7 @@ class ShardSim:
         self.reps = [SimReplica(self.ctx, self.rules, c, sparse=scope.scoped) for c in self.clocks]
         if self.book is not None:
             for rep in self.reps:
-                rep.set_scope(self.book.scopes[0])  # nothing scoped until its first event
+                rep.set_scope(Scope(frozenset(), scope.shards))  # nothing until its first event
         self.alive = [True] * self.n
         self.offset = [0] * self.n
         self.stats: dict[str, int] = {
