@@ -43,7 +43,7 @@ SCALED_SMALL: dict[str, Any] = {
     "nodes": 30,
     "users": 120,
     "chats": 60,
-    "ops": 300,
+    "ops": 600,
     "scope_shards": 512,
     "replication": 3,
 }
