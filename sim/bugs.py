@@ -54,10 +54,16 @@ class Bug(StrEnum):
     # the generator's group senders keep their epoch after a removal (sim/sender_keys.py)
     NO_ROTATE_ON_REMOVE = "no-rotate-on-remove"
     NO_HAND_OVER = "no-hand-over"  # no member hands over the keys a removed sender owes
+    # scoped traces (sim/scopes.py): a node growing its scope drops a shard it held
+    SCOPE_FORGETS_CHAT = "scope-forgets-chat"
+    # scoped traces: an initiator offers and keeps everything, whatever its scope
+    SESSION_BEYOND_INTERSECTION = "session-beyond-intersection"
 
 
 # Bugs of the generator's clients, not of the nodes: the trace carries them (``GenParams.plant``)
 GENERATOR_BUGS = frozenset({Bug.NO_ROTATE_ON_REMOVE, Bug.NO_HAND_OVER})
+# Bugs of partial replication: hunted on scoped traces (``sim.hunt``)
+SCOPE_BUGS = frozenset({Bug.SCOPE_FORGETS_CHAT, Bug.SESSION_BEYOND_INTERSECTION})
 
 
 class PeeringBug(StrEnum):
@@ -75,6 +81,19 @@ MessageRule = Callable[[MsgV1, Access], bool]
 
 def _active(info: MemberInfo) -> bool:
     return info.active
+
+
+def _next_scope(held: frozenset[int], told: frozenset[int]) -> frozenset[int]:
+    """A scope change: the node holds what it is told (``sim.scopes``'s event)."""
+    return told
+
+
+def _next_scope_forgetting(held: frozenset[int], told: frozenset[int]) -> frozenset[int]:
+    """BUG: a scope that grows forgets the lowest shard it already held (and its chats)."""
+    kept = held & told
+    if told > held and kept:
+        return told - {min(kept)}
+    return told
 
 
 def _everyone_admin(state: AdminState) -> IsAdmin:
@@ -100,6 +119,10 @@ class Rules:
     anyone_may_delete: bool = False
     # BUG switch: a view shows the edit that arrived last (SimReplica.view)
     edit_by_arrival: bool = False
+    # what a scope change leaves the replica holding (held, told) -> shards
+    next_scope: Callable[[frozenset[int], frozenset[int]], frozenset[int]] = _next_scope
+    # BUG switch: a session's initiator claims and keeps every shard (sim.engine._session)
+    session_beyond_scope: bool = False
 
     def plan_rules(self) -> RuleSet:
         """The predicates the node's planner (``store.plan``) decides a simulated node's
@@ -207,6 +230,10 @@ def rules_for(bug: Bug | str | None) -> Rules:
         return Rules(anyone_may_delete=True)
     if bug is Bug.EDIT_ARRIVAL_ORDER:
         return Rules(edit_by_arrival=True)
+    if bug is Bug.SCOPE_FORGETS_CHAT:
+        return Rules(next_scope=_next_scope_forgetting)
+    if bug is Bug.SESSION_BEYOND_INTERSECTION:
+        return Rules(session_beyond_scope=True)
     if bug is Bug.KEYS_FROM_NON_MEMBER:
         return Rules(admissible=_keys_admitted_from_anyone, visible=_keys_shown_from_anyone)
     return Rules(message_tree=OffByOneTree)

@@ -23,6 +23,7 @@ from rich.table import Table
 from sim.bugs import GENERATOR_BUGS, Bug, PeeringBug
 from sim.generate import FAULTS, GenParams, generate, parse_faults
 from sim.schedule import DISCOVERY, UNIFORM
+from sync.scope import MAX_SHARDS
 
 sim_app = typer.Typer(
     help="Spark simulator: replay multi-node traces through store/ and sync/, check convergence.",
@@ -66,6 +67,15 @@ def generate_cmd(
         Bug | None,
         typer.Option(hidden=True, help="Test only: a planted bug of the generator's clients."),
     ] = None,
+    scope_shards: Annotated[
+        int,
+        typer.Option(
+            min=0, max=MAX_SHARDS, help="Partial replication: S shards (0: every node full)."
+        ),
+    ] = 0,
+    replication: Annotated[
+        int, typer.Option(min=1, help="Scoped: each shard pinned on this many nodes.")
+    ] = 3,
 ) -> None:
     """Write a trace of real signed ops and a fault schedule."""
     if plant is not None and plant not in GENERATOR_BUGS:
@@ -86,6 +96,8 @@ def generate_cmd(
         anti_entropy_ms=int(anti_entropy_s * 1000),
         tie_rate=tie_rate,
         plant=plant.value if plant else None,
+        scope_shards=scope_shards,
+        replication=replication,
     )
     t0 = time.perf_counter()
     result = generate(params, out)
@@ -160,9 +172,14 @@ def bugs_cmd(
     max_seeds: Annotated[int, typer.Option(min=1, help="Seeds to try per bug.")] = 200,
     master: Annotated[str, typer.Option(help="Spark master URL.")] = "local[*]",
     out: Annotated[Path | None, typer.Option(help="Also write the table as JSON here.")] = None,
+    only: Annotated[
+        str | None, typer.Option(help="Hunt these bugs only (comma-separated names).")
+    ] = None,
 ) -> None:
     """The planted-bug table: for each bug, the seeds tried until the check caught it."""
-    from sim.hunt import SMALL, hunt
+    from sim.hunt import SCOPED_SMALL, SMALL, hunt
+
+    chosen = list(Bug) if only is None else [Bug(name.strip()) for name in only.split(",")]
     from sim.spark import spark_session
 
     console = Console()
@@ -171,7 +188,7 @@ def bugs_cmd(
     spark = spark_session(master)
     rows = []
     with console.status("hunting") as status:
-        for bug in Bug:
+        for bug in chosen:
             found = hunt(
                 spark,
                 bug,
@@ -181,7 +198,9 @@ def bugs_cmd(
             rows.append(found)
     if owned:
         spark.stop()
-    table = Table(title=f"planted bugs (small traces: {SMALL}, all faults)")
+    table = Table(
+        title=f"planted bugs (small traces: {SMALL}, all faults; scope bugs: {SCOPED_SMALL})"
+    )
     for column in ("bug", "seeds tried until caught", "what the check saw"):
         table.add_column(column)
     for r in rows:

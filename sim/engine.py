@@ -24,6 +24,7 @@ count and the planted bug, never on which executor ran it.
 from __future__ import annotations
 
 import json
+import resource
 import socket
 import time
 from collections.abc import Mapping
@@ -47,6 +48,9 @@ from sim.schedule import (
     TraceEvent,
     op_key,
 )
+from sim.scope_book import ScopeBook
+from sim.scope_check import check_scopes
+from sim.scopes import ScopeParams
 from sim.shards import Expected, content_item, shard_of, tombstone_item, view_digest
 from store import trace as tr
 from store.errors import ClockDriftError, InvalidInput
@@ -58,6 +62,7 @@ from store.records import IdentityRecord, MessageKind, MsgV1
 from sync.loopback import run_session
 from sync.protocol import KINDS, SyncConfig
 from sync.replica import Record
+from sync.scope import EVERYTHING, Scope
 
 # What the check counts per honest live node; a run passes only if every one is 0.
 CHECK_COUNTERS = (
@@ -72,6 +77,9 @@ CHECK_COUNTERS = (
     "payload_after_delete",  # a node holds an erased message: a target, an edit, a reaction
     "wrong_view",  # chats whose view (MESSAGES.md) differs from the oracle's
 )
+# Scoped traces (sim/scope_check.py): per node, and per chat over the task's chats.
+SCOPE_COUNTERS = ("out_of_scope_held",)
+SCOPE_CHAT_COUNTERS = ("chats_diverged", "under_replicated")
 # What the overlay did over the run (``discovery``), summed over rounds; ``connections``
 # sums each round's count (divided by ``rounds``: the mean), ``peak_degree`` is the maximum.
 OVERLAY_FIELDS = (
@@ -157,7 +165,13 @@ class ShardSim:
         # Sessions skip messages too far ahead of the receiver, as a node configures them.
         self.sync_offset = h.max_offset_ms if self.rules.check_drift else None
         self.clocks = [HlcClock(max_offset_ms=offset_limit) for _ in range(self.n)]
-        self.reps = [SimReplica(self.ctx, self.rules, c) for c in self.clocks]
+        scope = ScopeParams.of(h.params)
+        # scoped traces: who holds what, from the trace's scope events (None: every node full)
+        self.book = ScopeBook(self.n, scope.shards, h.seed) if scope.scoped else None
+        self.reps = [SimReplica(self.ctx, self.rules, c, sparse=scope.scoped) for c in self.clocks]
+        if self.book is not None:
+            for rep in self.reps:
+                rep.set_scope(Scope(frozenset(), scope.shards))  # nothing until its first event
         self.alive = [True] * self.n
         self.offset = [0] * self.n
         self.stats: dict[str, int] = {
@@ -166,6 +180,7 @@ class ShardSim:
             "ops_at_down_node": 0,
             "posts_waiting_at_origin": 0,
             "gossip_sent": 0,
+            "gossip_sent_scoped": 0,
             "gossip_dropped": 0,
             "gossip_duplicated": 0,
             "gossip_to_down_node": 0,
@@ -260,6 +275,8 @@ class ShardSim:
         result = self._result()
         result["wall_s"] = time.perf_counter() - started
         result["cpu_s"] = time.process_time() - cpu0
+        # the worker process's peak (a Python worker may have run another shard before)
+        result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         progress.send(span, span)
         progress.close()
         return result
@@ -277,6 +294,19 @@ class ShardSim:
             self.offset[node] = int(event.args["offset_ms"] or 0)
         elif kind == tr.GC:
             self._gc(node, t)
+        elif kind == tr.SCOPE:
+            self._set_scope(node, frozenset(event.args["group"] or ()))
+
+    def _set_scope(self, node: int, shards: frozenset[int]) -> None:
+        """The node's scope from now on: the network (topics, holders) learns the trace's;
+        the replica holds what the rules make of it (a planted bug may forget a shard).
+        An operator's step: what came before it is durable."""
+        assert self.book is not None, "a scope event in a trace without scope_shards"
+        rep = self.reps[node]
+        held = rep.scope.shards or frozenset()
+        told = self.book.set(node, shards)
+        rep.flush()
+        rep.set_scope(Scope(self.rules.next_scope(held, shards), told.num_shards))
 
     def _local_op(self, i: int, node: int, t: int) -> None:
         if not self.alive[node]:
@@ -302,10 +332,15 @@ class ShardSim:
             self.stats["posts_waiting_at_origin"] += record.msg_id in rep.waiting
         rep.flush()
         self.stats["ops_applied"] += 1
-        fanout = self.schedule.publish(key, i, node, t)
+        subscribed = None  # a scoped message goes to its shard's topic only
+        if self.book is not None and isinstance(record, MsgV1):
+            subscribed = self.book.subscribed(record.chat_id)
+        fanout = self.schedule.publish(key, i, node, t, subscribed)
         self.stats["gossip_dropped"] += fanout.dropped
         self.stats["gossip_duplicated"] += fanout.duplicated
         self.stats["gossip_sent"] += fanout.sent
+        if subscribed is not None:
+            self.stats["gossip_sent_scoped"] += fanout.sent  # to a shard's topic only
         self.round_bytes["gossip"] += size * fanout.sent
 
     def _deliver(self, delivery: Delivery) -> None:
@@ -335,7 +370,8 @@ class ShardSim:
 
     def _round(self, step: Round) -> None:
         t = step.t_ms
-        sessions, unreachable = self.schedule.sessions(step.number, self.alive)
+        peer_of = None if self.book is None else self.book.peer_of(self.schedule.net.peer)
+        sessions, unreachable = self.schedule.sessions(step.number, self.alive, peer_of)
         self.stats["sessions_unreachable"] += unreachable
         for session in sessions:
             self._session(step.number, session, t)
@@ -373,6 +409,9 @@ class ShardSim:
         ra, rb = self.reps[a], self.reps[b]
         ra.t_ms = rb.t_ms = t
         ra.now_ms, rb.now_ms = self.phys(a, t), self.phys(b, t)
+        own_scope = ra.scope
+        if self.rules.session_beyond_scope:
+            ra.scope = EVERYTHING  # BUG: offers every shard and keeps whatever comes
         outcome = run_session(
             ra,
             rb,
@@ -384,6 +423,7 @@ class ShardSim:
             cut_after=session.cut_after,
             raise_errors=False,
         )
+        ra.scope = own_scope
         s = self.stats
         s["sessions"] += 1
         self.round_sessions[0] += 1
@@ -471,9 +511,16 @@ class ShardSim:
                 "rejected_drift_sync": rep.counters.rejected_drift,
                 "clock_ahead_ms": self.clocks[node].last.physical_ms - self.header.end_ms,
             }
-            row.update(_compare(rep, exp))
+            row.update(_compare(rep, exp) if self.book is None else {})
             per_node.append(row)
+        scoped = None
+        if self.book is not None:
+            live = [self.alive[n] and self.honest[n] for n in range(self.n)]
+            scoped = check_scopes(self.reps, exp, self.book.shard, live, _compare)
+            for row, counts in zip(per_node, scoped.per_node, strict=True):
+                row.update(counts)
         return {
+            "scoped": None if scoped is None else scoped.summary(),
             "shard": self.task.shard,
             "rounds": self.rounds,
             "nodes": per_node,
@@ -488,8 +535,11 @@ class ShardSim:
 DOMAINS = (MESSAGES, MEMBERS, IDENTITY, DELETES)  # Domain's order: the runner zips by it
 
 
-def _compare(rep: SimReplica, exp: Expected) -> dict[str, int]:
-    """How one replica differs from the oracle's state of the shard."""
+def _compare(
+    rep: SimReplica, exp: Expected, wrong_views: set[bytes] | None = None
+) -> dict[str, int]:
+    """How one replica differs from the oracle's state of the shard (``wrong_views``
+    collects the chats whose view differs)."""
     held = set(rep.messages)
     ops = set(rep.member_ops)
     deletes = set(rep.deletes)
@@ -503,10 +553,13 @@ def _compare(rep: SimReplica, exp: Expected) -> dict[str, int]:
         "authorized_hidden": len((exp.visible & held) - shown),
         "resurrected_deleted": rep.counters.resurrected_deleted + len(held & rep.erased),
         "payload_after_delete": len(held & exp.erased),
-        "wrong_view": sum(
-            view_digest_of(rep.view(chat)) != digest for chat, digest in exp.views.items()
-        ),
+        "wrong_view": 0,
     }
+    for chat, digest in exp.views.items():
+        if view_digest_of(rep.view(chat)) != digest:
+            counts["wrong_view"] += 1
+            if wrong_views is not None:
+                wrong_views.add(chat)
     members = {key: (rep.member_row_version(key), rep.member_active(key)) for key in rep.members}
     _compare_rows(members, exp.members, counts, count_presence=False)
     identities = {user: (rep.identity_record_id(user), None) for user in rep.identities}

@@ -37,6 +37,7 @@ from sim import kind_plays, scenarios
 from sim.bugs import Bug
 from sim.opspec import OpSpec
 from sim.rand import derive
+from sim.scopes import ChatEvent, ScopeParams, plan_scopes
 from sim.sender_keys import SEALED, SenderKeys
 from store import trace as tr
 from store.authz import NONCE_LEN, GroupProof, grant_admin, new_group
@@ -45,6 +46,7 @@ from store.kinds import CONTENT
 from store.ops import MembershipAction, MembershipOp, make_identity
 from store.records import MessageKind, MsgV1, Role
 from store.signing import key_from_seed, public_key, user_id_from_key
+from sync.scope import shard_of as scope_shard_of
 
 DAY_MS = 86_400_000
 FAULTS = ("partition", "oneway", "drop", "dup", "delay", "crash", "skew", "far-future", "gc")
@@ -92,6 +94,8 @@ class GenParams:
     quiesce_rounds: int | None = None  # default: log2(nodes) + 6
     workers: int | None = None
     plant: str | None = None  # test only: a planted bug of the generator's (sim/bugs.py)
+    scope_shards: int = 0  # partial replication (sim/scopes.py): a network of S shards; 0 full
+    replication: int = 3  # each shard pinned on R nodes (rendezvous)
 
     def command(self, out: Path) -> str:
         parts = [
@@ -110,6 +114,8 @@ class GenParams:
             parts.append(f"--tie-rate {self.tie_rate:g}")
         if self.plant:
             parts.append(f"--plant {self.plant}")
+        if self.scope_shards:
+            parts.append(f"--scope-shards {self.scope_shards} --replication {self.replication}")
         parts.append(f"-o {shlex.quote(str(out))}")
         return " ".join(parts)
 
@@ -145,7 +151,7 @@ class _Planner:
         self.heal = VIRTUAL_EPOCH_MS + int(p.duration_s * 1000)
         # Push-pull anti-entropy with one random peer per node and round spreads a record to
         # all nodes in about log3(N) + a few rounds; log2(N) + 6 leaves a margin.
-        rounds = p.quiesce_rounds or math.ceil(math.log2(max(2, p.nodes))) + 6
+        rounds = p.quiesce_rounds or math.ceil(math.log2(max(2, p.nodes))) + 6 + _scope_rounds(p)
         self.end = self.heal + rounds * p.anti_entropy_ms
         self.max_offset = DEFAULT_MAX_OFFSET_MS
         self.faults: list[Fault] = []
@@ -730,6 +736,9 @@ def generate(p: GenParams, out: str | Path) -> GenResult:
             **({"plant": p.plant} if p.plant else {}),  # a generator bug (sim/bugs.py)
         },
     )
+    if p.scope_shards:
+        header.params.update(scope_shards=p.scope_shards, replication=p.replication)
+        planner.faults += _scope_faults(p, planner, specs)
     events = _merge_events(planner.faults, rows)
     with tr.TraceWriter(out, header) as writer:
         for t, _, item in events:
@@ -741,6 +750,35 @@ def generate(p: GenParams, out: str | Path) -> GenResult:
                     item.pop(k)
                 writer.op_row(t, node, item)
     return GenResult(out, header, len(specs), len(planner.faults), sorted(planner.poisoned))
+
+
+def _scope_rounds(p: GenParams) -> int:
+    """Scoped: a node syncs its shards in turn (one a round, ``sim.scope_book``), so the
+    quiescence gets about one turn of a typical scope on top."""
+    if not p.scope_shards:
+        return 0
+    members = (2 + max(2, min(p.users, 8))) / 2
+    per_node = (p.chats * members + min(p.chats, p.scope_shards) * p.replication) / p.nodes
+    return min(100, math.ceil(min(per_node, p.scope_shards)))
+
+
+def _scope_faults(p: GenParams, planner: _Planner, specs: list[OpSpec]) -> list[Fault]:
+    """The nodes' scopes over time (``sim.scopes``) as ``scope`` events."""
+    creators = [members[0] for members in planner.members]
+    shards = [
+        scope_shard_of(_proof(p.seed, c, creators[c]).chat_id(), p.scope_shards)
+        for c in range(p.chats)
+    ]
+    events = [
+        ChatEvent(s.t_ms, s.node, s.kind, s.chat, shards[s.chat], s.target)
+        for s in specs
+        if s.chat >= 0 and (s.kind == tr.MSG or s.kind in tr.MEMBER_KINDS)
+    ]
+    params = ScopeParams(p.scope_shards, p.replication)
+    return [
+        Fault(t, tr.SCOPE, node, {"group": group})
+        for t, node, group in plan_scopes(events, set(shards), p.nodes, params)
+    ]
 
 
 def _merge_events(

@@ -1,7 +1,8 @@
 """Checker strength: how many seeds until the check catches each planted bug.
 
 For each bug, seeds 1, 2, ... each generate a small trace with every fault kind
-(with the bug, if it is one of the generator's) and replay it with the bug planted; the first failing check stops the search.
+(with the bug, if it is one of the generator's; a scoped one, ``SCOPED_SMALL``, for a bug of
+partial replication) and replay it with the bug planted; the first failing check stops the search.
 ``chatsync sim bugs`` prints the table; ``tests/sim/test_spark_run.py``
 asserts every bug is caught within the budget.
 """
@@ -16,7 +17,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from sim.bugs import GENERATOR_BUGS, Bug
+from sim.bugs import GENERATOR_BUGS, SCOPE_BUGS, Bug
 from sim.generate import GenParams, generate
 from sim.runner import run_simulation
 
@@ -30,6 +31,17 @@ SMALL: dict[str, Any] = {
     "duration_s": 120.0,
     "anti_entropy_ms": 5_000,
     "tie_rate": 0.3,
+}
+
+# Partial replication's bugs (``SCOPE_BUGS``) on scoped traces: more chats over 64 shards, each
+# pinned on 2 of 10 nodes, so that scopes differ and grow and shrink (``sim.scopes``).
+SCOPED_SMALL: dict[str, Any] = {
+    **SMALL,
+    "nodes": 10,
+    "users": 40,
+    "chats": 12,
+    "scope_shards": 64,
+    "replication": 2,
 }
 
 
@@ -75,6 +87,8 @@ def hunt(
                 on_seed(bug, seed)
             # a bug of the generator's clients is in the trace; the nodes' bugs in the replay
             made = {"plant": bug.value} if bug in GENERATOR_BUGS else {}
+            if bug in SCOPE_BUGS:
+                made = SCOPED_SMALL
             trace = small_trace(seed, Path(tmp) / f"seed-{seed}.parquet", **made)
             outcome = run_simulation(spark, trace, shards=shards, plant=bug.value)
             if not outcome.ok:

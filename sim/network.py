@@ -99,13 +99,18 @@ class Network:
 
     # --- gossip ---
 
-    def gossip(self, op_key: int, origin: int, t_ms: int) -> tuple[list[int], list[int], int, int]:
+    def gossip(
+        self, op_key: int, origin: int, t_ms: int, subscribed: np.ndarray | None = None
+    ) -> tuple[list[int], list[int], int, int]:
         """Deliveries of one op: (receivers, times), then how many were dropped and duplicated.
 
         A receiver may appear twice (a duplicate); times include delay and jitter.
+        ``subscribed``: the nodes on the op's topic (a scoped op's shard), None for all.
         """
         p = self.params
         reach = self.reachable(origin)
+        if subscribed is not None:
+            reach = reach & subscribed
         z = _mix(self._ids ^ np.uint64(op_key))
         draw_drop = (z & _FIELD).astype(np.float64) / _FIELD_SCALE
         draw_delay = ((z >> np.uint64(21)) & _FIELD).astype(np.float64) / _FIELD_SCALE

@@ -85,6 +85,11 @@ class Oracle:
     invalid_ops: int = 0
     inadmissible: int = 0  # valid messages after the cutoff that no op admits
     keys: KeyCounts = field(default_factory=KeyCounts)  # who can read which group message
+    # scoped traces: each node's last scope event, and the chat of every message and delete
+    final_scopes: dict[int, frozenset[int]] = field(default_factory=dict)
+    chat_of: dict[bytes, bytes] = field(default_factory=dict)
+    scope_shards: int = 0
+    replication: int = 3
 
     def ids(self, domain: Domain) -> list[bytes]:
         if domain is Domain.MESSAGES:
@@ -128,6 +133,10 @@ class Oracle:
         exp.deletes = {i for i, key in self.deletes if shard_of(key, shards) == shard}
         exp.erased = {i for i, key in self.erased if shard_of(key, shards) == shard}
         exp.views = {chat: d for chat, d, key in self.views if shard_of(key, shards) == shard}
+        if self.scope_shards:
+            exp.scope_shards, exp.replication = self.scope_shards, self.replication
+            exp.final_scopes = self.final_scopes
+            exp.chat_of = {i: self.chat_of[i] for i in (*exp.messages, *exp.deletes, *exp.erased)}
         return exp
 
 
@@ -269,6 +278,9 @@ def compute_oracle(spark: SparkSession, trace_uri: str, header: tr.TraceHeader) 
     digests = dict.fromkeys(chat_keys, empty)
     for chat, out in folded:
         key = chat_keys.get(chat, tr.chat_shard_key(chat))
+        if header.params.get("scope_shards"):
+            oracle.chat_of.update((i, chat) for i in (*(i for i, _ in out.kept), *out.deletes))
+            oracle.chat_of.update((i, chat) for i in out.erased)
         oracle.messages += [(i, shown, key) for i, shown in out.kept]
         oracle.deletes += [(i, key) for i in out.deletes]
         oracle.erased += [(i, key) for i in out.erased]
@@ -329,7 +341,26 @@ def compute_oracle(spark: SparkSession, trace_uri: str, header: tr.TraceHeader) 
         .select("user", identity_id("user", "top.hlc", "top.blob").alias("id"), "shard_key")
     )
     oracle.identities = [(r["user"], r["id"], r["shard_key"]) for r in identities.collect()]
+    if header.params.get("scope_shards"):
+        _final_scopes(spark, trace_uri, header, oracle)
     return oracle
+
+
+def _final_scopes(
+    spark: SparkSession, trace_uri: str, header: tr.TraceHeader, oracle: Oracle
+) -> None:
+    """Scoped traces: what each node holds at the end — its last ``scope`` event."""
+    oracle.scope_shards = int(header.params["scope_shards"])
+    oracle.replication = int(header.params.get("replication", 3))
+    last = (
+        spark.read.parquet(trace_uri)
+        .where(F.col("kind") == tr.SCOPE)
+        .groupBy("node")
+        .agg(F.max(F.struct("t_ms", "seq", "group")).alias("last"))
+    )
+    oracle.final_scopes = {
+        int(r["node"]): frozenset(r["last"]["group"] or ()) for r in last.collect()
+    }
 
 
 def _count_keys(member_ops: DataFrame, msgs: DataFrame) -> KeyCounts:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sim.bugs import Rules
-from sim.trees import SparseMerkleTree, TreeCache
+from sim.trees import SimTree, SparseMerkleTree, TreeCache
 from store.access import NO_HISTORY, MemberHistory
 from store.authz import DmProof
 from store.errors import ClockDriftError, InvalidInput
@@ -137,9 +137,14 @@ class Counters:
 class SimReplica(MemoryReplica):
     """One node's replica within one shard."""
 
-    def __init__(self, ctx: ShardContext, rules: Rules, clock: HlcClock) -> None:
+    def __init__(
+        self, ctx: ShardContext, rules: Rules, clock: HlcClock, *, sparse: bool = False
+    ) -> None:
+        # ``sparse``: a scoped node holds a few shards' messages, so its message tree keeps
+        # the levels in dicts rather than ~1.6 MB of full lists (the real rules' tree only)
+        plain = sparse and rules.message_tree is SimTree
         trees = {
-            MESSAGES: rules.message_tree(ctx.trees),
+            MESSAGES: SparseMerkleTree(ctx.trees) if plain else rules.message_tree(ctx.trees),
             MEMBERS: SparseMerkleTree(ctx.trees),
             IDENTITY: SparseMerkleTree(ctx.trees),
             DELETES: SparseMerkleTree(ctx.trees),
@@ -164,6 +169,20 @@ class SimReplica(MemoryReplica):
         if self.rules.check_drift:
             records = [r for r in records if self._within_offset(r)]
         return super().apply(domain, records)
+
+    def apply_record(self, record: Record) -> bool:
+        """One record from gossip or a local write: a message of a chat outside the scope
+        is refused, as the store's ingress refuses it (``split_by_scope``); a scope may have
+        shrunk while the message was on its way."""
+        scope = self.scope
+        if (
+            scope.shards is not None
+            and isinstance(record, MsgV1)
+            and not scope.holds_chat(record.chat_id)
+        ):
+            self.refused_out_of_scope += 1
+            return False
+        return super().apply_record(record)
 
     def _within_offset(self, record: Record) -> bool:
         try:
@@ -297,13 +316,8 @@ class SimReplica(MemoryReplica):
         if msg.ref is not None:
             self.refs.setdefault(msg.ref, set()).add(msg.msg_id)
         self._index(MESSAGES, None, msg.msg_id, msg.msg_id)
+        self._shard_change(MESSAGES, msg.chat_id, None, msg.msg_id)  # per-shard leaves too
         heapq.heappush(self._by_time, (msg.hlc.physical_ms, msg.msg_id))
-
-    def _drop_delete(self, delete_id: bytes) -> None:
-        delete = self.deletes.pop(delete_id)
-        assert delete.ref is not None
-        self.deletes_by_ref[delete.ref].remove(delete)
-        self._index(DELETES, delete_id, None, delete_id)
 
     def _refold(self, keys: set[Key]) -> None:
         """Rows, histories and DM parties of ``keys`` again from the ops still held."""

@@ -113,6 +113,7 @@ def summary(outcome: RunOutcome) -> str:
         f"{stats['sessions_cut']:,} cut, {stats['sessions_aborted']:,} aborted; "
         f"{stats['sync_records_applied']:,} records repaired",
         *_overlay_lines(r),
+        *_scope_lines(r),
         f"quiet (divergence 0 for good) at {(r['quiet_at_ms'] - h.start_ms) / 1000:.0f} s"
         if r["quiet_at_ms"] is not None
         else "never quiet before the final GC",
@@ -147,3 +148,17 @@ def _overlay_lines(result: dict[str, Any]) -> list[str]:
 def load_report(path: str | Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(Path(path).read_text())
     return data
+
+
+def _scope_lines(r: dict[str, Any]) -> list[str]:
+    """Scoped traces: the per-chat check and what a node holds (issue 33)."""
+    scopes = r.get("scopes")
+    if not scopes:
+        return []
+    chats = max(1, scopes["chats"])
+    return [
+        f"scopes: {scopes['chats']:,} chats, held in full by {scopes['holders_min']} to "
+        f"{scopes['holders_sum'] / chats:.1f} (mean) honest live nodes; chats_diverged "
+        f"{scopes['chats_diverged']:,}, under_replicated {scopes['under_replicated']:,}; "
+        f"{r['stats'].get('gossip_sent_scoped', 0):,} gossip deliveries on shard topics"
+    ]

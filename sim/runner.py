@@ -39,6 +39,7 @@ from sim.schedule import UNIFORM
 from sim.spark import LOOPBACK, ProgressServer, is_local_master
 from store import trace as tr
 from sync.frames import Domain
+from sync.shards import SCOPED
 
 DEFAULT_SHARDS = 4
 
@@ -176,6 +177,7 @@ def run_simulation(
         "shard_wall_s_max": round(max(r["wall_s"] for r in results), 3),
         "shard_wall_s_sum": round(sum(r["wall_s"] for r in results), 3),
         "shard_cpu_s_sum": round(sum(r.get("cpu_s", 0.0) for r in results), 3),
+        "shard_peak_rss_mb": round(max(r.get("peak_rss_mb", 0.0) for r in results), 1),
         "node_ops": node_ops,
         "node_ops_per_s": round(node_ops / wall, 1),
         "node_ops_per_s_simulating": round(node_ops / max(t_sim, 1e-9), 1),
@@ -246,11 +248,15 @@ def combine(
     peering: str = UNIFORM,
 ) -> dict[str, Any]:
     n = header.nodes
+    scoped = bool(header.params.get("scope_shards"))
+    counters = (*engine.CHECK_COUNTERS, *(engine.SCOPE_COUNTERS if scoped else ()))
     roots = [[[0, 0] for _ in Domain] for _ in range(n)]
+    # scoped: what each node's messages and deletes roots should be over its own scope
+    want = [[[0, 0], [0, 0]] for _ in range(n)]
     nodes: list[dict[str, Any]] = [
-        {"node": i, **dict.fromkeys(engine.CHECK_COUNTERS, 0), "clock_ahead_ms": -(1 << 62)}
-        for i in range(n)
+        {"node": i, **dict.fromkeys(counters, 0), "clock_ahead_ms": -(1 << 62)} for i in range(n)
     ]
+    chat_checks: dict[str, int] = {}
     stats: dict[str, int] = {}
     aborts: dict[str, int] = {}
     for r in results:
@@ -258,8 +264,11 @@ def combine(
             i = row["node"]
             node = nodes[i]
             node["alive"], node["honest"] = row["alive"], row["honest"]
-            for c in engine.CHECK_COUNTERS:
+            for c in counters:
                 node[c] += row[c]
+            for d, (xor, count) in enumerate(row.get("want_roots", ())):
+                want[i][d][0] ^= xor
+                want[i][d][1] += count
             node["clock_ahead_ms"] = max(node["clock_ahead_ms"], row["clock_ahead_ms"])
             for d, (xor, count) in enumerate(row["roots"]):
                 roots[i][d][0] ^= xor
@@ -268,28 +277,37 @@ def combine(
             stats[k] = stats.get(k, 0) + v
         for k, v in r["abort_reasons"].items():
             aborts[k] = aborts.get(k, 0) + v
+        for k, v in (r.get("scoped") or {}).items():  # summed; the fewest holders: min
+            merged = min(chat_checks.get(k, v), v) if k == "holders_min" else v
+            chat_checks[k] = merged if k == "holders_min" else chat_checks.get(k, 0) + v
     oracle_roots = oracle.roots()
     checked = [i for i in range(n) if nodes[i]["alive"] and nodes[i]["honest"]]
     domains: dict[str, Any] = {}
     converged = bool(checked)
     for d in Domain:
         distinct = {tuple(roots[i][d]) for i in checked}
-        want = oracle_roots[d]
-        equal = distinct == {want}
+        oracle_root = oracle_roots[d]
+        if scoped and d in SCOPED:  # each node on its own scope
+            w = 0 if d is Domain.MESSAGES else 1
+            equal = all(roots[i][d] == want[i][w] for i in checked)
+        else:
+            equal = distinct == {oracle_root}
         converged &= equal
         domains[d.name.lower()] = {
             "distinct_roots": len(distinct),
             "equals_oracle": equal,
-            "oracle_root": _root_hex(want),
-            "oracle_count": want[1],
+            "oracle_root": _root_hex(oracle_root),
+            "oracle_count": oracle_root[1],
             "node_counts": sorted({c for _, c in distinct}),
         }
-    totals = {c: sum(nodes[i][c] for i in checked) for c in engine.CHECK_COUNTERS}
+    totals = {c: sum(nodes[i][c] for i in checked) for c in counters}
+    if scoped:
+        totals.update({c: chat_checks.get(c, 0) for c in engine.SCOPE_CHAT_COUNTERS})
     clock_jumps = sum(1 for i in checked if nodes[i]["clock_ahead_ms"] > header.max_offset_ms)
     failing = [
-        {k: nodes[i][k] for k in ("node", *engine.CHECK_COUNTERS, "clock_ahead_ms")}
+        {k: nodes[i][k] for k in ("node", *counters, "clock_ahead_ms")}
         for i in checked
-        if any(nodes[i][c] for c in engine.CHECK_COUNTERS)
+        if any(nodes[i][c] for c in counters)
     ][:20]
     rounds = _combine_rounds(results)
     quiet = _first_quiet_round(rounds, header.heal_ms)
@@ -316,6 +334,7 @@ def combine(
             "down_at_end": [i for i in range(n) if not nodes[i]["alive"]],
         },
         "domains": domains,
+        "scopes": chat_checks or None,  # scoped: chats, holders (min, sum), per-chat checks
         "check": {**totals, "honest_clocks_pushed_ahead": clock_jumps, **group_keys},
         "failing_nodes": failing,
         "oracle": oracle_summary(oracle),

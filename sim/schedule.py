@@ -32,9 +32,11 @@ on what the replay publishes.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from sim.network import NetParams, Network
 from sim.overlay import BookFactory, Overlay, OverlayParams
@@ -202,9 +204,12 @@ class Schedule:
 
     # --- what the replay asks for ---
 
-    def publish(self, key: int, row: int, origin: int, t_ms: int) -> Fanout:
-        """Gossip trace row ``row``'s op from ``origin`` (fates drawn from ``key``: ``op_key``)."""
-        receivers, times, dropped, duplicated = self.net.gossip(key, origin, t_ms)
+    def publish(
+        self, key: int, row: int, origin: int, t_ms: int, subscribed: np.ndarray | None = None
+    ) -> Fanout:
+        """Gossip trace row ``row``'s op from ``origin`` (fates drawn from ``key``: ``op_key``)
+        to the nodes ``subscribed`` to its topic (None: every node)."""
+        receivers, times, dropped, duplicated = self.net.gossip(key, origin, t_ms, subscribed)
         seq = self._seq
         if receivers:
             order = sorted(range(len(times)), key=times.__getitem__)  # stable: seq breaks ties
@@ -230,16 +235,23 @@ class Schedule:
             heapq.heappop(self._deliveries)
         return Delivery(t_ms, seq, receiver, batch.row)
 
-    def sessions(self, round_no: int, alive: Sequence[bool]) -> tuple[list[Session], int]:
+    def sessions(
+        self,
+        round_no: int,
+        alive: Sequence[bool],
+        peer_of: Callable[[int, int], int] | None = None,
+    ) -> tuple[list[Session], int]:
         """Round ``round_no``'s sessions, in node order, and how many live nodes found their
-        peer down or cut off (``discovery``: how many dials failed)."""
+        peer down or cut off (``discovery``: how many dials failed). ``peer_of(round, node)``
+        picks a node's peer instead of the uniform hash (scoped traces: ``sim.engine``)."""
         if self.overlay is not None:
             return self._overlay_sessions(round_no, alive)
         net, sessions, unreachable = self.net, [], 0
+        peer = peer_of or net.peer
         for a in range(self.header.nodes):
             if not alive[a]:
                 continue
-            b = net.peer(round_no, a)
+            b = peer(round_no, a)
             if b == a or not alive[b] or not net.can_talk(a, b):
                 unreachable += 1
                 continue

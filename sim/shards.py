@@ -37,6 +37,12 @@ class Expected:
     deletes: set[bytes] = field(default_factory=set)  # the DELETES domain: admissible deletes
     erased: set[bytes] = field(default_factory=set)  # messages a valid delete erases
     views: dict[bytes, bytes] = field(default_factory=dict)  # chat -> view_digest
+    # Scoped traces (sim/scopes.py): the network's shards (0: every node full), R, each
+    # node's final scope as the trace's scope events leave it, and each id's chat.
+    scope_shards: int = 0
+    replication: int = 3
+    final_scopes: dict[int, frozenset[int]] = field(default_factory=dict)
+    chat_of: dict[bytes, bytes] = field(default_factory=dict)  # message, delete id -> chat
 
 
 def view_digest(items: Iterable[ViewItem], positions: Iterable[tuple[bytes, int]]) -> bytes:

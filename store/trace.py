@@ -57,7 +57,8 @@ RESTART = "restart"
 SKEW = "skew"  # node's clock reads true time + offset_ms from now on
 FAR_FUTURE = "far_future"  # a skew beyond max offset: the node's HLC is poisoned
 GC = "gc"  # node runs the retention GC
-FAULT_KINDS = (PARTITION, PARTITION_ONEWAY, HEAL, NET, CRASH, RESTART, SKEW, FAR_FUTURE, GC)
+SCOPE = "scope"  # node holds the shards in ``group`` from now on (partial replication)
+FAULT_KINDS = (PARTITION, PARTITION_ONEWAY, HEAL, NET, CRASH, RESTART, SKEW, FAR_FUTURE, GC, SCOPE)
 
 _ACTION_KIND = {
     MembershipAction.ADD: MEMBER_ADD,

@@ -1,0 +1,145 @@
+"""Partial replication in a generated trace: which shards each node holds, and when.
+
+Issue 33 (SYNC.md, "Scopes"): a node holds the chats whose members include a user it serves,
+plus what its operator pins. The generator's model of that, written as ``scope`` events into
+the trace (``group`` = the node's shards from then on), which the replay applies with
+``set_scope`` and the oracle reads as the nodes' final scopes:
+
+* a user's **home node** is node ``user % nodes`` (the node the generator makes its ops on);
+* **pins**: every shard is pinned on its ``R`` nearest nodes by rendezvous hashing
+  (``rendezvous``: the holders rule), so each chat has ``R`` holders whatever its members do;
+* a node **grows** by a chat's shard ``LEARN_MS`` after a member op adds a user it serves
+  (the global member ops reach it by gossip), and **shrinks** ``GRACE_MS`` after the last
+  such user left or was removed (the grace period before a shard's rows are dropped);
+* a node that makes a message of a chat holds the chat's shard from then on (a client asked
+  it to: it joins, as SYNC.md's joining step would), and keeps it: were it to drop the shard
+  before a peer took the message, the message would be gone, which the oracle does not model.
+
+Pure and deterministic: a function of the plan's ops and the seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import blake3
+
+from store import trace as tr
+
+LEARN_MS = 2_000  # an add reaches the served user's home node (the generator's gossip model)
+GRACE_MS = 30_000  # a shard no reason holds any more is dropped this much later
+DEFAULT_REPLICATION = 3
+
+
+@dataclass(frozen=True)
+class ScopeParams:
+    """A trace's scope settings (``TraceHeader.params``); ``shards`` 0: every node full."""
+
+    shards: int = 0
+    replication: int = DEFAULT_REPLICATION
+
+    @classmethod
+    def of(cls, params: dict[str, object]) -> ScopeParams:
+        shards, replication = params.get("scope_shards", 0), params.get("replication", 3)
+        assert isinstance(shards, int) and isinstance(replication, int)
+        return cls(shards, replication)
+
+    @property
+    def scoped(self) -> bool:
+        return self.shards > 0
+
+
+def node_id(node: int) -> bytes:
+    """A simulated node's id in the rendezvous hash."""
+    return node.to_bytes(4, "big")
+
+
+# The R rule as branch ``scope33b`` writes it (``sync.scope.holders``, not merged when this was
+# written): the R nodes of lowest BLAKE3(domain || S || shard || node id)[:8], ties by id.
+# Restated here, so the simulator's scopes do not rest on the code they check.
+HOLDERS_DOMAIN = b"chatsync/holders/v1\x00"
+
+
+def rendezvous(shard: int, nodes: int, replication: int, num_shards: int) -> list[int]:
+    """The shard's ``replication`` pinned nodes (nearest by rendezvous hashing)."""
+    prefix = HOLDERS_DOMAIN + num_shards.to_bytes(2, "big") + shard.to_bytes(2, "big")
+    nearest = heapq.nsmallest(
+        min(replication, nodes),
+        range(nodes),
+        key=lambda n: (blake3.blake3(prefix + node_id(n)).digest(8), node_id(n)),
+    )
+    return sorted(nearest)
+
+
+def home_node(user: int, nodes: int) -> int:
+    return user % nodes
+
+
+@dataclass(frozen=True)
+class ChatEvent:
+    """What the scope model reads of one planned op."""
+
+    t_ms: int
+    node: int  # the op's origin
+    kind: str  # a member kind or tr.MSG
+    chat: int
+    shard: int  # the chat's shard
+    target: int = -1  # a member op's user
+
+
+def plan_scopes(
+    events: Iterable[ChatEvent], used_shards: Iterable[int], nodes: int, p: ScopeParams
+) -> list[tuple[int, int, list[int]]]:
+    """``(t_ms, node, shards)`` scope events: each node's scope at the start (its pins), then
+    every time it changes."""
+    pins: list[set[int]] = [set() for _ in range(nodes)]
+    for shard in used_shards:
+        for n in rendezvous(shard, nodes, p.replication, p.shards):
+            pins[n].add(shard)
+    # reasons to hold a shard, as (node, shard) -> +1 at their start and -1 at their end
+    changes: list[tuple[int, int, int, int]] = []  # (t, node, shard, +1/-1)
+    member: set[tuple[int, int]] = set()  # (user, chat): added, as the plan goes
+    start_ms = None
+    for e in sorted(events, key=lambda e: e.t_ms):
+        start_ms = e.t_ms if start_ms is None else start_ms
+        if e.kind == tr.MSG:
+            changes.append((e.t_ms, e.node, e.shard, +1))  # for good: see the docstring
+            continue
+        key = (e.target, e.chat)
+        home = home_node(e.target, nodes)
+        if e.kind == tr.MEMBER_ADD and key not in member:
+            member.add(key)
+            changes.append((e.t_ms + (0 if home == e.node else LEARN_MS), home, e.shard, +1))
+        elif e.kind != tr.MEMBER_ADD and key in member:
+            member.discard(key)
+            changes.append((e.t_ms + GRACE_MS, home, e.shard, -1))
+    t0 = 0 if start_ms is None else start_ms
+    out = [(t0, n, sorted(pins[n])) for n in range(nodes)]
+    out += _timeline(changes, pins)
+    return out
+
+
+def _timeline(
+    changes: list[tuple[int, int, int, int]], pins: Sequence[set[int]]
+) -> list[tuple[int, int, list[int]]]:
+    """The scope events the reasons add up to: one per node and time its shards change."""
+    changes.sort(key=lambda c: (c[1], c[0], -c[3]))  # per node, in time, starts first
+    out: list[tuple[int, int, list[int]]] = []
+    counts: dict[int, int] = {}
+    node = -1
+    i = 0
+    while i < len(changes):
+        t, n = changes[i][0], changes[i][1]
+        if n != node:
+            node, counts = n, {}
+        before = {s for s, c in counts.items() if c > 0}
+        while i < len(changes) and changes[i][0] == t and changes[i][1] == n:
+            _, _, shard, delta = changes[i]
+            counts[shard] = counts.get(shard, 0) + delta
+            i += 1
+        after = {s for s, c in counts.items() if c > 0}
+        if (before | pins[n]) != (after | pins[n]):
+            out.append((t, n, sorted(after | pins[n])))
+    return out
