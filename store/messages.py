@@ -55,9 +55,12 @@ from store.records import (
     decode_msg,
 )
 from store.rocks import Rocks
+from store.unread import UnreadCounters
+from store.unread_counter import Shown
 
 MESSAGE = EventKind.MESSAGE
 REPLY = MessageKind.REPLY.value
+READ_RECEIPT = MessageKind.READ_RECEIPT
 DEFAULT_PAGE_LIMIT = 50
 MAX_PAGE_LIMIT = 200
 
@@ -93,6 +96,12 @@ def _put_result(msg_id: bytes, seq: int, duplicate: bool, expired: bool = False)
     set_duplicate(result, duplicate)
     set_expired(result, expired)
     return result
+
+
+def _shown(msg: MsgV1, packed: int) -> Shown:
+    """What the unread counters need of a message shown now (``store.unread_counter``)."""
+    position = position_of(msg) if msg.kind is READ_RECEIPT else None
+    return packed, msg.sender, msg.kind in CONTENT, None if position is None else position.pack()
 
 
 def _referred_value(target: bytes, referrer: bytes, encoded: bytes) -> bytes:
@@ -148,9 +157,11 @@ class Messages:
     """The messages, their sync index and the indexes of what refers to what. Its setting:
     the retention cutoff (``expire_before_ms``), which the GC moves (``store.retention``)."""
 
-    def __init__(self, rocks: Rocks, metas: Metas, log: EventLog, hidden: Hidden) -> None:
+    def __init__(
+        self, rocks: Rocks, metas: Metas, log: EventLog, hidden: Hidden, unread: UnreadCounters
+    ) -> None:
         self.config = rocks.config
-        self._rocks, self._hidden = rocks, hidden
+        self._rocks, self._hidden, self._unread = rocks, hidden, unread
         self._cf, self._handle = rocks.cf, rocks.handle  # the dicts themselves: emptied by close
         self._get, self._multi_get = rocks.get, rocks.multi_get
         self._iter_prefix, self._iter_all = rocks.iter_prefix, rocks.iter_all
@@ -200,8 +211,13 @@ class Messages:
             self._index_ref(msg, msg_id, key, seq, batch)
         batch.put(chat, meta.encode(), handle["chats_meta"])
         self._mark_referred(batch, [msg], {msg_id: key})
+        counted = None
+        if self._unread.of_chat(chat) is not None:
+            counted = self._unread.follow(batch, {chat: [_shown(msg, packed)]})
         self._write(batch, [(EventKind.MESSAGE, key, msg_id)])  # and seen_msg (store.events)
         self._remember_one_meta(chat, meta)
+        if counted:
+            self._unread.remember(counted)
         return _put_result(msg_id, seq, False)
 
     def put_messages(
@@ -241,6 +257,7 @@ class Messages:
         events: list[Event] = []  # the shown ones, for this node's event log
         expire = self.expire_before_ms
         set_msg_id, set_seq, set_duplicate, set_expired = _SET_RESULT
+        unread_of = self._unread.of_chat
         for msg, msg_id, seen in zip(msgs, ids, already, strict=True):
             if seen is not None or msg_id in new_keys:
                 append(_put_result(msg_id, 0, True))
@@ -255,7 +272,8 @@ class Messages:
             if state is None:
                 bases[chat] = base = self._load_meta(chat)
                 prefix = chat if type(chat) is bytes and len(chat) == CHAT_ID_LEN else None
-                chats[chat] = state = [base.last_seq, -1, b"", prefix]
+                counted: list[Shown] | None = [] if unread_of(chat) is not None else None
+                chats[chat] = state = [base.last_seq, -1, b"", prefix, counted]
             state[0] = seq = state[0] + 1
             packed = hlc.pack()
             prefix = state[3]
@@ -273,6 +291,8 @@ class Messages:
                     packed > state[1] or (packed == state[1] and msg_id > state[2])
                 ):
                     state[1], state[2] = packed, msg_id  # the newest shown content so far
+                if state[4] is not None:  # the chat has unread counters: they follow it
+                    state[4].append(_shown(msg, packed))
             new_keys[msg_id] = key
             put(key, msg.encoded, messages_cf)
             if msg.ref is not None:
@@ -286,12 +306,16 @@ class Messages:
         if chats:
             metas = {
                 chat: meta_after_messages(bases[chat], seq, packed, msg_id)
-                for chat, (seq, packed, msg_id, _) in chats.items()
+                for chat, (seq, packed, msg_id, _, _) in chats.items()
             }
             self._put_metas(batch, metas)
             self._mark_referred(batch, msgs, new_keys)
+            shown = {chat: state[4] for chat, state in chats.items() if state[4]}
+            followed = self._unread.follow(batch, shown) if shown else None
             self._write(batch, events)
             self._remember_meta(metas)
+            if followed:
+                self._unread.remember(followed)
             if hidden_keys:
                 self._hidden.note(hidden_keys)
         return results
@@ -555,7 +579,12 @@ class Messages:
         for row, receipt_key in self._iter_prefix("receipts", chat_id):
             if begin <= receipt_key < end:  # the receipt expired with the messages
                 batch.delete(row, receipts)
-        self._write(batch)
+        self._unread.void(batch, [chat_id])  # what they count, and positions, may go
+        try:
+            self._write(batch)
+        except BaseException:
+            self._unread.forget()
+            raise
 
     def scan_seen_msg_aged(self, cutoff_ts: int, limit: int) -> list[bytes]:
         """Up to ``limit`` msg ids whose HLC physical_ms <= cutoff_ts (or unreadable/legacy)."""

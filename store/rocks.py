@@ -67,6 +67,7 @@ COLUMN_FAMILIES: dict[str, int | None] = {
     "events": None,  # position -> kind | a record's key: this node's event log (store.events)
     "event_at": CHAT_ID_LEN,  # a shown message's key -> its event position (store.events)
     "delivered": USER_ID_LEN,  # user | device -> the position its stream acknowledged (feed)
+    "unread": CHAT_ID_LEN,  # chat | reader -> position and unread count (store.unread)
 }
 # CFs of earlier versions: dropped when a database that has them is opened.
 RETIRED_COLUMN_FAMILIES = ("user_read_progress",)  # local read seqs, before receipts
