@@ -452,8 +452,10 @@ class Messages:
             else:
                 end = after
         backward = direction is Direction.BACKWARD
-        rows = self._rocks.items("messages", start, end, reverse=backward)
         hidden = self._hidden.seqs(chat_id)  # empty, without a read, for most chats
+        if kinds is None and not hidden:  # (most pages) every row of the range is on it
+            return self._whole_page(start, end, limit, backward)
+        rows = self._rocks.items("messages", start, end, reverse=backward)
         items: list[StoredMessage] = []
         append = items.append
         for key, value in rows:
@@ -479,6 +481,27 @@ class Messages:
             msg = _new(StoredMsg)
             msg.__dict__["encoded"] = value  # = stored_msg(value), inlined
             append(_new_tuple(StoredMessage, (key, seq, msg)))
+        return RangePage(items, None)
+
+    def _whole_page(self, start: bytes, end: bytes | None, limit: int, backward: bool) -> RangePage:
+        """``range`` of every row from ``start`` to ``end`` (no kinds asked for, nothing
+        hidden): rocksdict's iterator read with no generator between and one check a row —
+        the generator and the general loop's checks were a third of a page."""
+        rows = self._rocks.items_in("messages", start, end, reverse=backward)
+        items: list[StoredMessage] = []
+        append, new, new_tuple = items.append, _new, _new_tuple
+        seq_at = MESSAGES_KEY_LEN - 4
+        for key, value in rows:
+            if backward and key < start:
+                break  # (below the chat: a reverse scan has no lower bound)
+            if len(items) == limit:
+                return RangePage(items, encode_cursor(items[-1].key))
+            if len(key) != MESSAGES_KEY_LEN:
+                parse_key_messages(key)  # raises: not a messages key
+            msg = new(StoredMsg)  # our own rows: decoded when a field is read
+            msg.__dict__["encoded"] = value
+            append(new_tuple(StoredMessage, (key, int.from_bytes(key[seq_at:], "big"), msg)))
+        del end  # (held to here: the iterator's upper bound, see Rocks.items)
         return RangePage(items, None)
 
     def hidden_by(
