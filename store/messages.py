@@ -23,7 +23,7 @@ from rocksdict import WriteBatch
 from store.errors import ClockDriftError, InvalidInput
 from store.events import Event, EventKind, EventLog
 from store.hidden import Hidden
-from store.hlc import MAX_PHYSICAL, Hlc
+from store.hlc import LOGICAL_BITS, MAX_PHYSICAL, Hlc
 from store.keys import (
     CHAT_ID_LEN,
     MESSAGES_KEY_LEN,
@@ -202,15 +202,20 @@ class Messages:
             key = chat + (packed << 32 | seq).to_bytes(12, "big")  # = key_messages(...)
         else:
             key = key_messages(chat, packed, seq)  # converts, or raises the ValueError
-        newest = packed if msg.kind in CONTENT else -1  # the preview: content only (MESSAGES.md)
+        kind, ref = msg.kind, msg.ref
+        content = kind in CONTENT
+        newest = packed if content else -1  # the preview: content only (MESSAGES.md)
         meta = meta_after_messages(base, seq, newest, msg_id)
         handle = self._handle
         batch = self._rocks.new_batch()
         batch.put(key, msg.encoded, handle["messages"])
-        if msg.ref is not None:
-            self._index_ref(msg, msg_id, key, seq, batch)
         batch.put(chat, meta.encode(), handle["chats_meta"])
-        self._mark_referred(batch, [msg], {msg_id: key})
+        if ref is not None:
+            self._index_ref(msg, msg_id, key, seq, batch)
+        if content:  # (a reply too: it refers, and may be referred to)
+            self._mark_referred_split(batch, {msg_id: key}, [msg], [])
+        elif ref is not None and kind in CHANGES_TARGET:
+            self._mark_referred_split(batch, {msg_id: key}, [], [(msg, ref)])
         counted = None
         if self._unread.of_chat(chat) is not None:
             counted = self._unread.follow(batch, {chat: [_shown(msg, packed)]})
@@ -253,6 +258,8 @@ class Messages:
         results: list[PutResult] = []
         append = results.append
         new_keys: dict[bytes, bytes] = {}  # id -> messages key, of the messages stored here
+        contents: list[MsgV1] = []  # the content stored here
+        referrers: list[tuple[MsgV1, bytes]] = []  # the edits and reactions, with their refs
         hidden_keys: list[bytes] = []
         events: list[Event] = []  # the shown ones, for this node's event log
         expire = self.expire_before_ms
@@ -275,27 +282,31 @@ class Messages:
                 counted: list[Shown] | None = [] if unread_of(chat) is not None else None
                 chats[chat] = state = [base.last_seq, -1, b"", prefix, counted]
             state[0] = seq = state[0] + 1
-            packed = hlc.pack()
+            packed = hlc.physical_ms << LOGICAL_BITS | hlc.logical  # = hlc.pack(), inlined
             prefix = state[3]
             if prefix is not None and 0 <= packed <= U64_MAX and seq <= U32_MAX:
                 key = prefix + (packed << 32 | seq).to_bytes(12, "big")  # = key_messages(...)
             else:
                 key = key_messages(chat, packed, seq)  # converts, or raises the ValueError
+            kind, ref = msg.kind, msg.ref
+            content = kind in CONTENT
+            if content:
+                contents.append(msg)
+            elif ref is not None and kind in CHANGES_TARGET:
+                referrers.append((msg, ref))
             if hidden and msg_id in hidden:
                 hidden_keys.append(key_hidden(chat, seq))
                 put(hidden_keys[-1], key, self._handle["hidden"])
                 put(msg_id, key, seen_cf)  # (a shown one's, with its event: store.events)
             else:
                 events.append((MESSAGE, key, msg_id))
-                if msg.kind in CONTENT and (
-                    packed > state[1] or (packed == state[1] and msg_id > state[2])
-                ):
+                if content and (packed > state[1] or (packed == state[1] and msg_id > state[2])):
                     state[1], state[2] = packed, msg_id  # the newest shown content so far
                 if state[4] is not None:  # the chat has unread counters: they follow it
                     state[4].append(_shown(msg, packed))
             new_keys[msg_id] = key
             put(key, msg.encoded, messages_cf)
-            if msg.ref is not None:
+            if ref is not None:
                 self._index_ref(msg, msg_id, key, seq, batch)
             result = _new(PutResult)  # _put_result(msg_id, seq, False), inlined
             set_msg_id(result, msg_id)
@@ -309,7 +320,7 @@ class Messages:
                 for chat, (seq, packed, msg_id, _, _) in chats.items()
             }
             self._put_metas(batch, metas)
-            self._mark_referred(batch, msgs, new_keys)
+            self._mark_referred_split(batch, new_keys, contents, referrers)
             shown = {chat: state[4] for chat, state in chats.items() if state[4]}
             followed = self._unread.follow(batch, shown) if shown else None
             self._write(batch, events)
@@ -323,15 +334,10 @@ class Messages:
     def _mark_referred(
         self, batch: WriteBatch, msgs: list[MsgV1], new_keys: dict[bytes, bytes]
     ) -> None:
-        """``referred[target key | referrer key]`` for the edits and reactions among ``msgs``
-        stored now (``new_keys``: id -> key) whose target in their chat is held, and for the
-        held ones that refer to a content message stored now (``ref_targets`` says which
-        have any, ``refs`` gives their keys). Keyed like the messages, it is read in step
-        with a page of the folded history (``store.views``); its value is the referrer's
-        bytes (``_referred_value``), so that page needs no second read."""
-        referred = self._handle["referred"]
-        referrers: list[tuple[MsgV1, bytes]] = []  # (an edit or reaction stored now, its ref)
-        contents: list[MsgV1] = []  # content stored now
+        """``_mark_referred_split`` of the messages among ``msgs`` stored now (``new_keys``:
+        id -> key)."""
+        referrers: list[tuple[MsgV1, bytes]] = []
+        contents: list[MsgV1] = []
         for m in msgs:
             if m.msg_id not in new_keys:
                 continue
@@ -339,6 +345,22 @@ class Messages:
                 contents.append(m)
             elif m.kind in CHANGES_TARGET and m.ref is not None:
                 referrers.append((m, m.ref))
+        self._mark_referred_split(batch, new_keys, contents, referrers)
+
+    def _mark_referred_split(
+        self,
+        batch: WriteBatch,
+        new_keys: dict[bytes, bytes],
+        contents: list[MsgV1],
+        referrers: list[tuple[MsgV1, bytes]],
+    ) -> None:
+        """``referred[target key | referrer key]`` for the edits and reactions stored now
+        (``referrers``: with their refs) whose target in their chat is held, and for the
+        held ones that refer to a content message stored now (``contents``; ``ref_targets``
+        says which have any, ``refs`` gives their keys). Keyed like the messages, it is read
+        in step with a page of the folded history (``store.views``); its value is the
+        referrer's bytes (``_referred_value``), so that page needs no second read."""
+        referred = self._handle["referred"]
         if referrers:
             missing = [ref for _, ref in referrers if ref not in new_keys]
             held = dict(zip(missing, self._multi_get("seen_msg", missing), strict=True))
@@ -455,7 +477,7 @@ class Messages:
         hidden = self._hidden.seqs(chat_id)  # empty, without a read, for most chats
         if kinds is None and not hidden:  # (most pages) every row of the range is on it
             return self._whole_page(start, end, limit, backward)
-        rows = self._rocks.items("messages", start, end, reverse=backward)
+        rows = self._rocks.items_in("messages", start, end, reverse=backward)  # ``end``: held
         items: list[StoredMessage] = []
         append = items.append
         for key, value in rows:
