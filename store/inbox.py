@@ -80,7 +80,8 @@ class Inbox:
     writer and API readers refresh them from their own threads), so ``_inbox_keys`` (user |
     chat -> the entry's current key, filled after each successful write) stays true to the
     disk. The unread counts come from the counters (``store.unread``: an entry written
-    creates its reader's, an entry deleted deletes it), else from ``receipts``."""
+    makes its user a reader there, an entry deleted makes them none), else from
+    ``receipts``."""
 
     def __init__(
         self, rocks: Rocks, metas: Metas, receipts: Receipts, unread: UnreadCounters
@@ -217,7 +218,7 @@ class Inbox:
         batch = self._rocks.new_batch()
         inbox_cf = self._rocks.handle["user_inbox"]
         written: dict[bytes, bytes] = {}
-        counted: list[bytes] = []  # chats whose readers got counters here
+        counted: list[bytes] = []  # chats where users were made readers here
         for chat_id, users, entry, _ in updates:
             if self._unread.create(batch, chat_id, users):
                 counted.append(chat_id)
@@ -261,7 +262,7 @@ class Inbox:
             # the key holds rev_ts, which the caller does not know: the cache, else one scan
             key = self._inbox_keys.get(user_id + chat_id) or self._scan_inbox_key(user_id, chat_id)
             batch = self._rocks.new_batch()
-            self._unread.drop(batch, chat_id, user_id)  # the counter goes with the entry
+            self._unread.drop(batch, chat_id, user_id)  # no longer a reader: own count kept
             if key is not None:
                 batch.delete(key, self._rocks.handle["user_inbox"])
             self._rocks.write(batch)

@@ -24,9 +24,14 @@ from store.records import Role
 from store.retention import trim_chats
 from store.unread_counter import (
     UNREAD_CAP,
-    decode_counter,
-    encode_counter,
-    follow_counters,
+    Reader,
+    Tally,
+    decode_tally,
+    decode_total,
+    encode_tally,
+    encode_total,
+    follow_tallies,
+    unread_of,
 )
 from sync.replica import DbReplica
 
@@ -80,12 +85,31 @@ def ops_of(step: Step, posted: list[MsgV1], played: list[list[object]]) -> list[
 
 
 def counter_rows(db: ChatDb) -> dict[bytes, tuple[int | None, int]]:
-    return {key: decode_counter(value) for key, value in db.iter_all("unread")}
+    """(chat | reader) -> (position, unread count), from the rows; every row checked against
+    a recount of the chat (totals, senders' own counts)."""
+    totals: dict[bytes, int] = {}
+    tallies: dict[bytes, Tally] = {}
+    for key, value in db.iter_all("unread"):
+        if len(key) == 32:
+            totals[key] = decode_total(value)
+        else:
+            tallies[key] = decode_tally(value)
+    for chat, total in totals.items():
+        owns = db.receipts.content_by_sender(chat)
+        assert total == sum(owns.values()), chat.hex()
+        for user, own in owns.items():
+            assert tallies[chat + user].own == own, user.hex()
+    out = {}
+    for key, tally in tallies.items():
+        assert key[:32] in totals, "a tally without its chat's total"
+        if tally.reader is not None:
+            out[key] = (tally.reader.position, unread_of(totals[key[:32]], tally))
+    return out
 
 
 def check_counters(db: ChatDb) -> int:
-    """Every counter row equals a recount, and every chat list reads the recount; how many
-    counters there are."""
+    """Every reader's count equals a recount, and every chat list reads the recount; how many
+    readers there are."""
     rows = counter_rows(db)
     for key, counter in rows.items():
         assert counter == db.receipts.recount(key[:32], key[32:]), key.hex()
@@ -180,6 +204,7 @@ def test_a_removed_member_loses_the_counter_with_the_entry() -> None:
         assert len(counter_rows(db)) == 2
         replica.apply_ops([member_op(1, 0, 9, remove=True)])
         assert list(counter_rows(db)) == [chat + AUTHOR_IDS[0]]
+        assert decode_tally(db.get("unread", chat + AUTHOR_IDS[1]) or b"") == Tally(0, None)
         assert check_counters(db) == 1
 
 
@@ -222,48 +247,70 @@ def test_the_count_stops_at_the_cap_and_a_receipt_recounts() -> None:
 # --- the pure fold and the row's bytes ---
 
 
-def test_follow_adds_new_content_by_others_after_the_position() -> None:
+def no_scan(user: bytes, position: int) -> tuple[int, int]:
+    raise AssertionError("scanned")
+
+
+def test_follow_adds_new_content_to_the_total_and_its_senders() -> None:
     alice, bob = b"a" * 20, b"b" * 20
-    counters = {alice: (None, 0), bob: (15, 2)}
+    tallies = {alice: Tally(2, Reader(0, 0, None)), bob: Tally(1, Reader(3, 1, 15))}
     shown = [(10, alice, True, None), (20, alice, True, None), (30, bob, True, None)]
-    changed = follow_counters(counters, shown, lambda reader, at: 99)
-    assert changed == {alice: (None, 1), bob: (15, 3)}
+    total, changed = follow_tallies(3, tallies, shown, no_scan)
+    assert total == 6
+    # 10 is at or before bob's position (15): it came late, so it is below it
+    assert changed == {alice: Tally(4, Reader(0, 0, None)), bob: Tally(2, Reader(4, 1, 15))}
+    assert [unread_of(total, changed[u]) for u in (alice, bob)] == [2, 1]
 
 
 def test_follow_recounts_a_reader_whose_position_moves() -> None:
-    alice = b"a" * 20
-    shown = [(40, alice, False, 25), (50, b"b" * 20, True, None)]
-    changed = follow_counters({alice: (10, 7)}, shown, lambda reader, at: at // 25)
-    assert changed == {alice: (25, 2)}  # 1 on disk after 25, and the new post
+    alice, bob = b"a" * 20, b"b" * 20
+    tallies = {alice: Tally(1, Reader(2, 0, 10)), bob: Tally(4, None)}
+    shown = [(40, alice, False, 25), (50, bob, True, None)]
+    # on disk after 25: 2 messages, 1 of them alice's
+    total, changed = follow_tallies(5, tallies, shown, lambda user, at: (2, 1))
+    assert total == 6 and changed[bob] == Tally(5, None)
+    assert changed[alice] == Tally(1, Reader(6 - 3, 1 - 1, 25))
+    assert unread_of(total, changed[alice]) == 2  # bob's on disk after 25, and the new one
 
 
-@pytest.mark.parametrize("position", [None, 0, 1 << 63])
-@pytest.mark.parametrize("count", [0, 1, UNREAD_CAP])
-def test_a_counter_row_round_trips(position: int | None, count: int) -> None:
-    assert decode_counter(encode_counter(position, count)) == (position, count)
+@pytest.mark.parametrize(
+    "tally",
+    [Tally(0, None), Tally(5, None), Tally(3, Reader(9, 3, None)), Tally(7, Reader(9, 2, 1 << 63))],
+)
+def test_a_tally_row_round_trips(tally: Tally) -> None:
+    assert decode_tally(encode_tally(tally)) == tally
+    assert decode_total(encode_total(12)) == 12
 
 
 @pytest.mark.parametrize(
     "raw",
-    [b"", b"\x00", b"\x00" * 3, b"\x00" * 5, b"\x00" * 11, b"\x00" * 13, b"\x00" * 1_000_000,
-     (UNREAD_CAP + 1).to_bytes(4, "big"), b"\xff" * 12],
+    [b"", b"\x00", b"\x00" * 7, b"\x00" * 9, b"\x00" * 16, b"\x00" * 23, b"\x00" * 33,
+     b"\x00" * 1_000_000, b"\x00" * 8 + b"\x00" * 8 + b"\x00" * 7 + b"\x01"],
 )  # fmt: skip
-def test_a_malformed_or_oversized_counter_row_is_a_decode_error(raw: bytes) -> None:
+def test_a_malformed_or_oversized_tally_row_is_a_decode_error(raw: bytes) -> None:
+    """Wrong lengths, and more of the reader's own messages below the position than exist."""
     with pytest.raises(DecodeError):
-        decode_counter(raw)
+        decode_tally(raw)
+
+
+@pytest.mark.parametrize("raw", [b"", b"\x00" * 7, b"\x00" * 9, b"\x00" * 1_000_000])
+def test_a_malformed_or_oversized_total_row_is_a_decode_error(raw: bytes) -> None:
+    with pytest.raises(DecodeError):
+        decode_total(raw)
 
 
 @given(st.binary(max_size=40))
-def test_any_bytes_decode_to_a_valid_counter_or_a_decode_error(raw: bytes) -> None:
+def test_any_bytes_decode_to_a_valid_tally_or_a_decode_error(raw: bytes) -> None:
     try:
-        position, count = decode_counter(raw)
+        tally = decode_tally(raw)
     except DecodeError:
         return
-    assert 0 <= count <= UNREAD_CAP and encode_counter(position, count) == raw
+    assert encode_tally(tally) == raw
 
 
-def test_no_invalid_counter_is_written() -> None:
+def test_no_invalid_row_is_written() -> None:
+    for bad in (Tally(-1, None), Tally(1, Reader(0, 2, None)), Tally(1 << 64, None)):
+        with pytest.raises(ValueError):
+            encode_tally(bad)
     with pytest.raises(ValueError):
-        encode_counter(None, UNREAD_CAP + 1)
-    with pytest.raises(ValueError):
-        encode_counter(None, -1)
+        encode_total(-1)
