@@ -37,6 +37,7 @@ from store.ops import MembershipOp, Op
 from store.plan import CHAT_RULES, AdminState, MessageRule, Plan, RuleSet, plan_ops
 from store.records import MessageKind, MsgV1, decode_msg, make_chat_meta
 from store.rocks import Rocks
+from store.unread import UnreadCounters
 from store.waiting import WaitingRoom
 
 
@@ -123,10 +124,11 @@ class Admission:
         deletes: Deletes,
         inbox: Inbox,
         identities: Identities,
+        unread: UnreadCounters,
     ) -> None:
         self._rocks, self._metas, self._log, self._hidden = rocks, metas, log, hidden
         self._messages, self._members, self._deletes = messages, members, deletes
-        self._inbox, self._identities = inbox, identities
+        self._inbox, self._identities, self._unread = inbox, identities, unread
 
     def apply_member_ops(self, ops: list[MembershipOp]) -> MemberOpsApplied:
         """``Members.apply_member_ops``, and the chat lists follow (``_follow_toggles``)."""
@@ -215,6 +217,7 @@ class Admission:
         self._members.forget_histories()
         self._deletes.forget()
         self._hidden.forget()
+        self._unread.forget()
 
     def _keep_waiting(self, plan: Plan, room: WaitingRoom) -> None:
         """The room follows the plan, and the store keeps what it holds (for a restart)."""
@@ -296,7 +299,12 @@ class Admission:
                 events.append((EventKind.HIDDEN, key))
         if batch.len() == 0:
             return False
-        self._log.write(batch, events)
+        self._unread.void(batch, [chat_id])  # messages hidden or shown: recounted when next listed
+        try:
+            self._log.write(batch, events)
+        except BaseException:
+            self._unread.forget()
+            raise
         self._hidden.note(added)
         return True
 

@@ -7,6 +7,8 @@ One object per concern, each owning its state, each given what it needs when it 
 - ``metas`` (``store.metas``): each chat's ChatMeta and its cache;
 - ``events`` (``store.events``): this node's event log — the stores whose writes make
   something readable write through it;
+- ``unread`` (``store.unread``): the chat list's unread counters, kept by the writes that
+  change what they count;
 - ``hidden``, ``messages``, ``receipts`` (``store.reads``), ``members``, ``deletes``,
   ``inbox``, ``identities``, ``views``, ``feeds``, ``originals``: the row stores;
 - ``admission`` (``store.admission``): plans (``store.plan``) carried out over them;
@@ -37,15 +39,17 @@ from store.metas import Metas
 from store.originals import Originals
 from store.reads import Receipts
 from store.rocks import ChatDbConfig, Rocks
+from store.unread import UnreadCounters
 from store.views import Views
 
 
 class ChatDb:
-    """Seed 002's column families (its read progress gave way to signed receipts) and eleven
-    more: the member ops, the hidden index, the messages waiting for their member op, the
+    """Seed 002's column families (its read progress gave way to signed receipts) and more:
+    the member ops, the hidden index, the messages waiting for their member op, the
     deletes and their sync index, references and the messages referred to, the erased ids,
-    the edits and reactions of each held message (``referred``), the receipts, and this
-    node's event log (``events``, read as users' feeds: ``store.feed``).
+    the edits and reactions of each held message (``referred``), the receipts, this
+    node's event log (``events``, read as users' feeds: ``store.feed``), the delivered
+    positions and the chat list's unread counters (``store.unread``).
 
     Open with ``ChatDb(ChatDbConfig(path=...))`` or ``ChatDb(path=...)``; use as
     a context manager or call ``close()``. One writer at a time.
@@ -58,14 +62,15 @@ class ChatDb:
         self.metas = metas = Metas(rocks)
         self.events = events = EventLog(rocks)
         self.hidden = hidden = Hidden(rocks)
-        self.messages = messages = Messages(rocks, metas, events, hidden)
         self.receipts = receipts = Receipts(rocks, metas, hidden)
+        self.unread = unread = UnreadCounters(rocks, receipts)
+        self.messages = messages = Messages(rocks, metas, events, hidden, unread)
         self.members = members = Members(rocks, metas, events)
-        self.deletes = deletes = Deletes(rocks, events)
-        self.inbox = inbox = Inbox(rocks, metas, receipts)
+        self.deletes = deletes = Deletes(rocks, events, unread)
+        self.inbox = inbox = Inbox(rocks, metas, receipts, unread)
         self.identities = identities = Identities(rocks)
         self.admission = Admission(
-            rocks, metas, events, hidden, messages, members, deletes, inbox, identities
+            rocks, metas, events, hidden, messages, members, deletes, inbox, identities, unread
         )
         self.views = views = Views(rocks, messages, hidden, deletes)
         self.feeds = feeds = Feeds(rocks, metas, events, members, hidden, receipts)

@@ -42,14 +42,15 @@ from store.ops import decode_membership_op
 from store.plan import AdminState, admin_rule, admin_state_of
 from store.records import MsgV1, decode_msg
 from store.rocks import Rocks
+from store.unread import UnreadCounters
 
 
 class Deletes:
     """The deletes, the erasures they make, and their state: the chats with a delete, each
     chat's admins (cached), the erased keys not compacted yet."""
 
-    def __init__(self, rocks: Rocks, log: EventLog) -> None:
-        self._rocks, self._log = rocks, log
+    def __init__(self, rocks: Rocks, log: EventLog, unread: UnreadCounters) -> None:
+        self._rocks, self._log, self._unread = rocks, log, unread
         self._handle = rocks.handle
         self._admin_cache: dict[bytes, AdminState] | None = None
         self._delete_chats: set[bytes] | None = None  # chats with a delete (loaded on first use)
@@ -123,6 +124,7 @@ class Deletes:
         whose rows (in ``messages`` and ``referred``) held what went: ``compact_erased``
         rewrites them."""
         seen = self._rocks.multi_get("seen_msg", [m.msg_id for m in msgs])
+        self._unread.void(batch, {m.chat_id for m in msgs})  # what they count may go
         referred = self._handle["referred"]
         rewrite: list[bytes] = []
         for msg, value in zip(msgs, seen, strict=True):

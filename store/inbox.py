@@ -38,6 +38,7 @@ from store.metas import Metas
 from store.reads import Receipts
 from store.records import ChatKind, InboxEntry, MsgV1, decode_inbox_entry, decode_msg, is_dm_chat
 from store.rocks import Rocks
+from store.unread import UnreadCounters
 
 ZERO_MSG_ID = bytes(32)
 NO_SENDER = bytes(20)  # an entry's sender when the chat has no message to preview
@@ -78,10 +79,14 @@ class Inbox:
     """Chat lists. Every user_inbox write goes through here, under ``_inbox_lock`` (the
     writer and API readers refresh them from their own threads), so ``_inbox_keys`` (user |
     chat -> the entry's current key, filled after each successful write) stays true to the
-    disk. The unread counts come from ``receipts``."""
+    disk. The unread counts come from the counters (``store.unread``: an entry written
+    makes its user a reader there, an entry deleted makes them none), else from
+    ``receipts``."""
 
-    def __init__(self, rocks: Rocks, metas: Metas, receipts: Receipts) -> None:
-        self._rocks, self._metas, self._receipts = rocks, metas, receipts
+    def __init__(
+        self, rocks: Rocks, metas: Metas, receipts: Receipts, unread: UnreadCounters
+    ) -> None:
+        self._rocks, self._metas, self._receipts, self._unread = rocks, metas, receipts, unread
         self._inbox_keys: dict[bytes, bytes] = {}  # user | chat -> its user_inbox key
         # the chats whose lists wait for their refresh, and the lock of every user_inbox write
         self._stale_lists: dict[bytes, StaleList] = {}
@@ -213,7 +218,10 @@ class Inbox:
         batch = self._rocks.new_batch()
         inbox_cf = self._rocks.handle["user_inbox"]
         written: dict[bytes, bytes] = {}
+        counted: list[bytes] = []  # chats where users were made readers here
         for chat_id, users, entry, _ in updates:
+            if self._unread.create(batch, chat_id, users):
+                counted.append(chat_id)
             encoded = entry.encode()
             rev = rev_ts(entry.last_ts)
             for user in users:
@@ -232,6 +240,7 @@ class Inbox:
         if batch.len():
             self._rocks.write(batch)
             self._remember_inbox_keys(written)
+            self._unread.created(counted)
 
     def _remember_inbox_keys(self, written: dict[bytes, bytes]) -> None:
         """Cache keys only after their batch is written (a failed write must not leak)."""
@@ -252,13 +261,13 @@ class Inbox:
             self.flush_chat_lists()
             # the key holds rev_ts, which the caller does not know: the cache, else one scan
             key = self._inbox_keys.get(user_id + chat_id) or self._scan_inbox_key(user_id, chat_id)
-            if key is None:
-                return False
             batch = self._rocks.new_batch()
-            batch.delete(key, self._rocks.handle["user_inbox"])
+            self._unread.drop(batch, chat_id, user_id)  # no longer a reader: own count kept
+            if key is not None:
+                batch.delete(key, self._rocks.handle["user_inbox"])
             self._rocks.write(batch)
             self._inbox_keys.pop(user_id + chat_id, None)
-            return True
+            return key is not None
 
     def list_user_chats(
         self, user_id: bytes, cursor: str | None = None, limit: int = DEFAULT_PAGE_LIMIT
@@ -295,10 +304,12 @@ class Inbox:
         items: list[ChatListItem] = []
         append = items.append
         set_entry, set_unread = _SET_ITEM
+        counts = self._unread.counts(user_id, [entry.chat_id for _, entry in rows])
         unread_for = self._receipts.unread_for  # = unread_count(chat, user, read_position(...))
-        for _, entry in rows:
+        for (_, entry), count in zip(rows, counts, strict=True):
             item = _new(ChatListItem)  # ChatListItem(entry, unread), through its slots
             set_entry(item, entry)
-            set_unread(item, unread_for(entry.chat_id, user_id))
+            # no counter (an earlier version's store, a chat voided since): recounted
+            set_unread(item, unread_for(entry.chat_id, user_id) if count is None else count)
             append(item)
         return items

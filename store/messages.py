@@ -23,7 +23,7 @@ from rocksdict import WriteBatch
 from store.errors import ClockDriftError, InvalidInput
 from store.events import Event, EventKind, EventLog
 from store.hidden import Hidden
-from store.hlc import MAX_PHYSICAL, Hlc
+from store.hlc import LOGICAL_BITS, MAX_PHYSICAL, Hlc
 from store.keys import (
     CHAT_ID_LEN,
     MESSAGES_KEY_LEN,
@@ -55,9 +55,12 @@ from store.records import (
     decode_msg,
 )
 from store.rocks import Rocks
+from store.unread import UnreadCounters
+from store.unread_counter import Shown
 
 MESSAGE = EventKind.MESSAGE
 REPLY = MessageKind.REPLY.value
+READ_RECEIPT = MessageKind.READ_RECEIPT
 DEFAULT_PAGE_LIMIT = 50
 MAX_PAGE_LIMIT = 200
 
@@ -93,6 +96,12 @@ def _put_result(msg_id: bytes, seq: int, duplicate: bool, expired: bool = False)
     set_duplicate(result, duplicate)
     set_expired(result, expired)
     return result
+
+
+def _shown(msg: MsgV1, packed: int) -> Shown:
+    """What the unread counters need of a message shown now (``store.unread_counter``)."""
+    position = position_of(msg) if msg.kind is READ_RECEIPT else None
+    return packed, msg.sender, msg.kind in CONTENT, None if position is None else position.pack()
 
 
 def _referred_value(target: bytes, referrer: bytes, encoded: bytes) -> bytes:
@@ -148,9 +157,11 @@ class Messages:
     """The messages, their sync index and the indexes of what refers to what. Its setting:
     the retention cutoff (``expire_before_ms``), which the GC moves (``store.retention``)."""
 
-    def __init__(self, rocks: Rocks, metas: Metas, log: EventLog, hidden: Hidden) -> None:
+    def __init__(
+        self, rocks: Rocks, metas: Metas, log: EventLog, hidden: Hidden, unread: UnreadCounters
+    ) -> None:
         self.config = rocks.config
-        self._rocks, self._hidden = rocks, hidden
+        self._rocks, self._hidden, self._unread = rocks, hidden, unread
         self._cf, self._handle = rocks.cf, rocks.handle  # the dicts themselves: emptied by close
         self._get, self._multi_get = rocks.get, rocks.multi_get
         self._iter_prefix, self._iter_all = rocks.iter_prefix, rocks.iter_all
@@ -191,17 +202,27 @@ class Messages:
             key = chat + (packed << 32 | seq).to_bytes(12, "big")  # = key_messages(...)
         else:
             key = key_messages(chat, packed, seq)  # converts, or raises the ValueError
-        newest = packed if msg.kind in CONTENT else -1  # the preview: content only (MESSAGES.md)
+        kind, ref = msg.kind, msg.ref
+        content = kind in CONTENT
+        newest = packed if content else -1  # the preview: content only (MESSAGES.md)
         meta = meta_after_messages(base, seq, newest, msg_id)
         handle = self._handle
         batch = self._rocks.new_batch()
         batch.put(key, msg.encoded, handle["messages"])
-        if msg.ref is not None:
-            self._index_ref(msg, msg_id, key, seq, batch)
         batch.put(chat, meta.encode(), handle["chats_meta"])
-        self._mark_referred(batch, [msg], {msg_id: key})
+        if ref is not None:
+            self._index_ref(msg, msg_id, key, seq, batch)
+        if content:  # (a reply too: it refers, and may be referred to)
+            self._mark_referred_split(batch, {msg_id: key}, [msg], [])
+        elif ref is not None and kind in CHANGES_TARGET:
+            self._mark_referred_split(batch, {msg_id: key}, [], [(msg, ref)])
+        counted = None
+        if self._unread.of_chat(chat) is not None:
+            counted = self._unread.follow(batch, {chat: [_shown(msg, packed)]})
         self._write(batch, [(EventKind.MESSAGE, key, msg_id)])  # and seen_msg (store.events)
         self._remember_one_meta(chat, meta)
+        if counted:
+            self._unread.remember(counted)
         return _put_result(msg_id, seq, False)
 
     def put_messages(
@@ -237,10 +258,13 @@ class Messages:
         results: list[PutResult] = []
         append = results.append
         new_keys: dict[bytes, bytes] = {}  # id -> messages key, of the messages stored here
+        contents: list[MsgV1] = []  # the content stored here
+        referrers: list[tuple[MsgV1, bytes]] = []  # the edits and reactions, with their refs
         hidden_keys: list[bytes] = []
         events: list[Event] = []  # the shown ones, for this node's event log
         expire = self.expire_before_ms
         set_msg_id, set_seq, set_duplicate, set_expired = _SET_RESULT
+        unread_of = self._unread.of_chat
         for msg, msg_id, seen in zip(msgs, ids, already, strict=True):
             if seen is not None or msg_id in new_keys:
                 append(_put_result(msg_id, 0, True))
@@ -255,27 +279,34 @@ class Messages:
             if state is None:
                 bases[chat] = base = self._load_meta(chat)
                 prefix = chat if type(chat) is bytes and len(chat) == CHAT_ID_LEN else None
-                chats[chat] = state = [base.last_seq, -1, b"", prefix]
+                counted: list[Shown] | None = [] if unread_of(chat) is not None else None
+                chats[chat] = state = [base.last_seq, -1, b"", prefix, counted]
             state[0] = seq = state[0] + 1
-            packed = hlc.pack()
+            packed = hlc.physical_ms << LOGICAL_BITS | hlc.logical  # = hlc.pack(), inlined
             prefix = state[3]
             if prefix is not None and 0 <= packed <= U64_MAX and seq <= U32_MAX:
                 key = prefix + (packed << 32 | seq).to_bytes(12, "big")  # = key_messages(...)
             else:
                 key = key_messages(chat, packed, seq)  # converts, or raises the ValueError
+            kind, ref = msg.kind, msg.ref
+            content = kind in CONTENT
+            if content:
+                contents.append(msg)
+            elif ref is not None and kind in CHANGES_TARGET:
+                referrers.append((msg, ref))
             if hidden and msg_id in hidden:
                 hidden_keys.append(key_hidden(chat, seq))
                 put(hidden_keys[-1], key, self._handle["hidden"])
                 put(msg_id, key, seen_cf)  # (a shown one's, with its event: store.events)
             else:
                 events.append((MESSAGE, key, msg_id))
-                if msg.kind in CONTENT and (
-                    packed > state[1] or (packed == state[1] and msg_id > state[2])
-                ):
+                if content and (packed > state[1] or (packed == state[1] and msg_id > state[2])):
                     state[1], state[2] = packed, msg_id  # the newest shown content so far
+                if state[4] is not None:  # the chat has unread counters: they follow it
+                    state[4].append(_shown(msg, packed))
             new_keys[msg_id] = key
             put(key, msg.encoded, messages_cf)
-            if msg.ref is not None:
+            if ref is not None:
                 self._index_ref(msg, msg_id, key, seq, batch)
             result = _new(PutResult)  # _put_result(msg_id, seq, False), inlined
             set_msg_id(result, msg_id)
@@ -286,12 +317,16 @@ class Messages:
         if chats:
             metas = {
                 chat: meta_after_messages(bases[chat], seq, packed, msg_id)
-                for chat, (seq, packed, msg_id, _) in chats.items()
+                for chat, (seq, packed, msg_id, _, _) in chats.items()
             }
             self._put_metas(batch, metas)
-            self._mark_referred(batch, msgs, new_keys)
+            self._mark_referred_split(batch, new_keys, contents, referrers)
+            shown = {chat: state[4] for chat, state in chats.items() if state[4]}
+            followed = self._unread.follow(batch, shown) if shown else None
             self._write(batch, events)
             self._remember_meta(metas)
+            if followed:
+                self._unread.remember(followed)
             if hidden_keys:
                 self._hidden.note(hidden_keys)
         return results
@@ -299,15 +334,10 @@ class Messages:
     def _mark_referred(
         self, batch: WriteBatch, msgs: list[MsgV1], new_keys: dict[bytes, bytes]
     ) -> None:
-        """``referred[target key | referrer key]`` for the edits and reactions among ``msgs``
-        stored now (``new_keys``: id -> key) whose target in their chat is held, and for the
-        held ones that refer to a content message stored now (``ref_targets`` says which
-        have any, ``refs`` gives their keys). Keyed like the messages, it is read in step
-        with a page of the folded history (``store.views``); its value is the referrer's
-        bytes (``_referred_value``), so that page needs no second read."""
-        referred = self._handle["referred"]
-        referrers: list[tuple[MsgV1, bytes]] = []  # (an edit or reaction stored now, its ref)
-        contents: list[MsgV1] = []  # content stored now
+        """``_mark_referred_split`` of the messages among ``msgs`` stored now (``new_keys``:
+        id -> key)."""
+        referrers: list[tuple[MsgV1, bytes]] = []
+        contents: list[MsgV1] = []
         for m in msgs:
             if m.msg_id not in new_keys:
                 continue
@@ -315,6 +345,22 @@ class Messages:
                 contents.append(m)
             elif m.kind in CHANGES_TARGET and m.ref is not None:
                 referrers.append((m, m.ref))
+        self._mark_referred_split(batch, new_keys, contents, referrers)
+
+    def _mark_referred_split(
+        self,
+        batch: WriteBatch,
+        new_keys: dict[bytes, bytes],
+        contents: list[MsgV1],
+        referrers: list[tuple[MsgV1, bytes]],
+    ) -> None:
+        """``referred[target key | referrer key]`` for the edits and reactions stored now
+        (``referrers``: with their refs) whose target in their chat is held, and for the
+        held ones that refer to a content message stored now (``contents``; ``ref_targets``
+        says which have any, ``refs`` gives their keys). Keyed like the messages, it is read
+        in step with a page of the folded history (``store.views``); its value is the
+        referrer's bytes (``_referred_value``), so that page needs no second read."""
+        referred = self._handle["referred"]
         if referrers:
             missing = [ref for _, ref in referrers if ref not in new_keys]
             held = dict(zip(missing, self._multi_get("seen_msg", missing), strict=True))
@@ -428,8 +474,10 @@ class Messages:
             else:
                 end = after
         backward = direction is Direction.BACKWARD
-        rows = self._rocks.items("messages", start, end, reverse=backward)
         hidden = self._hidden.seqs(chat_id)  # empty, without a read, for most chats
+        if kinds is None and not hidden:  # (most pages) every row of the range is on it
+            return self._whole_page(start, end, limit, backward)
+        rows = self._rocks.items_in("messages", start, end, reverse=backward)  # ``end``: held
         items: list[StoredMessage] = []
         append = items.append
         for key, value in rows:
@@ -455,6 +503,27 @@ class Messages:
             msg = _new(StoredMsg)
             msg.__dict__["encoded"] = value  # = stored_msg(value), inlined
             append(_new_tuple(StoredMessage, (key, seq, msg)))
+        return RangePage(items, None)
+
+    def _whole_page(self, start: bytes, end: bytes | None, limit: int, backward: bool) -> RangePage:
+        """``range`` of every row from ``start`` to ``end`` (no kinds asked for, nothing
+        hidden): rocksdict's iterator read with no generator between and one check a row —
+        the generator and the general loop's checks were a third of a page."""
+        rows = self._rocks.items_in("messages", start, end, reverse=backward)
+        items: list[StoredMessage] = []
+        append, new, new_tuple = items.append, _new, _new_tuple
+        seq_at = MESSAGES_KEY_LEN - 4
+        for key, value in rows:
+            if backward and key < start:
+                break  # (below the chat: a reverse scan has no lower bound)
+            if len(items) == limit:
+                return RangePage(items, encode_cursor(items[-1].key))
+            if len(key) != MESSAGES_KEY_LEN:
+                parse_key_messages(key)  # raises: not a messages key
+            msg = new(StoredMsg)  # our own rows: decoded when a field is read
+            msg.__dict__["encoded"] = value
+            append(new_tuple(StoredMessage, (key, int.from_bytes(key[seq_at:], "big"), msg)))
+        del end  # (held to here: the iterator's upper bound, see Rocks.items)
         return RangePage(items, None)
 
     def hidden_grants(self, chat_id: bytes) -> list[StoredMessage]:
@@ -553,7 +622,12 @@ class Messages:
         for row, receipt_key in self._iter_prefix("receipts", chat_id):
             if begin <= receipt_key < end:  # the receipt expired with the messages
                 batch.delete(row, receipts)
-        self._write(batch)
+        self._unread.void(batch, [chat_id])  # what they count, and positions, may go
+        try:
+            self._write(batch)
+        except BaseException:
+            self._unread.forget()
+            raise
 
     def scan_seen_msg_aged(self, cutoff_ts: int, limit: int) -> list[bytes]:
         """Up to ``limit`` msg ids whose HLC physical_ms <= cutoff_ts (or unreadable/legacy)."""

@@ -10,7 +10,8 @@ that reads sender and kind in place and stops at ``UNREAD_CAP``, so a long chat 
 costs a bounded scan. Erased messages are no longer stored, so they are not counted.
 
 Both are functions of the stored messages and the hidden index, so every replica holding the
-same messages counts the same.
+same messages counts the same. ``recount`` is what a chat list's counters (``store.unread``)
+must give; the list reads them and recounts only a reader who has none.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from store.kinds import CONTENT
 from store.metas import Metas
 from store.records import KIND_AT, STAMP_AT
 from store.rocks import Rocks
+from store.unread_counter import UNREAD_CAP as UNREAD_CAP  # (its home; named here too)
 
 NO_MESSAGE = bytes(MSG_ID_LEN)  # ChatMeta.last_msg_id of a chat with no shown content
-UNREAD_CAP = 1000  # counted up to here: a client shows "999+" (the same on every replica)
 _POSITION_AT = CHAT_ID_LEN + USER_ID_LEN
 _SENDER_AT = STAMP_AT - USER_ID_LEN  # where a stored message's sender starts
 _CONTENT_BYTES = frozenset(int(kind) for kind in CONTENT)  # kind bytes, hashed as ints
@@ -77,6 +78,43 @@ class Receipts:
         chat list's call, one hidden lookup and no Hlc made."""
         hidden = self._hidden.seqs(chat_id)
         return self._unread(chat_id, user_id, self._position(chat_id + user_id, hidden), hidden)
+
+    def recount(self, chat_id: bytes, user_id: bytes) -> tuple[int | None, int]:
+        """(packed read position, unread count) of the user, from what is stored (ids checked
+        by the caller): what their counters (``store.unread``) must give."""
+        hidden = self._hidden.seqs(chat_id)
+        position = self._position(chat_id + user_id, hidden)
+        return position, self._unread(chat_id, user_id, position, hidden)
+
+    def position(self, chat_id: bytes, user_id: bytes) -> int | None:
+        """``read_position`` packed (ids checked by the caller)."""
+        return self._position(chat_id + user_id, self._hidden.seqs(chat_id))
+
+    def content_by_sender(self, chat_id: bytes, after: int | None = None) -> dict[bytes, int]:
+        """Sender -> how many shown content messages of the chat they sent, stamped after the
+        packed stamp ``after`` (None: all) — not capped: the unread counters' totals
+        (``store.unread``). One scan from ``after``, sender and kind read in place."""
+        start = chat_id
+        if after is not None:
+            if after >= U64_MAX:
+                return {}
+            start = chat_id + (after + 1).to_bytes(8, "big")
+        end = prefix_end(chat_id)
+        hidden = self._hidden.seqs(chat_id)
+        values: Iterator[bytes]
+        if hidden:  # rare: the keys say which are hidden
+            rows = self._rocks.iter_range("messages", start, end)
+            values = (value for key, value in rows if seq_of(key) not in hidden)
+        else:
+            values = self._rocks.iter_values("messages", start, end)
+        counts: dict[bytes, int] = {}
+        kind_at, content = KIND_AT, _CONTENT_BYTES
+        for value in values:
+            if value[kind_at[value[STAMP_AT]]] in content:
+                sender = value[_SENDER_AT:STAMP_AT]
+                counts[sender] = counts.get(sender, 0) + 1
+        del end  # (held to here: the scan's bound)
+        return counts
 
     def _unread(self, chat_id: bytes, user_id: bytes, packed: int | None, hidden: set[int]) -> int:
         meta = self._metas.load(chat_id)  # its newest shown content message, if it has one

@@ -496,6 +496,25 @@ def test_put_message_and_batches_store_what_one_by_one_put_messages_does(
                 assert db.get_chat_meta(chat) == reference.get_chat_meta(chat)
 
 
+@pytest.mark.parametrize("kind", [MessageKind.EDIT, MessageKind.REACTION])
+def test_a_reply_referred_to_before_it_arrived_is_marked_by_either_write_path(
+    kind: MessageKind,
+) -> None:
+    """An edit or reaction that came before its target, a reply (content that itself refers):
+    put_message writes the target's ``referred`` row as put_messages does."""
+    first = make_msg(CHATS[0], Hlc(1))
+    reply = make_msg(CHATS[0], Hlc(2), kind=MessageKind.REPLY, ref=first.msg_id)
+    payload = b"\x01+1" if kind is MessageKind.REACTION else b"edited"
+    early = make_msg(CHATS[0], Hlc(3), payload, kind=kind, ref=reply.msg_id)
+    with fresh_db() as single, fresh_db() as batched:
+        for db in (single, batched):
+            db.put_messages([first, early])
+        single.put_message(reply)
+        batched.put_messages([reply])
+        assert len(dict(single.iter_all("referred"))) == 1
+        assert dump_logged(single) == dump_logged(batched)
+
+
 @settings(max_examples=30)
 @given(st.lists(messages(stamps=stamps), min_size=1, max_size=15), st.integers(1, 6))
 def test_range_items_equal_plain_construction(msgs: list[MsgV1], limit: int) -> None:
