@@ -56,6 +56,7 @@ from node.p2p.patches import forget_after_failed_dials
 from node.p2p.streams import Libp2pStream
 from node.peers import PEERS_FILE, PeerManager
 from node.plants import ACK_BEFORE_WAL, skip_wal
+from node.scope_keeper import ScopeKeeper
 from node.series import SAMPLE_INTERVAL_S, Sampler, Series
 from node.services import Services, build_services
 from node.startup import check_startup
@@ -68,8 +69,9 @@ from store.ops import Op
 from store.retention import RetentionPolicy
 from store.rocks import ChatDbConfig
 from sync.frames import Domain
-from sync.replica import DbReplica
-from sync.scope import ScopeError
+from sync.replica import DbReplica, held_shards
+from sync.scope import Scope, ScopeError
+from sync.serving import ServedScope
 
 if TYPE_CHECKING:
     from trio_typing import TaskStatus
@@ -191,6 +193,8 @@ class RunningNode:
         self.p2p_host = host
         self.p2p_pubsub = pubsub
         self.peer_id: str = host.peer_id.to_base58()
+        self._topics: set[str] = set()  # gossip topics subscribed (more as the scope grows)
+        self._nursery: trio.Nursery  # the serving tasks' (set by _serve)
         self.listen_addrs = host.listen_addrs()
         self.peers = peers = PeerManager(
             host, services.blocklist, low=config.peers_low, high=config.peers_high,
@@ -276,12 +280,16 @@ class RunningNode:
             PEERS_PROTOCOL, "peers", self.peers.answer_exchange, self._handler_failed
         )
         subscriptions = []  # the ops topic; with gossip_sharded, those of our shards too
-        for topic in topics_for(OPS_TOPIC, cfg.scope, sharded=cfg.gossip_sharded):
+        for topic in topics_for(OPS_TOPIC, services.replica.scope, sharded=cfg.gossip_sharded):
             self.p2p_pubsub.set_validator(topic, gossip.validate)
             subscriptions.append(await self.p2p_pubsub.subscribe(topic))
+            self._topics.add(topic)
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             for subscription in subscriptions:
                 nursery.start_soon(gossip.receive_loop, subscription)
+            if cfg.scope_auto:
+                nursery.start_soon(self._scope_keeper().run)
             nursery.start_soon(gossip.publish_loop)
             nursery.start_soon(self.peers.maintain, self.listen_addrs)
             nursery.start_soon(self.peers.schedule_syncs, self._initiate_sync)
@@ -298,6 +306,36 @@ class RunningNode:
                 log.info("admin token: %s", Path(cfg.data) / ADMIN_FILE)
             log.info("node %s listening on %s", self.peer_id, ", ".join(self.listen_addrs))
             task_status.started()
+
+    # --- --scope auto: joining shards (node/scope_keeper.py) ---
+
+    def _scope_keeper(self) -> ScopeKeeper:
+        cfg, services = self.config, self.services
+        served = ServedScope(
+            self.p2p_host.peer_id.to_bytes(), cfg.network_shards,
+            pinned_shards=frozenset(cfg.scope_shards or ()),
+            grace_ms=int(cfg.scope_grace_s * 1000),
+        )  # fmt: skip
+        return ScopeKeeper(
+            services.replica, served, services.writer, services.clock, services.metrics,
+            interval_s=cfg.scope_check_interval_s, replication_factor=cfg.replication_factor,
+            known_nodes=lambda: [p.to_bytes() for p in self.p2p_host.get_connected_peers()],
+            on_widen=self._join,
+        )  # fmt: skip
+
+    async def _join(self, old: Scope, new: Scope) -> None:
+        """New shards held: their gossip topics, and a session at once with every connected
+        peer (the holders among them fill the shards; the others' intersection is empty)."""
+        self.services.intake.scope = new
+        gossip = self.services.gossip
+        for topic in topics_for(OPS_TOPIC, new, sharded=self.config.gossip_sharded):
+            if topic not in self._topics:
+                self.p2p_pubsub.set_validator(topic, gossip.validate)
+                subscription = await self.p2p_pubsub.subscribe(topic)
+                self._topics.add(topic)
+                self._nursery.start_soon(gossip.receive_loop, subscription)
+        for name in self.peers.connected():
+            self.peers.rotation.go_on(name)
 
     # --- sync over libp2p streams ---
 
@@ -426,8 +464,13 @@ def db_config(cfg: NodeConfig) -> ChatDbConfig:
 def open_replica(db: ChatDb, cfg: NodeConfig) -> DbReplica:
     """The store with its trees, holding the node's scope: ``StartupRefused`` if the store
     holds chats outside it (narrowing a store is not built: SYNC.md, "Scopes")."""
+    scope = cfg.scope
+    if cfg.scope_auto:  # what the store holds stays held until released (sync/serving.py)
+        scope = Scope(
+            frozenset(scope.shards or ()) | held_shards(db, scope.num_shards), scope.num_shards
+        )
     try:
-        return DbReplica(db, scope=cfg.scope)
+        return DbReplica(db, scope=scope)
     except ScopeError as exc:
         raise StartupRefused(f"data directory {cfg.data}: {exc}") from exc
 

@@ -47,7 +47,7 @@ from store.retention import Expiry
 from store.waiting import WaitingRoom
 from sync.frames import Domain
 from sync.merkle import MerkleTree, TreeReader
-from sync.scope import EVERYTHING, Scope, ScopeError, split_by_scope
+from sync.scope import EVERYTHING, Scope, ScopeError, shard_of, split_by_scope
 from sync.shards import SCOPED, ScopedTrees, ShardLeaves
 
 if TYPE_CHECKING:  # a ChatDb is passed in; sync never imports rocksdict itself
@@ -490,6 +490,13 @@ class Applied:
     new: list[bool]  # per op: did it change the replica (a message: was it stored)
     changed: int  # changes in all, messages released from the waiting room included
     stored: list[MsgV1] = field(default_factory=list)  # messages new to the store (DbReplica)
+
+
+def held_shards(db: ChatDb, num_shards: int) -> frozenset[int]:
+    """The shards of the chats a store holds messages or deletes of (a scan of both)."""
+    chats = {chat for _, chat in db.iter_msg_chats()}
+    chats.update(chat for _, chat in db.iter_delete_chats())
+    return frozenset(shard_of(chat, num_shards) for chat in chats)
 
 
 class DbReplica(ScopedTrees):

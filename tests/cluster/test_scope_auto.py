@@ -1,0 +1,84 @@
+"""``--scope auto`` on real processes (SYNC.md, "Scopes"): a node serves the users naming it
+as a home node, holds nothing of the chats they are not in, and joins a chat's shard (and
+catches up on its history) when a served user is added to it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import base58
+import pytest
+
+from cluster.local import Cluster
+from cluster.scenario import GROUP, Authors, wall_ms
+from store import Hlc, MsgV1
+from store.authz import new_group
+from store.ops import MembershipAction, MembershipOp, make_identity
+from store.signing import key_from_seed, public_key, user_id_from_key
+from sync.scope import shard_of
+
+pytestmark = pytest.mark.slow
+
+SHARDS = 16
+DANA_KEY = key_from_seed(b"\x5d" * 32)
+DANA = user_id_from_key(public_key(DANA_KEY))
+
+
+def other_group(authors: Authors) -> tuple[bytes, MembershipOp]:
+    """A second group of author 1's, in another shard than GROUP's."""
+    for n in range(100):
+        proof = new_group(authors.keys[1], f"other-group-{n:04d}".encode())
+        if shard_of(proof.chat_id(), SHARDS) != shard_of(GROUP, SHARDS):
+            add = MembershipOp.create(
+                authors.keys[1], proof.chat_id(), authors.ids[1], MembershipAction.ADD,
+                authors.stamp(1), proof=proof,
+            )  # fmt: skip
+            return proof.chat_id(), add
+    raise AssertionError("no other shard found")
+
+
+def wait_for(check: object, timeout_s: float) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if check():  # type: ignore[operator]
+            return time.monotonic() - t0
+        time.sleep(0.2)
+    raise TimeoutError(f"not within {timeout_s} s")
+
+
+def test_an_auto_node_joins_the_chat_a_served_user_is_added_to(tmp_path: Path) -> None:
+    authors = Authors(2)
+    other, other_add = other_group(authors)
+    with Cluster(
+        2, tmp_path, sync_interval_s=1.0,
+        node_config={"network_shards": SHARDS, "scope_check_interval_s": 0.2},
+    ) as cluster:  # fmt: skip
+        cluster.node_overrides[1] = {"scope_auto": True, "replication_factor": 0}
+        cluster.start()
+        home = base58.b58decode(cluster.nodes[1].peer_id)
+        cluster.post_ops(0, [*authors.joins, other_add])
+        cluster.post_ops(0, authors.messages(150, "history"))
+        other_msgs = [
+            MsgV1.create(authors.keys[1], other, authors.stamp(1), f"o{i}".encode())
+            for i in range(20)
+        ]
+        cluster.post_ops(0, other_msgs)
+        dana = make_identity(DANA_KEY, b"\x0d" * 32, Hlc(wall_ms()), [home])
+        cluster.post_ops(0, [dana])
+        # the global domains reach the auto node; no chat's messages do: Dana is in none
+        wait_for(lambda: cluster.roots(1)["identity"] == cluster.roots(0)["identity"], 30)
+        time.sleep(2.0)  # sessions and gossip had their chance
+        assert cluster.roots(0)["messages"][1] == 170
+        assert cluster.roots(1)["messages"][1] == 0
+
+        add = MembershipOp.create(
+            authors.keys[0], GROUP, DANA, MembershipAction.ADD, authors.stamp(0),
+            proof=authors.joins[0].proof,  # type: ignore[union-attr]
+        )  # fmt: skip
+        cluster.post_ops(0, [add])
+        wait_for(lambda: cluster.roots(1)["messages"][1] == 150, 60)  # GROUP's history
+        time.sleep(2.0)
+        assert cluster.roots(1)["messages"][1] == 150  # and nothing of the other shard
+        metrics = cluster.http.get(f"{cluster.nodes[1].url}/metrics").text
+        assert "scope_shards 1" in metrics and "served_users 1" in metrics
