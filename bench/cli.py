@@ -25,6 +25,7 @@ NodesData = Annotated[
     typer.Option(help="Directory for the nodes' data (wiped first, kept); default: temporary."),
 ]
 N = TypeVar("N", int, float)
+PAGE_MIN = 50  # bench join: a chat of at least one full page
 
 
 def parse_numbers(text: str, what: str, minimum: N, kind: type[N]) -> tuple[N, ...]:
@@ -345,6 +346,25 @@ def hostile(
         data=data,
     )
     run_hostile_bench(params)
+
+
+@bench_app.command("join")
+def join(
+    messages: Annotated[
+        int, typer.Option(min=PAGE_MIN, help="The joined chat's history.")
+    ] = 10_000,
+    other: Annotated[
+        int, typer.Option(min=0, help="Messages of a chat in another shard (never fetched).")
+    ] = 10_000,
+    out: Annotated[Path, typer.Option(help="JSON file to write.")] = Path(
+        "bench-results/join.json"
+    ),
+    data: NodesData = None,
+) -> None:
+    """A --scope auto node's first page after its user joins a chat (issue 33, SYNC.md)."""
+    from bench.join_bench import JoinParams, run_join_bench
+
+    run_join_bench(JoinParams(messages=messages, other=other, out=out, data=data))
 
 
 @bench_app.command("e2ee")
