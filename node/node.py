@@ -23,6 +23,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import base58
 import trio
 
 from node.admission import AdmissionLimits
@@ -56,6 +57,7 @@ from node.p2p.patches import forget_after_failed_dials
 from node.p2p.streams import Libp2pStream
 from node.peers import PEERS_FILE, PeerManager
 from node.plants import ACK_BEFORE_WAL, skip_wal
+from node.scope_answer import nodes_holding
 from node.scope_keeper import ScopeKeeper
 from node.series import SAMPLE_INTERVAL_S, Sampler, Series
 from node.services import Services, build_services
@@ -306,6 +308,20 @@ class RunningNode:
                 log.info("admin token: %s", Path(cfg.data) / ADMIN_FILE)
             log.info("node %s listening on %s", self.peer_id, ", ".join(self.listen_addrs))
             task_status.started()
+
+    # --- scopes: which chats are ours, who holds the others ---
+
+    def holds_chat(self, chat: bytes) -> bool:
+        return self.services.replica.scope.holds_chat(chat)
+
+    def holders_of(self, chat: bytes) -> list[str]:
+        cfg = self.config
+        found = nodes_holding(
+            chat, self.services.db.reads, own=self.p2p_host.peer_id.to_bytes(),
+            known=[p.to_bytes() for p in self.p2p_host.get_connected_peers()],
+            replication_factor=cfg.replication_factor, num_shards=cfg.network_shards,
+        )  # fmt: skip
+        return [base58.b58encode(n).decode() for n in found]
 
     # --- --scope auto: joining shards (node/scope_keeper.py) ---
 
