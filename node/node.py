@@ -336,7 +336,7 @@ class RunningNode:
             services.replica, served, services.writer, services.clock, services.metrics,
             interval_s=cfg.scope_check_interval_s, replication_factor=cfg.replication_factor,
             known_nodes=lambda: [p.to_bytes() for p in self.p2p_host.get_connected_peers()],
-            on_widen=self._join,
+            on_widen=self._join, on_expired=self._leave,
         )  # fmt: skip
 
     async def _join(self, old: Scope, new: Scope) -> None:
@@ -352,6 +352,16 @@ class RunningNode:
                 self._nursery.start_soon(gossip.receive_loop, subscription)
         for name in self.peers.connected():
             self.peers.rotation.go_on(name)
+
+    async def _leave(self, held: Scope, expired: Scope) -> None:
+        """Shards whose grace ended: out of the scope, their rows off the disk, in one writer
+        step (sessions from then on neither offer nor accept them)."""
+        replica = self.services.replica
+        shards = frozenset(expired.shards or ())
+        dropped = await self.services.writer.call(lambda: replica.drop_shards(shards))
+        self.services.intake.scope = replica.scope
+        log.info("left shards %s: %d records dropped", sorted(shards), dropped)
+        self.metrics.inc("scope_shards_left", len(shards), help="shards --scope auto dropped")
 
     # --- sync over libp2p streams ---
 

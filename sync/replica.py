@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from store.access import NO_HISTORY, Access, MemberHistory
 from store.hlc import Hlc
 from store.kinds import ChatView, IsAdmin, fold_chat
+from store.leaving import drop_chats
 from store.merge import merge_member_states
 from store.ops import MembershipOp, Op
 from store.plan import (
@@ -541,10 +542,33 @@ class DbReplica(ScopedTrees):
 
     def widen_scope(self, scope: Scope) -> None:
         """Hold ``scope`` from now on, which must cover the current one: later sessions fill
-        it. (Dropping a shard's rows from RocksDB, after a grace period, is not built yet.)"""
+        it. (Narrower: ``drop_shards``.)"""
         if not scope.covers(self.scope):
             raise ScopeError(f"{scope} does not cover {self.scope}: narrowing is not built")
         self.scope = scope
+
+    def drop_shards(self, shards: frozenset[int]) -> int:
+        """Leave ``shards``: from now on their messages and deletes are refused, and every
+        row of them leaves the store and the trees in this step (``store.leaving``); the
+        records dropped. Global records stay."""
+        if self.scope.shards is None:
+            raise ScopeError("a full replica leaves no shard: give it a scope first")
+        num = self.scope.num_shards
+        self.scope = Scope(self.scope.shards - shards, num)  # refuse first, then drop
+
+        def leaves(chat: bytes) -> bool:
+            return shard_of(chat, num) in shards
+
+        msg_ids, delete_ids = drop_chats(self.db, leaves)
+        self._shard_leaves = None  # rebuilt from the store when next needed
+        for msg_id in msg_ids:
+            self.trees[Domain.MESSAGES].remove(msg_id)
+        for delete_id in delete_ids:
+            self.trees[Domain.DELETES].remove(delete_id)
+        gone = [m.msg_id for m in self.waiting.waiting() if leaves(m.chat_id)]
+        self.waiting.discard(set(gone))
+        self.db.save_waiting([], gone)
+        return len(msg_ids) + len(delete_ids)
 
     def _chats_of(self, domain: Domain, ids: list[bytes]) -> list[bytes | None]:
         if domain is Domain.MESSAGES:

@@ -54,7 +54,9 @@ def test_an_auto_node_joins_the_chat_a_served_user_is_added_to(tmp_path: Path) -
         2, tmp_path, sync_interval_s=1.0,
         node_config={"network_shards": SHARDS, "scope_check_interval_s": 0.2},
     ) as cluster:  # fmt: skip
-        cluster.node_overrides[1] = {"scope_auto": True, "replication_factor": 0}
+        cluster.node_overrides[1] = {
+            "scope_auto": True, "replication_factor": 0, "scope_grace_s": 3.0,
+        }  # fmt: skip
         cluster.start()
         home = base58.b58decode(cluster.nodes[1].peer_id)
         cluster.post_ops(0, [*authors.joins, other_add])
@@ -82,3 +84,18 @@ def test_an_auto_node_joins_the_chat_a_served_user_is_added_to(tmp_path: Path) -
         assert cluster.roots(1)["messages"][1] == 150  # and nothing of the other shard
         metrics = cluster.http.get(f"{cluster.nodes[1].url}/metrics").text
         assert "scope_shards 1" in metrics and "served_users 1" in metrics
+
+        # Dana leaves: after the grace period the shard's rows leave the auto node's disk
+        remove = MembershipOp.create(
+            DANA_KEY, GROUP, DANA, MembershipAction.LEAVE, Hlc(wall_ms()),
+            proof=authors.joins[0].proof,  # type: ignore[union-attr]
+        )  # fmt: skip
+        cluster.post_ops(0, [remove])
+        left = time.monotonic()
+        wait_for(lambda: cluster.roots(1)["messages"][1] == 0, 60)
+        assert time.monotonic() - left >= 2.5  # not before its grace (3 s)
+        metrics = cluster.http.get(f"{cluster.nodes[1].url}/metrics").text
+        assert "scope_shards 0" in metrics and "scope_shards_left_total 1" in metrics
+        cluster.post_ops(0, authors.messages(5, "after she left"))
+        time.sleep(2.0)  # gossip and sessions had their chance: nothing of it comes back
+        assert cluster.roots(1)["messages"][1] == 0 and cluster.roots(0)["messages"][1] == 175
