@@ -108,6 +108,11 @@ class NodeConfig:
     replication_factor: int = DEFAULT_REPLICATION
     scope_grace_s: float = 24 * 3600.0
     scope_check_interval_s: float = 1.0
+    # a peer's claimed scope bounded by what it is entitled to: shards whose members name it
+    # as a home node, or its shards by the R rule (sync/entitled.py; off: served what it
+    # claims, as before). A network setting: a full node with it on serves a full peer only
+    # the peer's entitled shards
+    scope_authenticate: bool = False
     # messages and deletes gossiped on their shard's topic, subscribed by scope (a network
     # setting: the same on every node); off: one topic for everything, as before scopes
     gossip_sharded: bool = False

@@ -290,8 +290,11 @@ class RunningNode:
             self._nursery = nursery
             for subscription in subscriptions:
                 nursery.start_soon(gossip.receive_loop, subscription)
-            if cfg.scope_auto:
-                nursery.start_soon(self._scope_keeper().run)
+            if cfg.scope_auto or cfg.scope_authenticate:
+                keeper = self._scope_keeper()
+                if cfg.scope_authenticate:
+                    services.sync.peer_bound = keeper.bound_for
+                nursery.start_soon(keeper.run)
             nursery.start_soon(gossip.publish_loop)
             nursery.start_soon(self.peers.maintain, self.listen_addrs)
             nursery.start_soon(self.peers.schedule_syncs, self._initiate_sync)
@@ -336,7 +339,7 @@ class RunningNode:
             services.replica, served, services.writer, services.clock, services.metrics,
             interval_s=cfg.scope_check_interval_s, replication_factor=cfg.replication_factor,
             known_nodes=lambda: [p.to_bytes() for p in self.p2p_host.get_connected_peers()],
-            on_widen=self._join, on_expired=self._leave,
+            on_widen=self._join, on_expired=self._leave, serve=cfg.scope_auto,
         )  # fmt: skip
 
     async def _join(self, old: Scope, new: Scope) -> None:

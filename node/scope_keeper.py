@@ -20,12 +20,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+import base58
 import trio
 
 from node.clock import Clock
 from node.metrics import Metrics
 from node.writer import DbWriter
 from store.chatdb import ChatDb
+from sync.entitled import entitled_shards
 from sync.merkle import MerkleTree
 from sync.protocol import Domain
 from sync.replica import DbReplica
@@ -51,7 +53,10 @@ class ScopeKeeper:
         known_nodes: Callable[[], list[bytes]],
         on_widen: Changed,
         on_expired: Changed | None = None,
+        serve: bool = True,
     ) -> None:
+        """``serve``: derive our own scope (``--scope auto``); off, only keep what peers are
+        entitled to (``bound_for``: scope authentication on a node with a fixed scope)."""
         self.replica, self.served, self.writer = replica, served, writer
         self.clock, self.metrics = clock, metrics
         self.interval_s = interval_s
@@ -59,10 +64,14 @@ class ScopeKeeper:
         self.known_nodes = known_nodes
         self.on_widen, self.on_expired = on_widen, on_expired
         self._marks: object = None
+        self.serve = serve
+        self.entitled: dict[bytes, frozenset[int]] = {}  # node -> shards its users are in
+        self._nodes: list[bytes] = []
+        self._rule_cache: dict[bytes, frozenset[int]] = {}
         served.hold(replica.scope.shards or ())  # what the store holds at start
         metrics.gauge(
             "scope_shards",
-            lambda: {(): len(self.replica.scope.shards or ())},
+            lambda: {(): _count(self.replica.scope)},
             help="shards this node holds (--scope auto)",
         )
         metrics.gauge(
@@ -84,7 +93,27 @@ class ScopeKeeper:
         if marks != self._marks:
             homes, rows = await trio.to_thread.run_sync(read_homes_and_rows, self.replica.db)
             self._see(homes, rows, nodes)
+            self.entitled = entitled_shards(homes, rows, self.served.num_shards)
+            self._nodes, self._rule_cache = nodes, {}
             self._marks = marks
+        if self.serve:
+            await self._follow()
+
+    def bound_for(self, peer: str) -> Scope:
+        """What ``peer`` (base58) may reconcile with us: the shards its users are in and its
+        shards by the R rule among the nodes we know (sync/entitled.py)."""
+        node = base58.b58decode(peer)
+        rule = self._rule_cache.get(node)
+        if rule is None:
+            known = [*self._nodes, self.served.node_id]
+            rule = frozenset()
+            if self.replication_factor > 0:
+                rule = replica_shards(node, known, self.replication_factor, self.served.num_shards)
+            if len(self._rule_cache) < 1_024:  # bounded: peers come and go
+                self._rule_cache[node] = rule
+        return Scope(self.entitled.get(node, frozenset()) | rule, self.served.num_shards)
+
+    async def _follow(self) -> None:
         held, expired = self.served.step(self.clock.wall_ms())
         old = self.replica.scope
         if not old.covers(held):
@@ -128,6 +157,10 @@ def read_homes_and_rows(
 ) -> tuple[list[tuple[bytes, tuple[bytes, ...]]], list[tuple[bytes, bytes, bool]]]:
     """The identities naming home nodes and every member row (a worker thread's read)."""
     return list(db.iter_home_nodes()), list(db.iter_member_rows())
+
+
+def _count(scope: Scope) -> int:
+    return scope.num_shards if scope.shards is None else len(scope.shards)
 
 
 def _root(tree: MerkleTree) -> bytes:

@@ -99,3 +99,40 @@ def test_an_auto_node_joins_the_chat_a_served_user_is_added_to(tmp_path: Path) -
         cluster.post_ops(0, authors.messages(5, "after she left"))
         time.sleep(2.0)  # gossip and sessions had their chance: nothing of it comes back
         assert cluster.roots(1)["messages"][1] == 0 and cluster.roots(0)["messages"][1] == 175
+
+
+def test_a_peer_claiming_everything_gets_by_sync_only_the_chats_its_users_are_in(
+    tmp_path: Path,
+) -> None:
+    """Scope authentication on node 0: node 1 (full: it claims every shard) is a home node of
+    Dana, a member of GROUP only; what node 0's sessions give it is GROUP's history, not the
+    other chat's. (Gossip is cut while the history is posted: it is not bounded — SECURITY.md.)"""
+    authors = Authors(2)
+    other, other_add = other_group(authors)
+    with Cluster(
+        2, tmp_path, sync_interval_s=1.0,
+        node_config={"network_shards": SHARDS, "scope_check_interval_s": 0.2},
+    ) as cluster:  # fmt: skip
+        cluster.node_overrides[0] = {"scope_authenticate": True, "replication_factor": 0}
+        cluster.start()
+        home = base58.b58decode(cluster.nodes[1].peer_id)
+        dana = make_identity(DANA_KEY, b"\x0d" * 32, Hlc(wall_ms()), [home])
+        add = MembershipOp.create(
+            authors.keys[0], GROUP, DANA, MembershipAction.ADD, authors.stamp(0),
+            proof=authors.joins[0].proof,  # type: ignore[union-attr]
+        )  # fmt: skip
+        cluster.partition(1)
+        cluster.post_ops(0, [*authors.joins, other_add, dana, add])
+        cluster.post_ops(0, authors.messages(40, "history"))
+        cluster.post_ops(0, [
+            MsgV1.create(authors.keys[1], other, authors.stamp(1), f"o{i}".encode())
+            for i in range(30)
+        ])  # fmt: skip
+        # gossip's message cache (a few heartbeats) would hand the newest over on reconnect:
+        # wait it out, so that what node 1 gets is what sessions give it
+        time.sleep(8.0)
+        cluster.heal(1)
+        wait_for(lambda: cluster.roots(1)["messages"][1] == 40, 60)
+        wait_for(lambda: cluster.roots(1)["members"] == cluster.roots(0)["members"], 30)
+        time.sleep(3.0)  # three sync intervals more: nothing of the other chat comes
+        assert cluster.roots(1)["messages"][1] == 40 and cluster.roots(0)["messages"][1] == 70
