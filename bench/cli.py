@@ -367,6 +367,29 @@ def join(
     run_join_bench(JoinParams(messages=messages, other=other, out=out, data=data))
 
 
+@bench_app.command("scope")
+def scope(
+    nodes: Annotated[int, typer.Option(min=3, max=20, help="Node processes per run.")] = 9,
+    shards: Annotated[int, typer.Option(min=1, help="The network's shards.")] = 3,
+    replication: Annotated[int, typer.Option(min=1, help="R: holders per shard.")] = 3,
+    chats: Annotated[int, typer.Option(min=1, help="Chats the messages go to.")] = 30,
+    messages: Annotated[int, typer.Option(min=1, help="Messages posted in each run.")] = 9_000,
+    out: Annotated[Path, typer.Option(help="JSON file to write.")] = Path(
+        "bench-results/scope.json"
+    ),
+    data: NodesData = None,
+) -> None:
+    """Partial replication (--scope auto, R rule) against full, the same load: per node
+    disk, CPU per op and bytes, side by side (issue 33)."""
+    from bench.scope_bench import ScopeBenchParams, run_scope_bench
+
+    params = ScopeBenchParams(
+        nodes=nodes, shards=shards, replication=replication, chats=chats, messages=messages,
+        out=out, data=data,
+    )  # fmt: skip
+    run_scope_bench(params)
+
+
 @bench_app.command("e2ee")
 def e2ee(
     sizes: Annotated[str, typer.Option(help="Payload bytes per message, comma-separated.")] = (

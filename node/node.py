@@ -38,7 +38,7 @@ from node.dm3 import load_or_create_key as load_dm3_key
 from node.erasure import compact_erasures
 from node.errors import StartupRefused
 from node.gossip.settings import OPS_TOPIC
-from node.gossip.topics import topics_for
+from node.gossip.topics import shard_topic, topics_for
 from node.intake import Submitted
 from node.memory import rss_bytes
 from node.metrics import Metrics
@@ -195,7 +195,8 @@ class RunningNode:
         self.p2p_host = host
         self.p2p_pubsub = pubsub
         self.peer_id: str = host.peer_id.to_base58()
-        self._topics: set[str] = set()  # gossip topics subscribed (more as the scope grows)
+        # gossip topics received, each loop's cancel scope (more, or fewer, as the scope changes)
+        self._topics: dict[str, trio.CancelScope] = {}
         self._nursery: trio.Nursery  # the serving tasks' (set by _serve)
         self.listen_addrs = host.listen_addrs()
         self.peers = peers = PeerManager(
@@ -281,15 +282,10 @@ class RunningNode:
         self.p2p_host.set_stream_handler(
             PEERS_PROTOCOL, "peers", self.peers.answer_exchange, self._handler_failed
         )
-        subscriptions = []  # the ops topic; with gossip_sharded, those of our shards too
-        for topic in topics_for(OPS_TOPIC, services.replica.scope, sharded=cfg.gossip_sharded):
-            self.p2p_pubsub.set_validator(topic, gossip.validate)
-            subscriptions.append(await self.p2p_pubsub.subscribe(topic))
-            self._topics.add(topic)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            for subscription in subscriptions:
-                nursery.start_soon(gossip.receive_loop, subscription)
+            # the ops topic; with gossip_sharded, those of our shards too
+            await self._subscribe(topics_for(OPS_TOPIC, services.replica.scope, sharded=cfg.gossip_sharded))  # fmt: skip
             if cfg.scope_auto or cfg.scope_authenticate:
                 keeper = self._scope_keeper()
                 if cfg.scope_authenticate:
@@ -346,15 +342,32 @@ class RunningNode:
         """New shards held: their gossip topics, and a session at once with every connected
         peer (the holders among them fill the shards; the others' intersection is empty)."""
         self.services.intake.scope = new
-        gossip = self.services.gossip
-        for topic in topics_for(OPS_TOPIC, new, sharded=self.config.gossip_sharded):
-            if topic not in self._topics:
-                self.p2p_pubsub.set_validator(topic, gossip.validate)
-                subscription = await self.p2p_pubsub.subscribe(topic)
-                self._topics.add(topic)
-                self._nursery.start_soon(gossip.receive_loop, subscription)
+        await self._subscribe(topics_for(OPS_TOPIC, new, sharded=self.config.gossip_sharded))
         for name in self.peers.connected():
             self.peers.rotation.go_on(name)
+
+    async def _subscribe(self, topics: list[str]) -> None:
+        """Receive these gossip topics (those not received yet), each in a cancel scope of
+        its own: leaving a shard stops its loop before unsubscribing (py-libp2p closes the
+        subscription's channel)."""
+        gossip = self.services.gossip
+        for topic in topics:
+            if topic in self._topics:
+                continue
+            self.p2p_pubsub.set_validator(topic, gossip.validate)
+            subscription = await self.p2p_pubsub.subscribe(topic)
+            self._topics[topic] = scope = trio.CancelScope()
+            self._nursery.start_soon(_within, scope, gossip.receive_loop, subscription)
+
+    async def _unsubscribe(self, scope: Scope) -> None:
+        """Stop receiving the shard topics of ``scope`` (the base topic stays)."""
+        if not self.config.gossip_sharded or scope.shards is None:
+            return
+        for shard in sorted(scope.shards):
+            topic = shard_topic(OPS_TOPIC, shard)
+            if (loop := self._topics.pop(topic, None)) is not None:
+                loop.cancel()
+                await self.p2p_pubsub.unsubscribe(topic)
 
     async def _leave(self, held: Scope, expired: Scope) -> None:
         """Shards whose grace ended: out of the scope, their rows off the disk, in one writer
@@ -363,6 +376,7 @@ class RunningNode:
         shards = frozenset(expired.shards or ())
         dropped = await self.services.writer.call(lambda: replica.drop_shards(shards))
         self.services.intake.scope = replica.scope
+        await self._unsubscribe(expired)
         log.info("left shards %s: %d records dropped", sorted(shards), dropped)
         self.metrics.inc("scope_shards_left", len(shards), help="shards --scope auto dropped")
 
@@ -502,6 +516,11 @@ def open_replica(db: ChatDb, cfg: NodeConfig) -> DbReplica:
         return DbReplica(db, scope=scope)
     except ScopeError as exc:
         raise StartupRefused(f"data directory {cfg.data}: {exc}") from exc
+
+
+async def _within(scope: trio.CancelScope, run: Callable[..., Awaitable[None]], *args: Any) -> None:
+    with scope:
+        await run(*args)
 
 
 def _count_dropped(metrics: Metrics, reason: str) -> None:

@@ -52,7 +52,9 @@ def test_an_auto_node_joins_the_chat_a_served_user_is_added_to(tmp_path: Path) -
     other, other_add = other_group(authors)
     with Cluster(
         2, tmp_path, sync_interval_s=1.0,
-        node_config={"network_shards": SHARDS, "scope_check_interval_s": 0.2},
+        node_config={
+            "network_shards": SHARDS, "scope_check_interval_s": 0.2, "gossip_sharded": True,
+        },
     ) as cluster:  # fmt: skip
         cluster.node_overrides[1] = {
             "scope_auto": True, "replication_factor": 0, "scope_grace_s": 3.0,
@@ -96,9 +98,19 @@ def test_an_auto_node_joins_the_chat_a_served_user_is_added_to(tmp_path: Path) -
         assert time.monotonic() - left >= 2.5  # not before its grace (3 s)
         metrics = cluster.http.get(f"{cluster.nodes[1].url}/metrics").text
         assert "scope_shards 0" in metrics and "scope_shards_left_total 1" in metrics
+        refused = _gauge(cluster, 1, "chatsync_refused_out_of_scope")
         cluster.post_ops(0, authors.messages(5, "after she left"))
         time.sleep(2.0)  # gossip and sessions had their chance: nothing of it comes back
         assert cluster.roots(1)["messages"][1] == 0 and cluster.roots(0)["messages"][1] == 175
+        # not even offered: the shard's gossip topic was left with the shard
+        assert _gauge(cluster, 1, "chatsync_refused_out_of_scope") == refused
+
+
+def _gauge(cluster: Cluster, index: int, name: str) -> float:
+    for line in cluster.http.get(f"{cluster.nodes[index].url}/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no {name}")
 
 
 def test_a_peer_claiming_everything_gets_by_sync_only_the_chats_its_users_are_in(
