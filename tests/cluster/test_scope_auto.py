@@ -16,7 +16,7 @@ from store import Hlc, MsgV1
 from store.authz import new_group
 from store.ops import MembershipAction, MembershipOp, make_identity
 from store.signing import key_from_seed, public_key, user_id_from_key
-from sync.scope import shard_of
+from sync.scope import replica_shards, shard_of
 
 pytestmark = pytest.mark.slow
 
@@ -148,3 +148,24 @@ def test_a_peer_claiming_everything_gets_by_sync_only_the_chats_its_users_are_in
         wait_for(lambda: cluster.roots(1)["members"] == cluster.roots(0)["members"], 30)
         time.sleep(3.0)  # three sync intervals more: nothing of the other chat comes
         assert cluster.roots(1)["messages"][1] == 40 and cluster.roots(0)["messages"][1] == 70
+
+
+def test_auto_nodes_take_their_shards_by_the_replication_rule(tmp_path: Path) -> None:
+    """Three --scope auto nodes serving no one, R = 1 over 6 shards: once connected, each
+    holds exactly its shards by ``replica_shards`` (every shard on one node), having
+    released after the grace period what it took while it knew fewer peers."""
+    with Cluster(
+        3, tmp_path, sync_interval_s=1.0,
+        node_config={
+            "network_shards": 6, "scope_check_interval_s": 0.2, "scope_auto": True,
+            "replication_factor": 1, "scope_grace_s": 1.0,
+        },
+    ) as cluster:  # fmt: skip
+        cluster.start()
+        ids = [base58.b58decode(n.peer_id) for n in cluster.nodes]
+        expected = [len(replica_shards(node, ids, 1, 6)) for node in ids]
+        assert sum(expected) == 6
+        wait_for(
+            lambda: [_gauge(cluster, i, "chatsync_scope_shards") for i in range(3)] == expected,
+            60,
+        )

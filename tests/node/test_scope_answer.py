@@ -11,11 +11,17 @@ import base58
 from client.e2e import UserKey
 from store.authz import new_group
 from store.hlc import Hlc
-from store.ops import MembershipAction, MembershipOp, make_identity
-from store.records import MsgV1
+from store.ops import (
+    IdentityDoc,
+    MembershipAction,
+    MembershipOp,
+    decode_identity_doc,
+    make_identity,
+)
+from store.records import IdentityRecord, MsgV1, canonical_cbor
 from sync.scope import shard_of
 
-from node_support import now_ms, ops_body, running_node, sign_in
+from node_support import b64, now_ms, ops_body, running_node, sign_in
 
 SHARDS = 16
 ALICE = UserKey.from_seed(b"\x21" * 32)
@@ -76,3 +82,23 @@ async def test_a_chat_in_the_scope_is_served_as_before(tmp_path: Path) -> None:
         http.headers.update(await sign_in(http, ALICE.signing_key))
         r = await http.get(f"/chats/{GROUP.hex()}/messages")
         assert r.status_code == 200 and len(r.json()["messages"]) == 1
+
+
+async def test_a_forged_or_oversized_home_node_list_is_refused_by_the_api(tmp_path: Path) -> None:
+    """PUT /identity: a home-node list not signed by the user (swapped after signing), or
+    longer than 8, is refused and nothing is written."""
+    async with running_node(tmp_path) as (_, http):
+        good = make_identity(BOB.signing_key, BOB.box_key, Hlc(now_ms()), [BOB_HOME])
+        doc: IdentityDoc = decode_identity_doc(good.blob)
+        swapped = canonical_cbor([2, doc.sign_key, doc.box_key, [b"\x00\x24thief"], doc.sig])
+        nine = canonical_cbor(
+            [2, doc.sign_key, doc.box_key, [bytes([i]) for i in range(9)], doc.sig]
+        )
+        path = f"/identity/{BOB.user_id.hex()}"
+        for blob, status in ((swapped, 422), (nine, 413)):
+            forged = IdentityRecord(BOB.user_id, good.hlc, blob)
+            r = await http.put(path, json={"data": b64(forged.encode())})
+            assert r.status_code == status, r.text
+        assert (await http.get(path)).status_code == 404  # nothing written
+        r = await http.put(path, json={"data": b64(good.encode())})
+        assert r.status_code in (200, 201), r.text
