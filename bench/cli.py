@@ -25,6 +25,7 @@ NodesData = Annotated[
     typer.Option(help="Directory for the nodes' data (wiped first, kept); default: temporary."),
 ]
 N = TypeVar("N", int, float)
+PAGE_MIN = 50  # bench join: a chat of at least one full page
 
 
 def parse_numbers(text: str, what: str, minimum: N, kind: type[N]) -> tuple[N, ...]:
@@ -345,6 +346,48 @@ def hostile(
         data=data,
     )
     run_hostile_bench(params)
+
+
+@bench_app.command("join")
+def join(
+    messages: Annotated[
+        int, typer.Option(min=PAGE_MIN, help="The joined chat's history.")
+    ] = 10_000,
+    other: Annotated[
+        int, typer.Option(min=0, help="Messages of a chat in another shard (never fetched).")
+    ] = 10_000,
+    out: Annotated[Path, typer.Option(help="JSON file to write.")] = Path(
+        "bench-results/join.json"
+    ),
+    data: NodesData = None,
+) -> None:
+    """A --scope auto node's first page after its user joins a chat (issue 33, SYNC.md)."""
+    from bench.join_bench import JoinParams, run_join_bench
+
+    run_join_bench(JoinParams(messages=messages, other=other, out=out, data=data))
+
+
+@bench_app.command("scope")
+def scope(
+    nodes: Annotated[int, typer.Option(min=3, max=20, help="Node processes per run.")] = 9,
+    shards: Annotated[int, typer.Option(min=1, help="The network's shards.")] = 3,
+    replication: Annotated[int, typer.Option(min=1, help="R: holders per shard.")] = 3,
+    chats: Annotated[int, typer.Option(min=1, help="Chats the messages go to.")] = 30,
+    messages: Annotated[int, typer.Option(min=1, help="Messages posted in each run.")] = 9_000,
+    out: Annotated[Path, typer.Option(help="JSON file to write.")] = Path(
+        "bench-results/scope.json"
+    ),
+    data: NodesData = None,
+) -> None:
+    """Partial replication (--scope auto, R rule) against full, the same load: per node
+    disk, CPU per op and bytes, side by side (issue 33)."""
+    from bench.scope_bench import ScopeBenchParams, run_scope_bench
+
+    params = ScopeBenchParams(
+        nodes=nodes, shards=shards, replication=replication, chats=chats, messages=messages,
+        out=out, data=data,
+    )  # fmt: skip
+    run_scope_bench(params)
 
 
 @bench_app.command("e2ee")

@@ -17,6 +17,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
+import base58
 import typer
 from rich.markup import escape
 from rich.table import Table
@@ -74,12 +75,26 @@ def keygen(
 def publish(
     key_file: str = typer.Option(DEFAULT_KEY_FILE, "--key", help="Your key file."),
     node: str = typer.Option(DEFAULT_NODE, "--node", help="Node HTTP URL."),
+    home: list[str] = typer.Option(
+        [],
+        "--home",
+        help="A home node's peer id (repeatable): nodes run with --scope auto serve you.",
+    ),
 ) -> None:
-    """Publish your identity (signing and box keys) so others can send you DMs."""
+    """Publish your identity (signing and box keys, home nodes) so others can send you DMs."""
     key = load_key(key_file)
+    home_nodes = [peer_id_bytes(p) for p in home]
     with clear_errors(), ChatsyncClient(node, key=key.signing_key) as client:
-        new = client.put_identity(key.identity(client.now()))
+        new = client.put_identity(key.identity(client.now(), home_nodes))
     console.print(f"identity of {key.user_id.hex()} {'published' if new else 'already current'}")
+
+
+def peer_id_bytes(text: str) -> bytes:
+    """A peer id as libp2p prints it (base58) -> its bytes, as a home-node list holds them."""
+    try:
+        return base58.b58decode(text.strip())
+    except ValueError:
+        raise fail(f"--home {text!r}: a peer id in base58, as `chatsync status` shows it") from None
 
 
 def send(

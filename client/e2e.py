@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,9 +88,10 @@ class UserKey:
         """The x25519 public key published in the user's identity."""
         return bytes(self.box_private.public_key)
 
-    def identity(self, hlc: Hlc) -> IdentityRecord:
-        """A self-certifying identity record publishing this key's box key."""
-        return make_identity(self.signing_key, self.box_key, hlc)
+    def identity(self, hlc: Hlc, home_nodes: Iterable[bytes] = ()) -> IdentityRecord:
+        """A self-certifying identity record publishing this key's box key and the user's
+        home nodes (peer ids' bytes)."""
+        return make_identity(self.signing_key, self.box_key, hlc, home_nodes)
 
 
 def write_key_file(path: Path, key: UserKey, *, force: bool = False) -> None:

@@ -41,14 +41,16 @@ def node_run(
         None, help="Record the ops clients submit as a simulator trace (Parquet; SIM.md)."
     ),
     scope: str = typer.Option(
-        None, help="Hold only these shards, e.g. 0,5,17 (SYNC.md, Scopes) [default: --full]."
+        None,
+        help="Hold only these shards, e.g. 0,5,17; 'auto': the chats of the users naming this "
+        "node as home, plus any shards listed (auto,0,5) (SYNC.md, Scopes) [default: --full].",
     ),
     full: bool = typer.Option(False, "--full", help="Hold every shard (the default)."),
     network_shards: int = typer.Option(None, help="The network's number of shards [256]."),
     log_level: str = typer.Option("INFO", help="Logging level."),
 ) -> None:
     """Run a node until SIGINT/SIGTERM (then: tasks cancelled, writer drained, RocksDB closed)."""
-    from node.config import load_config, parse_scope
+    from node.config import AUTO, load_config, parse_scope
     from node.errors import StartupRefused
 
     overrides: dict[str, object] = {
@@ -63,9 +65,11 @@ def node_run(
         if full and scope is not None:
             raise StartupRefused("--full and --scope: choose one")
         overrides["scope_shards"] = parse_scope(scope) if scope is not None else None
+        if scope is not None and AUTO in (p.strip() for p in scope.split(",")):
+            overrides["scope_auto"] = True
         cfg = load_config(config, overrides)
         if full:  # over a config file's scope_shards
-            cfg = dataclasses.replace(cfg, scope_shards=None)
+            cfg = dataclasses.replace(cfg, scope_shards=None, scope_auto=False)
         from node.run import run_node  # loads libp2p (1.6 s): after the config is checked
 
         run_node(cfg, log_level)

@@ -14,7 +14,7 @@ from store.hlc import DEFAULT_MAX_OFFSET_MS
 from store.records import DEFAULT_MAX_PAYLOAD
 from store.rocks import check_compression
 from sync.protocol import SyncConfig
-from sync.scope import DEFAULT_SHARDS, Scope, ScopeError
+from sync.scope import DEFAULT_REPLICATION, DEFAULT_SHARDS, Scope, ScopeError
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,19 @@ class NodeConfig:
     # every node), and the shards this node holds: None (``--full``), every one
     network_shards: int = DEFAULT_SHARDS
     scope_shards: tuple[int, ...] | None = None
+    # ``--scope auto``: hold the chats of the users naming this node as a home node, plus
+    # ``scope_shards`` (pins), plus the shards the replication-factor rule gives it among the
+    # peers it is connected to (``replication_factor``; 0: none); a shard no longer needed
+    # leaves the store ``scope_grace_s`` after (sync/serving.py)
+    scope_auto: bool = False
+    replication_factor: int = DEFAULT_REPLICATION
+    scope_grace_s: float = 24 * 3600.0
+    scope_check_interval_s: float = 1.0
+    # a peer's claimed scope bounded by what it is entitled to: shards whose members name it
+    # as a home node, or its shards by the R rule (sync/entitled.py; off: served what it
+    # claims, as before). A network setting: a full node with it on serves a full peer only
+    # the peer's entitled shards
+    scope_authenticate: bool = False
     # messages and deletes gossiped on their shard's topic, subscribed by scope (a network
     # setting: the same on every node); off: one topic for everything, as before scopes
     gossip_sharded: bool = False
@@ -133,6 +146,8 @@ class NodeConfig:
     @property
     def scope(self) -> Scope:
         """What the node holds (``sync.scope``); ``ScopeError`` if it cannot be."""
+        if self.scope_auto:  # the pins: served users' shards are added while running
+            return Scope(frozenset(self.scope_shards or ()), self.network_shards)
         shards = None if self.scope_shards is None else frozenset(self.scope_shards)
         return Scope(shards, self.network_shards)
 
@@ -180,6 +195,8 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> NodeConfig:
         check_compression(config.db_compression, "db_compression")
         check_plant(config.chaos_plant)
         _ = config.scope
+        if config.replication_factor < 0 or config.scope_grace_s < 0:
+            raise ValueError("replication_factor and scope_grace_s: not negative")
     except ScopeError as exc:
         raise StartupRefused(f"scope_shards and network_shards: {exc}") from exc
     except ValueError as exc:
@@ -238,9 +255,13 @@ def parse_http(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+AUTO = "auto"
+
+
 def parse_scope(text: str) -> tuple[int, ...]:
-    """``--scope 0,5,17`` -> (0, 5, 17); ``StartupRefused`` saying why not."""
-    parts = [p.strip() for p in text.split(",") if p.strip()]
+    """``--scope 0,5,17`` -> (0, 5, 17) (``auto`` among them is the caller's: dropped);
+    ``StartupRefused`` saying why not."""
+    parts = [p.strip() for p in text.split(",") if p.strip() and p.strip() != AUTO]
     if not all(p.isascii() and p.isdigit() for p in parts):
         raise StartupRefused(f"--scope {text!r}: shard numbers separated by commas, e.g. 0,5,17")
     return tuple(sorted({int(p) for p in parts}))

@@ -43,21 +43,33 @@ def ops_not_held(db: ChatDb, ops: list[Op]) -> list[Op]:
 
 
 class OutsideScope(InvalidInput):
-    """A client's message or delete of a chat this node does not hold (SYNC.md, "Scopes")."""
+    """A client's message or delete of a chat this node does not hold (SYNC.md, "Scopes");
+    the HTTP API answers 421 naming nodes that hold it."""
 
     reason = "out_of_scope"
+
+    def __init__(self, message: str, *, chat_id: bytes, shard: int) -> None:
+        super().__init__(message)
+        self.chat_id, self.shard = chat_id, shard
 
 
 def refuse_outside_scope(scope: Scope, ops: list[Op]) -> None:
     """Refuse, rather than drop unsaid, what the store would not write: a chat outside the
-    node's scope. (Naming nodes that hold it is the next step of issue 33.)"""
+    node's scope."""
     _, refused = split_by_scope(ops, scope)
     for op in refused:
         assert isinstance(op, MsgV1)  # only messages and deletes follow a scope
-        raise OutsideScope(
-            f"chat {op.chat_id.hex()} is in shard {shard_of(op.chat_id, scope.num_shards)}, "
-            f"outside this node's scope: send it to a node that holds that shard"
-        )
+        raise outside_scope(op.chat_id, scope.num_shards)
+
+
+def outside_scope(chat: bytes, num_shards: int) -> OutsideScope:
+    shard = shard_of(chat, num_shards)
+    return OutsideScope(
+        f"chat {chat.hex()} is in shard {shard}, outside this node's scope: ask a node that "
+        f"holds that shard",
+        chat_id=chat,
+        shard=shard,
+    )
 
 
 class NotAMember(InvalidInput):

@@ -36,10 +36,12 @@ from node.limits import TokenBuckets
 from node.metrics import Metrics
 from node.sync_slots import BUSY, DUPLICATE, SessionSlots
 from sync.claims import BucketClaims
+from sync.entitled import PeerScoped
 from sync.errors import RemoteProtocolError
 from sync.frames import Abort, Domain, encode_frame
 from sync.protocol import CheckedFrame, Received, SessionRole, SyncConfig, SyncSession
 from sync.replica import Replica
+from sync.scope import Scope
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +126,11 @@ class SyncService:
         bytes_per_s: float = float("inf"),
         max_sessions: int = MAX_SESSIONS,
         on_outcome: Callable[[SyncOutcome], None] | None = None,
+        peer_bound: Callable[[str], Scope] | None = None,
     ) -> None:
         self.replica = replica
+        # scope authentication: what a peer may reconcile with us (sync/entitled.py)
+        self.peer_bound = peer_bound
         self.store = store
         self.metrics = metrics
         self.config = config or SyncConfig()
@@ -154,13 +159,20 @@ class SyncService:
             return self.config
         return replace(self.config, cutoff_ms=self.cutoff())
 
+    def _replica_for(self, peer: str) -> Replica:
+        """Our replica as a session with ``peer`` sees it: bounded by what the peer is
+        entitled to when scopes are authenticated."""
+        if self.peer_bound is None:
+            return self.replica
+        return PeerScoped(self.replica, self.peer_bound(peer))
+
     def may_initiate(self, peer: str) -> bool:
         """Whether a session we open with ``peer`` could start now (ask before opening a stream)."""
         return self.slots.refusal(peer, SessionRole.INITIATOR.value) is None
 
     async def initiate(self, peer: str, frames: FrameStream) -> SyncOutcome:
         session = SyncSession(
-            SessionRole.INITIATOR, self.replica, now_ms=self.clock.wall_ms(),
+            SessionRole.INITIATOR, self._replica_for(peer), now_ms=self.clock.wall_ms(),
             salt_seed=self._salt(), config=self.session_config(), claims=self.claims,
         )  # fmt: skip
         if self.slots.claim(peer, session.role.value) is not None:  # retried next interval
@@ -173,7 +185,7 @@ class SyncService:
 
     async def respond(self, peer: str, frames: FrameStream) -> SyncOutcome:
         session = SyncSession(
-            SessionRole.RESPONDER, self.replica, now_ms=self.clock.wall_ms(),
+            SessionRole.RESPONDER, self._replica_for(peer), now_ms=self.clock.wall_ms(),
             config=self.session_config(), claims=self.claims,
         )  # fmt: skip
         refused = self.slots.claim(peer, session.role.value)

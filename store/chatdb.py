@@ -137,6 +137,7 @@ class ChatDb:
         self.list_members = members.list_members
         self.list_members_with_info = members.list_members_with_info
         self.iter_member_record_ids = members.iter_member_record_ids
+        self.iter_member_rows = members.iter_member_rows
         self.for_each_member_record_id = members.for_each_member_record_id
         self.get_bucket_member_ids = members.get_bucket_member_ids
         self.get_member_records_batch = members.get_member_records_batch
@@ -169,6 +170,7 @@ class ChatDb:
         self.put_identities = identities.put_identities
         self.get_identity = identities.get_identity
         self.iter_identity_record_ids = identities.iter_identity_record_ids
+        self.iter_home_nodes = identities.iter_home_nodes
         self.for_each_identity_record_id = identities.for_each_identity_record_id
         self.get_bucket_identity_ids = identities.get_bucket_identity_ids
         self.get_identity_records_batch = identities.get_identity_records_batch

@@ -9,6 +9,7 @@ from store.hlc import Hlc
 from store.keys import bucket_prefix, key_identity
 from store.merge import identity_wins
 from store.messages import take_until
+from store.ops import decode_identity_doc
 from store.records import (
     IdentityRecord,
     check_identity_blob,
@@ -96,6 +97,14 @@ class Identities:
         """(hlc, blob) of the user's current identity; the blob without its HLC prefix."""
         raw = self._rocks.get("identity", key_identity(user_id))
         return None if raw is None else decode_identity_value(raw)
+
+    def iter_home_nodes(self) -> Iterator[tuple[bytes, tuple[bytes, ...]]]:
+        """(user, home nodes) of every stored identity (verified when written) that names
+        any: what a ``--scope auto`` node reads to know whom it serves (``sync.serving``)."""
+        for user, raw in self._rocks.iter_all("identity"):
+            doc = decode_identity_doc(decode_identity_value(raw)[1])
+            if doc.home_nodes:
+                yield user, doc.home_nodes
 
     # --- sync helpers ---
 

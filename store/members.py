@@ -267,6 +267,12 @@ class Members:
     def list_members(self, chat_id: bytes) -> list[bytes]:
         return [user for user, _ in self.list_members_with_info(chat_id)]
 
+    def iter_member_rows(self) -> Iterator[tuple[bytes, bytes, bool]]:
+        """(chat, user, active) of every member row: what a ``--scope auto`` node reads to
+        know its served users' chats (``sync.serving``)."""
+        for key, raw in self._rocks.iter_all("members"):
+            yield key[:CHAT_ID_LEN], key[CHAT_ID_LEN:], decode_member_info(raw).active
+
     # --- sync helpers: the MEMBERS domain is the set of op ids ---
 
     def iter_member_record_ids(self) -> Iterator[bytes]:

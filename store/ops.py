@@ -17,8 +17,10 @@ what makes py-libp2p's ~2 ms per message per hop affordable).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from itertools import pairwise
 from typing import Any
 
 import cbor2
@@ -32,11 +34,13 @@ from store.keys import CHAT_ID_LEN, USER_ID_LEN, check_len
 from store.merge import add_op_state, remove_op_state
 from store.records import (
     DEFAULT_MAX_PAYLOAD,
+    MAX_IDENTITY_BLOB,
     MAX_PROOF,
     IdentityRecord,
     MemberInfo,
     MemberRecord,
     MsgV1,
+    OversizeRecord,
     Role,
     blake3_id,
     canonical_cbor,
@@ -208,50 +212,97 @@ def _proof_op(proof: bytes | None, record: MemberRecord, what: str) -> Membershi
 
 # --- identity documents -------------------------------------------------------------------
 
+MAX_HOME_NODES = 8  # a user's home nodes: a handful, like a dm3 profile's delivery services
+MAX_NODE_ID = 64  # a libp2p peer id's bytes (an ed25519 identity multihash is 38)
+IDENTITY_DOMAIN_V2 = b"chatsync/identity/v2\x00"  # signs the home nodes too
+
 
 @dataclass(frozen=True, slots=True)
 class IdentityDoc:
-    """The identity blob: signing key, box key, and the signature binding them to (user, hlc)."""
+    """The identity blob: signing key, box key, the user's **home nodes** (the peer ids of
+    the nodes that serve it: SYNC.md, "Scopes") and the signature binding them to
+    (user, hlc). Without home nodes it is version 1, byte for byte as before; with them,
+    version 2 ``[2, sign_key, box_key, [node, ...], sig]``, the nodes strictly ascending
+    (one encoding per set), signed under its own domain so neither version reads as the
+    other."""
 
     sign_key: bytes
     box_key: bytes
     sig: bytes
+    home_nodes: tuple[bytes, ...] = ()
 
     def encode(self) -> bytes:
-        return canonical_cbor([1, self.sign_key, self.box_key, self.sig])
+        if not self.home_nodes:
+            return canonical_cbor([1, self.sign_key, self.box_key, self.sig])
+        return canonical_cbor([2, self.sign_key, self.box_key, list(self.home_nodes), self.sig])
 
 
-def _identity_body(user_id: bytes, hlc: Hlc, sign_key: bytes, box_key: bytes) -> bytes:
-    return user_id + hlc.to_bytes() + sign_key + box_key
+def _identity_body(
+    user_id: bytes, hlc: Hlc, sign_key: bytes, box_key: bytes, home_nodes: tuple[bytes, ...]
+) -> tuple[bytes, bytes]:
+    """(domain, signed bytes) of a document's version."""
+    body = user_id + hlc.to_bytes() + sign_key + box_key
+    if not home_nodes:
+        return IDENTITY_DOMAIN, body
+    return IDENTITY_DOMAIN_V2, body + canonical_cbor(list(home_nodes))
 
 
-def make_identity(key: SigningKey, box_key: bytes, hlc: Hlc) -> IdentityRecord:
-    """A self-certifying IdentityRecord for the owner of ``key``."""
+def check_home_nodes(home_nodes: Sequence[bytes]) -> tuple[bytes, ...]:
+    """The home nodes as a document holds them; DecodeError (or OversizeRecord) for a list
+    too long, an id empty or too long, or one out of order or repeated."""
+    if len(home_nodes) > MAX_HOME_NODES:
+        raise OversizeRecord(f"{len(home_nodes)} home nodes, over the limit of {MAX_HOME_NODES}")
+    nodes = tuple(field_bytes(n, "home node", max_len=MAX_NODE_ID) for n in home_nodes)
+    if any(not n for n in nodes):
+        raise DecodeError("a home node's id is empty", reason="wrong_length")
+    if any(a >= b for a, b in pairwise(nodes)):
+        raise DecodeError("home nodes must be strictly ascending", reason="non_canonical")
+    return nodes
+
+
+def make_identity(
+    key: SigningKey, box_key: bytes, hlc: Hlc, home_nodes: Iterable[bytes] = ()
+) -> IdentityRecord:
+    """A self-certifying IdentityRecord for the owner of ``key``, naming ``home_nodes``."""
     sign_key = signing.public_key(key)
     user_id = signing.user_id_from_key(sign_key)
     check_len(box_key, BOX_KEY_LEN, "box_key")
-    sig = signing.sign(key, IDENTITY_DOMAIN, _identity_body(user_id, hlc, sign_key, box_key))
-    return IdentityRecord(user_id, hlc, IdentityDoc(sign_key, box_key, sig).encode())
+    nodes = check_home_nodes(sorted(set(home_nodes)))
+    domain, body = _identity_body(user_id, hlc, sign_key, box_key, nodes)
+    sig = signing.sign(key, domain, body)
+    return IdentityRecord(user_id, hlc, IdentityDoc(sign_key, box_key, sig, nodes).encode())
 
 
 def decode_identity_doc(blob: bytes) -> IdentityDoc:
-    v = load_array(blob, what="IdentityDoc", version=1, fields=4, max_bytes=256)
+    # a canonical version-2 array starts 0x85 0x02; anything else is read as version 1
+    if bytes(blob[:2]) == b"\x85\x02":
+        v = load_array(blob, what="IdentityDoc", version=2, fields=5, max_bytes=MAX_IDENTITY_BLOB)
+        if type(v[3]) is not list or not v[3]:
+            raise DecodeError("home nodes must be a non-empty array", reason="wrong_type")
+        nodes, sig = check_home_nodes(v[3]), v[4]
+    else:
+        v = load_array(blob, what="IdentityDoc", version=1, fields=4, max_bytes=256)
+        nodes, sig = (), v[3]
     doc = IdentityDoc(
         field_bytes(v[1], "sign_key", length=signing.PUBLIC_KEY_LEN),
         field_bytes(v[2], "box_key", length=BOX_KEY_LEN),
-        field_bytes(v[3], "sig", length=signing.SIGNATURE_LEN),
+        field_bytes(sig, "sig", length=signing.SIGNATURE_LEN),
+        nodes,
     )
     ensure_canonical(v, blob, "IdentityDoc")
     return doc
 
 
 def verify_identity(record: IdentityRecord) -> IdentityDoc:
-    """Raise unless the blob is an IdentityDoc signed by the key that owns ``record.user_id``."""
+    """Raise unless the blob is an IdentityDoc signed by the key that owns ``record.user_id``
+    (its home nodes included)."""
     doc = decode_identity_doc(record.blob)
     if signing.user_id_from_key(doc.sign_key) != record.user_id:
         raise BadSignature("identity blob's key does not own this user id")
-    body = _identity_body(record.user_id, record.hlc, doc.sign_key, doc.box_key)
-    signing.verify(doc.sign_key, IDENTITY_DOMAIN, body, doc.sig)
+    domain, body = _identity_body(
+        record.user_id, record.hlc, doc.sign_key, doc.box_key, doc.home_nodes
+    )
+    signing.verify(doc.sign_key, domain, body, doc.sig)
     return doc
 
 

@@ -98,11 +98,11 @@ def trim_chats(db: ChatDb, cutoff_ms: int) -> list[bytes]:
         trimmed.append(chat_id)
         meta = db.load_meta(chat_id)  # its newest shown content message, if it has one
         if meta.last_msg_id != bytes(MSG_ID_LEN) and meta.last_msg_ts >> LOGICAL_BITS <= cutoff_ms:
-            _reset_preview(db, chat_id)  # it expired, and all content before it
+            reset_preview(db, chat_id)  # it expired, and all content before it
     return trimmed
 
 
-def _reset_preview(db: ChatDb, chat_id: bytes) -> None:
+def reset_preview(db: ChatDb, chat_id: bytes) -> None:
     """No shown content message of the chat is left (what may remain refers to some): its
     meta and inbox entries point at nothing now."""
     meta = replace(db.load_meta(chat_id), last_ts=0, last_msg_id=bytes(MSG_ID_LEN), last_msg_ts=0)

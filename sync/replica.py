@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from store.access import NO_HISTORY, Access, MemberHistory
 from store.hlc import Hlc
 from store.kinds import ChatView, IsAdmin, fold_chat
+from store.leaving import drop_chats
 from store.merge import merge_member_states
 from store.ops import MembershipOp, Op
 from store.plan import (
@@ -47,7 +48,7 @@ from store.retention import Expiry
 from store.waiting import WaitingRoom
 from sync.frames import Domain
 from sync.merkle import MerkleTree, TreeReader
-from sync.scope import EVERYTHING, Scope, ScopeError, split_by_scope
+from sync.scope import EVERYTHING, Scope, ScopeError, shard_of, split_by_scope
 from sync.shards import SCOPED, ScopedTrees, ShardLeaves
 
 if TYPE_CHECKING:  # a ChatDb is passed in; sync never imports rocksdict itself
@@ -492,6 +493,13 @@ class Applied:
     stored: list[MsgV1] = field(default_factory=list)  # messages new to the store (DbReplica)
 
 
+def held_shards(db: ChatDb, num_shards: int) -> frozenset[int]:
+    """The shards of the chats a store holds messages or deletes of (a scan of both)."""
+    chats = {chat for _, chat in db.iter_msg_chats()}
+    chats.update(chat for _, chat in db.iter_delete_chats())
+    return frozenset(shard_of(chat, num_shards) for chat in chats)
+
+
 class DbReplica(ScopedTrees):
     """A ChatDb seen through the Replica interface, with trees rebuilt from it on creation."""
 
@@ -534,10 +542,33 @@ class DbReplica(ScopedTrees):
 
     def widen_scope(self, scope: Scope) -> None:
         """Hold ``scope`` from now on, which must cover the current one: later sessions fill
-        it. (Dropping a shard's rows from RocksDB, after a grace period, is not built yet.)"""
+        it. (Narrower: ``drop_shards``.)"""
         if not scope.covers(self.scope):
             raise ScopeError(f"{scope} does not cover {self.scope}: narrowing is not built")
         self.scope = scope
+
+    def drop_shards(self, shards: frozenset[int]) -> int:
+        """Leave ``shards``: from now on their messages and deletes are refused, and every
+        row of them leaves the store and the trees in this step (``store.leaving``); the
+        records dropped. Global records stay."""
+        if self.scope.shards is None:
+            raise ScopeError("a full replica leaves no shard: give it a scope first")
+        num = self.scope.num_shards
+        self.scope = Scope(self.scope.shards - shards, num)  # refuse first, then drop
+
+        def leaves(chat: bytes) -> bool:
+            return shard_of(chat, num) in shards
+
+        msg_ids, delete_ids = drop_chats(self.db, leaves)
+        self._shard_leaves = None  # rebuilt from the store when next needed
+        for msg_id in msg_ids:
+            self.trees[Domain.MESSAGES].remove(msg_id)
+        for delete_id in delete_ids:
+            self.trees[Domain.DELETES].remove(delete_id)
+        gone = [m.msg_id for m in self.waiting.waiting() if leaves(m.chat_id)]
+        self.waiting.discard(set(gone))
+        self.db.save_waiting([], gone)
+        return len(msg_ids) + len(delete_ids)
 
     def _chats_of(self, domain: Domain, ids: list[bytes]) -> list[bytes | None]:
         if domain is Domain.MESSAGES:

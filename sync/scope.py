@@ -9,7 +9,9 @@ scoped record outside its scope (``split_by_scope``). SYNC.md, "Scopes", says wh
 converges.
 
 ``scope_for`` derives a node's scope from the users it serves (their signed home-node
-lists), the member ops that add them to chats, and what its operator pins.
+lists), the member ops that add them to chats, and what its operator pins. ``holders`` is
+the replication-factor rule (SYNC.md, "Replication factor"): which nodes hold a shard so
+that every chat is held by at least ``R`` live nodes; the simulator imports it to check R.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from sync.errors import LocalProtocolError
 
 DEFAULT_SHARDS = 256
 MAX_SHARDS = 4_096  # a scope's bitmap is at most 512 bytes; more is refused, from us or a peer
+DEFAULT_REPLICATION = 3  # R: every chat held by at least this many live nodes
+HOLDERS_DOMAIN = b"chatsync/holders/v1\x00"
 
 
 def shard_of(chat_id: bytes, num_shards: int) -> int:
@@ -147,6 +151,60 @@ def scope_for(
 def served_users(node_id: bytes, home_nodes: Mapping[bytes, Sequence[bytes]]) -> set[bytes]:
     """The users whose signed home-node list (user -> node ids) names ``node_id``."""
     return {user for user, nodes in home_nodes.items() if node_id in nodes}
+
+
+# --- the replication factor: which nodes hold a shard ------------------------------------
+
+
+def rendezvous_score(shard: int, node_id: bytes, num_shards: int = DEFAULT_SHARDS) -> bytes:
+    """A node's distance to a shard (rendezvous hashing): lower is nearer. Keyed by the
+    network's shard count too, so the same peer id ranks independently in two networks."""
+    key = HOLDERS_DOMAIN + num_shards.to_bytes(2, "big") + shard.to_bytes(2, "big") + node_id
+    return blake3.blake3(key).digest(8)
+
+
+def holders(
+    shard: int,
+    nodes: Iterable[bytes],
+    r: int = DEFAULT_REPLICATION,
+    num_shards: int = DEFAULT_SHARDS,
+) -> tuple[bytes, ...]:
+    """The ``r`` nodes nearest to ``shard`` (lowest ``rendezvous_score``, ties by id): the
+    shard's holders by the R rule. A pure function of the set of nodes, so every node that
+    knows the same live nodes picks the same holders; a node joining or leaving moves only
+    the shards it ranks among the ``r`` nearest of (rendezvous hashing's property)."""
+    if not 0 <= shard < num_shards:
+        raise ScopeError(f"shard {shard} out of range 0..{num_shards - 1}")
+    ranked = sorted(set(nodes), key=lambda n: (rendezvous_score(shard, n, num_shards), n))
+    return tuple(ranked[: max(r, 0)])
+
+
+def chat_holders(
+    chat_id: bytes,
+    nodes: Iterable[bytes],
+    *,
+    home_nodes: Iterable[bytes] = (),
+    r: int = DEFAULT_REPLICATION,
+    num_shards: int = DEFAULT_SHARDS,
+) -> frozenset[bytes]:
+    """Who holds a chat: its members' home nodes (``home_nodes``, those of them alive) plus
+    the ``r`` holders of its shard among ``nodes``. At least ``min(r, len(nodes))`` live
+    nodes whatever the home nodes do (a member's home node may be down or gone)."""
+    return frozenset(home_nodes) | frozenset(
+        holders(shard_of(chat_id, num_shards), nodes, r, num_shards)
+    )
+
+
+def replica_shards(
+    node_id: bytes,
+    nodes: Iterable[bytes],
+    r: int = DEFAULT_REPLICATION,
+    num_shards: int = DEFAULT_SHARDS,
+) -> frozenset[int]:
+    """The shards ``node_id`` holds by the R rule among ``nodes`` (itself counted): what a
+    node adds to its pins so every shard has ``r`` holders. About ``r * S / N`` shards."""
+    known = set(nodes) | {node_id}
+    return frozenset(s for s in range(num_shards) if node_id in holders(s, known, r, num_shards))
 
 
 T = TypeVar("T")

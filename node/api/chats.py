@@ -31,6 +31,7 @@ from node.api.models import (
     tombstone_out,
 )
 from node.auth import Principal
+from node.intake import outside_scope
 from store.chat_reads import ChatReads
 from store.messages import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, Direction
 from store.originals import OriginalsPage
@@ -39,6 +40,14 @@ from store.records import MessageKind
 router = APIRouter()
 CURSOR = Query(None, max_length=128, description="next_cursor of a page")
 LIMIT = Query(DEFAULT_PAGE_LIMIT, description=f"1..{MAX_PAGE_LIMIT}")
+
+
+async def held_here(node: NodeApi, who: Principal, chat: bytes) -> None:
+    """403 unless the token's user may read the chat; 421 (naming nodes that hold it) if the
+    chat's messages lie outside this node's scope (its members are global: answered here)."""
+    await as_reader(node, who, chat)
+    if not node.holds_chat(chat):
+        raise outside_scope(chat, node.config.network_shards)
 
 
 @router.get("/chats/{chat_id}/messages", responses=ERRORS)
@@ -56,7 +65,7 @@ async def history(
     messages with their latest edit, reactions and reply state; tombstones), or ``raw`` (or
     of one ``kind``: a client gathers a group's key grants with ``kind=6``)."""
     chat = chat_param(chat_id)
-    await as_reader(node, who, chat)
+    await held_here(node, who, chat)
     reads = node.reads
     if raw or kind is not None:
         kinds = None if kind is None else frozenset({kind})
@@ -84,7 +93,7 @@ async def one_message(chat_id: str, msg_id: str, node: NodeDep, who: Signed) -> 
     """One message of the chat as stored (signed: a client checks it), e.g. to quote its
     sender, stamp and kind in a delete. 404 ``not_found``: not held here (or erased)."""
     chat, wanted = chat_param(chat_id), msg_id_param(msg_id)
-    await as_reader(node, who, chat)
+    await held_here(node, who, chat)
     msg = await trio.to_thread.run_sync(node.reads.get_message, wanted)
     if msg is None or msg.chat_id != chat:
         raise NotFound("not_found", f"this node holds no message {msg_id} in chat {chat_id}")
@@ -98,7 +107,7 @@ async def hidden_grants(chat_id: str, node: NodeDep, who: Signed) -> HistoryOut:
     keys to its recipients only, keys of valid messages that no other grant may carry
     (SECURITY.md, "Hand-overs")."""
     chat = chat_param(chat_id)
-    await as_reader(node, who, chat)
+    await held_here(node, who, chat)
     items = await trio.to_thread.run_sync(node.reads.hidden_grants, chat)
     return HistoryOut(
         chat_id=chat.hex(),
@@ -131,14 +140,20 @@ async def deletes(
 ) -> OriginalsOut:
     """The chat's signed DELETE messages (the history shows them as tombstones): what an
     export re-submits elsewhere."""
-    return await originals(node, who, chat_id, lambda db, chat: db.deletes_page(chat, cursor, limit))  # fmt: skip
+    return await originals(node, who, chat_id, lambda db, chat: db.deletes_page(chat, cursor, limit), scoped=True)  # fmt: skip
 
 
 async def originals(
-    node: NodeApi, who: Principal, chat_id: str, read: Callable[[ChatReads, bytes], OriginalsPage]
+    node: NodeApi,
+    who: Principal,
+    chat_id: str,
+    read: Callable[[ChatReads, bytes], OriginalsPage],
+    *,
+    scoped: bool = False,
 ) -> OriginalsOut:
+    """``scoped``: what is read follows the chat's shard (deletes), not global (member ops)."""
     chat = chat_param(chat_id)
-    await as_reader(node, who, chat)
+    await (held_here if scoped else as_reader)(node, who, chat)
     page = await trio.to_thread.run_sync(read, node.reads, chat)
     return OriginalsOut(
         chat_id=chat.hex(), ops=[b64encode(op) for op in page.originals],

@@ -19,7 +19,8 @@ user's is 403 (``not_your_receipt``); one that is not a receipt, is for another 
 the URL's, or misstates its message's stamp 422 (``not_a_receipt``, ``wrong_chat``,
 ``bad_position``); one not ahead of the reader's known position 409 (``receipt_backwards``). An
 author over its rate 429, other bad input 400, a full write queue 503 (dm3: -32005 Limit
-exceeded), a full disk 507. A 500 means a bug: it is logged with its traceback. Each
+exceeded), a full disk 507. A message, delete or history of a chat outside this node's scope is
+421 ``out_of_scope`` with ``shard`` and ``holders`` (peer ids of nodes that hold it). A 500 means a bug: it is logged with its traceback. Each
 refusal is counted (``api_errors{code}``; bugs ``api_bugs``).
 """
 
@@ -38,6 +39,7 @@ from dm3 import rpc
 from node.api.interface import node_of
 from node.api.models import ErrorOut
 from node.auth import AuthRefused
+from node.intake import OutsideScope
 from node.limits import StorageFull
 from store.errors import InvalidInput
 
@@ -54,7 +56,7 @@ GONE_REASONS = {"deleted", "foreign_token", "unknown_position"}
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut}
-    for status in (400, 401, 403, 404, 409, 410, 413, 422, 429, 503, 507)
+    for status in (400, 401, 403, 404, 409, 410, 413, 421, 422, 429, 503, 507)
 }
 
 
@@ -98,6 +100,8 @@ def refused(request: Request, status: int, code: str, message: str) -> JSONRespo
 
 
 async def invalid_input(request: Request, exc: InvalidInput) -> JSONResponse:
+    if isinstance(exc, OutsideScope):
+        return await misdirected(request, exc)
     message = str(exc)
     if exc.reason in SIZE_REASONS:
         message += " (dm3 -32011 Too big)"
@@ -115,6 +119,15 @@ async def http_error(request: Request, exc: StarletteHTTPException) -> JSONRespo
 
 async def auth_refused(request: Request, exc: AuthRefused) -> JSONResponse:
     return refused(request, exc.status, exc.code, str(exc))
+
+
+async def misdirected(request: Request, exc: OutsideScope) -> JSONResponse:
+    """421: the chat is outside this node's scope; ``holders`` names nodes that hold it."""
+    node = node_of(request)
+    found = await trio.to_thread.run_sync(node.holders_of, exc.chat_id)
+    node.metrics.inc("api_errors", code=exc.reason, help="HTTP requests refused, by code")
+    body = {"code": exc.reason, "message": str(exc), "shard": exc.shard, "holders": found}
+    return JSONResponse(body, status_code=421)
 
 
 async def not_found(request: Request, exc: NotFound) -> JSONResponse:

@@ -75,6 +75,15 @@ class NodeApi(Protocol):
 
     def status(self) -> dict[str, Any]: ...
 
+    def holds_chat(self, chat: bytes) -> bool:
+        """Whether the chat lies in this node's scope (SYNC.md, "Scopes")."""
+        ...
+
+    def holders_of(self, chat: bytes) -> list[str]:
+        """Peer ids (base58) of nodes holding a chat outside our scope (a worker thread's
+        read: node/scope_answer.py)."""
+        ...
+
     def network(self) -> dict[str, Any]:
         """Our roots, and per known peer the roots it last agreed on (node/agreement.py)."""
         ...

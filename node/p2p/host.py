@@ -248,5 +248,9 @@ class Libp2pPubSub:
     async def subscribe(self, topic: str) -> Subscription:
         return await self.raw.subscribe(topic)
 
+    async def unsubscribe(self, topic: str) -> None:
+        """Leave ``topic``: peers are told, the subscription's channel is closed."""
+        await self.raw.unsubscribe(topic)
+
     async def publish(self, topic: str, data: bytes) -> None:
         await self.raw.publish(topic, data)

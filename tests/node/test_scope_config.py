@@ -97,3 +97,11 @@ def test_the_api_refuses_a_message_of_a_chat_outside_the_scope(tmp_path: Path) -
         refuse_outside_scope(EVERYTHING, [msg])  # a full node holds every chat
     finally:
         db.close()
+
+
+def test_scope_auto_holds_its_pins_and_refuses_a_negative_factor() -> None:
+    config = load_config(None, {"scope_auto": True, "scope_shards": parse_scope("auto,4,2")})
+    assert config.scope == Scope(frozenset({2, 4}), DEFAULT_SHARDS)  # pins; users' shards later
+    assert load_config(None, {"scope_auto": True}).scope == Scope(frozenset(), DEFAULT_SHARDS)
+    with pytest.raises(StartupRefused, match="replication_factor"):
+        load_config(None, {"scope_auto": True, "replication_factor": -1})

@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 PURE = ["store.hlc", "store.keys", "store.records", "store.merge", "store.ops", "store.ingress", "store.retention",
-        "store.access", "store.kinds", "store.plan", "store.waiting", "sync.scope",
+        "store.access", "store.kinds", "store.plan", "store.waiting", "store.leaving", "sync.scope",
+        "sync.serving", "sync.entitled",
         "sync.merkle", "sync.frames", "sync.protocol", "sync.replica", "sync.loopback", "sync.claims",
         "dm3.crypto", "dm3.containers"]  # fmt: skip
 FORBIDDEN = ["trio", "libp2p", "rocksdict", "pyspark"]

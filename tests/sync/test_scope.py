@@ -3,6 +3,8 @@ derived from the users it serves."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,6 +15,10 @@ from sync.scope import (
     MAX_SHARDS,
     Scope,
     ScopeError,
+    chat_holders,
+    holders,
+    rendezvous_score,
+    replica_shards,
     scope_for,
     served_users,
     shard_of,
@@ -109,3 +115,56 @@ def test_split_by_scope_keeps_global_records_and_refuses_other_chats() -> None:
     kept, refused = split_by_scope([inside, outside, op, ident], scope)
     assert kept == [inside, op, ident] and refused == [outside]
     assert split_by_scope([outside], EVERYTHING) == ([outside], [])
+
+
+# --- the replication factor: holders(shard, nodes, R) ------------------------------------
+
+node_ids = st.sets(st.binary(min_size=1, max_size=40), min_size=1, max_size=12)
+
+
+@given(node_ids, st.integers(0, DEFAULT_SHARDS - 1), st.integers(1, 5), st.randoms())
+def test_holders_are_the_r_nearest_whatever_order_the_nodes_come_in(
+    nodes: set[bytes], shard: int, r: int, rnd: random.Random
+) -> None:
+    listed = sorted(nodes)
+    rnd.shuffle(listed)
+    chosen = holders(shard, listed + listed[:2], r)  # duplicates count once
+    assert chosen == holders(shard, sorted(nodes), r)
+    assert len(chosen) == min(r, len(nodes)) and set(chosen) <= nodes
+    worst = max(rendezvous_score(shard, n) for n in chosen)
+    assert all(rendezvous_score(shard, n) >= worst for n in nodes - set(chosen))
+
+
+@given(node_ids, st.integers(0, DEFAULT_SHARDS - 1), st.integers(1, 4), st.data())
+def test_a_node_leaving_moves_only_the_shards_it_held(
+    nodes: set[bytes], shard: int, r: int, data: st.DataObject
+) -> None:
+    gone = data.draw(st.sampled_from(sorted(nodes)))
+    before = holders(shard, nodes, r)
+    after = holders(shard, nodes - {gone}, r)
+    if gone not in before:
+        assert after == before
+    else:  # the others stay; at most one newcomer takes its place
+        assert set(before) - {gone} <= set(after) and len(set(after) - set(before)) <= 1
+
+
+def test_replica_shards_are_the_shards_a_node_is_a_holder_of_and_spread_evenly() -> None:
+    nodes = [bytes([i]) * 32 for i in range(9)]
+    per_node = {n: replica_shards(n, nodes, 3, 64) for n in nodes}
+    for shard in range(64):  # every shard exactly R holders, each of which counts it
+        assert {n for n in nodes if shard in per_node[n]} == set(holders(shard, nodes, 3, 64))
+    assert all(10 <= len(s) <= 32 for s in per_node.values())  # ~ R·S/N = 21 each
+
+
+def test_a_chat_is_held_by_its_members_home_nodes_and_its_shards_r_holders() -> None:
+    nodes = [bytes([i]) * 32 for i in range(6)]
+    home = b"\xee" * 32  # a home node need not be among the live nodes we know
+    held = chat_holders(A, nodes, home_nodes=[home], r=3, num_shards=16)
+    assert held == {home, *holders(shard_of(A, 16), nodes, 3, 16)} and len(held) == 4
+    assert chat_holders(A, nodes[:2], r=3, num_shards=16) == set(nodes[:2])  # fewer than R: all
+
+
+def test_holders_of_a_shard_outside_the_network_are_refused() -> None:
+    with pytest.raises(ScopeError):
+        holders(16, [A], 3, 16)
+    assert holders(0, [A, B], 0) == ()

@@ -17,17 +17,20 @@ random; scopes change (grow, shrink, become full) between steps. Whatever happen
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from itertools import combinations
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from store import ChatDb, ChatDbConfig
 from store.records import MsgV1
 from sync.frames import Domain
 from sync.loopback import run_session
 from sync.merkle import MerkleTree
-from sync.replica import MemoryReplica, Record
+from sync.replica import DbReplica, MemoryReplica, Record
 from sync.scope import EVERYTHING, Scope, shard_of
 from sync.shards import SCOPED
 
@@ -184,3 +187,127 @@ def test_a_session_ships_only_the_intersection() -> None:
         assert {i for i, m in replica.messages.items() if shared.holds_chat(m.chat_id)} == {
             m.msg_id for m in msgs if shared.holds_chat(m.chat_id)
         }
+
+
+# --- the same on RocksDB: stores that leave shards (drop their rows) and join them again ---
+
+SHARD_SETS = st.frozensets(st.integers(0, NUM_SHARDS - 1)).map(lambda s: Scope(s, NUM_SHARDS))
+
+
+def held_ids(replica: MemoryReplica | DbReplica, domain: Domain) -> dict[bytes, bytes]:
+    """Record id -> chat of what the replica holds in a scoped domain."""
+    if isinstance(replica, DbReplica):
+        db = replica.db
+        return dict(db.iter_msg_chats() if domain is Domain.MESSAGES else db.iter_delete_chats())
+    rows = replica.messages if domain is Domain.MESSAGES else replica.deletes
+    return {i: m.chat_id for i, m in rows.items()}
+
+
+def assert_store_within_scope(replica: MemoryReplica | DbReplica) -> None:
+    for domain in SCOPED:
+        held = held_ids(replica, domain)
+        assert all(replica.scope.holds_chat(c) for c in held.values()), domain
+        assert replica.tree(domain).root() == MerkleTree.from_ids(held).root(), domain
+    assert all(replica.scope.holds_chat(m.chat_id) for m in replica.waiting.waiting())
+
+
+def any_chat_state(replica: MemoryReplica | DbReplica, chat: bytes) -> tuple[object, ...]:
+    return (
+        sorted(i for i, c in held_ids(replica, Domain.MESSAGES).items() if c == chat),
+        sorted(i for i, c in held_ids(replica, Domain.DELETES).items() if c == chat),
+        sorted(replica.visible_ids(chat)),
+        replica.view(chat),
+    )
+
+
+def global_roots(replica: MemoryReplica | DbReplica) -> tuple[object, ...]:
+    return tuple(replica.tree(d).root() for d in (Domain.MEMBERS, Domain.IDENTITY))
+
+
+def rescope(replica: MemoryReplica | DbReplica, scope: Scope) -> None:
+    """What a node does when its scope changes: leave the shards it no longer needs (their
+    rows dropped), then hold the wider set (later sessions fill it)."""
+    if isinstance(replica, MemoryReplica):
+        replica.set_scope(scope)
+        return
+    old = replica.scope.shards or frozenset()
+    new = scope.shards or frozenset()
+    if old - new:
+        replica.drop_shards(old - new)
+    replica.widen_scope(Scope(new, NUM_SHARDS))
+
+
+ALL_SHARDS = Scope(frozenset(range(NUM_SHARDS)), NUM_SHARDS)
+MESSAGES = [message(n) for n in range(0, 60, 3)]
+
+
+@settings(max_examples=40, deadline=None)
+@example(  # a store fills every shard, leaves two, syncs, joins them again
+    [ALL_SHARDS] * REPLICAS,
+    [
+        ("deliver", 0, ALL_ADMITS),
+        ("deliver", 0, MESSAGES),
+        ("sync", 0, 1, None),
+        ("rescope", 0, Scope(frozenset({0}), NUM_SHARDS)),
+        ("sync", 2, 0, None),
+        ("rescope", 1, Scope(frozenset({1}), NUM_SHARDS)),
+        ("sync", 0, 1, None),
+        ("rescope", 0, ALL_SHARDS),
+    ],
+    False,
+)
+@given(
+    st.lists(SHARD_SETS, min_size=REPLICAS, max_size=REPLICAS),
+    st.lists(STEPS, min_size=4, max_size=25),
+    st.booleans(),
+)
+def test_stores_leaving_and_joining_shards_converge_and_hold_nothing_else(
+    scopes: list[Scope], steps: list[Step], admit_all: bool
+) -> None:
+    """Two RocksDB stores and two memory replicas: scopes change by leaving shards (their
+    rows dropped: ``DbReplica.drop_shards``) and joining others; the same guarantees."""
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        dbs = [
+            stack.enter_context(
+                ChatDb(ChatDbConfig(block_cache_mb=8, memtable_mb=8), path=f"{tmp}/{i}")
+            )
+            for i in range(2)
+        ]
+        replicas: list[MemoryReplica | DbReplica] = [
+            DbReplica(dbs[0], admit_all=admit_all, scope=scopes[0]),
+            DbReplica(dbs[1], admit_all=admit_all, scope=scopes[1]),
+            MemoryReplica(scope=scopes[2], admit_all=admit_all),
+            MemoryReplica(scope=scopes[3], admit_all=admit_all),
+        ]
+        given_any: list[Record] = []
+        for step in steps:
+            if step[0] == "deliver":
+                _, i, records = step
+                given_any.extend(records)
+                replicas[i].apply_ops(records)
+                assert_store_within_scope(replicas[i])
+            elif step[0] == "sync":
+                _, i, j, cut = step
+                if i != j:
+                    assert run_session(replicas[i], replicas[j], cut_after=cut).error is None
+                    assert_store_within_scope(replicas[i])
+                    assert_store_within_scope(replicas[j])
+            else:
+                _, i, scope = step
+                rescope(
+                    replicas[i],
+                    scope
+                    if scope.shards is not None
+                    else Scope(frozenset(range(NUM_SHARDS)), NUM_SHARDS),
+                )
+                assert_store_within_scope(replicas[i])
+
+        full = MemoryReplica(admit_all=admit_all)
+        full.apply_ops(given_any)
+        sync_until_converged([full, *replicas])  # type: ignore[list-item]
+        for replica in replicas:
+            assert_store_within_scope(replica)
+            assert global_roots(replica) == global_roots(full)
+            for chat in CHATS:
+                if replica.scope.holds_chat(chat):
+                    assert any_chat_state(replica, chat) == any_chat_state(full, chat)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from store import ChatDb, ChatDbConfig, MsgV1
+from store.leaving import BY_CHAT
 from sync.frames import Domain
 from sync.loopback import run_session
 from sync.merkle import MerkleTree
@@ -130,3 +131,47 @@ def test_a_scoped_store_is_filled_by_sessions_and_widened(store: ChatDb) -> None
     held = {i for i, _ in store.iter_msg_chats()} | {i for i, _ in store.iter_delete_chats()}
     assert held == {i for i in held_all(full) if scope_of(0, 1).holds_chat(held_all(full)[i])}
     assert run_session(db, full).frames == 2  # nothing left: HELLO, DONE
+
+
+def rows_of(store: ChatDb, chat: bytes) -> dict[str, int]:
+    """How many rows keyed by ``chat`` each chat-keyed column family holds."""
+    return {cf: sum(1 for _ in store.rocks.iter_prefix(cf, chat)) for cf in BY_CHAT}
+
+
+def held_all_db(replica: DbReplica) -> dict[bytes, bytes]:
+    return held_chats(replica, Domain.MESSAGES) | held_chats(replica, Domain.DELETES)
+
+
+def test_leaving_a_shard_drops_its_rows_and_trees_and_a_later_join_refills_it(
+    store: ChatDb,
+) -> None:
+    full = MemoryReplica(admit_all=True)
+    full.apply_ops(RECORDS)
+    db = DbReplica(store, admit_all=True, scope=scope_of(0, 1))
+    assert run_session(db, full).converged
+    assert sum(rows_of(store, CHATS[0]).values()) > 0
+    kept_before = rows_of(store, CHATS[1])
+
+    leaving = {i for i, chat in held_all_db(db).items() if scope_of(0).holds_chat(chat)}
+    assert db.drop_shards(frozenset({SHARDS[0]})) == len(leaving) > 0
+    assert not leaving & set(held_all_db(db))
+    assert db.scope == scope_of(1)
+    assert rows_of(store, CHATS[0]) == dict.fromkeys(BY_CHAT, 0)  # nothing of it on disk
+    assert rows_of(store, CHATS[1]) == kept_before  # the other shard untouched
+    memory = MemoryReplica(admit_all=True, scope=scope_of(1))
+    memory.apply_ops(RECORDS)
+    for domain in Domain:  # the trees as a replica that never held the shard, and as rebuilt
+        assert db.tree(domain).root() == memory.tree(domain).root()
+        assert db.tree(domain).root() == DbReplica(store, scope=scope_of(1)).tree(domain).root()
+    assert db.apply_ops([RECORDS[0]]).new == [False]  # refused from now on
+    assert db.refused_out_of_scope == 1
+
+    db.widen_scope(scope_of(0, 1))  # a served user needs it again
+    assert run_session(db, full).converged
+    held = {i for i, _ in store.iter_msg_chats()} | {i for i, _ in store.iter_delete_chats()}
+    assert held == {i for i in held_all(full) if scope_of(0, 1).holds_chat(held_all(full)[i])}
+
+
+def test_a_full_replica_leaves_no_shard(store: ChatDb) -> None:
+    with pytest.raises(ScopeError):
+        DbReplica(store).drop_shards(frozenset({0}))

@@ -1,0 +1,167 @@
+"""``--scope auto``: keep the node's scope in step with the users naming it as a home node.
+
+The I/O shell of ``sync/serving.py`` (which decides). Every ``scope_check_interval_s`` it
+looks whether the member ops or identities changed (their trees' roots) or the peers it is
+connected to did (the replication-factor rule ranks them); if so it reads the stored
+identities that name home nodes and the member rows (both global, small beside messages) in
+a worker thread and hands them to ``ServedScope``. When the scope grows, the wider scope is
+set through the writer (the one writer: intake, sync and gossip refuse nothing of the new
+shards from then on) and ``on_widen`` joins them: gossip topics, sessions at once with the
+connected peers (those holding the shards fill them: SYNC.md, "Joining"). When a released
+shard's grace ends, ``on_expired`` drops it.
+
+Reading every row on a change costs O(identities + member rows) per check with a change; a
+node whose member ops arrive every second re-reads them every second. Incremental updates
+from the writer's applied ops are the next step if that shows in a profile.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import base58
+import trio
+
+from node.clock import Clock
+from node.metrics import Metrics
+from node.writer import DbWriter
+from store.chatdb import ChatDb
+from sync.entitled import entitled_shards
+from sync.merkle import MerkleTree
+from sync.protocol import Domain
+from sync.replica import DbReplica
+from sync.scope import Scope, replica_shards
+from sync.serving import ServedScope
+
+log = logging.getLogger(__name__)
+
+Changed = Callable[[Scope, Scope], Awaitable[None]]
+
+
+class ScopeKeeper:
+    def __init__(
+        self,
+        replica: DbReplica,
+        served: ServedScope,
+        writer: DbWriter,
+        clock: Clock,
+        metrics: Metrics,
+        *,
+        interval_s: float,
+        replication_factor: int,
+        known_nodes: Callable[[], list[bytes]],
+        on_widen: Changed,
+        on_expired: Changed | None = None,
+        serve: bool = True,
+    ) -> None:
+        """``serve``: derive our own scope (``--scope auto``); off, only keep what peers are
+        entitled to (``bound_for``: scope authentication on a node with a fixed scope)."""
+        self.replica, self.served, self.writer = replica, served, writer
+        self.clock, self.metrics = clock, metrics
+        self.interval_s = interval_s
+        self.replication_factor = replication_factor
+        self.known_nodes = known_nodes
+        self.on_widen, self.on_expired = on_widen, on_expired
+        self._marks: object = None
+        self.serve = serve
+        self.entitled: dict[bytes, frozenset[int]] = {}  # node -> shards its users are in
+        self._nodes: list[bytes] = []
+        self._rule_cache: dict[bytes, frozenset[int]] = {}
+        served.hold(replica.scope.shards or ())  # what the store holds at start
+        metrics.gauge(
+            "scope_shards",
+            lambda: {(): _count(self.replica.scope)},
+            help="shards this node holds (--scope auto)",
+        )
+        metrics.gauge(
+            "served_users",
+            lambda: {(): len(self.served.served)},
+            help="users naming this node as a home node",
+        )
+
+    async def run(self) -> None:
+        while True:
+            await self.check()
+            await trio.sleep(self.interval_s)
+
+    async def check(self) -> None:
+        """One look: re-read what changed, then widen or drop as ``ServedScope`` says."""
+        nodes = sorted(set(self.known_nodes()))
+        trees = self.replica.trees
+        marks = (_root(trees[Domain.MEMBERS]), _root(trees[Domain.IDENTITY]), nodes)
+        if marks != self._marks:
+            homes, rows = await trio.to_thread.run_sync(read_homes_and_rows, self.replica.db)
+            self._see(homes, rows, nodes)
+            self.entitled = entitled_shards(homes, rows, self.served.num_shards)
+            self._nodes, self._rule_cache = nodes, {}
+            self._marks = marks
+        if self.serve:
+            await self._follow()
+
+    def bound_for(self, peer: str) -> Scope:
+        """What ``peer`` (base58) may reconcile with us: the shards its users are in and its
+        shards by the R rule among the nodes we know (sync/entitled.py)."""
+        node = base58.b58decode(peer)
+        rule = self._rule_cache.get(node)
+        if rule is None:
+            known = [*self._nodes, self.served.node_id]
+            rule = frozenset()
+            if self.replication_factor > 0:
+                rule = replica_shards(node, known, self.replication_factor, self.served.num_shards)
+            if len(self._rule_cache) < 1_024:  # bounded: peers come and go
+                self._rule_cache[node] = rule
+        return Scope(self.entitled.get(node, frozenset()) | rule, self.served.num_shards)
+
+    async def _follow(self) -> None:
+        held, expired = self.served.step(self.clock.wall_ms())
+        old = self.replica.scope
+        if not old.covers(held):
+            wider = Scope(
+                frozenset(old.shards or ()) | frozenset(held.shards or ()), old.num_shards
+            )
+            await self.writer.call(lambda: self.replica.widen_scope(wider))
+            log.info(
+                "scope widened: %s -> %s", sorted(old.shards or ()), sorted(wider.shards or ())
+            )
+            self.metrics.inc("scope_widened", help="times --scope auto added shards")
+            await self.on_widen(old, wider)
+        if expired and self.on_expired is not None:
+            now_held = self.replica.scope
+            await self.on_expired(now_held, Scope(frozenset(expired), now_held.num_shards))
+
+    def _see(
+        self,
+        homes: list[tuple[bytes, tuple[bytes, ...]]],
+        rows: list[tuple[bytes, bytes, bool]],
+        nodes: list[bytes],
+    ) -> None:
+        served = self.served
+        named = {user for user, home in homes if served.node_id in home}
+        for user in list(served.served):
+            if user not in named:
+                served.see_identity(user, ())
+        for user in named:
+            served.see_identity(user, (served.node_id,))
+        served.chats = {}
+        for chat, user, active in rows:
+            served.see_member(chat, user, active)
+        if self.replication_factor > 0:
+            served.rule_shards = replica_shards(
+                served.node_id, nodes, self.replication_factor, served.num_shards
+            )
+
+
+def read_homes_and_rows(
+    db: ChatDb,
+) -> tuple[list[tuple[bytes, tuple[bytes, ...]]], list[tuple[bytes, bytes, bool]]]:
+    """The identities naming home nodes and every member row (a worker thread's read)."""
+    return list(db.iter_home_nodes()), list(db.iter_member_rows())
+
+
+def _count(scope: Scope) -> int:
+    return scope.num_shards if scope.shards is None else len(scope.shards)
+
+
+def _root(tree: MerkleTree) -> bytes:
+    return tree.root_digest()

@@ -1,0 +1,118 @@
+"""A --scope auto node's scope (sync/serving.py): the users naming it as a home node, their
+chats now, pins and the R rule; a shard no longer needed leaves after its grace period."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sync.scope import shard_of
+from sync.serving import ServedScope
+
+ME, OTHER = b"me-node", b"other-node"
+ALICE, BOB = b"\x0a" * 20, b"\x0b" * 20
+CHATS = [bytes([i]) * 32 for i in range(1, 9)]
+S = 16
+
+
+def served(**kw: object) -> ServedScope:
+    return ServedScope(ME, S, grace_ms=1_000, **kw)  # type: ignore[arg-type]
+
+
+def test_a_user_naming_us_brings_its_chats_and_others_do_not() -> None:
+    scope = served()
+    assert scope.see_identity(ALICE, [OTHER, ME])
+    assert not scope.see_identity(BOB, [OTHER])
+    scope.see_member(CHATS[0], ALICE, True)
+    scope.see_member(CHATS[1], BOB, True)  # not ours: Bob names another node
+    held, dropped = scope.step(0)
+    assert held.shards == {shard_of(CHATS[0], S)} and not dropped
+
+
+def test_pins_and_rule_shards_are_held_without_any_user() -> None:
+    scope = served(pinned_shards=frozenset({3}), rule_shards=frozenset({7}))
+    assert scope.step(0)[0].shards == {3, 7}
+
+
+def test_a_shard_no_longer_needed_leaves_after_its_grace_and_not_before() -> None:
+    scope = served()
+    scope.see_identity(ALICE, [ME])
+    scope.see_member(CHATS[0], ALICE, True)
+    shard = shard_of(CHATS[0], S)
+    assert scope.step(0)[0].shards == {shard}
+    scope.see_member(CHATS[0], ALICE, False)  # removed
+    assert scope.step(100) == (scope.step(100)[0], frozenset())  # still held in its grace
+    assert scope.step(1_099)[0].shards == {shard} and scope.next_deadline_ms() == 1_100
+    held, dropped = scope.step(1_100)
+    assert held.shards == frozenset() and dropped == {shard}
+    assert scope.next_deadline_ms() is None
+
+
+def test_a_shard_needed_again_within_its_grace_is_kept() -> None:
+    scope = served()
+    scope.see_identity(ALICE, [ME])
+    scope.see_member(CHATS[0], ALICE, True)
+    scope.step(0)
+    scope.see_member(CHATS[0], ALICE, False)
+    scope.step(10)
+    scope.see_member(CHATS[0], ALICE, True)  # added back
+    assert scope.step(5_000)[1] == frozenset()
+    assert scope.step(5_000)[0].shards == {shard_of(CHATS[0], S)}
+
+
+def test_a_user_moving_home_elsewhere_releases_its_chats() -> None:
+    scope = served()
+    scope.see_identity(ALICE, [ME])
+    scope.see_member(CHATS[0], ALICE, True)
+    scope.step(0)
+    assert not scope.see_identity(ALICE, [OTHER])
+    assert scope.step(1)[1] == frozenset()  # released now: its grace starts
+    assert scope.step(1_001)[1] == {shard_of(CHATS[0], S)}
+
+
+def test_shards_held_at_start_are_released_unless_needed() -> None:
+    scope = served()
+    scope.hold({1, 2})
+    scope.see_identity(ALICE, [ME])
+    scope.see_member(CHATS[0], ALICE, True)
+    mine = shard_of(CHATS[0], S)
+    assert scope.step(0)[0].shards == {1, 2, mine}
+    assert scope.step(1_000)[1] == {1, 2} - {mine}
+
+
+events = st.lists(
+    st.one_of(
+        st.tuples(st.just("id"), st.sampled_from([ALICE, BOB]), st.booleans()),
+        st.tuples(
+            st.just("member"), st.sampled_from(CHATS), st.sampled_from([ALICE, BOB]), st.booleans()
+        ),
+    ),
+    max_size=30,
+)
+
+
+@given(events)
+def test_the_same_final_identities_and_rows_give_the_same_needed_shards(
+    seen: list[tuple[object, ...]],
+) -> None:
+    """Whatever order the node learns identities and rows in, it needs the shards of the
+    chats its served users are members of by the last state of each (as the store holds)."""
+    scope = served()
+    identity: dict[bytes, bool] = {}
+    rows: dict[tuple[bytes, bytes], bool] = {}
+    for event in seen:
+        if event[0] == "id":
+            _, user, ours = event
+            identity[user] = ours  # type: ignore[index]
+            if scope.see_identity(user, [ME] if ours else [OTHER]):  # type: ignore[arg-type]
+                for (chat, u), active in rows.items():  # the node rescans the user's rows
+                    if u == user:
+                        scope.see_member(chat, u, active)
+        else:
+            _, chat, user, active = event
+            rows[(chat, user)] = active  # type: ignore[index]
+            scope.see_member(chat, user, active)  # type: ignore[arg-type]
+    expected = {
+        shard_of(chat, S) for (chat, user), active in rows.items() if active and identity.get(user)
+    }
+    assert scope.needed() == expected
