@@ -45,3 +45,4 @@ class SparseMerkleTree(SimTree):
         self._xor = cast(Any, [_Zeros() for _ in range(DEPTH + 1)])
         self._count = cast(Any, [_Zeros() for _ in range(DEPTH + 1)])
         self._check = cast(Any, _Zeros())
+        self._check_root = 0

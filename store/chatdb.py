@@ -106,6 +106,7 @@ class ChatDb:
         self.for_each_msg_id = messages.for_each_msg_id
         self.get_bucket_msg_ids = messages.get_bucket_msg_ids
         self.get_bucket_msg_ids_filtered = messages.get_bucket_msg_ids_filtered
+        self.get_range_msg_ids = messages.get_range_msg_ids
         self.get_messages_cbor_batch = messages.get_messages_cbor_batch
         self.get_messages_cbor_batch_filtered = messages.get_messages_cbor_batch_filtered
         self.get_messages_cbor_by_ids = messages.get_messages_cbor_by_ids
@@ -132,6 +133,7 @@ class ChatDb:
         self.iter_member_record_ids = members.iter_member_record_ids
         self.for_each_member_record_id = members.for_each_member_record_id
         self.get_bucket_member_ids = members.get_bucket_member_ids
+        self.get_range_member_ids = members.get_range_member_ids
         self.get_member_records_batch = members.get_member_records_batch
         self.get_member_records_by_ids = members.get_member_records_by_ids
         # deletes
@@ -145,6 +147,7 @@ class ChatDb:
         self.compact_erased = deletes.compact_erased
         self.iter_delete_ids = deletes.iter_delete_ids
         self.get_bucket_delete_ids = deletes.get_bucket_delete_ids
+        self.get_range_delete_ids = deletes.get_range_delete_ids
         self.get_deletes_by_ids = deletes.get_deletes_by_ids
         # chat lists
         inbox = self.inbox
@@ -162,6 +165,7 @@ class ChatDb:
         self.iter_identity_record_ids = identities.iter_identity_record_ids
         self.for_each_identity_record_id = identities.for_each_identity_record_id
         self.get_bucket_identity_ids = identities.get_bucket_identity_ids
+        self.get_range_identity_ids = identities.get_range_identity_ids
         self.get_identity_records_batch = identities.get_identity_records_batch
         self.get_identity_records_by_ids = identities.get_identity_records_by_ids
         # admission: plans carried out

@@ -31,6 +31,7 @@ from store.events import Event, EventKind, EventLog
 from store.keys import (
     CHAT_ID_LEN,
     bucket_prefix,
+    bucket_range_keys,
     key_by_ref,
     key_hidden,
     referred_end,
@@ -193,6 +194,9 @@ class Deletes:
     def iter_delete_ids(self) -> Iterator[bytes]:
         for delete_id, _ in self._rocks.iter_all("seen_delete"):
             yield delete_id
+
+    def get_range_delete_ids(self, start: int, end: int) -> list[bytes]:
+        return [i for i, _ in self._rocks.iter_range("seen_delete", *bucket_range_keys(start, end))]
 
     def get_bucket_delete_ids(self, bucket: int) -> list[bytes]:
         return [i for i, _ in self._rocks.iter_prefix("seen_delete", bucket_prefix(bucket))]

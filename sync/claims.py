@@ -73,6 +73,12 @@ class BucketClaims:
                 if self._owner.get(key) is owner:
                     del self._owner[key]
 
+    def others_hold(self, owner: object) -> bool:
+        """Whether another session holds buckets now: ``owner``'s next take may be cut short."""
+        with self._lock:
+            mine = sum(1 for key in self._of.get(id(owner), ()) if self._owner.get(key) is owner)
+            return len(self._owner) > mine
+
     def held(self) -> int:
         """Buckets held by some session now (statistics)."""
         with self._lock:

@@ -46,12 +46,13 @@ def node_hash(salt: bytes, xor: int, count: int, width: int) -> bytes:
 class MerkleTree:
     """One domain's tree. Not thread-safe: its owner (the DB writer or a session driver) updates it."""
 
-    __slots__ = ("_check", "_count", "_xor")
+    __slots__ = ("_check", "_check_root", "_count", "_xor")
 
     def __init__(self) -> None:
         self._xor: list[list[int]] = [[0] * (FANOUT**k) for k in range(DEPTH + 1)]
         self._count: list[list[int]] = [[0] * (FANOUT**k) for k in range(DEPTH + 1)]
         self._check: list[int] = [0] * NUM_BUCKETS
+        self._check_root = 0  # XOR of every leaf's check: the root is a cell too (root_check)
 
     # --- building ---
 
@@ -73,6 +74,7 @@ class MerkleTree:
             touched.add(bucket)
         for bucket in touched:  # each non-empty leaf once into its four ancestors
             xor, count = leaf_xor[bucket], leaf_count[bucket]
+            tree._check_root ^= leaf_check[bucket]
             for depth in range(DEPTH):
                 index = bucket >> (FANOUT_BITS * (DEPTH - depth))
                 tree._xor[depth][index] ^= xor
@@ -84,6 +86,7 @@ class MerkleTree:
         tree._xor = [level[:] for level in self._xor]
         tree._count = [level[:] for level in self._count]
         tree._check = self._check[:]
+        tree._check_root = self._check_root
         return tree
 
     # --- incremental updates ---
@@ -99,7 +102,9 @@ class MerkleTree:
             index = bucket >> (FANOUT_BITS * (DEPTH - depth))
             self._xor[depth][index] ^= value
             self._count[depth][index] += delta
-        self._check[bucket] ^= check_hash(record_id)
+        check = check_hash(record_id)
+        self._check[bucket] ^= check
+        self._check_root ^= check
 
     def insert(self, record_id: bytes) -> None:
         self._toggle(record_id, +1)
@@ -125,6 +130,10 @@ class MerkleTree:
     def root(self) -> tuple[bytes, int]:
         """Full-width root: (XOR of every id, number of ids)."""
         return self._xor[0][0].to_bytes(32, "big"), self._count[0][0]
+
+    def root_check(self) -> int:
+        """XOR of every id's check hash: with ``root``, the whole set as one IBLT cell."""
+        return self._check_root
 
     def root_digest(self) -> bytes:
         """A 32-byte digest of the root, for display and equality checks."""

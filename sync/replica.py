@@ -24,7 +24,7 @@ returned (a session leaves them to gossip, which is still carrying them).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -64,6 +64,18 @@ class Replica(Protocol):
     def bucket_ids(
         self, domain: Domain, bucket: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
     ) -> list[bytes]: ...
+
+    def ids_in_range(
+        self,
+        domain: Domain,
+        start: int,
+        end: int,
+        cutoff_ms: int | None,
+        scope: Scope = EVERYTHING,
+    ) -> bytes:
+        """The ids of buckets ``start <= b < end``, concatenated, in any order: what a sketch
+        covers (one range read, where ``bucket_ids`` would be thousands)."""
+        ...
 
     def get_records(
         self,
@@ -168,6 +180,32 @@ class MemoryReplica:
         if cutoff_ms is None:
             return sorted(i for i in known if i in msgs)
         return sorted(i for i in known if i in msgs and msgs[i].hlc.physical_ms > cutoff_ms)
+
+    def ids_in_range(
+        self,
+        domain: Domain,
+        start: int,
+        end: int,
+        cutoff_ms: int | None,
+        scope: Scope = EVERYTHING,
+    ) -> bytes:
+        require_everything(scope)
+        held: Container[bytes]
+        if domain is MESSAGES:
+            held = self.messages
+        elif domain is DELETES:
+            held = self.deletes
+        else:
+            held = self.member_ops if domain is MEMBERS else self._rows[domain]
+        index = self._buckets[domain]
+        out: list[bytes] = []
+        for bucket in range(start, end):
+            known = index.get(bucket)
+            if known:
+                out.extend(i for i in known if i in held)
+        if domain is MESSAGES and cutoff_ms is not None:
+            out = [i for i in out if self.messages[i].hlc.physical_ms > cutoff_ms]
+        return b"".join(out)
 
     def get_records(
         self,
@@ -472,6 +510,23 @@ class DbReplica:
         if domain is Domain.DELETES:
             return self.db.get_bucket_delete_ids(bucket)
         return self.db.get_bucket_identity_ids(bucket)
+
+    def ids_in_range(
+        self,
+        domain: Domain,
+        start: int,
+        end: int,
+        cutoff_ms: int | None,
+        scope: Scope = EVERYTHING,
+    ) -> bytes:
+        require_everything(scope)
+        if domain is Domain.MESSAGES:
+            return b"".join(self.db.get_range_msg_ids(start, end, cutoff_ms))
+        if domain is Domain.MEMBERS:
+            return b"".join(self.db.get_range_member_ids(start, end))
+        if domain is Domain.DELETES:
+            return b"".join(self.db.get_range_delete_ids(start, end))
+        return b"".join(self.db.get_range_identity_ids(start, end))
 
     def get_records(
         self,

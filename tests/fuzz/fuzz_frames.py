@@ -22,6 +22,8 @@ with instrumented(__name__ == "__main__"):
         IdList,
         Nodes,
         PrefixWant,
+        Sketches,
+        SketchSection,
         Transfer,
         TransferSection,
         decode_frame,
@@ -62,6 +64,11 @@ def seeds() -> dict[str, bytes]:
         "cells": Cells({Domain.MESSAGES: (b"\x40", b"c" * 40)}),
         "transfer": Transfer(False, {Domain.MESSAGES: section, Domain.IDENTITY: TransferSection()}),
         "transfer-idle": Transfer(True, {}),
+        "transfer-drained": Transfer(
+            False, {Domain.MESSAGES: TransferSection(short_wants=b"s" * 12)}, drained=True
+        ),
+        "sketch": Sketches({Domain.MESSAGES: SketchSection(b"\x80" + bytes(31), 3, 6, b"c" * 33)}),
+        "sketch-answer": Sketches({Domain.DELETES: SketchSection(b"", 6, 3, b"a" * 48)}, True),
         "abort": Abort("bad_flags"),
     }
     seeds = {label: encode_frame(frame) for label, frame in frames.items()}

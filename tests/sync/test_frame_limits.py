@@ -60,6 +60,7 @@ def test_the_wire_numbers() -> None:
         ("CELLS", 4),
         ("TRANSFER", 5),
         ("ABORT", 6),
+        ("SKETCH", 7),
     ]
     assert [(d.name, int(d)) for d in Domain] == [
         ("MESSAGES", 0),
@@ -111,7 +112,7 @@ def test_sections_name_each_known_domain_at_most_once() -> None:
 
 def test_roots_and_salts_have_their_exact_lengths() -> None:
     assert reason(hello(roots=[[0, bytes(31), 0]])) == "malformed_frame"
-    assert reason(hello(roots=[[0, bytes(32), 0, 0]])) == "malformed_frame"
+    assert reason(hello(roots=[[0, bytes(32), 0, 0, 0]])) == "malformed_frame"
     assert reason(hello(roots=[[0, bytes(32), 1 << 64]])) == "malformed_frame"
     body = hello()
     body[3] = bytes(15)
@@ -177,12 +178,12 @@ def test_abort_reasons_are_cut_to_200_characters() -> None:
     assert reason([FrameType.ABORT, b"bytes"]) == "malformed_frame"
 
 
-@pytest.mark.parametrize("body", [[], [0], [7], [True], ["1"], {"a": 1}, 5])
+@pytest.mark.parametrize("body", [[], [0], [8], [True], ["1"], {"a": 1}, 5])
 def test_what_is_not_a_known_frame(body: Any) -> None:
     data = cbor2.dumps(body)
     with pytest.raises(RemoteProtocolError) as info:
         decode_frame(data, max_frame=100, max_ids=1)
-    known_type = type(body) is list and body and body[0] in (0, 7, True, "1")
+    known_type = type(body) is list and body and body[0] in (0, 8, True, "1")
     assert info.value.reason == ("unknown_frame" if known_type else "malformed_frame")
 
 
