@@ -26,6 +26,7 @@ ID_PREFIX_LEN = 8  # salted id prefixes in bucket id lists
 CELL_LEN = 4 + 32 + 4  # count u32, xor 256 bits, check u32
 MIN_HASH_WIDTH, MAX_HASH_WIDTH = 2, 16
 ZERO_XOR = bytes(32)  # an empty tree's root: sent as b"" (d = 0 in under 100 bytes)
+ROOT_DIGEST_LEN = 4  # bytes of a domain's salted root digest in HELLO
 MIN_SHORT_ID_LEN, MAX_SHORT_ID_LEN = 3, 8  # bytes of a short id in a sketch (sync.sketch)
 SKETCH_CHECK_LEN = 4  # bytes of a sketch cell's check sum
 
@@ -49,24 +50,33 @@ class FrameType(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class Hello:
-    """Starts a pass: the initiator's full-width roots, the pass's salt and hash width.
+    """Starts a pass: the pass's salt and hash width, and the initiator's roots in two forms.
+
+    ``digests``: per domain (``Domain`` order), ``ROOT_DIGEST_LEN`` bytes of a salted hash of
+    its root (xor, count): which domains differ. ``cell``: the roots summed over the domains
+    — the XOR of the root xors, the total count and the XOR of the roots' check sums — one
+    full-width IBLT cell of every id the initiator holds: the roots are equal only when it
+    is equal too, and when one domain differs by one id it names that id. So d = 0 costs one
+    HELLO of ~85 bytes, however many domains hold ids (SYNC.md, "Frames").
 
     ``cutoff_ms``: the initiator's retention cutoff for messages (0: none). ``final``:
     compare roots and end — no descent (the last pass moved nothing it could move).
-    ``checks``: the XOR of every id's check hash per domain (the root is then a pure cell
-    when the sets differ by one id). ``records``: the initiator's last pushes of the pass
-    this HELLO closes — the answer to the responder's last asks, so closing costs no extra
-    round trip; the responder writes them before it compares the roots.
+    ``records``: the initiator's last pushes of the pass this HELLO closes — the answer to
+    the responder's last asks, so closing costs no extra round trip; the responder writes
+    them before it compares the roots.
     """
 
     pass_no: int
     salt: bytes
     width: int
-    roots: dict[Domain, tuple[bytes, int]]  # domain -> (xor, count)
+    digests: bytes  # ROOT_DIGEST_LEN bytes per domain, in Domain order
+    cell: tuple[bytes, int, int]  # (XOR of the root xors, total count, XOR of the root checks)
     cutoff_ms: int = 0
     final: bool = False
-    checks: dict[Domain, int] = field(default_factory=dict)
     records: dict[Domain, list[bytes]] = field(default_factory=dict)
+
+    def digest(self, domain: Domain) -> bytes:
+        return self.digests[domain * ROOT_DIGEST_LEN : (domain + 1) * ROOT_DIGEST_LEN]
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,11 +179,10 @@ Frame = Hello | Done | Nodes | Cells | Transfer | Abort | Sketches
 
 def encode_frame(frame: Frame) -> bytes:
     match frame:
-        case Hello(pass_no, salt, width, roots, cutoff_ms, final, checks, records):
+        case Hello(pass_no, salt, width, digests, (xor, count, check), cutoff_ms, final, records):
             body: list[Any] = [
-                FrameType.HELLO, PROTOCOL_VERSION, pass_no, salt, width,
-                [_encode_root(d, xor, count, checks.get(d)) for d, (xor, count) in sorted(roots.items())],
-                cutoff_ms, final,
+                FrameType.HELLO, PROTOCOL_VERSION, pass_no, salt, width, digests,
+                b"" if xor == ZERO_XOR else xor, count, check, cutoff_ms, final,
             ]  # fmt: skip
             if records:
                 body.append([[int(d), r] for d, r in sorted(records.items())])
@@ -200,11 +209,6 @@ def encode_frame(frame: Frame) -> bytes:
         case Abort(reason):
             body = [FrameType.ABORT, reason[:200]]
     return cbor2.dumps(body)
-
-
-def _encode_root(domain: Domain, xor: bytes, count: int, check: int | None) -> list[Any]:
-    root: list[Any] = [int(domain), b"" if xor == ZERO_XOR else xor, count]
-    return root if check is None else [*root, check]
 
 
 def _tree_sections(sections: dict[Domain, tuple[bytes, bytes]]) -> list[Any]:
@@ -313,22 +317,19 @@ def decode_frame(data: bytes, *, max_frame: int, max_ids: int) -> Frame:
 
 
 def _decode_hello(v: list[Any], max_ids: int) -> Hello:
-    version, pass_no, salt, width, roots, cutoff_ms, final, pushed = _arity(v, 7, "HELLO", 1)
+    version, pass_no, salt, width, digests, xor, count, check, cutoff_ms, final, pushed = _arity(
+        v, 10, "HELLO", 1
+    )
     if _uint(version, "version") != PROTOCOL_VERSION:
         raise _fail(f"unsupported protocol version {version}", "unsupported_version")
     width = _uint(width, "hash width", 256)
     if not MIN_HASH_WIDTH <= width <= MAX_HASH_WIDTH:
         raise _fail(f"hash width {width} outside {MIN_HASH_WIDTH}..{MAX_HASH_WIDTH}", "bad_width")
-    parsed: dict[Domain, tuple[bytes, int]] = {}
-    checks: dict[Domain, int] = {}
-    for domain, rest in _sections(roots, "HELLO roots"):
-        xor, count, check = _arity(rest, 2, "HELLO root", 1)
-        xor = _bytes(xor, "root xor")
-        if len(xor) not in (0, 32):
-            raise _fail(f"root xor must be 32 bytes (or empty: zero), got {len(xor)}")
-        parsed[domain] = (xor or ZERO_XOR, _uint(count, "root count"))
-        if check is not None:
-            checks[domain] = _uint(check, "root check", 1 << 32)
+    digests = _bytes(digests, "root digests", length=ROOT_DIGEST_LEN * len(Domain))
+    xor = _bytes(xor, "root xor")
+    if len(xor) not in (0, 32):
+        raise _fail(f"root xor must be 32 bytes (or empty: zero), got {len(xor)}")
+    cell = (xor or ZERO_XOR, _uint(count, "root count"), _uint(check, "root check", 1 << 32))
     records: dict[Domain, list[bytes]] = {}
     if pushed is not None:
         for domain, rest in _sections(pushed, "HELLO records"):
@@ -338,10 +339,10 @@ def _decode_hello(v: list[Any], max_ids: int) -> Hello:
         _uint(pass_no, "pass", 1 << 16),
         _bytes(salt, "salt", length=SALT_LEN),
         width,
-        parsed,
+        digests,
+        cell,
         _uint(cutoff_ms, "cutoff"),
         _bool(final, "final"),
-        checks,
         records,
     )
 

@@ -148,6 +148,11 @@ class MerkleTree:
         xors, counts = self._xor[depth], self._count[depth]
         return b"".join(node_hash(salt, xors[i], counts[i], width) for i in indexes)
 
+    def leaf_counts(self, buckets: Iterable[int]) -> list[int]:
+        """How many ids the tree files in each of ``buckets``."""
+        counts = self._count[DEPTH]
+        return [counts[b] for b in buckets]
+
     def cell(self, bucket: int) -> tuple[int, int, int]:
         """(count, xor, check) of one leaf."""
         return self._count[DEPTH][bucket], self._xor[DEPTH][bucket], self._check[bucket]

@@ -67,10 +67,11 @@ from enum import Enum
 from typing import Any
 
 import blake3
+import numpy as np
 
 from store.errors import DecodeError, InvalidInput
 from store.ingress import Limits, refuse_never_valid, verify_each
-from store.keys import RECORD_ID_LEN, bucket_of
+from store.keys import NUM_BUCKETS, RECORD_ID_LEN, bucket_of
 from store.ops import decode_membership_op, member_op_id
 from store.records import (
     DEFAULT_MAX_PAYLOAD,
@@ -84,6 +85,7 @@ from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.frames import (
     CELL_LEN,
     ID_PREFIX_LEN,
+    ROOT_DIGEST_LEN,
     SALT_LEN,
     Abort,
     Cells,
@@ -252,6 +254,9 @@ class SessionStats:
     records_applied: int = 0
     rejected_old: int = 0  # records older than the cutoff, refused
     rejected_future: int = 0  # records too far ahead of our clock: skipped, offered again later
+    # buckets a sketch left out because our listing held more ids there than our tree's leaf
+    # (an index and a tree out of step: a bug, or a write racing the session)
+    inconsistent_buckets: int = 0
 
     def reconciliation_bytes(self) -> int:
         """Both directions, record bodies excluded."""
@@ -297,6 +302,7 @@ class _Region:
     sent: bool  # we sent the sketch (and claimed the region); else we decode it
     cells: int = 0  # the size of the last sketch sent or read
     complete: bool | None = None  # whether the decode named the whole difference
+    bad: set[int] = field(default_factory=set)  # listed ids the tree does not file: left out
 
 
 def write_flags(items: list[int], chosen: set[int]) -> bytes:
@@ -592,17 +598,16 @@ class SyncSession:
         self._salt = blake3.blake3(seed).digest(SALT_LEN)
         self._moved = 0
         self.state = State.AWAIT_TOP
-        roots = {d: self._tree(d).root() for d in Domain}
-        checks = {d: self._tree(d).root_check() for d in Domain}
         own_cutoff = max(0, self.config.cutoff_ms or 0)  # before the epoch: nothing expired
-        return Hello(
+        trees = {d: self._tree(d) for d in Domain}
+        return hello_for(
             self._pass_no,
             self._salt,
             self.config.hash_width,
-            roots,
+            {d: t.root() for d, t in trees.items()},
+            {d: t.root_check() for d, t in trees.items()},
             own_cutoff,
             final,
-            checks,
             records or {},
         )
 
@@ -615,10 +620,6 @@ class SyncSession:
         if hello.pass_no != self._pass_no + 1:
             raise RemoteProtocolError(
                 f"pass {hello.pass_no} after {self._pass_no}", reason="bad_pass"
-            )
-        if set(hello.roots) != set(Domain):
-            raise RemoteProtocolError(
-                "HELLO must carry a root for every domain", reason="missing_domain"
             )
         if hello.records:  # the pass it closes: written first, the roots compared in ``answer``
             if self.state is not State.TRANSFER:
@@ -642,7 +643,7 @@ class SyncSession:
         self._pass_no = self.stats.passes = hello.pass_no
         self._salt, self._width = hello.salt, hello.width
         self._session_cutoff = _later(self.config.cutoff_ms, hello.cutoff_ms)
-        differing = [d for d in Domain if self._tree(d).root() != hello.roots[d]]
+        differing = self._differing(hello)
         if not differing or hello.final or hello.pass_no > self.config.max_passes:
             self.state, self.converged = State.DONE, not differing
             return Done(not differing)
@@ -666,37 +667,45 @@ class SyncSession:
 
     # --- the shortcut: roots that differ by one id name it (d = 1 in one round trip) ---
 
+    def _differing(self, hello: Hello) -> list[Domain]:
+        """The domains whose roots differ from the initiator's: by their salted digests, or
+        all of them if only the full-width cell tells (a digest collision, 2^-32 a domain)."""
+        roots = {d: self._tree(d).root() for d in Domain}
+        differing = [d for d in Domain if root_digest(hello.salt, d, *roots[d]) != hello.digest(d)]
+        xor, count, _ = _sum_cell(roots, {})
+        if not differing and (xor, count) != hello.cell[:2]:
+            return list(Domain)
+        return differing
+
     def _shortcut(self, hello: Hello, differing: list[Domain]) -> Transfer | None:
-        """In a session's first pass, if every differing domain's roots differ by exactly
-        one id (the root is a pure cell, confirmed by its check and by whether we hold
-        it), push it or ask for it at once. Later passes descend: a crafted root (XOR
-        cancellation, SYNC.md) costs at most one pass."""
-        if hello.pass_no != 1 or not self.config.sketch:
+        """In a session's first pass, if one domain differs and the roots summed over the
+        domains differ by exactly one id (a pure cell, confirmed by its check and by whether
+        we hold it), push it or ask for it at once. Later passes descend: a crafted root
+        (XOR cancellation, SYNC.md) costs at most one pass."""
+        if hello.pass_no != 1 or not self.config.sketch or len(differing) != 1:
             return None
         if self._session_cutoff != _later(None, hello.cutoff_ms):
             return None  # our cutoff is later: the initiator learns it from NODES, so descend
-        found = {}
-        for domain in differing:
-            one = self._root_difference(domain, hello)
-            if one is None:
-                return None
-            found[domain] = one
-        self._domains = {}
-        for domain, (delta, record_id) in found.items():
-            dp = self._domains[domain] = self._new_pass()
-            dp.shortcut, dp.diff_buckets = True, {bucket_of(record_id)}
-            (dp.wants if delta > 0 else dp.outbox).append(record_id)
+        (domain,) = differing
+        one = self._root_difference(domain, hello)
+        if one is None:
+            return None
+        delta, record_id = one
+        dp = self._new_pass()
+        self._domains = {domain: dp}
+        dp.shortcut, dp.diff_buckets = True, {bucket_of(record_id)}
+        (dp.wants if delta > 0 else dp.outbox).append(record_id)
         self.state = State.TRANSFER
         return self._next_transfer()
 
     def _root_difference(self, domain: Domain, hello: Hello) -> tuple[int, bytes] | None:
-        if domain not in hello.checks:
-            return None
-        tree = self._tree(domain)
-        xor, count = tree.root()
-        their_xor, their_count = hello.roots[domain]
-        mine = (count, int.from_bytes(xor, "big"), tree.root_check())
-        theirs = (their_count, int.from_bytes(their_xor, "big"), hello.checks[domain])
+        trees = {d: self._tree(d) for d in Domain}
+        xor, count, check = _sum_cell(
+            {d: t.root() for d, t in trees.items()}, {d: t.root_check() for d, t in trees.items()}
+        )
+        their_xor, their_count, their_check = hello.cell
+        mine = (count, int.from_bytes(xor, "big"), check)
+        theirs = (their_count, int.from_bytes(their_xor, "big"), their_check)
         record_id = (mine[1] ^ theirs[1]).to_bytes(RECORD_ID_LEN, "big")
         decoded = decode_pure_cell(bucket_of(record_id), mine, theirs)
         if decoded is None:
@@ -862,7 +871,9 @@ class SyncSession:
             estimate = estimate_difference(depth, len(dp.sent), len(differ))
             cells = min(cells_for(estimate), self.config.max_sketch_cells)
             width = self.config.short_id_bytes
-            region, skip = self._open_region(domain, dp, depth, differ, width, claim=not request)
+            region, skip = self._open_region(
+                domain, dp, depth, differ, width, claim=not request, announce=True
+            )
             region.cells = cells  # the size of our sketch, or of the one we ask for
             blob = b"" if request else self._sketch_of(region, cells).encode()
             sketches[domain] = SketchSection(flags, cells, width, blob, skip)
@@ -879,29 +890,60 @@ class SyncSession:
         *,
         claim: bool = False,
         skip: bytes = b"",
+        announce: bool = False,
     ) -> tuple[_Region, bytes]:
         """Our ids under ``nodes`` (at ``depth``) and their short ids for this pass, and the
         bitmap of the buckets left out. The sketch's sender (``claim``) leaves out the buckets
         another session of ours holds (``sync.claims``), so the peer pushes none of them;
-        its receiver leaves out what the sender's ``skip`` says."""
+        its receiver leaves out what the sender's ``skip`` says. The side that opens the
+        region (``announce``) also leaves out, and says so in ``skip``, the buckets whose
+        listing disagrees with its tree (``_checked_listing``); the other side just does not
+        act in its own."""
         shift = FANOUT_BITS * (DEPTH - depth)
         under = [b for n in nodes for b in range(n << shift, (n + 1) << shift)]
+        left_out = set(read_flags(under, skip)) if skip else set()
         if claim and self._claims is not None:
             taken = set(self._claims.take(self, domain, under, len(under), self._now_ms))
-            if len(taken) < len(under):
-                skip = write_flags(under, set(under) - taken)
-        left_out = set(read_flags(under, skip)) if skip else set()
+            left_out |= set(under) - taken
         buckets = [b for b in under if b not in left_out] if left_out else under
         key = SketchKey.derive(self._salt, int(domain), width)
-        ids = self._read_region(domain, buckets)
-        dp.region = _Region(buckets, key, ids, short_ids(key, ids), claim)
-        dp.diff_buckets = set(buckets)
+        ids, bad = self._checked_listing(domain, buckets, self._read_region(domain, buckets))
+        if announce and (left_out or bad):
+            skip = write_flags(under, left_out | bad)
+            buckets = [b for b in buckets if b not in bad]
+        dp.region = _Region(buckets, key, ids, short_ids(key, ids), claim, bad=bad)
+        dp.diff_buckets = set(buckets) - bad
         return dp.region, skip
 
     def _read_region(self, domain: Domain, buckets: list[int]) -> bytes:
         cutoff, scope = self._cutoff(domain), self.config.scope
         runs = _runs(buckets)
         return b"".join(self.replica.ids_in_range(domain, lo, hi, cutoff, scope) for lo, hi in runs)
+
+    def _checked_listing(
+        self, domain: Domain, buckets: list[int], ids: bytes
+    ) -> tuple[bytes, set[int]]:
+        """The listing of ``buckets`` checked against the tree that located them: the buckets
+        where it holds more ids than the tree's leaf counts (a cutoff only ever lists fewer),
+        and the listing without their ids or any outside ``buckets``. An index and a tree
+        out of step — a bucket mapping off by one, say — so never reconcile by what the tree
+        does not file (SYNC.md, "Sketches"), and the session's closing root comparison says
+        it did not converge."""
+        if not ids:
+            return ids, set()
+        listed = np.frombuffer(ids, dtype=">u2")[:: RECORD_ID_LEN // 2].astype(np.intp)
+        per_bucket = np.bincount(listed, minlength=NUM_BUCKETS)
+        region = np.asarray(buckets, dtype=np.intp)
+        filed = np.asarray(self._tree(domain).leaf_counts(buckets), dtype=np.int64)
+        over = region[per_bucket[region] > filed]
+        if not len(over) and int(per_bucket[region].sum()) == len(listed):
+            return ids, set()
+        keep = np.zeros(NUM_BUCKETS, dtype=bool)
+        keep[region] = True
+        keep[over] = False
+        kept = np.frombuffer(ids, dtype=np.uint8).reshape(-1, RECORD_ID_LEN)[keep[listed]]
+        self.stats.inconsistent_buckets += len(over)
+        return kept.tobytes(), set(over.tolist())
 
     def _sketch_of(self, region: _Region, cells: int) -> Sketch:
         region.cells = cells
@@ -954,7 +996,7 @@ class SyncSession:
             named = {bucket_of(i) for i in mine} | {
                 bucket_of_short(s, width) for s in peeled.theirs
             }
-            ours = self._claim_decoded(domain, region, named)
+            ours = self._claim_decoded(domain, region, named - region.bad)
             dp.outbox.extend(i for i in mine if bucket_of(i) in ours)
             dp.short_wants.extend(s for s in peeled.theirs if bucket_of_short(s, width) in ours)
         if answers:
@@ -1008,7 +1050,10 @@ class SyncSession:
         if region is None or section.flags or section.skip or section.width != region.key.width:
             raise RemoteProtocolError("an answer must keep the region", reason="bad_flags")
         # read again: other sessions may have brought records since we sent ours
-        region.ids = self._read_region(domain, region.buckets)
+        ids = self._read_region(domain, region.buckets)
+        region.ids, bad = self._checked_listing(domain, region.buckets, ids)
+        region.bad |= bad
+        dp.diff_buckets -= bad
         region.shorts = short_ids(region.key, region.ids)
         return region
 
@@ -1354,6 +1399,40 @@ def _pushed_records(frame: Frame) -> dict[Domain, list[bytes]]:
     if isinstance(frame, Hello):
         return frame.records
     return {}
+
+
+def root_digest(salt: bytes, domain: Domain, xor: bytes, count: int) -> bytes:
+    """What HELLO says of one domain's root: ``ROOT_DIGEST_LEN`` bytes of a salted hash."""
+    data = b"chatsync-root" + salt + bytes([domain]) + xor + count.to_bytes(8, "big")
+    return blake3.blake3(data).digest(ROOT_DIGEST_LEN)
+
+
+def _sum_cell(
+    roots: dict[Domain, tuple[bytes, int]], checks: dict[Domain, int]
+) -> tuple[bytes, int, int]:
+    """The roots summed over the domains: one cell (xor, count, check) of every id."""
+    xor = count = check = 0
+    for d, (x, c) in roots.items():
+        xor ^= int.from_bytes(x, "big")
+        count += c
+        check ^= checks.get(d, 0)
+    return xor.to_bytes(RECORD_ID_LEN, "big"), count, check
+
+
+def hello_for(
+    pass_no: int,
+    salt: bytes,
+    width: int,
+    roots: dict[Domain, tuple[bytes, int]],
+    checks: dict[Domain, int] | None = None,
+    cutoff_ms: int = 0,
+    final: bool = False,
+    records: dict[Domain, list[bytes]] | None = None,
+) -> Hello:
+    """The HELLO that announces ``roots`` (every domain's (xor, count)) and their checks."""
+    digests = b"".join(root_digest(salt, d, *roots[d]) for d in Domain)
+    cell = _sum_cell(roots, checks or {})
+    return Hello(pass_no, salt, width, digests, cell, cutoff_ms, final, records or {})
 
 
 def estimate_difference(depth: int, compared: int, differing: int) -> float:

@@ -18,7 +18,6 @@ with instrumented(__name__ == "__main__"):
         Domain,
         Done,
         Frame,
-        Hello,
         IdList,
         Nodes,
         PrefixWant,
@@ -29,6 +28,7 @@ with instrumented(__name__ == "__main__"):
         decode_frame,
         encode_frame,
     )
+    from sync.protocol import hello_for
 
 TARGET = "frames"
 MAX_FRAME = 4 * 1024 * 1024  # SyncConfig's defaults
@@ -54,8 +54,8 @@ def seeds() -> dict[str, bytes]:
         prefix_wants=[PrefixWant(0x0102, b"q" * 8)],
     )
     frames: dict[str, Frame] = {
-        "hello": Hello(1, b"s" * 16, 4, roots, 0, False),
-        "hello-final": Hello(2, b"t" * 16, 16, roots, 1_700_000_000_000, True),
+        "hello": hello_for(1, b"s" * 16, 4, roots, {Domain.MESSAGES: 7}),
+        "hello-final": hello_for(2, b"t" * 16, 16, roots, None, 1_700_000_000_000, True),
         "done": Done(True),
         "nodes-top": Nodes({Domain.MESSAGES: (b"", b"h" * 4 * 256)}, 5),
         "nodes": Nodes(

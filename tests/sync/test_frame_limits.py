@@ -26,6 +26,7 @@ from sync.frames import (
     decode_frame,
     encode_frame,
 )
+from sync.protocol import hello_for
 
 ROOTS = {d: (bytes(32), 0) for d in Domain}
 ID = bytes(range(32))
@@ -41,9 +42,13 @@ def reason(body: list[Any], **limits: int) -> str:
     return info.value.reason
 
 
-def hello(width: int = 4, pass_no: int = 1, roots: Any = None, version: int = 1) -> list[Any]:
-    sections = [[int(d), x, c] for d, (x, c) in ROOTS.items()] if roots is None else roots
-    return [FrameType.HELLO, version, pass_no, bytes(16), width, sections, 0, False]
+def hello(width: int = 4, pass_no: int = 1, version: int = 1) -> list[Any]:
+    digests = bytes(4 * len(Domain))
+    return [FrameType.HELLO, version, pass_no, bytes(16), width, digests, b"", 0, 0, 0, False]
+
+
+def nodes(sections: list[Any]) -> list[Any]:
+    return [FrameType.NODES, sections, 0]
 
 
 def transfer(**section: Any) -> list[Any]:
@@ -97,13 +102,13 @@ def test_pass_numbers_are_16_bit_and_the_version_is_1() -> None:
 
 
 def test_sections_name_each_known_domain_at_most_once() -> None:
-    assert reason(hello(roots=[[0, bytes(32), 0], [0, bytes(32), 1]])) == "duplicate_domain"
-    assert reason(hello(roots=[[len(Domain), bytes(32), 0]])) == "unknown_domain"
-    assert reason(hello(roots=[[255, bytes(32), 0]])) == "unknown_domain"
-    assert reason(hello(roots=[[256, bytes(32), 0]])) == "malformed_frame"
-    assert reason(hello(roots=[[]])) == "malformed_frame"
-    more = [[d, bytes(32), 0] for d in (*Domain, 0)]  # one more section than there are domains
-    assert reason(hello(roots=more)) == "too_many_items"
+    assert reason(nodes([[0, b"", b""], [0, b"", b""]])) == "duplicate_domain"
+    assert reason(nodes([[len(Domain), b"", b""]])) == "unknown_domain"
+    assert reason(nodes([[255, b"", b""]])) == "unknown_domain"
+    assert reason(nodes([[256, b"", b""]])) == "malformed_frame"
+    assert reason(nodes([[]])) == "malformed_frame"
+    more = [[d, b"", b""] for d in (*Domain, 0)]  # one more section than there are domains
+    assert reason(nodes(more)) == "too_many_items"
     section = [0, [], b"", [], []]
     assert decode([FrameType.TRANSFER, True, [section]]).sections[Domain.MESSAGES].empty
     long_section = [0, *[b""] * 8]  # nine items: over the eight any section may have
@@ -111,9 +116,11 @@ def test_sections_name_each_known_domain_at_most_once() -> None:
 
 
 def test_roots_and_salts_have_their_exact_lengths() -> None:
-    assert reason(hello(roots=[[0, bytes(31), 0]])) == "malformed_frame"
-    assert reason(hello(roots=[[0, bytes(32), 0, 0, 0]])) == "malformed_frame"
-    assert reason(hello(roots=[[0, bytes(32), 1 << 64]])) == "malformed_frame"
+    for index, bad in [(5, bytes(15)), (6, bytes(31)), (7, 1 << 64), (8, 1 << 32)]:
+        body = hello()  # digests, root xor, count, check
+        body[index] = bad
+        assert reason(body) == "malformed_frame", index
+    assert decode(hello()).cell == (bytes(32), 0, 0)  # an empty xor is zero
     body = hello()
     body[3] = bytes(15)
     assert reason(body) == "malformed_frame"
@@ -189,7 +196,7 @@ def test_what_is_not_a_known_frame(body: Any) -> None:
 
 def test_every_frame_round_trips() -> None:
     frames = [
-        Hello(3, bytes(range(16)), 8, ROOTS, 77, True),
+        hello_for(3, bytes(range(16)), 8, ROOTS, {Domain.MEMBERS: 5}, 77, True),
         Nodes({Domain.IDENTITY: (b"\x01", bytes(8))}, 5),
         Transfer(
             True,
@@ -218,5 +225,6 @@ def test_errors_name_the_bound_that_was_crossed() -> None:
 
 def test_a_hello_or_nodes_without_a_cutoff_means_none_and_not_final() -> None:
     # the protocol reads 0 as "no cutoff": a default of anything else would expire messages
-    assert Hello(1, bytes(16), 4, ROOTS) == Hello(1, bytes(16), 4, ROOTS, 0, False)
+    hello = hello_for(1, bytes(16), 4, ROOTS)
+    assert hello == Hello(1, bytes(16), 4, hello.digests, hello.cell, 0, False)
     assert Nodes({}).cutoff_ms == 0

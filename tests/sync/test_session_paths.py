@@ -34,7 +34,14 @@ from sync.frames import (
     encode_frame,
 )
 from sync.loopback import LoopbackResult, run_session
-from sync.protocol import SessionRole, State, SyncConfig, SyncSession, salted_prefix
+from sync.protocol import (
+    SessionRole,
+    State,
+    SyncConfig,
+    SyncSession,
+    hello_for,
+    salted_prefix,
+)
 from sync.replica import MemoryReplica
 
 from sync_support import (
@@ -249,7 +256,7 @@ def test_a_hello_while_the_responder_still_pushes_is_refused() -> None:
     """A HELLO closes a pass once the responder has pushed all it holds (it may still ask:
     the HELLO's records answer that); before, it is refused."""
     roots = {d: (bytes(32), 0) for d in Domain}
-    hello = Hello(2, bytes(16), 4, roots, 0, False)
+    hello = hello_for(2, bytes(16), 4, roots)
     records = [message(n) for n in range(0, 3)]
     one = max(len(r.encoded) for r in records)
     i = SyncSession(INIT, engine(), now_ms=0, salt_seed=b"t", config=CELLS)
