@@ -189,13 +189,9 @@ class BenchReplica:
 
     def __init__(self, shared: SharedIds, tree: MerkleTree) -> None:
         self.shared = shared
-        # members and identity: empty on both sides, so equal and never descended
-        self.trees = {
-            Domain.MESSAGES: tree,
-            Domain.MEMBERS: MerkleTree(),
-            Domain.IDENTITY: MerkleTree(),
-            Domain.DELETES: MerkleTree(),
-        }
+        # members, identity and deletes: the same OTHER_DOMAIN_IDS ids on both sides, so
+        # equal and never descended, but not empty: HELLO announces four non-empty roots
+        self.trees = {Domain.MESSAGES: tree, **{d: t.copy() for d, t in _other_trees().items()}}
         self.extras: dict[bytes, MsgV1] = {}
         self.extra_index: dict[int, list[bytes]] = {}
         self._extra_sorted: list[bytes] | None = []  # None: to sort again
@@ -282,6 +278,20 @@ class BenchReplica:
         if domain is not Domain.MESSAGES:
             raise AssertionError(f"records arrived for {domain.name}, whose trees are equal")
         return sum(self.add(r) for r in records if isinstance(r, MsgV1))
+
+
+OTHER_DOMAIN_IDS = 1_000  # ids each replica holds in each of the other three domains
+_OTHER_TREES: dict[Domain, MerkleTree] = {}
+
+
+def _other_trees() -> dict[Domain, MerkleTree]:
+    """The trees of members, identity and deletes every bench replica starts from."""
+    if not _OTHER_TREES:
+        rng = random.Random("bench-sync:other-domains")
+        for domain in (Domain.MEMBERS, Domain.IDENTITY, Domain.DELETES):
+            ids = [rng.randbytes(RECORD_ID_LEN) for _ in range(OTHER_DOMAIN_IDS)]
+            _OTHER_TREES[domain] = MerkleTree.from_ids(ids)
+    return _OTHER_TREES
 
 
 def _no_cutoff(cutoff_ms: int | None) -> None:
