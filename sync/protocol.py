@@ -4,9 +4,11 @@ Theory of operation
 -------------------
 Two replicas hold the same three Merkle trees (``sync.merkle``: fan-out 16,
 depth 4, 65,536 leaf buckets). The *initiator* (I) opens a **pass** with HELLO:
-its full-width roots, a fresh salt and the hash width. The *responder* (R)
-answers DONE if every root matches — one round trip for d = 0 — and otherwise
-starts a descent for the domains that differ. The descent alternates sides so
+a fresh salt, the hash width, a 4-byte salted digest of each domain's root and
+one full-width cell of the roots summed over the domains (``hello_for``). The
+*responder* (R) answers DONE if every digest and the summed cell match — one
+round trip of ~88 bytes for d = 0 — and otherwise starts a descent for the
+domains whose digests differ. The descent alternates sides so
 every frame both answers and asks:
 
     R: NODES  hashes of all 256 depth-2 nodes
@@ -26,7 +28,10 @@ SKETCH — an IBLT (``sync.sketch``) of salted short ids of its ids under the
 differing nodes, ~1.5 d cells — and the other subtracts its own, peels, pushes
 what only it holds and asks for the rest by short id (``short_wants``). A
 sketch that does not decode is answered once with a larger one from the other
-side. Roots that differ by exactly one id name it without any descent. The
+side. Summed roots that differ by exactly one id, in the one domain whose digest
+differs, name it without any descent. The side that opens a sketched region
+checks its listing against its tree, bucket by bucket (``_checked_listing``), and
+leaves out (announcing them in ``skip``) buckets that list more than the tree files. The
 initiator closes a pass with a HELLO that carries its last pushes, so the
 records and the root comparison share a round trip.
 
