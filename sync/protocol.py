@@ -773,9 +773,15 @@ class SyncSession:
     def _answer_with_hashes(self, sections: dict[Domain, tuple[bytes, bytes]], depth: int) -> Nodes:
         """Flag the peer's differing nodes at ``depth``; send our hashes of their children."""
         self._section_domains(sections, "NODES")
+        differs = {
+            d: self._descend(d, flags, hashes, depth) for d, (flags, hashes) in sections.items()
+        }
+        return self._children_hashes(differs, depth)
+
+    def _children_hashes(self, differs: dict[Domain, list[int]], depth: int) -> Nodes:
+        """Flags over the peer's nodes at ``depth`` (``differs``), our hashes of their children."""
         out = {}
-        for domain, (flags, hashes) in sections.items():
-            differ = self._descend(domain, flags, hashes, depth)
+        for domain, differ in differs.items():
             dp = self._domains[domain]
             reply_flags = write_flags(dp.sent, set(differ))
             dp.sent, dp.sent_depth = children(depth, differ), depth + 1
@@ -855,17 +861,8 @@ class SyncSession:
             differ and len(differ) == len(self._domains[d].sent) for d, differ in differs.items()
         )
         if depth < DEPTH and saturated:
-            out = {}
-            for domain, differ in differs.items():
-                dp = self._domains[domain]
-                reply_flags = write_flags(dp.sent, set(differ))
-                dp.sent, dp.sent_depth = children(depth, differ), depth + 1
-                out[domain] = (
-                    reply_flags,
-                    self._tree(domain).hashes(depth + 1, dp.sent, self._salt, self._width),
-                )
             self.state = deeper
-            return Nodes(out)
+            return self._children_hashes(differs, depth)
         # Another session of ours holds buckets: the peer would push into them as well, so
         # ask for its sketch and decode it here, claiming exactly the buckets it names.
         request = self._claims is not None and self._claims.others_hold(self)
