@@ -1000,12 +1000,28 @@ class SyncSession:
             }
             ours = self._claim_decoded(domain, region, named - region.bad)
             dp.outbox.extend(i for i in mine if bucket_of(i) in ours)
-            dp.short_wants.extend(s for s in peeled.theirs if bucket_of_short(s, width) in ours)
+            wants = [s for s in peeled.theirs if bucket_of_short(s, width) in ours]
+            dp.short_wants.extend(self._still_missing(domain, region, wants, ours))
         if answers:
             self.state = State.AWAIT_DECODE
             return Sketches(answers, answer=True)
         self.state = State.TRANSFER
         return self._next_transfer()
+
+    def _still_missing(
+        self, domain: Domain, region: _Region, wants: list[int], buckets: set[int]
+    ) -> list[int]:
+        """Of the short ids a decode asks for, those we still lack now that their buckets are
+        ours. A decoder claims after it read its region: a session that held those buckets
+        meanwhile wrote what it brought and freed them (it frees only after writing), so the
+        buckets are read again rather than asking for the same records twice."""
+        if not wants or region.sent or self._claims is None:
+            return wants
+        ids, _ = self._checked_listing(
+            domain, sorted(buckets), self._read_region(domain, sorted(buckets))
+        )
+        have = set(short_ids(region.key, ids).tolist())
+        return [s for s in wants if s not in have]
 
     def _claim_decoded(self, domain: Domain, region: _Region, named: set[int]) -> set[int]:
         """Of the buckets a decode named, those this session moves: what the sender of the
