@@ -290,5 +290,8 @@ def lookup(shorts: U64, ids: bytes, wanted: Sequence[int]) -> list[bytes]:
         return []
     want = np.asarray(sorted(set(wanted)), dtype=np.uint64)
     at = np.minimum(np.searchsorted(want, shorts), len(want) - 1)
-    found = np.flatnonzero(want[at] == shorts).tolist()
-    return [ids[k * RECORD_ID_LEN : (k + 1) * RECORD_ID_LEN] for k in found]
+    found = np.flatnonzero(want[at] == shorts)
+    pairs = sorted(  # by short id, then id: not the listing's order, which may vary by process
+        (int(shorts[k]), ids[k * RECORD_ID_LEN : (k + 1) * RECORD_ID_LEN]) for k in found.tolist()
+    )
+    return [record_id for _, record_id in pairs]
