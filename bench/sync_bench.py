@@ -58,7 +58,7 @@ from sync.loopback import LoopbackResult, run_session
 from sync.merkle import DEPTH, FANOUT, MerkleTree
 from sync.protocol import KINDS, TOP_DEPTH, SyncConfig
 from sync.replica import Record
-from sync.scope import EVERYTHING, Scope, require_everything
+from sync.scope import EVERYTHING, Scope, ScopeNotServed
 
 SPAN_MS = 30 * 24 * 3600 * 1000  # the shared records' notional time range
 PAYLOAD = 200  # bytes per differing message
@@ -212,14 +212,19 @@ class BenchReplica:
 
     # --- Replica ---
 
-    def tree(self, domain: Domain, scope: Scope = EVERYTHING) -> MerkleTree:
-        require_everything(scope)
+    scope = EVERYTHING
+
+    def tree(self, domain: Domain) -> MerkleTree:
+        return self.trees[domain]
+
+    def scope_tree(self, domain: Domain, scope: Scope) -> MerkleTree:
+        _full(scope)
         return self.trees[domain]
 
     def bucket_ids(
         self, domain: Domain, bucket: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
     ) -> list[bytes]:
-        require_everything(scope)
+        _full(scope)
         _no_cutoff(cutoff_ms)
         if domain is not Domain.MESSAGES:
             return []
@@ -235,7 +240,7 @@ class BenchReplica:
         cutoff_ms: int | None,
         scope: Scope = EVERYTHING,
     ) -> bytes:
-        require_everything(scope)
+        _full(scope)
         _no_cutoff(cutoff_ms)
         if domain is not Domain.MESSAGES:
             return b""
@@ -258,7 +263,7 @@ class BenchReplica:
         settled_ms: int | None = None,
         scope: Scope = EVERYTHING,
     ) -> list[bytes | None]:
-        require_everything(scope)
+        _full(scope)
         _no_cutoff(cutoff_ms)
         _no_cutoff(settled_ms)
         out: list[bytes | None] = []
@@ -292,6 +297,11 @@ def _other_trees() -> dict[Domain, MerkleTree]:
             ids = [rng.randbytes(RECORD_ID_LEN) for _ in range(OTHER_DOMAIN_IDS)]
             _OTHER_TREES[domain] = MerkleTree.from_ids(ids)
     return _OTHER_TREES
+
+
+def _full(scope: Scope) -> None:
+    if not scope.is_full:
+        raise ScopeNotServed("the benchmark's replicas hold every chat only")
 
 
 def _no_cutoff(cutoff_ms: int | None) -> None:

@@ -23,6 +23,12 @@ The node never reads a payload; this is the client's side (SECURITY.md, "Group e
   (the add was concurrent: it arrived later) gives the added member message grants for
   exactly those messages (``missing_grants``): whatever the arrival order, once every op
   has arrived, every member reads every message sent while they were a member.
+* **Hand-overs.** A sender removed before it learnt of such an add can no longer grant (a
+  removed member's messages are refused). One member who reads the message — the active
+  member with the lowest id among its epoch's recipients — hands its key over instead
+  (``handover_grants``). Every grants message names, in clear, the removals its sender had
+  seen (membership the node holds anyway), and a sender starts a new epoch when that list
+  changes: so a hand-over never reaches a member whose removal the sender had seen.
 
 A sender's state is not kept anywhere but in the chat: its own grants include itself, so
 its epochs are read back from the replicated messages (``Keyring``).
@@ -31,8 +37,9 @@ its epochs are read back from the replicated messages (``Keyring``).
 from __future__ import annotations
 
 import os
+from bisect import bisect_right
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import blake3
@@ -44,8 +51,10 @@ from nacl.exceptions import CryptoError
 from nacl.public import Box, PublicKey
 
 from client.e2e import E2eError, UserKey
+from store.access import MemberHistory
 from store.errors import DecodeError
 from store.hlc import Hlc
+from store.keys import USER_ID_LEN
 from store.ops import BOX_KEY_LEN
 from store.records import canonical_cbor, ensure_canonical, field_bytes, load_array
 
@@ -53,8 +62,9 @@ KEY_LEN = 32
 KEY_ID_LEN = 16
 NONCE_LEN = 24
 GROUP_MESSAGE_VERSION = 2  # a DM envelope's is 1: the two never open as each other
-GRANTS_VERSION = 3
+GRANTS_VERSION = 4
 MAX_RECIPIENTS = 1_000  # per grants message: ~100 bytes each, well under a payload's limit
+MAX_REMOVED = 1_000  # removals a grants message names: the newest (40 bytes each)
 MAX_GRANTS = 1_000  # per recipient in one message
 MAX_GROUP_PAYLOAD = 512 * 1024  # above any node's payload limit: the node's is the one that counts
 EPOCH_MESSAGES = 1_000
@@ -190,13 +200,60 @@ class Grant:
         return [self.key_id, None if self.hlc is None else self.hlc.pack(), self.key]
 
 
+Removed = frozenset[tuple[bytes, Hlc]]  # (user, their latest removal) as a sender saw it
+NO_REMOVALS: Removed = frozenset()
+LATEST = Hlc.unpack((1 << 64) - 1)  # after every stamp: a member's state now
+
+
+class Membership:
+    """A chat's member ops as one member holds them ((user, stamp, is_add)): who is in now,
+    who was at a stamp and by which add, whom it saw removed. ``always``: members without
+    ops of their own (a model's creator)."""
+
+    def __init__(self, ops: Iterable[tuple[bytes, Hlc, bool]], always: Iterable[bytes] = ()):
+        stamps: dict[bytes, list[tuple[Hlc, bool]]] = {}
+        for user, hlc, is_add in ops:
+            stamps.setdefault(user, []).append((hlc, is_add))
+        self.histories = {user: MemberHistory.of(pairs) for user, pairs in stamps.items()}
+        self.always = frozenset(always)
+
+    def active(self) -> frozenset[bytes]:
+        now = {u for u, h in self.histories.items() if h.active_at(LATEST)}
+        return frozenset(now | self.always)
+
+    def deciding_add(self, user: bytes, hlc: Hlc) -> Hlc | None:
+        """The add that makes ``user`` a member at ``hlc`` (None: no member then)."""
+        if user in self.always:
+            return Hlc(0)
+        history = self.histories.get(user)
+        if history is None or not history.active_at(hlc):
+            return None
+        return history.adds[bisect_right(history.adds, hlc) - 1]
+
+    def removals(self) -> Removed:
+        """The users removed now, each with their latest removal; the newest ``MAX_REMOVED``."""
+        gone = [
+            (user, h.removes[-1])
+            for user, h in self.histories.items()
+            if h.removes and user not in self.always and not h.active_at(LATEST)
+        ]
+        gone.sort(key=lambda pair: (pair[1], pair[0]), reverse=True)
+        return frozenset(gone[:MAX_REMOVED])
+
+
 def seal_grants(
-    sender: UserKey, grants: dict[bytes, list[Grant]], box_keys: dict[bytes, bytes]
+    sender: UserKey,
+    grants: dict[bytes, list[Grant]],
+    box_keys: dict[bytes, bytes],
+    removed: Removed = NO_REMOVALS,
 ) -> bytes:
-    """A grants message's payload: ``[3, sender_box_key, [[recipient, box_key, boxed], ...]]``,
-    each recipient's grants boxed to the box key their identity publishes (``box_keys``)."""
+    """A grants message's payload: ``[4, sender_box_key, removed, [[recipient, box_key,
+    boxed], ...]]``, each recipient's grants boxed to the box key their identity publishes
+    (``box_keys``); ``removed``: ``[user, packed stamp]`` per removal the sender had seen."""
     if not 1 <= len(grants) <= MAX_RECIPIENTS:
         raise ValueError(f"a grants message names 1..{MAX_RECIPIENTS} recipients")
+    if len(removed) > MAX_REMOVED:
+        raise ValueError(f"a grants message names at most {MAX_REMOVED} removals")
     rows = []
     sender_box = sender.box_private  # derived from the ed25519 key on every read: once here
     for recipient in sorted(grants):
@@ -206,7 +263,8 @@ def seal_grants(
         box = Box(sender_box, PublicKey(box_keys[recipient]))
         boxed = bytes(box.encrypt(canonical_cbor([1, [g.row() for g in given]])))
         rows.append([recipient, box_keys[recipient], boxed])
-    return canonical_cbor([GRANTS_VERSION, sender.box_key, rows])
+    gone = [[user, hlc.pack()] for user, hlc in sorted(removed)]
+    return canonical_cbor([GRANTS_VERSION, sender.box_key, gone, rows])
 
 
 def open_grants(reader: UserKey, payload: bytes, sender_box_key: bytes) -> list[Grant]:
@@ -215,7 +273,7 @@ def open_grants(reader: UserKey, payload: bytes, sender_box_key: bytes) -> list[
     ``sender_box_key``: the box key the message's sender published (their verified
     identity); the message's signature binds the payload to that sender.
     """
-    box_key, rows = _decode_grants(payload)
+    box_key, _, rows = _decode_grants(payload)
     if box_key != sender_box_key:
         raise E2eError("the grants' sender key is not the key the sender published")
     mine = [row for row in rows if type(row) is list and len(row) == 3 and row[0] == reader.user_id]
@@ -231,20 +289,51 @@ def open_grants(reader: UserKey, payload: bytes, sender_box_key: bytes) -> list[
     return _decode_grant_rows(plain)
 
 
-def _decode_grants(payload: bytes) -> tuple[bytes, list[Any]]:
-    """A grants message's sender box key and its recipients' rows (shape checked, not opened)."""
+@dataclass(frozen=True)
+class Notice:
+    """What a grants message tells every member in clear: whom it grants to, and the removals
+    its sender had seen (the membership the node holds anyway)."""
+
+    recipients: frozenset[bytes]
+    removed: dict[bytes, Hlc]
+
+
+def read_notice(payload: bytes) -> Notice:
+    _, removed, rows = _decode_grants(payload)
+    recipients = frozenset(row[0] for row in rows if type(row) is list and row and type(row[0]) is bytes)  # fmt: skip
+    return Notice(recipients, removed)
+
+
+def _decode_grants(payload: bytes) -> tuple[bytes, dict[bytes, Hlc], list[Any]]:
+    """A grants message's sender box key, the removals it names and its recipients' rows
+    (shape checked, not opened)."""
     try:
         v = load_array(
-            payload, what="grants", version=GRANTS_VERSION, fields=3, max_bytes=MAX_GROUP_PAYLOAD
+            payload, what="grants", version=GRANTS_VERSION, fields=4, max_bytes=MAX_GROUP_PAYLOAD
         )
         box_key = field_bytes(v[1], "sender_box_key", length=BOX_KEY_LEN)
-        rows = v[2]
+        removed = _decode_removed(v[2])
+        rows = v[3]
         if type(rows) is not list or not 1 <= len(rows) <= MAX_RECIPIENTS:
             raise DecodeError(f"grants: 1..{MAX_RECIPIENTS} recipients")
         ensure_canonical(v, payload, "grants")
     except DecodeError as exc:
         raise E2eError(f"not a grants message: {exc}") from None
-    return box_key, rows
+    return box_key, removed, rows
+
+
+def _decode_removed(value: object) -> dict[bytes, Hlc]:
+    if type(value) is not list or len(value) > MAX_REMOVED:
+        raise DecodeError(f"grants: at most {MAX_REMOVED} removals")
+    out: dict[bytes, Hlc] = {}
+    for row in value:
+        if type(row) is not list or len(row) != 2:
+            raise DecodeError("a removal is [user, packed stamp]")
+        user = field_bytes(row[0], "removed user", length=USER_ID_LEN)
+        if type(row[1]) is not int or not 0 <= row[1] < 1 << 64 or user in out:
+            raise DecodeError("a removal's stamp is a packed u64, once per user")
+        out[user] = Hlc.unpack(row[1])
+    return out
 
 
 def _decode_grant_rows(plain: bytes) -> list[Grant]:
@@ -286,13 +375,17 @@ class Keyring:
     chat_id: bytes
     epochs: dict[tuple[bytes, bytes], bytes] = field(default_factory=dict)  # (sender, id) -> key
     messages: dict[tuple[bytes, Hlc], list[bytes]] = field(default_factory=dict)  # (id, hlc)
+    notices: dict[tuple[bytes, bytes], Notice] = field(default_factory=dict)  # an epoch's
 
-    def learn(self, sender: bytes, grants: Iterable[Grant]) -> None:
+    def learn(self, sender: bytes, grants: Iterable[Grant], notice: Notice | None = None) -> None:
+        """``notice``: the grants message's, kept beside the epochs it grants (hand-overs)."""
         for g in grants:
             if g.hlc is None:
                 if key_id_of(g.key) != g.key_id:
                     continue  # a key that is not what it claims: worthless, and not kept
                 self.epochs[(sender, g.key_id)] = g.key
+                if notice is not None:
+                    self.notices[(sender, g.key_id)] = notice
             else:
                 candidates = self.messages.setdefault((g.key_id, g.hlc), [])
                 if g.key not in candidates:
@@ -332,25 +425,34 @@ class Epoch:
     recipients: frozenset[bytes]
     started: Hlc
     sent: int = 0  # messages sealed under it
+    removed: Removed = NO_REMOVALS  # the removals its sender had seen when it started it
+    # recipients whose grant the chat hides: it was stamped while its sender was (as it
+    # learnt later) removed — owed again, as message grants
+    hidden: frozenset[bytes] = frozenset()
 
     @property
     def key_id(self) -> bytes:
         return key_id_of(self.key)
 
 
-def needs_new_epoch(epoch: Epoch | None, members: frozenset[bytes], now: Hlc) -> bool:
-    """Whether a sender must start an epoch before sealing: it has none, the members changed
-    (an add or a removal), or the epoch is used up."""
+def needs_new_epoch(
+    epoch: Epoch | None, members: frozenset[bytes], now: Hlc, removed: Removed = NO_REMOVALS
+) -> bool:
+    """Whether a sender must start an epoch before sealing: it has none, the members or the
+    removals it sees changed (an add or a removal), some of its grants are hidden, or the
+    epoch is used up."""
     return (
         epoch is None
         or epoch.recipients != members
+        or epoch.removed != removed
+        or bool(epoch.hidden)
         or epoch.sent >= EPOCH_MESSAGES
         or now.physical_ms - epoch.started.physical_ms >= EPOCH_MS
     )
 
 
-def new_epoch(members: frozenset[bytes], now: Hlc) -> Epoch:
-    return Epoch(os.urandom(KEY_LEN), members, now)
+def new_epoch(members: frozenset[bytes], now: Hlc, removed: Removed = NO_REMOVALS) -> Epoch:
+    return Epoch(os.urandom(KEY_LEN), members, now, removed=removed)
 
 
 def epoch_grants(epoch: Epoch) -> dict[bytes, list[Grant]]:
@@ -361,17 +463,22 @@ def epoch_grants(epoch: Epoch) -> dict[bytes, list[Grant]]:
 
 def seal_epoch(sender: UserKey, epoch: Epoch, box_keys: dict[bytes, bytes]) -> list[bytes]:
     """The grants messages' payloads that hand ``epoch``'s key to each of its recipients."""
-    return seal_grants_split(sender, epoch_grants(epoch), box_keys)
+    return seal_grants_split(sender, epoch_grants(epoch), box_keys, epoch.removed)
 
 
 def seal_grants_split(
-    sender: UserKey, grants: dict[bytes, list[Grant]], box_keys: dict[bytes, bytes]
+    sender: UserKey,
+    grants: dict[bytes, list[Grant]],
+    box_keys: dict[bytes, bytes],
+    removed: Removed = NO_REMOVALS,
 ) -> list[bytes]:
     """``grants`` as grants messages' payloads, ``MAX_RECIPIENTS`` recipients to a message (a
     large group's epoch takes several)."""
     recipients = sorted(grants)
     return [
-        seal_grants(sender, {r: grants[r] for r in recipients[at : at + MAX_RECIPIENTS]}, box_keys)
+        seal_grants(
+            sender, {r: grants[r] for r in recipients[at : at + MAX_RECIPIENTS]}, box_keys, removed
+        )
         for at in range(0, len(recipients), MAX_RECIPIENTS)
     ]
 
@@ -391,12 +498,15 @@ def missing_grants(
     granted: Callable[[bytes, bytes, Hlc], bool],
 ) -> dict[bytes, list[Grant]]:
     """Message grants for members who were members at a message's stamp but are not among its
-    epoch's recipients (an add the sender learnt of late), and have no grant for it yet."""
+    epoch's recipients (an add the sender learnt of late) or whose epoch grant is hidden, and
+    have no grant for it yet."""
     out: dict[bytes, list[Grant]] = {}
     everyone = list(members)
     for message in sent:
+        epoch = message.epoch
         for user in everyone:
-            if user in message.epoch.recipients or not member_at(user, message.hlc):
+            has_epoch = user in epoch.recipients and user not in epoch.hidden
+            if has_epoch or not member_at(user, message.hlc):
                 continue
             if granted(user, message.epoch.key_id, message.hlc):
                 continue
@@ -405,10 +515,53 @@ def missing_grants(
     return out
 
 
+def handover_grants(
+    ring: Keyring,
+    me: bytes,
+    messages: Iterable[tuple[bytes, Hlc, bytes]],
+    members: Membership,
+    handed: Callable[[bytes, bytes, Hlc], bool],
+) -> dict[bytes, list[Grant]]:
+    """Message grants ``me`` hands over for senders who can no longer grant their own.
+
+    ``messages``: the chat's sealed messages (sender, stamp, payload); ``handed``: whether
+    ``me`` already granted (user, key id, stamp). A message qualifies when its sender is no
+    active member, ``me`` holds its epoch's key, and ``me`` has the lowest id among the
+    epoch's recipients still active (one member hands over, not all). It goes to each user
+    who was a member at its stamp and whom the epoch left out — unless its sender had seen a
+    removal of theirs as recent as the add that made them one: then it left them out on
+    purpose."""
+    out: dict[bytes, list[Grant]] = {}
+    active = members.active()
+    for sender, hlc, payload in messages:
+        if sender in active:
+            continue  # still a member: it grants its own (missing_grants)
+        try:
+            key_id = decode_group(payload).key_id
+        except E2eError:
+            continue
+        notice = ring.notices.get((sender, key_id))
+        epoch_key = ring.epochs.get((sender, key_id))
+        if notice is None or epoch_key is None:
+            continue
+        if min((u for u in notice.recipients if u in active), default=None) != me:
+            continue
+        for user in sorted(members.histories.keys() - notice.recipients):
+            added_at = members.deciding_add(user, hlc)
+            if added_at is None or handed(user, key_id, hlc):
+                continue
+            removal = notice.removed.get(user)
+            if removal is not None and removal >= added_at:
+                continue
+            key = message_key(epoch_key, ring.chat_id, sender, hlc)
+            out.setdefault(user, []).append(Grant(key_id, hlc, key))
+    return out
+
+
 def open_own_grants(sender: UserKey, payload: bytes) -> dict[bytes, list[Grant]]:
     """Every recipient's grants in a grants message ``sender`` sent (``Box`` is symmetric: the
     sender opens what it sealed for each recipient)."""
-    _, rows = _decode_grants(payload)
+    _, _, rows = _decode_grants(payload)
     out: dict[bytes, list[Grant]] = {}
     sender_box = sender.box_private
     for row in rows:
@@ -445,19 +598,27 @@ class SenderState:
         me: UserKey,
         own_grants: Iterable[tuple[Hlc, bytes]],
         own_messages: Iterable[tuple[Hlc, bytes]],
+        member_at: Callable[[Hlc], bool] = lambda hlc: True,
     ) -> SenderState:
+        """``member_at``: whether ``me`` was a member at a stamp, as far as it knows now — a
+        grants message stamped otherwise is hidden by every replica, its grants not given."""
         state = cls()
         latest: Hlc | None = None
         for hlc, payload in sorted(own_grants, key=lambda pair: pair[0]):
+            removed = frozenset(read_notice(payload).removed.items())
+            shown = member_at(hlc)
             for user, grants in open_own_grants(me, payload).items():
                 for g in grants:
                     if g.hlc is not None:
-                        state.granted.add((user, g.key_id, g.hlc))
+                        if shown:
+                            state.granted.add((user, g.key_id, g.hlc))
                         continue
-                    epoch = state.epochs.get(g.key_id) or Epoch(g.key, frozenset(), hlc)
-                    state.epochs[g.key_id] = Epoch(
-                        epoch.key, epoch.recipients | {user}, epoch.started
+                    epoch = state.epochs.get(g.key_id) or Epoch(
+                        g.key, frozenset(), hlc, removed=removed
                     )
+                    hidden = epoch.hidden if shown else epoch.hidden | {user}
+                    recipients = epoch.recipients | {user}
+                    state.epochs[g.key_id] = replace(epoch, recipients=recipients, hidden=hidden)
                     if latest is None or hlc >= latest:
                         latest = hlc
                         state.current = state.epochs[g.key_id]
@@ -472,7 +633,5 @@ class SenderState:
                 counts[key_id] = counts.get(key_id, 0) + 1
         if state.current is not None:
             current = state.epochs[state.current.key_id]  # with every recipient gathered
-            state.current = Epoch(
-                current.key, current.recipients, current.started, counts.get(current.key_id, 0)
-            )
+            state.current = replace(current, sent=counts.get(current.key_id, 0))
         return state

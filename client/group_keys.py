@@ -5,9 +5,10 @@ kind KEYS, ``GET /chats/{chat}/messages?kind=6``), the members with their add st
 members' box keys from their verified identities. So any node, and any device of the user
 holding the key file, seals and opens the same way.
 
-Cost: one page walk over the chat's grants per command (a few per membership change and
-sender), and a backward walk over the chat's newest messages only when a member was added
-behind a sender's epoch (down to that add's stamp) for the late grants.
+Cost: one page walk over the chat's grants and one over its member ops per command (a few
+per membership change and sender), and a backward walk over the chat's newest messages only
+when a member was added behind a sender's epoch (down to that add's stamp) for the late
+grants, or a removed sender's epoch left out someone this user now hands keys to.
 """
 
 from __future__ import annotations
@@ -19,23 +20,29 @@ from nacl.signing import VerifyKey
 
 from client.e2e import E2eError, UserKey
 from client.group_e2e import (
+    NO_REMOVALS,
     Grant,
     Keyring,
+    Membership,
+    Removed,
     SenderState,
     decode_group,
     epoch_grants,
+    handover_grants,
     is_group_sealed,
     message_key,
     missing_grants,
     needs_new_epoch,
     new_epoch,
     open_grants,
+    read_notice,
     seal_grants_split,
     seal_group,
 )
 from client.http import ChatsyncClient, Member
 from store.hlc import Hlc
 from store.messages import MAX_PAGE_LIMIT
+from store.ops import MembershipAction, MembershipOp
 from store.records import MessageKind, MsgV1
 
 SEALED_KINDS = (MessageKind.NEW, MessageKind.REPLY, MessageKind.EDIT)
@@ -79,6 +86,7 @@ class GroupKeys:
         self._grants: list[MsgV1] | None = None
         self._box_keys = box_keys or BoxKeys(client, key)
         self._keyring: Keyring | None = None
+        self._starts: dict[tuple[bytes, bytes], Hlc] = {}  # (sender, epoch id) -> its grant's
 
     # --- reading ---
 
@@ -110,7 +118,11 @@ class GroupKeys:
                 # gives both): no identity to look up, nothing another key could stand in for
                 sender_box = box_key_of_signer(msg.author_key)
                 try:
-                    ring.learn(msg.sender, open_grants(self.key, msg.payload, sender_box))
+                    grants = open_grants(self.key, msg.payload, sender_box)
+                    ring.learn(msg.sender, grants, read_notice(msg.payload))
+                    for g in grants:
+                        if g.hlc is None:
+                            self._starts.setdefault((msg.sender, g.key_id), msg.hlc)
                 except E2eError:
                     continue
             self._keyring = ring
@@ -140,18 +152,23 @@ class GroupKeys:
             members = self.client.member_list(self.chat_id)
         recipients = frozenset(m.user_id for m in members if self.box_key(m.user_id) is not None)
         left_out = sorted(m.user_id for m in members if m.user_id not in recipients)
-        state = SenderState() if new_chat else self._sender_state(members)
+        membership = Membership([]) if new_chat else self.membership()
+        state = SenderState() if new_chat else self._sender_state(members, membership)
         grants: list[MsgV1] = []
         late = missing_grants(
             self.chat_id, self.key.user_id, state.sent, _member_at(members), recipients,
             lambda user, key_id, hlc: (user, key_id, hlc) in state.granted,
         )  # fmt: skip
         grants += self._grant_messages(late, now)
+        removals: Removed = NO_REMOVALS
+        if not new_chat:
+            removals = membership.removals()
+            grants += self._grant_messages(self._handovers(membership, state), now)
         epoch = state.current
         stamp = now()
-        if needs_new_epoch(epoch, recipients, stamp):
-            epoch = new_epoch(recipients, stamp)
-            grants += self._grant_messages(epoch_grants(epoch), now)
+        if needs_new_epoch(epoch, recipients, stamp, removals):
+            epoch = new_epoch(recipients, stamp, removals)
+            grants += self._grant_messages(epoch_grants(epoch), now, removals)
             stamp = now()
         assert epoch is not None
         key = message_key(epoch.key, self.chat_id, self.key.user_id, stamp)
@@ -172,32 +189,79 @@ class GroupKeys:
         return self._grant_messages({user: grants}, now) if grants else []
 
     def _grant_messages(
-        self, grants: dict[bytes, list[Grant]], now: Callable[[], Hlc]
+        self,
+        grants: dict[bytes, list[Grant]],
+        now: Callable[[], Hlc],
+        removals: Removed = NO_REMOVALS,
     ) -> list[MsgV1]:
-        box_keys = {user: self.box_key(user) or b"" for user in grants}
+        box_keys = {user: key for user in grants if (key := self.box_key(user)) is not None}
+        grants = {user: given for user, given in grants.items() if user in box_keys}
         return [
             MsgV1.create(self.key.signing_key, self.chat_id, now(), payload, kind=MessageKind.KEYS)
-            for payload in seal_grants_split(self.key, grants, box_keys)
+            for payload in (
+                seal_grants_split(self.key, grants, box_keys, removals) if grants else []
+            )
         ]
 
-    def _sender_state(self, members: list[Member]) -> SenderState:
+    def membership(self) -> Membership:
+        """The chat's member ops as this node holds them."""
+        ops: list[tuple[bytes, Hlc, bool]] = []
+        cursor = None
+        while True:
+            page = self.client.member_ops(self.chat_id, cursor=cursor, limit=MAX_PAGE_LIMIT)
+            ops += [
+                (op.user_id, op.hlc, op.action == MembershipAction.ADD)
+                for op in page.ops
+                if isinstance(op, MembershipOp)
+            ]
+            if (cursor := page.next_cursor) is None:
+                return Membership(ops)
+
+    def _handovers(self, membership: Membership, state: SenderState) -> dict[bytes, list[Grant]]:
+        """The keys this user hands over for removed senders (``handover_grants``). The
+        chat's messages are walked back only when some removed sender's epoch left out a user
+        added before that epoch ended (its sender's next epoch, or its removal) and not on
+        purpose; down to the earliest such add or epoch start."""
+        ring = self.keyring()
+        since = _handover_window(membership, ring, self._starts)
+        if since is None:
+            return {}
+        active = membership.active()
+        wanted = self._sealed_since(since, lambda msg: msg.sender not in active)
+        return handover_grants(
+            ring, self.key.user_id, [(m.sender, m.hlc, m.payload) for m in wanted], membership,
+            lambda user, key_id, hlc: (user, key_id, hlc) in state.granted,
+        )  # fmt: skip
+
+    def _sender_state(self, members: list[Member], membership: Membership) -> SenderState:
+        """This user's epochs and grants, from its shown grants and the ones the chat hides
+        (stamped while, as the member ops now show, it was removed: owed again)."""
         me = self.key.user_id
         own = [(m.hlc, m.payload) for m in self.grants_messages() if m.sender == me]
-        epochs_only = SenderState.read(self.key, own, [])
-        # only messages after an add that some epoch of ours left out can owe a late grant
+        own += [(m.hlc, m.payload) for m in self.client.own_hidden(self.chat_id, MessageKind.KEYS)]
+
+        def was_member(hlc: Hlc) -> bool:
+            return membership.deciding_add(me, hlc) is not None
+
+        epochs_only = SenderState.read(self.key, own, [], was_member)
+        # only messages after an add that some epoch of ours left out, or under an epoch whose
+        # grant is hidden, can owe a grant
         behind = [
             m.added_at
             for m in members
             for epoch in epochs_only.epochs.values()
             if m.user_id not in epoch.recipients and m.added_at >= epoch.started
         ]
+        behind += [epoch.started for epoch in epochs_only.epochs.values() if epoch.hidden]
         if not behind:
             return epochs_only
-        return SenderState.read(self.key, own, self._own_sealed_since(min(behind)))
+        mine = self._sealed_since(min(behind), lambda msg: msg.sender == me)
+        return SenderState.read(self.key, own, [(m.hlc, m.payload) for m in mine], was_member)
 
-    def _own_sealed_since(self, since: Hlc) -> list[tuple[Hlc, bytes]]:
-        """This user's sealed messages stamped at or after ``since``, newest first."""
-        out: list[tuple[Hlc, bytes]] = []
+    def _sealed_since(self, since: Hlc, wanted: Callable[[MsgV1], bool]) -> list[MsgV1]:
+        """The chat's sealed messages stamped at or after ``since`` that are ``wanted``,
+        newest first."""
+        out: list[MsgV1] = []
         cursor = None
         while True:
             page = self.client.history(
@@ -207,8 +271,8 @@ class GroupKeys:
                 msg = item.msg
                 if msg.hlc < since:
                     return out
-                if msg.sender == self.key.user_id and msg.kind in SEALED_KINDS:
-                    out.append((msg.hlc, msg.payload))
+                if msg.kind in SEALED_KINDS and wanted(msg):
+                    out.append(msg)
             if (cursor := page.next_cursor) is None:
                 return out
 
@@ -216,6 +280,36 @@ class GroupKeys:
 def box_key_of_signer(author_key: bytes) -> bytes:
     """The x25519 key of the ed25519 key that signed a message (``UserKey.box_key``)."""
     return bytes(VerifyKey(author_key).to_curve25519_public_key())
+
+
+def _handover_window(
+    membership: Membership, ring: Keyring, starts: dict[tuple[bytes, bytes], Hlc]
+) -> Hlc | None:
+    """The earliest stamp a hand-over may be owed from (None: none is)."""
+    active = membership.active()
+    by_sender: dict[bytes, list[tuple[Hlc, bytes]]] = {}
+    for (sender, key_id), start in starts.items():
+        if sender not in active and (sender, key_id) in ring.notices:
+            by_sender.setdefault(sender, []).append((start, key_id))
+    since: Hlc | None = None
+    for sender, epochs in by_sender.items():
+        history = membership.histories.get(sender)
+        if history is None or not history.removes:
+            continue
+        epochs.sort()
+        ends = [start for start, _ in epochs[1:]] + [history.removes[-1]]
+        for (start, key_id), end in zip(epochs, ends, strict=True):
+            notice = ring.notices[(sender, key_id)]
+            for user, other in membership.histories.items():
+                if user in notice.recipients:
+                    continue
+                added = [a for a in other.adds if a < end]
+                removal = notice.removed.get(user)
+                if not added or (removal is not None and removal >= added[-1]):
+                    continue  # never a member then, or left out on purpose
+                first = max(start, added[-1])
+                since = first if since is None else min(since, first)
+    return since
 
 
 def _member_at(members: list[Member]) -> Callable[[bytes, Hlc], bool]:

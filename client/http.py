@@ -401,6 +401,12 @@ class ChatsyncClient:
             [tombstone_from_json(item) for item in result.get("tombstones", [])],
         )
 
+    def own_hidden(self, chat_id: bytes, kind: int) -> list[MsgV1]:
+        """This user's own messages of ``kind`` that the chat hides (sent while, as it turned
+        out, no member), oldest first."""
+        result = self._signed("GET", f"/chats/{chat_id.hex()}/hidden", params={"kind": kind})
+        return [message_from_json(item).msg for item in result["messages"]]
+
     def member_ops(
         self, chat_id: bytes, *, cursor: str | None = None, limit: int = DEFAULT_PAGE_LIMIT
     ) -> SignedPage:

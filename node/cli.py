@@ -7,6 +7,8 @@ starts node processes), without the benchmarks, the client or the simulator.
 
 from __future__ import annotations
 
+import dataclasses
+
 import typer
 
 node_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
@@ -38,21 +40,32 @@ def node_run(
     trace_out: str = typer.Option(
         None, help="Record the ops clients submit as a simulator trace (Parquet; SIM.md)."
     ),
+    scope: str = typer.Option(
+        None, help="Hold only these shards, e.g. 0,5,17 (SYNC.md, Scopes) [default: --full]."
+    ),
+    full: bool = typer.Option(False, "--full", help="Hold every shard (the default)."),
+    network_shards: int = typer.Option(None, help="The network's number of shards [256]."),
     log_level: str = typer.Option("INFO", help="Logging level."),
 ) -> None:
     """Run a node until SIGINT/SIGTERM (then: tasks cancelled, writer drained, RocksDB closed)."""
-    from node.config import load_config
+    from node.config import load_config, parse_scope
     from node.errors import StartupRefused
 
-    overrides = {
+    overrides: dict[str, object] = {
         "data": data, "listen": listen, "http": http, "bootstrap": bootstrap or None,
         "key": key, "durable": durable, "sync_interval_s": sync_interval,
         "retention_days": retention_days, "max_storage_mb": max_storage_mb,
         "gc_interval_s": gc_interval,
         "min_free_disk_mb": min_free_disk_mb, "trace_out": trace_out,
+        "network_shards": network_shards,
     }  # fmt: skip
     try:
+        if full and scope is not None:
+            raise StartupRefused("--full and --scope: choose one")
+        overrides["scope_shards"] = parse_scope(scope) if scope is not None else None
         cfg = load_config(config, overrides)
+        if full:  # over a config file's scope_shards
+            cfg = dataclasses.replace(cfg, scope_shards=None)
         from node.run import run_node  # loads libp2p (1.6 s): after the config is checked
 
         run_node(cfg, log_level)

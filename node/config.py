@@ -14,6 +14,7 @@ from store.hlc import DEFAULT_MAX_OFFSET_MS
 from store.records import DEFAULT_MAX_PAYLOAD
 from store.rocks import check_compression
 from sync.protocol import SyncConfig
+from sync.scope import DEFAULT_SHARDS, Scope, ScopeError
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,13 @@ class NodeConfig:
     min_free_disk_mb: int = 256  # writes refused below this
     penalty_threshold: float = 10.0  # misbehaviour points before a ban
     ban_s: float = 600.0
+    # partial replication (SYNC.md, "Scopes"): the network's number of shards (the same on
+    # every node), and the shards this node holds: None (``--full``), every one
+    network_shards: int = DEFAULT_SHARDS
+    scope_shards: tuple[int, ...] | None = None
+    # messages and deletes gossiped on their shard's topic, subscribed by scope (a network
+    # setting: the same on every node); off: one topic for everything, as before scopes
+    gossip_sharded: bool = False
     # retention (RETENTION.md)
     retention_days: float = 0.0  # 0 = keep forever
     max_storage_mb: int = 0  # 0 = unlimited
@@ -121,6 +129,12 @@ class NodeConfig:
     @property
     def http_host_port(self) -> tuple[str, int]:
         return parse_http(self.http)
+
+    @property
+    def scope(self) -> Scope:
+        """What the node holds (``sync.scope``); ``ScopeError`` if it cannot be."""
+        shards = None if self.scope_shards is None else frozenset(self.scope_shards)
+        return Scope(shards, self.network_shards)
 
 
 # Keys a config file may still hold under an older name: refused, with the new name.
@@ -155,6 +169,8 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> NodeConfig:
         raise StartupRefused(f"unknown config keys: {', '.join(unknown)}")
     if "bootstrap" in values:
         values["bootstrap"] = tuple(values["bootstrap"])
+    if values.get("scope_shards") is not None:
+        values["scope_shards"] = tuple(values["scope_shards"])
     config = replace(NodeConfig(), **values)
     try:
         if not 1 <= config.peers_low <= config.peers_high:
@@ -163,6 +179,9 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> NodeConfig:
             raise ValueError("sync_peers_per_interval: at least 1")
         check_compression(config.db_compression, "db_compression")
         check_plant(config.chaos_plant)
+        _ = config.scope
+    except ScopeError as exc:
+        raise StartupRefused(f"scope_shards and network_shards: {exc}") from exc
     except ValueError as exc:
         raise StartupRefused(str(exc)) from exc
 
@@ -217,3 +236,11 @@ def parse_http(text: str) -> tuple[str, int]:
     if not 1 <= int(port) <= 65535:
         raise ValueError(f"port {int(port)} is out of range (1-65535)")
     return host or "127.0.0.1", int(port)
+
+
+def parse_scope(text: str) -> tuple[int, ...]:
+    """``--scope 0,5,17`` -> (0, 5, 17); ``StartupRefused`` saying why not."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not all(p.isascii() and p.isdigit() for p in parts):
+        raise StartupRefused(f"--scope {text!r}: shard numbers separated by commas, e.g. 0,5,17")
+    return tuple(sorted({int(p) for p in parts}))

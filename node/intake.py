@@ -30,6 +30,7 @@ from store.ingress import Limits, refuse_never_valid
 from store.kinds import Claims, claims_of, decode_receipt, delete_is_valid
 from store.ops import MembershipAction, MembershipOp, Op
 from store.records import MessageKind, MsgV1
+from sync.scope import EVERYTHING, Scope, shard_of, split_by_scope
 
 
 def ops_not_held(db: ChatDb, ops: list[Op]) -> list[Op]:
@@ -39,6 +40,24 @@ def ops_not_held(db: ChatDb, ops: list[Op]) -> list[Op]:
     held_flags = db.held_messages([m.msg_id for m in msgs])
     held = {m.msg_id for m, is_held in zip(msgs, held_flags, strict=True) if is_held}
     return [op for op in ops if not (isinstance(op, MsgV1) and op.msg_id in held)]
+
+
+class OutsideScope(InvalidInput):
+    """A client's message or delete of a chat this node does not hold (SYNC.md, "Scopes")."""
+
+    reason = "out_of_scope"
+
+
+def refuse_outside_scope(scope: Scope, ops: list[Op]) -> None:
+    """Refuse, rather than drop unsaid, what the store would not write: a chat outside the
+    node's scope. (Naming nodes that hold it is the next step of issue 33.)"""
+    _, refused = split_by_scope(ops, scope)
+    for op in refused:
+        assert isinstance(op, MsgV1)  # only messages and deletes follow a scope
+        raise OutsideScope(
+            f"chat {op.chat_id.hex()} is in shard {shard_of(op.chat_id, scope.num_shards)}, "
+            f"outside this node's scope: send it to a node that holds that shard"
+        )
 
 
 class NotAMember(InvalidInput):
@@ -148,7 +167,9 @@ class OpIntake:
         *,
         max_offset_ms: int,
         record: Callable[[int, list[Op]], None] | None = None,
+        scope: Scope = EVERYTHING,
     ) -> None:
+        self.scope = scope  # what the store holds: ops of other chats are refused here
         self.db = db
         self.writer = writer
         self.gossip = gossip
@@ -185,6 +206,7 @@ class OpIntake:
         unheld = ops_not_held(self.db, ops)
         try:
             refuse_never_valid(unheld, now_ms=now_ms, limits=self.limits)
+            refuse_outside_scope(self.scope, unheld)
             refuse_removed_senders(self.db, unheld)
             refuse_what_kinds_forbid(self.db, unheld)
             self.author_rates.check(unheld, now_ms)

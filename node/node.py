@@ -37,6 +37,7 @@ from node.dm3 import load_or_create_key as load_dm3_key
 from node.erasure import compact_erasures
 from node.errors import StartupRefused
 from node.gossip.settings import OPS_TOPIC
+from node.gossip.topics import topics_for
 from node.intake import Submitted
 from node.memory import rss_bytes
 from node.metrics import Metrics
@@ -68,6 +69,7 @@ from store.retention import RetentionPolicy
 from store.rocks import ChatDbConfig
 from sync.frames import Domain
 from sync.replica import DbReplica
+from sync.scope import ScopeError
 
 if TYPE_CHECKING:
     from trio_typing import TaskStatus
@@ -110,7 +112,7 @@ class Node:
                 recorder = OpRecorder(cfg.trace_out, cfg, clock.wall_ms())
             # Refuse expired messages from the first write on; the GC keeps this current.
             db.expire_before_ms = RetentionPolicy(cfg.retention_days).age_cutoff(clock.wall_ms())
-            replica = await trio.to_thread.run_sync(DbReplica, db)
+            replica = await trio.to_thread.run_sync(open_replica, db, cfg)
             async with trio.open_nursery() as writer_nursery:  # the writer outlives the network
                 await self._run_network(writer_nursery, replica, clock, recorder, task_status)
         finally:
@@ -273,10 +275,13 @@ class RunningNode:
         self.p2p_host.set_stream_handler(
             PEERS_PROTOCOL, "peers", self.peers.answer_exchange, self._handler_failed
         )
-        self.p2p_pubsub.set_validator(OPS_TOPIC, gossip.validate)
-        subscription = await self.p2p_pubsub.subscribe(OPS_TOPIC)
+        subscriptions = []  # the ops topic; with gossip_sharded, those of our shards too
+        for topic in topics_for(OPS_TOPIC, cfg.scope, sharded=cfg.gossip_sharded):
+            self.p2p_pubsub.set_validator(topic, gossip.validate)
+            subscriptions.append(await self.p2p_pubsub.subscribe(topic))
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(gossip.receive_loop, subscription)
+            for subscription in subscriptions:
+                nursery.start_soon(gossip.receive_loop, subscription)
             nursery.start_soon(gossip.publish_loop)
             nursery.start_soon(self.peers.maintain, self.listen_addrs)
             nursery.start_soon(self.peers.schedule_syncs, self._initiate_sync)
@@ -416,6 +421,15 @@ def db_config(cfg: NodeConfig) -> ChatDbConfig:
         max_payload=cfg.max_payload,
         max_offset_ms=cfg.max_offset_ms,
     )
+
+
+def open_replica(db: ChatDb, cfg: NodeConfig) -> DbReplica:
+    """The store with its trees, holding the node's scope: ``StartupRefused`` if the store
+    holds chats outside it (narrowing a store is not built: SYNC.md, "Scopes")."""
+    try:
+        return DbReplica(db, scope=cfg.scope)
+    except ScopeError as exc:
+        raise StartupRefused(f"data directory {cfg.data}: {exc}") from exc
 
 
 def _count_dropped(metrics: Metrics, reason: str) -> None:

@@ -117,7 +117,7 @@ def build_services(
     )  # fmt: skip
     intake = OpIntake(
         replica.db, writer, gossip, author_rates, metrics, clock,
-        max_offset_ms=config.max_offset_ms, record=record,
+        max_offset_ms=config.max_offset_ms, record=record, scope=replica.scope,
     )  # fmt: skip
     policy = RetentionPolicy(config.retention_days, config.max_storage_mb)
     gc = RetentionGc(replica, writer, policy, metrics, clock, interval_s=config.gc_interval_s)
@@ -189,6 +189,11 @@ def _register_gauges(metrics: Metrics, replica: DbReplica, writer: DbWriter) -> 
     )
     metrics.gauge(
         "write_queue", lambda: {(): writer.statistics().queued}, help="ops waiting to be written"
+    )
+    metrics.gauge(
+        "refused_out_of_scope",
+        lambda: {(): replica.refused_out_of_scope},
+        help="messages and deletes of chats outside this node's scope, refused (since start)",
     )
     metrics.gauge(
         "memory_bytes",

@@ -27,7 +27,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sim.trees import SimTree
+from sim.trees import SimTree, TreeCache
 from store.access import Access, admissible, visible
 from store.hlc import Hlc
 from store.keys import NUM_BUCKETS, RECORD_ID_LEN
@@ -53,10 +53,11 @@ class Bug(StrEnum):
     KEYS_FROM_NON_MEMBER = "keys-from-non-member"  # a KEYS message is stored and shown from anyone
     # the generator's group senders keep their epoch after a removal (sim/sender_keys.py)
     NO_ROTATE_ON_REMOVE = "no-rotate-on-remove"
+    NO_HAND_OVER = "no-hand-over"  # no member hands over the keys a removed sender owes
 
 
 # Bugs of the generator's clients, not of the nodes: the trace carries them (``GenParams.plant``)
-GENERATOR_BUGS = frozenset({Bug.NO_ROTATE_ON_REMOVE})
+GENERATOR_BUGS = frozenset({Bug.NO_ROTATE_ON_REMOVE, Bug.NO_HAND_OVER})
 
 
 class PeeringBug(StrEnum):
@@ -90,7 +91,7 @@ class Rules:
     member_active: Callable[[MemberInfo], bool] = _active
     check_drift: bool = True
     retention_filter: bool = True
-    message_tree: Callable[[], MerkleTree] = SimTree
+    message_tree: Callable[[TreeCache], MerkleTree] = SimTree
     admissible: MessageRule = admissible  # stored (store.access)
     visible: MessageRule = visible  # shown, decided when read
     # BUG switch: shown iff the sender's member row was active when the message was stored

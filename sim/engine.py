@@ -404,7 +404,12 @@ class ShardSim:
     def _sync_config(self, node: int, t: int) -> SyncConfig:
         """A node's session settings: its retention cutoff, signed members, its drift limit."""
         cutoff = self.cutoff(node, t) if self.rules.retention_filter else None
-        return SyncConfig(cutoff_ms=cutoff, authenticate=True, max_offset_ms=self.sync_offset)
+        return SyncConfig(
+            cutoff_ms=cutoff,
+            authenticate=True,
+            max_offset_ms=self.sync_offset,
+            verify_messages=self.ctx.verify_messages,  # each message's signature checked once
+        )
 
     # --- faults ---
 

@@ -165,7 +165,10 @@ class _Planner:
         self._ids: dict[int, bytes] = {}  # spec index -> message id, for referenced messages
         self.clocks: list[HlcClock] = []
         self.keys = SenderKeys(
-            self, p.seed, notice_removals=p.plant != Bug.NO_ROTATE_ON_REMOVE.value
+            self,
+            p.seed,
+            notice_removals=p.plant != Bug.NO_ROTATE_ON_REMOVE.value,
+            hand_over=p.plant != Bug.NO_HAND_OVER.value,
         )
 
     def _initial_members(self) -> list[list[int]]:

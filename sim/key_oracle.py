@@ -7,12 +7,14 @@ chat's valid member ops and its valid messages alone,
   remove or leave stamp <= t (a tie goes to the remove);
 * the **grants** are those of the KEYS messages whose sender is a member at their stamp (a
   reader is shown those only): an epoch grant gives its recipients every message of that
-  sender sealed under its key id; a message grant gives one user one message of that sender
-  (key id and stamp);
+  sender sealed under its key id; a message grant gives one user one message (key id and
+  stamp) when its signer is that message's sender or holds the epoch (a hand-over: a
+  recipient of the sender's shown epoch grant; anyone else's is worthless);
 * per **group message** (NEW, REPLY, EDIT) whose sender is a member at its stamp, and per
   user with a member op in the chat: it *should* read it iff a member at its stamp, it *can*
   iff it holds a grant covering it. ``undecryptable_for_member`` counts the pairs that should
-  and cannot; ``readable_by_removed`` those that can, are no member at its stamp, and whose
+  and cannot — but for those only a hidden grant covers, whose sender is no member now and
+  whose epoch no member now holds (no one left to grant or hand it over: ``grant_hidden``); ``readable_by_removed`` those that can, are no member at its stamp, and whose
   removal that decides it (their latest stamped at or before it) its sender had seen when it
   sent (the message's ``removed_seen``; a removal concurrent with the message may leave the
   removed member a key).
@@ -30,6 +32,7 @@ from sim.group_payloads import Grants, read_group_message, read_keys
 
 NEW, EDIT, REPLY, KEYS = 0, 1, 2, 6  # MsgV1's kind byte
 SEALED_KINDS = (NEW, EDIT, REPLY)
+NOW = (1 << 64) - 1  # after every stamp: a member's state at the end
 KINDS = (*SEALED_KINDS, KEYS)
 
 # One row of a chat: a member op (True, user, hlc, is_add, None) or a message
@@ -43,8 +46,9 @@ class KeyCounts:
     keys_messages: int = 0  # KEYS messages shown (sender a member at their stamp)
     undecryptable_for_member: int = 0
     readable_by_removed: int = 0
-    # should and cannot, but a grant its sender sent after its own removal covers it: stored,
-    # not shown (the scheme's limit, SIM.md findings); not counted above
+    # should and cannot, but a grant its sender sent while no member covers it (stored, not
+    # shown), and no one is left to grant it or hand it over (the scheme's limit, SIM.md
+    # findings); not counted above
     grant_hidden: int = 0
 
     def add(self, other: KeyCounts) -> None:
@@ -81,16 +85,25 @@ class _Members:
 class _Grants:
     def __init__(self) -> None:
         self.epochs: dict[tuple[bytes, bytes], set[bytes]] = {}  # (sender, key id) -> holders
-        self.singles: set[tuple[bytes, bytes, bytes, int]] = set()  # (sender, key, user, hlc)
+        self.singles: dict[tuple[bytes, bytes, int], set[bytes]] = {}  # (key, user, hlc) -> by
 
-    def learn(self, sender: bytes, grants: Grants) -> None:
+    def learn(self, signer: bytes, grants: Grants) -> None:
         for key_id, recipients in grants.epochs:
-            self.epochs.setdefault((sender, key_id), set()).update(recipients)
-        self.singles.update((sender, key_id, user, at) for key_id, user, at in grants.messages)
+            self.epochs.setdefault((signer, key_id), set()).update(recipients)
+        for key_id, user, at in grants.messages:
+            self.singles.setdefault((key_id, user, at), set()).add(signer)
 
-    def covers(self, sender: bytes, key_id: bytes, reader: bytes, hlc: int) -> bool:
-        holders = self.epochs.get((sender, key_id), ())
-        return reader in holders or (sender, key_id, reader, hlc) in self.singles
+    def holders(self, sender: bytes, key_id: bytes) -> set[bytes]:
+        return self.epochs.get((sender, key_id), set())
+
+    def covers(
+        self, sender: bytes, key_id: bytes, reader: bytes, hlc: int, held: set[bytes]
+    ) -> bool:
+        """``held``: who holds the epoch (a hand-over from one of them counts)."""
+        if reader in self.holders(sender, key_id):
+            return True
+        signers = self.singles.get((key_id, reader, hlc), set())
+        return sender in signers or bool(signers & held)
 
 
 def count_keys(rows: Iterable[Row]) -> KeyCounts:
@@ -114,11 +127,13 @@ def count_keys(rows: Iterable[Row]) -> KeyCounts:
         if sealed is None:
             continue  # not sealed (a recorded trace's payload): nothing to count
         out.group_messages += 1
+        held = shown.holders(sender, sealed.key_id)
+        gone = not members.at(sender, NOW) and not any(members.at(u, NOW) for u in held)
         for reader in members.users:
             should = members.at(reader, hlc)
-            can = shown.covers(sender, sealed.key_id, reader, hlc)
+            can = shown.covers(sender, sealed.key_id, reader, hlc, held)
             if should and not can:
-                if hidden.covers(sender, sealed.key_id, reader, hlc):
+                if gone and hidden.covers(sender, sealed.key_id, reader, hlc, set()):
                     out.grant_hidden += 1
                 else:
                     out.undecryptable_for_member += 1

@@ -40,11 +40,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sim.bugs import Rules
-from sim.trees import SparseMerkleTree
+from sim.trees import SparseMerkleTree, TreeCache
 from store.access import NO_HISTORY, MemberHistory
 from store.authz import DmProof
-from store.errors import ClockDriftError
+from store.errors import ClockDriftError, InvalidInput
 from store.hlc import HlcClock
+from store.ingress import verify_each
 from store.kinds import ChatView, MessageView, edit_applies
 from store.ops import MembershipAction, MembershipOp
 from store.plan import NO_ADMINS, admin_state_of
@@ -80,11 +81,31 @@ class ShardContext:
 
     max_offset_ms: int
     buckets: BucketIndex = field(default_factory=new_bucket_index)  # only grows
+    trees: TreeCache = field(default_factory=TreeCache)  # ids' tree values, a salt's hashes
     interned: dict[bytes, MsgV1] = field(default_factory=dict)
     member_ops: dict[bytes, MembershipOp] = field(default_factory=dict)  # op id -> op
     # Divergence: how many honest live replicas hold each record id.
     holders: dict[bytes, int] = field(default_factory=dict)
     held: int = 0  # sum of holders
+
+    # Signature verdicts by message id (BLAKE3 of the signed bytes, signature included): the
+    # simulated nodes run the same honest code, so a message verifies alike on every one of
+    # them; the first session to receive it checks it, the others read the verdict (a forged
+    # one is refused on every node, as each would refuse it).
+    verdicts: dict[bytes, InvalidInput | None] = field(default_factory=dict)
+
+    def verify_messages(self, msgs: Sequence[MsgV1]) -> list[InvalidInput | None]:
+        """``SyncConfig.verify_messages`` for every session of the shard: ``verify_each``'s
+        verdicts, each message checked once."""
+        verdicts, out = self.verdicts, []
+        for msg in msgs:
+            msg_id = msg.msg_id
+            if msg_id in verdicts:
+                out.append(verdicts[msg_id])
+            else:
+                verdict = verdicts[msg_id] = verify_each([msg])[0]
+                out.append(verdict)
+        return out
 
     def gained(self, record_id: bytes) -> None:
         self.holders[record_id] = self.holders.get(record_id, 0) + 1
@@ -118,10 +139,10 @@ class SimReplica(MemoryReplica):
 
     def __init__(self, ctx: ShardContext, rules: Rules, clock: HlcClock) -> None:
         trees = {
-            MESSAGES: rules.message_tree(),
-            MEMBERS: SparseMerkleTree(),
-            IDENTITY: SparseMerkleTree(),
-            DELETES: SparseMerkleTree(),
+            MESSAGES: rules.message_tree(ctx.trees),
+            MEMBERS: SparseMerkleTree(ctx.trees),
+            IDENTITY: SparseMerkleTree(ctx.trees),
+            DELETES: SparseMerkleTree(ctx.trees),
         }
         super().__init__(trees, ctx.buckets)
         self.ctx = ctx

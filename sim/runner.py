@@ -17,6 +17,7 @@ live in ``timing``.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
 import shlex
@@ -154,9 +155,11 @@ def run_simulation(
     t1 = time.perf_counter()
     worker = threading.Thread(target=job, daemon=True)
     worker.start()
+    op_offsets = _op_offsets(trace_path, header)
     while worker.is_alive():
         worker.join(0.25)
-        note(server.fraction(), "simulating")
+        elapsed = time.perf_counter() - t1
+        note(server.fraction(), progress_text(header, op_offsets, server.done_ms(), elapsed))
     server.close()
     if failure:
         raise failure[0]
@@ -194,6 +197,40 @@ def run_simulation(
         else command
     )
     return RunOutcome(header, result, timing, command, replay, results)
+
+
+def _op_offsets(trace_path: Path, header: tr.TraceHeader) -> list[int]:
+    """Each op's time from the trace's start, in order: how far a shard's simulated time is
+    through the work (ops come unevenly; the quiescence after the heal has none)."""
+    table = tr.read_trace(trace_path, ["kind"]).table
+    kinds = table.column("kind").to_pylist()
+    times = table.column("t_ms").to_pylist()
+    return [t - header.start_ms for t, k in zip(times, kinds, strict=True) if k in tr.OP_CODES]
+
+
+def progress_text(
+    header: tr.TraceHeader, op_offsets: list[int], done_ms: list[int], elapsed_s: float
+) -> str:
+    """The progress line: simulated time (the slowest shard's), node-ops per second so far
+    (node-ops: nodes x ops made up to each shard's time, averaged over the shards) and the
+    time left at that rate."""
+    span_s = (header.end_ms - header.start_ms) / 1000
+    sim_s = min(done_ms, default=0) / 1000
+    shards = max(1, len(done_ms))
+    ops_done = sum(bisect.bisect_right(op_offsets, d) for d in done_ms) / shards
+    node_ops = header.nodes * ops_done
+    rate = node_ops / elapsed_s if elapsed_s > 0 else 0.0
+    left = header.nodes * len(op_offsets) - node_ops
+    eta = "?" if rate <= 0 else _clock(left / rate)
+    return (
+        f"simulating: {sim_s:,.0f} of {span_s:,.0f} s simulated, {rate:,.0f} node-ops/s, ETA {eta}"
+    )
+
+
+def _clock(seconds: float) -> str:
+    minutes, s = divmod(int(seconds + 0.5), 60)
+    hours, m = divmod(minutes, 60)
+    return f"{hours}:{m:02d}:{s:02d}" if hours else f"{m}:{s:02d}"
 
 
 # --- combining the shards ---------------------------------------------------------------------

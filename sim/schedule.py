@@ -85,6 +85,19 @@ class Fanout(NamedTuple):
     duplicated: int
 
 
+class _Batch:
+    """One published op's deliveries not handed out yet, in (time, seq) order."""
+
+    __slots__ = ("next", "receivers", "row", "seqs", "times")
+
+    def __init__(self, row: int, times: list[int], seqs: list[int], receivers: list[int]) -> None:
+        self.row = row
+        self.times = times
+        self.seqs = seqs
+        self.receivers = receivers
+        self.next = 0  # the first not handed out
+
+
 @dataclass(frozen=True)
 class Session:
     initiator: int
@@ -114,7 +127,11 @@ class Schedule:
         values = {name: column(name).to_pylist() for name in FAULT_ARGS}
         self.fault_args = {i: {name: values[name][i] for name in FAULT_ARGS} for i in faults}
         self.net = Network(h.nodes, h.seed, NetParams(h.drop, h.dup, h.delay_ms, h.jitter_ms))
-        self._deliveries: list[Delivery] = []  # a heap
+        # A heap of the published ops' pending deliveries, one entry per op: (time, seq,
+        # batch) of its next delivery — a merge of the ops' lists, each in (time, seq) order,
+        # which hands out the deliveries in the same (time, seq) order as one heap of every
+        # delivery would, with a heap as small as the ops in flight.
+        self._deliveries: list[tuple[int, int, _Batch]] = []
         self._seq = 0
         self.overlay = (
             Overlay(h.nodes, h.seed, OverlayParams(interval_ms=h.anti_entropy_ms), book)
@@ -133,7 +150,7 @@ class Schedule:
     @property
     def in_flight(self) -> int:
         """Deliveries queued and not handed out (at the end: those due after ``end_ms``)."""
-        return len(self._deliveries)
+        return sum(len(batch.times) - batch.next for _, _, batch in self._deliveries)
 
     # --- the steps ---
 
@@ -144,7 +161,7 @@ class Schedule:
         round_no, next_round, healed = 0, h.start_ms + h.anti_entropy_ms, False
         while True:
             t_trace = self.times[i] if i < events else _NEVER
-            t_gossip = self._deliveries[0].t_ms if self._deliveries else _NEVER
+            t_gossip = self._deliveries[0][0] if self._deliveries else _NEVER
             t_heal = _NEVER if healed else h.heal_ms
             t = min(t_trace, t_gossip, next_round, t_heal)
             if t > h.end_ms:
@@ -157,7 +174,7 @@ class Schedule:
                 healed = True
                 yield HealAll(t)
             elif t_gossip == t:
-                yield heapq.heappop(self._deliveries)
+                yield self._next_delivery()
             else:
                 yield Round(t, round_no)
                 round_no += 1
@@ -188,12 +205,30 @@ class Schedule:
     def publish(self, key: int, row: int, origin: int, t_ms: int) -> Fanout:
         """Gossip trace row ``row``'s op from ``origin`` (fates drawn from ``key``: ``op_key``)."""
         receivers, times, dropped, duplicated = self.net.gossip(key, origin, t_ms)
-        deliveries, seq = self._deliveries, self._seq
-        for receiver, at in zip(receivers, times, strict=True):
-            heapq.heappush(deliveries, Delivery(at, seq, receiver, row))
-            seq += 1
-        self._seq = seq
+        seq = self._seq
+        if receivers:
+            order = sorted(range(len(times)), key=times.__getitem__)  # stable: seq breaks ties
+            batch = _Batch(
+                row,
+                [times[j] for j in order],
+                [seq + j for j in order],
+                [receivers[j] for j in order],
+            )
+            heapq.heappush(self._deliveries, (batch.times[0], batch.seqs[0], batch))
+        self._seq = seq + len(receivers)
         return Fanout(len(receivers), dropped, duplicated)
+
+    def _next_delivery(self) -> Delivery:
+        t_ms, seq, batch = self._deliveries[0]
+        i = batch.next
+        receiver = batch.receivers[i]
+        i += 1
+        if i < len(batch.times):
+            batch.next = i
+            heapq.heapreplace(self._deliveries, (batch.times[i], batch.seqs[i], batch))
+        else:
+            heapq.heappop(self._deliveries)
+        return Delivery(t_ms, seq, receiver, batch.row)
 
     def sessions(self, round_no: int, alive: Sequence[bool]) -> tuple[list[Session], int]:
         """Round ``round_no``'s sessions, in node order, and how many live nodes found their

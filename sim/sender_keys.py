@@ -9,7 +9,13 @@ recipients (an add or a removal), or when the epoch is used up (``EPOCH_MESSAGES
 ``EPOCH_MS``). A sender that learns of an add stamped before some of its messages gives the
 added member message grants for exactly those (a KEYS message of message grants): when it
 next sends, ``KNOW_MS`` after the add, and once more at the end of the workload, when every
-op has reached everyone.
+op has reached everyone. A sender also starts an epoch when the removals it sees change (an
+epoch names them, as the client's grants do), and at the end grants again the messages of an
+epoch whose grant the chat hides (stamped while it was, as it learnt later, removed). At the
+end, too, members hand over what removed senders owe (``client.group_e2e.handover_grants``):
+for each message of a sender no member now, the active member with the lowest id among its
+epoch's recipients gives its key to each user who was a member at its stamp and whom the
+epoch left out, unless the epoch names a removal of theirs as recent as that user's add.
 
 What a sender sees: the member ops made on its node, and every other one ``KNOW_MS`` after it
 was made — after the partition between the two nodes heals, if one was on. A sender stamps
@@ -81,10 +87,16 @@ class Epoch:
     started_ms: int
     granted_at: int  # the stamp of the KEYS message that granted it
     sent: int = 0
+    removed: frozenset[tuple[int, int]] = frozenset()  # (user, packed stamp) its sender saw
 
 
 def needs_new_epoch(
-    epoch: Epoch | None, members: frozenset[int], now_ms: int, *, notice_removals: bool = True
+    epoch: Epoch | None,
+    members: frozenset[int],
+    now_ms: int,
+    removed: frozenset[tuple[int, int]] = frozenset(),
+    *,
+    notice_removals: bool = True,
 ) -> bool:
     """``client.group_e2e.needs_new_epoch``; without ``notice_removals`` (the planted bug
     ``no-rotate-on-remove``) a removal alone leaves the epoch as it is."""
@@ -93,6 +105,7 @@ def needs_new_epoch(
     seen = members if notice_removals else members | epoch.recipients
     return (
         epoch.recipients != seen
+        or (notice_removals and epoch.removed != removed)
         or epoch.sent >= EPOCH_MESSAGES
         or now_ms - epoch.started_ms >= EPOCH_MS
     )
@@ -124,7 +137,8 @@ class Sender:
     epoch: Epoch | None = None
     epochs: int = 0
     sent: list[tuple[int, Epoch]] = field(default_factory=list)  # (hlc, epoch) per message
-    granted: set[tuple[int, bytes, int]] = field(default_factory=set)  # (user, key id, hlc)
+    # (user, key id, hlc) -> the stamp of the KEYS message that granted it
+    granted: dict[tuple[int, bytes, int], int] = field(default_factory=dict)
     known: set[int] = field(default_factory=set)  # the chat's member ops it has seen (indices)
     adds_checked: set[int] = field(default_factory=set)  # adds it has given what it owed
 
@@ -137,10 +151,13 @@ def _histories(ops: Iterable[MemberOp]) -> dict[int, MemberHistory]:
 
 
 class SenderKeys:
-    def __init__(self, plan: KeyPlan, seed: int, *, notice_removals: bool = True) -> None:
+    def __init__(
+        self, plan: KeyPlan, seed: int, *, notice_removals: bool = True, hand_over: bool = True
+    ) -> None:
         self.plan = plan
         self.seed = seed
         self.notice_removals = notice_removals
+        self.hand_over = hand_over
         self.ops: dict[int, list[MemberOp]] = {}  # chat -> its member ops, as planned
         self.senders: dict[int, dict[int, Sender]] = {}  # chat -> user -> their keys there
 
@@ -184,23 +201,22 @@ class SenderKeys:
         self._grant_missing(t_ms, node, author, chat, sender, known)
         histories = _histories(op for _, op in known)
         view = frozenset(u for u, h in histories.items() if h.active_at(LATEST)) | {author}
-        removed_seen = [
-            (plan.user_id(u), h.removes[-1].pack())
-            for u, h in histories.items()
-            if h.removes and u not in view
-        ]
+        removed = frozenset(
+            (u, h.removes[-1].pack()) for u, h in histories.items() if h.removes and u not in view
+        )
+        removed_seen = [(plan.user_id(u), at) for u, at in removed]
         now_ms = t_ms + plan.offset(node, t_ms)
         epoch = sender.epoch
         mine = histories.get(author)
         if (
             epoch is None
-            or needs_new_epoch(epoch, view, now_ms, notice_removals=self.notice_removals)
+            or needs_new_epoch(epoch, view, now_ms, removed, notice_removals=self.notice_removals)
             # it sees its own epoch's grant hidden (sent while it was removed): a client
             # reads its epochs back from the chat, and will not find this one
             or mine is None
             or not mine.active_at(Hlc.unpack(epoch.granted_at))
         ):
-            epoch = self._new_epoch(t_ms, node, author, chat, sender, view, now_ms)
+            epoch = self._new_epoch(t_ms, node, author, chat, sender, view, now_ms, removed)
         hlc = plan.stamp(node, t_ms)
         sender.epoch = replace(epoch, sent=epoch.sent + 1)
         sender.sent.append((hlc, epoch))
@@ -215,13 +231,14 @@ class SenderKeys:
         sender: Sender,
         recipients: frozenset[int],
         now_ms: int,
+        removed: frozenset[tuple[int, int]],
     ) -> Epoch:
         sender.epochs += 1
         key_id = derive(self.seed, "epoch-key", author, chat, sender.epochs)[:KEY_ID_LEN]
         grant = (key_id, frozenset(self.plan.user_id(u) for u in recipients))
         payload = keys_message([grant], [])
         keys = self.plan.message(t_ms, node, author, chat, MessageKind.KEYS, payload=payload)
-        return Epoch(key_id, recipients, now_ms, keys.hlc)
+        return Epoch(key_id, recipients, now_ms, keys.hlc, removed=removed)
 
     # --- late grants ---
 
@@ -236,9 +253,10 @@ class SenderKeys:
         *,
         everyone: bool = False,
     ) -> None:
-        """Message grants for members at a message's stamp that its epoch left out and that
-        have none yet (``client.group_e2e.missing_grants``): for the adds it just learnt of
-        and the messages it sent since — or, with ``everyone``, for every member and message."""
+        """Message grants for members at a message's stamp that its epoch left out, or whose
+        epoch grant the chat hides, and that have none yet (``client.group_e2e.
+        missing_grants``): for the adds it just learnt of and the messages it sent since — or,
+        with ``everyone``, for every member and message."""
         new = [(i, op) for i, op in known if op.is_add and i not in sender.adds_checked]
         if not new and not everyone:
             return
@@ -246,19 +264,29 @@ class SenderKeys:
         histories = _histories(op for _, op in known)
         since = 0 if everyone else min(op.hlc for _, op in new)
         added = set(histories) if everyone else {op.user for _, op in new}
-        grants: list[tuple[bytes, bytes, int]] = []
+        owed: list[tuple[int, bytes, int]] = []
+        mine = histories.get(author)
+        if mine is None:
+            return  # never a member here: every message of its was refused, nothing is owed
+
+        def shown(at: int) -> bool:  # a KEYS message of its own that the chat shows
+            return mine is not None and mine.active_at(Hlc.unpack(at))
+
         for hlc, epoch in sender.sent:
             if hlc < since:
                 continue
-            for user in sorted(added - epoch.recipients):
-                if (user, epoch.key_id, hlc) in sender.granted:
+            left_out = added - (epoch.recipients if shown(epoch.granted_at) else frozenset())
+            for user in sorted(left_out):
+                at = sender.granted.get((user, epoch.key_id, hlc))
+                if at is not None and shown(at):
                     continue
                 if histories[user].active_at(Hlc.unpack(hlc)):
-                    sender.granted.add((user, epoch.key_id, hlc))
-                    grants.append((epoch.key_id, self.plan.user_id(user), hlc))
-        if grants:
+                    owed.append((user, epoch.key_id, hlc))
+        if owed:
+            grants = [(key_id, self.plan.user_id(user), hlc) for user, key_id, hlc in owed]
             payload = keys_message([], grants)
-            self.plan.message(t_ms, node, author, chat, MessageKind.KEYS, payload=payload)
+            keys = self.plan.message(t_ms, node, author, chat, MessageKind.KEYS, payload=payload)
+            sender.granted.update((grant, keys.hlc) for grant in owed)
 
     def _learn(self, chat: int, t_ms: int) -> None:
         """Senders of ``chat`` that see a new add now give what they owe it."""
@@ -268,11 +296,50 @@ class SenderKeys:
                 self._owe(author, chat, senders[author], t_ms, everything=False)
 
     def finish(self, t_ms: int) -> None:
-        """The end of the workload: every op has reached every sender."""
+        """The end of the workload: every op has reached every sender and member."""
         for author, chat in sorted((a, c) for c, senders in self.senders.items() for a in senders):
             sender = self.senders[chat][author]
             if sender.sent:
                 self._owe(author, chat, sender, t_ms, everything=True)
+        if self.hand_over:
+            for chat in sorted(self.senders):
+                self._hand_over(chat, t_ms)
+
+    def _hand_over(self, chat: int, t_ms: int) -> None:
+        """The hand-overs of ``chat`` once every op has reached everyone: per removed
+        sender's message, its epoch's lowest active recipient (by user id) gives its key to
+        each member at its stamp the epoch left out — not to one whose removal it names as
+        recent as their add — unless its epoch grant is hidden: then no one holds it."""
+        plan = self.plan
+        histories = _histories(self.ops.get(chat, []))
+        active = {u for u, h in histories.items() if h.active_at(LATEST)}
+        owed: dict[int, list[tuple[bytes, bytes, int]]] = {}
+        for author, sender in sorted(self.senders[chat].items()):
+            mine = histories.get(author)
+            if author in active or mine is None:
+                continue
+            for hlc, epoch in sender.sent:
+                stamp = Hlc.unpack(hlc)
+                if not mine.active_at(stamp) or not mine.active_at(Hlc.unpack(epoch.granted_at)):
+                    continue  # a message refused, or an epoch no one was shown
+                holders = [u for u in epoch.recipients if u in active]
+                if not holders:
+                    continue
+                duty = min(holders, key=plan.user_id)
+                removed = dict(epoch.removed)
+                for user in sorted(histories.keys() - epoch.recipients):
+                    history = histories[user]
+                    if not history.active_at(stamp):
+                        continue
+                    added = max(a for a in history.adds if a <= stamp).pack()
+                    if removed.get(user, -1) >= added:
+                        continue  # its sender had seen them removed: left out on purpose
+                    owed.setdefault(duty, []).append((epoch.key_id, plan.user_id(user), hlc))
+        for duty, grants in sorted(owed.items()):
+            node = plan.origin(duty, t_ms)
+            if not plan.poisoned_by(node, t_ms):
+                payload = keys_message([], grants)
+                plan.message(t_ms, node, duty, chat, MessageKind.KEYS, payload=payload)
 
     def _owe(self, author: int, chat: int, sender: Sender, t_ms: int, *, everything: bool) -> None:
         node = self.plan.origin(author, t_ms)

@@ -118,6 +118,11 @@ class ProgressServer:
             done = sum(d for d, _ in self._done.values())
         return min(1.0, done / max(1, total * self.shards))
 
+    def done_ms(self) -> list[int]:
+        """Per shard, the simulated milliseconds it reported done (0 before its first line)."""
+        with self._lock:
+            return [self._done.get(s, (0, 0))[0] for s in range(self.shards)]
+
     def close(self) -> None:
         self._closed = True
         with suppress(OSError):

@@ -27,7 +27,7 @@ from store.events import Event, EventKind, EventLog
 from store.hidden import Hidden
 from store.hlc import LOGICAL_BITS, Hlc
 from store.identity import Identities
-from store.inbox import Inbox
+from store.inbox import ZERO_MSG_ID, Inbox
 from store.keys import CHAT_ID_LEN, MSG_ID_LEN, key_hidden, key_messages, prefix_end, seq_of
 from store.kinds import CONTENT
 from store.members import MemberOpsApplied, Members
@@ -35,11 +35,9 @@ from store.messages import Direction, Messages
 from store.metas import Metas
 from store.ops import MembershipOp, Op
 from store.plan import CHAT_RULES, AdminState, MessageRule, Plan, RuleSet, plan_ops
-from store.records import ChatKind, InboxEntry, MessageKind, MsgV1, decode_msg, make_chat_meta
+from store.records import MessageKind, MsgV1, decode_msg, make_chat_meta
 from store.rocks import Rocks
 from store.waiting import WaitingRoom
-
-ZERO_ID = bytes(32)
 
 
 class DbView:
@@ -143,9 +141,9 @@ class Admission:
             if not active:
                 self._inbox.delete_user_inbox_entry(user, chat)
                 continue
-            entry = self._preview_entry(chat)
-            if entry is not None:
-                self._inbox.upsert_inbox_for_members(chat, [user], entry)
+            meta = self._metas.load(chat)
+            if meta.last_seq > 0:  # a message stored here: the chat is listed
+                self._inbox.mark_stale(chat, meta.last_ts)
 
     def access_of(self, chat_id: bytes, user_id: bytes) -> Access:
         history = self._members.member_history(chat_id, user_id)
@@ -205,9 +203,8 @@ class Admission:
             raise
         self._deletes.remember_admins(plan.admins)
         self._follow_toggles(toggled)
-        shown = [m for m in msgs if m.msg_id not in plan.hidden]
-        if shown:
-            self._inbox.refresh_inboxes(shown, previous)
+        if msgs:  # hidden ones too: the entries carry the chat's last seq
+            self._inbox.refresh_inboxes(msgs, previous)
         if plan.erase:
             self.refresh_previews({m.chat_id for m in plan.erase.values()})
         if plan.redecide:
@@ -292,7 +289,7 @@ class Admission:
             shown = visible(msg, access[msg.sender])
             if shown and seq in hidden:
                 batch.delete(key_hidden(chat_id, seq), hidden_cf)
-                events.append((EventKind.MESSAGE, key))
+                events.append((EventKind.MESSAGE, key, msg.msg_id))  # seen_msg: its position
             elif not shown and seq not in hidden:
                 added.append(key_hidden(chat_id, seq))
                 batch.put(added[-1], key, hidden_cf)
@@ -314,7 +311,7 @@ class Admission:
         meta = self._metas.load(chat_id)
         page = self._messages.range(chat_id, limit=1, direction=Direction.BACKWARD, kinds=CONTENT)
         newest = page.items[0].msg if page.items else None
-        packed, msg_id = (newest.hlc.pack(), newest.msg_id) if newest else (0, ZERO_ID)
+        packed, msg_id = (newest.hlc.pack(), newest.msg_id) if newest else (0, ZERO_MSG_ID)
         # meta_after_messages only moves forward; a preview may move back to an older message
         fresh = make_chat_meta(
             packed >> LOGICAL_BITS, meta.last_seq, msg_id, meta.members, packed,
@@ -324,21 +321,4 @@ class Admission:
         self._metas.put(batch, {chat_id: fresh})
         self._rocks.write(batch)
         self._metas.remember({chat_id: fresh})
-        entry = self._preview_entry(chat_id)
-        if entry is not None:
-            self._inbox.upsert_inbox_for_members(
-                chat_id, meta.members, entry, previous_last_ts=meta.last_ts
-            )
-
-    def _preview_entry(self, chat_id: bytes) -> InboxEntry | None:
-        """The chat's chat-list entry as its meta stands (None: no message to show yet)."""
-        meta = self._metas.load(chat_id)
-        newest = (
-            self._messages.get_message(meta.last_msg_id) if meta.last_msg_id != ZERO_ID else None
-        )
-        if newest is None:
-            return None
-        kind = ChatKind.DM if meta.identity is not None else ChatKind.GROUP
-        return InboxEntry(
-            chat_id, kind, meta.last_ts, meta.last_msg_id, newest.sender, meta.last_seq
-        )
+        self._inbox.mark_stale(chat_id, meta.last_ts)

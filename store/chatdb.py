@@ -105,6 +105,8 @@ class ChatDb:
         self.iter_msg_ids = messages.iter_msg_ids
         self.for_each_msg_id = messages.for_each_msg_id
         self.get_bucket_msg_ids = messages.get_bucket_msg_ids
+        self.msg_chats = messages.msg_chats
+        self.iter_msg_chats = messages.iter_msg_chats
         self.get_bucket_msg_ids_filtered = messages.get_bucket_msg_ids_filtered
         self.get_range_msg_ids = messages.get_range_msg_ids
         self.get_messages_cbor_batch = messages.get_messages_cbor_batch
@@ -148,6 +150,8 @@ class ChatDb:
         self.iter_delete_ids = deletes.iter_delete_ids
         self.get_bucket_delete_ids = deletes.get_bucket_delete_ids
         self.get_range_delete_ids = deletes.get_range_delete_ids
+        self.chats_of_deletes = deletes.chats_of_deletes
+        self.iter_delete_chats = deletes.iter_delete_chats
         self.get_deletes_by_ids = deletes.get_deletes_by_ids
         # chat lists
         inbox = self.inbox

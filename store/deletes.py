@@ -30,6 +30,7 @@ from rocksdict import BottommostLevelCompaction, CompactOptions, WriteBatch
 from store.events import Event, EventKind, EventLog
 from store.keys import (
     CHAT_ID_LEN,
+    MESSAGES_KEY_LEN,
     bucket_prefix,
     bucket_range_keys,
     key_by_ref,
@@ -122,11 +123,12 @@ class Deletes:
         """Add to ``batch`` the erasure of these held messages; returns the messages keys
         whose rows (in ``messages`` and ``referred``) held what went: ``compact_erased``
         rewrites them."""
-        keys = self._rocks.multi_get("seen_msg", [m.msg_id for m in msgs])
+        seen = self._rocks.multi_get("seen_msg", [m.msg_id for m in msgs])
         referred = self._handle["referred"]
         rewrite: list[bytes] = []
-        for msg, key in zip(msgs, keys, strict=True):
-            assert key is not None, "erasing a message not held"
+        for msg, value in zip(msgs, seen, strict=True):
+            assert value is not None, "erasing a message not held"
+            key = value[:MESSAGES_KEY_LEN]  # (then a shown one's event position: store.events)
             self._erase_one(msg, key, batch)
             rewrite.append(key)
             for row, _ in self._rocks.iter_prefix(
@@ -136,6 +138,7 @@ class Deletes:
             if msg.kind in CHANGES_TARGET and msg.ref is not None:
                 target = self._rocks.get("seen_msg", msg.ref)
                 if target is not None:  # the target's row holding this one's bytes
+                    target = target[:MESSAGES_KEY_LEN]
                     batch.delete(target + key, referred)
                     rewrite.append(target)
         return rewrite
@@ -197,6 +200,16 @@ class Deletes:
 
     def get_range_delete_ids(self, start: int, end: int) -> list[bytes]:
         return [i for i, _ in self._rocks.iter_range("seen_delete", *bucket_range_keys(start, end))]
+
+    def chats_of_deletes(self, ids: list[bytes]) -> list[bytes | None]:
+        """The chat of each held delete (None: not held): its deletes key starts with it."""
+        keys = self._rocks.multi_get("seen_delete", ids)
+        return [None if k is None else k[:CHAT_ID_LEN] for k in keys]
+
+    def iter_delete_chats(self) -> Iterator[tuple[bytes, bytes]]:
+        """(delete id, chat id) of every held delete (per-shard trees, ``sync.shards``)."""
+        for delete_id, key in self._rocks.iter_all("seen_delete"):
+            yield delete_id, key[:CHAT_ID_LEN]
 
     def get_bucket_delete_ids(self, bucket: int) -> list[bytes]:
         return [i for i, _ in self._rocks.iter_prefix("seen_delete", bucket_prefix(bucket))]

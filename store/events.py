@@ -1,12 +1,16 @@
 """This node's event log: what became readable here, in the order it was committed.
 
-``events[position:8]`` -> kind (1 byte) | the record's key in its column family, and for a
-shown message ``event_at[its messages key]`` -> its position (delivery state). Each
-write that makes something readable — a shown message stored or shown after all, a
-delete, a member op, a message hidden after it was shown — appends its events in the
-same WriteBatch, so an event is on disk exactly when its record is. Positions are
-allocated and the batch written under one lock: positions become readable in order, so
-a reader that has read up to position P has missed nothing at or below it.
+Each write that makes something readable — a shown message stored or shown after all, a
+delete, a member op, a message hidden after it was shown — appends its events in the same
+WriteBatch, so an event is on disk exactly when its record is. The events of one write
+are one row: ``events[first position:8]`` -> ``SEGMENT`` | (kind:1, length:1, the record's
+key in its column family) per event, at positions first, first + 1, ... (a row of an earlier
+version, kind | key, holds one event). A shown message's position is also kept in its
+``seen_msg`` value, after its messages key (``seen_position``; delivery state): so a
+message costs the log no row of its own — a batch of a thousand messages writes one
+events row, not two thousand rows (``events`` and, before, ``event_at``). Positions are
+allocated and the batch written under one lock: positions become readable in order, so a
+reader that has read up to position P has missed nothing at or below it.
 
 The log is local, like the chat lists: another node numbers its own log. Clients page
 it by position (``node/api/events.py`` wraps a position in a token); listeners are told
@@ -22,9 +26,11 @@ from enum import IntEnum
 
 from rocksdict import WriteBatch
 
+from store.keys import MESSAGES_KEY_LEN
 from store.rocks import Rocks
 
 POSITION_LEN = 8
+SEGMENT = b"\x00"  # an events row of this version: its events behind this byte (no kind is 0)
 
 
 class EventKind(IntEnum):
@@ -34,8 +40,45 @@ class EventKind(IntEnum):
     HIDDEN = 4  # a message shown before, hidden now (ref: its messages key)
 
 
-Event = tuple[EventKind, bytes]  # (kind, the record's key)
+# (kind, the record's key), and for a shown message (MESSAGE, its messages key, its id):
+# its seen_msg row, written with the event, keeps the position
+Event = tuple[EventKind, bytes] | tuple[EventKind, bytes, bytes]
 _KINDS = {kind.value: kind for kind in EventKind}
+# an event's head in a segment: kind, the key's length (every key is shorter than 256)
+# (indexed by the kind's value: an IntEnum hashes through Python, indexes through C)
+_HEADS = tuple(tuple(bytes((kind, n)) for n in range(256)) for kind in range(max(EventKind) + 1))
+
+
+def seen_value(messages_key: bytes, position: int) -> bytes:
+    """A shown message's seen_msg value: its messages key, then its event position."""
+    return messages_key + position.to_bytes(POSITION_LEN, "big")
+
+
+def seen_position(value: bytes) -> int | None:
+    """The event position in a seen_msg value (None: none there, ``seen_value``)."""
+    if len(value) != MESSAGES_KEY_LEN + POSITION_LEN:
+        return None
+    return int.from_bytes(value[MESSAGES_KEY_LEN:], "big")
+
+
+def read_segment(first: int, value: bytes) -> list[tuple[int, EventKind, bytes]]:
+    """The events of one events row at position ``first``: (position, kind, key).
+
+    Our own rows; a row that does not parse ends where it stops parsing (never raises).
+    """
+    if value[:1] != SEGMENT:  # a row of an earlier version: one event
+        kind = _KINDS.get(value[0]) if value else None
+        return [] if kind is None else [(first, kind, value[1:])]
+    out: list[tuple[int, EventKind, bytes]] = []
+    at, end = 1, len(value)
+    while at + 2 <= end:
+        kind = _KINDS.get(value[at])
+        stop = at + 2 + value[at + 1]
+        if kind is None or stop > end:
+            break
+        out.append((first + len(out), kind, value[at + 2 : stop]))
+        at = stop
+    return out
 
 
 class EventLog:
@@ -49,7 +92,10 @@ class EventLog:
         self._listeners: list[Callable[[int], None]] = []
         self._deferred: list[Event] | None = None  # the events of a one_write block
         last = next(rocks.iter_range("events", b"", None, reverse=True), None)
-        self._last_position = 0 if last is None else int.from_bytes(last[0], "big")
+        self._last_position = 0
+        if last is not None:
+            first = int.from_bytes(last[0], "big")
+            self._last_position = first + max(len(read_segment(first, last[1])), 1) - 1
 
     @property
     def last_position(self) -> int:
@@ -83,29 +129,53 @@ class EventLog:
         if not events:
             self._rocks.write(batch)
             return
-        events_cf, event_at = self._handle["events"], self._handle["event_at"]
+        events_cf, seen_cf = self._handle["events"], self._handle["seen_msg"]
+        heads = _HEADS
         with self._event_lock:
-            position = self._last_position
-            for kind, ref in events:
+            first = position = self._last_position + 1
+            parts = [SEGMENT]
+            for event in events:
+                kind, ref = event[0], event[1]
+                parts += (heads[kind][len(ref)], ref)
+                if len(event) == 3:  # a shown message: its id -> its key and position
+                    batch.put(event[2], ref + position.to_bytes(POSITION_LEN, "big"), seen_cf)
                 position += 1
-                at = position.to_bytes(POSITION_LEN, "big")
-                batch.put(at, bytes([kind]) + ref, events_cf)
-                if kind is EventKind.MESSAGE:
-                    batch.put(ref, at, event_at)  # where a shown message entered the log
+            batch.put(first.to_bytes(POSITION_LEN, "big"), b"".join(parts), events_cf)
             self._rocks.write(batch)
-            self._last_position = position
+            self._last_position = position = position - 1
         for listener in self._listeners:
             listener(position)
 
-    def event_position(self, messages_key: bytes) -> int | None:
-        """Where the message entered the log as shown (None: not as shown, or not here)."""
-        at = self._rocks.get("event_at", messages_key)
+    def event_position(self, seen: bytes) -> int | None:
+        """Where the message whose seen_msg value is ``seen`` entered the log as shown (None:
+        not as shown). A message stored by an earlier version has its position in
+        ``event_at`` (by its messages key) instead."""
+        position = seen_position(seen)
+        if position is not None:
+            return position
+        at = self._rocks.get("event_at", seen[:MESSAGES_KEY_LEN])
         return None if at is None else int.from_bytes(at, "big")
 
     def events_after(self, position: int, limit: int) -> Iterator[tuple[int, EventKind, bytes]]:
         """Up to ``limit`` events after ``position``: (position, kind, the record's key)."""
-        start = (position + 1).to_bytes(POSITION_LEN, "big")
-        for n, (key, value) in enumerate(self._rocks.iter_range("events", start, None)):
-            if n == limit:
-                return
-            yield int.from_bytes(key, "big"), _KINDS[value[0]], value[1:]
+        start = position + 1
+        if limit <= 0:
+            return
+        n = 0
+        for first, value in self._rows_from(start):
+            for event in read_segment(int.from_bytes(first, "big"), value):
+                if event[0] < start:
+                    continue
+                yield event
+                n += 1
+                if n == limit:
+                    return
+
+    def _rows_from(self, start: int) -> Iterator[tuple[bytes, bytes]]:
+        """The events rows from the one holding position ``start`` on (a row holds the
+        positions from its key to the next row's key)."""
+        at = start.to_bytes(POSITION_LEN, "big")
+        before = next(self._rocks.iter_range("events", b"", at + b"\x00", reverse=True), None)
+        if before is not None and before[0] < at:
+            yield before  # (the next row's key is past ``at``)
+        yield from self._rocks.iter_range("events", at, None)

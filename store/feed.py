@@ -19,7 +19,7 @@ from typing import Literal, Protocol
 
 from store.events import POSITION_LEN, EventKind, EventLog
 from store.hidden import Hidden
-from store.keys import CHAT_ID_LEN, USER_ID_LEN, seq_of
+from store.keys import CHAT_ID_LEN, MESSAGES_KEY_LEN, USER_ID_LEN, seq_of
 from store.members import Members
 from store.metas import Metas
 from store.ops import MembershipOp, decode_membership_op
@@ -117,9 +117,10 @@ class Feeds:
         """The message and its delivery to every reader of its chat but its sender (None: not
         held, or hidden). Delivered is this node's knowledge — a device counts where it
         streams from; read comes from the signed receipts, the same on every node."""
-        key = self._rocks.get("seen_msg", msg_id)
+        seen = self._rocks.get("seen_msg", msg_id)
+        key = None if seen is None else seen[:MESSAGES_KEY_LEN]
         raw = None if key is None else self._rocks.get("messages", key)
-        position = None if key is None else self._log.event_position(key)
+        position = None if seen is None else self._log.event_position(seen)
         if key is None or raw is None or position is None:
             return None
         msg = decode_msg(raw, trusted=True)
@@ -176,7 +177,7 @@ class Feeds:
             chat = key[:CHAT_ID_LEN]
             if chat not in hidden:
                 hidden[chat] = self._hidden.seqs(chat)
-            out.append(seq_of(key) not in hidden[chat])
+            out.append(seq_of(key[:MESSAGES_KEY_LEN]) not in hidden[chat])
         return out
 
     def log_page(self, after: int, limit: int) -> FeedPage:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from store.errors import InvalidInput
 from store.keys import (
     CHAT_ID_LEN,
+    MESSAGES_KEY_LEN,
     USER_ID_LEN,
     USER_INBOX_KEY_LEN,
     check_len,
@@ -37,6 +38,9 @@ from store.metas import Metas
 from store.reads import Receipts
 from store.records import ChatKind, InboxEntry, MsgV1, decode_inbox_entry, decode_msg, is_dm_chat
 from store.rocks import Rocks
+
+ZERO_MSG_ID = bytes(32)
+NO_SENDER = bytes(20)  # an entry's sender when the chat has no message to preview
 
 INBOX_KEY_CACHE = 1 << 17  # (user, chat) pairs whose inbox key is remembered (~25 MB)
 STALE_MESSAGES_MAX = 2048  # stored messages whose chat-list moves may wait, at most
@@ -127,6 +131,14 @@ class Inbox:
             if self._stale_messages >= STALE_MESSAGES_MAX:
                 self.flush_chat_lists()
 
+    def mark_stale(self, chat_id: bytes, previous_last_ts: int | None) -> None:
+        """The chat's entries are to be written again from its meta with the next flush (a
+        member added, a preview moved back): through ``_list_update``, as for new messages, so
+        a list refreshed at once and one refreshed later read the same."""
+        with self._inbox_lock:
+            if chat_id not in self._stale_lists:
+                self._stale_lists[chat_id] = StaleList(previous_last_ts)
+
     def chat_lists_stale(self) -> bool:
         """Whether some chat's entries wait for ``flush_chat_lists``."""
         return bool(self._stale_lists)
@@ -149,7 +161,10 @@ class Inbox:
     def _list_update(self, chat_id: bytes, chat: StaleList) -> _InboxUpdate:
         """The entry the chat's participants get, from its meta as it stands."""
         meta = self._metas.load(chat_id)  # cached by put_messages
-        sender = chat.senders.get(meta.last_msg_id) or self._sender_of(meta.last_msg_id)
+        if meta.last_msg_id == ZERO_MSG_ID:  # nothing to preview (receipts only, or hidden)
+            sender: bytes | None = NO_SENDER
+        else:
+            sender = chat.senders.get(meta.last_msg_id) or self._sender_of(meta.last_msg_id)
         senders = set(chat.senders.values())
         parties = sorted(set(meta.members) | senders)
         dm = is_dm_chat(chat_id, parties)
@@ -226,7 +241,7 @@ class Inbox:
 
     def _sender_of(self, msg_id: bytes) -> bytes | None:
         raw = self._rocks.get("seen_msg", msg_id)
-        stored = self._rocks.get("messages", raw) if raw else None
+        stored = self._rocks.get("messages", raw[:MESSAGES_KEY_LEN]) if raw else None
         return None if stored is None else decode_msg(stored, trusted=True).sender
 
     def delete_user_inbox_entry(self, user_id: bytes, chat_id: bytes) -> bool:
@@ -280,11 +295,10 @@ class Inbox:
         items: list[ChatListItem] = []
         append = items.append
         set_entry, set_unread = _SET_ITEM
-        unread_count, read_position = self._receipts.unread_count, self._receipts.read_position
+        unread_for = self._receipts.unread_for  # = unread_count(chat, user, read_position(...))
         for _, entry in rows:
-            chat = entry.chat_id
             item = _new(ChatListItem)  # ChatListItem(entry, unread), through its slots
             set_entry(item, entry)
-            set_unread(item, unread_count(chat, user_id, read_position(chat, user_id)))
+            set_unread(item, unread_for(entry.chat_id, user_id))
             append(item)
         return items

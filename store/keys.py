@@ -219,6 +219,6 @@ def extract_hlc_physical_from_seen_value(value: bytes) -> int | None:
     """
     if len(value) == 0:
         return 0
-    if len(value) != MESSAGES_KEY_LEN:
-        return None
+    if len(value) != MESSAGES_KEY_LEN and len(value) != MESSAGES_KEY_LEN + 8:
+        return None  # (+ 8: a shown message's event position, store.events)
     return int.from_bytes(value[32:40], "big") >> 16

@@ -1,8 +1,9 @@
 """Messages: put (idempotent via seen_msg), cursor pagination, sync and retention helpers.
 
 A message lives under ``messages[chat|hlc|seq]`` and is indexed by
-``seen_msg[msg_id] = that key``. The seen_msg value therefore holds the packed
-HLC at bytes 32..40, which is what retention reads (seed 002).
+``seen_msg[msg_id] = that key`` (a shown message's then its event position: written with
+its event, ``store.events``). The seen_msg value therefore holds the packed HLC at bytes
+32..40, which is what retention reads (seed 002).
 
 ``Messages`` is given the RocksDB plumbing, the chats' metas, the event log (a shown message
 is logged in the batch that stores it) and the hidden index. It binds their methods once
@@ -50,11 +51,14 @@ from store.records import (
     ChatMeta,
     MessageKind,
     MsgV1,
+    StoredMsg,
     check_payload_size,
     decode_msg,
 )
 from store.rocks import Rocks
 
+MESSAGE = EventKind.MESSAGE
+REPLY = MessageKind.REPLY.value
 DEFAULT_PAGE_LIMIT = 50
 MAX_PAGE_LIMIT = 200
 
@@ -193,12 +197,11 @@ class Messages:
         handle = self._handle
         batch = self._rocks.new_batch()
         batch.put(key, msg.encoded, handle["messages"])
-        batch.put(msg_id, key, handle["seen_msg"])
         if msg.ref is not None:
             self._index_ref(msg, msg_id, key, seq, batch)
         batch.put(chat, meta.encode(), handle["chats_meta"])
         self._mark_referred(batch, [msg], {msg_id: key})
-        self._write(batch, [(EventKind.MESSAGE, key)])
+        self._write(batch, [(EventKind.MESSAGE, key, msg_id)])  # and seen_msg (store.events)
         self._remember_one_meta(chat, meta)
         return _put_result(msg_id, seq, False)
 
@@ -209,7 +212,8 @@ class Messages:
         now_ms: int | None = None,
         hidden: frozenset[bytes] | set[bytes] = frozenset(),
     ) -> list[PutResult]:
-        """Store many messages in one WriteBatch (messages + seen_msg + chats_meta).
+        """Store many messages in one WriteBatch: messages + seen_msg per message, chats_meta
+        per chat, one events row (``store.events``).
 
         Every message is checked before anything is written: a payload over the
         limit raises TooLarge and, if ``now_ms`` is given, an HLC more than
@@ -263,15 +267,15 @@ class Messages:
             if hidden and msg_id in hidden:
                 hidden_keys.append(key_hidden(chat, seq))
                 put(hidden_keys[-1], key, self._handle["hidden"])
+                put(msg_id, key, seen_cf)  # (a shown one's, with its event: store.events)
             else:
-                events.append((EventKind.MESSAGE, key))
+                events.append((MESSAGE, key, msg_id))
                 if msg.kind in CONTENT and (
                     packed > state[1] or (packed == state[1] and msg_id > state[2])
                 ):
                     state[1], state[2] = packed, msg_id  # the newest shown content so far
             new_keys[msg_id] = key
             put(key, msg.encoded, messages_cf)
-            put(msg_id, key, seen_cf)
             if msg.ref is not None:
                 self._index_ref(msg, msg_id, key, seq, batch)
             result = _new(PutResult)  # _put_result(msg_id, seq, False), inlined
@@ -316,7 +320,7 @@ class Messages:
             missing = [ref for _, ref in referrers if ref not in new_keys]
             held = dict(zip(missing, self._multi_get("seen_msg", missing), strict=True))
             for m, ref in referrers:
-                target = new_keys.get(ref) or held.get(ref)
+                target = new_keys.get(ref) or (held.get(ref) or b"")[:MESSAGES_KEY_LEN]
                 if target is not None and target[:CHAT_ID_LEN] == m.chat_id:
                     key = new_keys[m.msg_id]
                     batch.put(target + key, _referred_value(target, key, m.encoded), referred)
@@ -388,10 +392,10 @@ class Messages:
         return [v is not None for v in self._multi_get("seen_msg", msg_ids)]
 
     def get_message(self, msg_id: bytes) -> MsgV1 | None:
-        key = self._get("seen_msg", msg_id)
-        if not key:
+        seen = self._get("seen_msg", msg_id)
+        if not seen:
             return None
-        raw = self._get("messages", key)
+        raw = self._get("messages", seen[:MESSAGES_KEY_LEN])
         if raw is None:
             return None
         return decode_msg(raw, max_payload=self.config.max_payload, trusted=True)
@@ -404,13 +408,16 @@ class Messages:
         direction: Direction = Direction.BACKWARD,
         *,
         kinds: frozenset[int] | None = None,
+        replies: list[int] | None = None,
     ) -> RangePage:
         """One page of a chat's history, ordered by (hlc, seq) in ``direction``.
 
         ``cursor`` is the ``next_cursor`` of the previous page (base64 of the last
         key returned); the page starts strictly after it, so no message is returned
         twice however many messages are inserted between pages. ``kinds``: only messages
-        of these kinds (the others are skipped before they are decoded).
+        of these kinds (the others are skipped before they are decoded). ``replies`` (with
+        ``kinds``): given the indexes of the page's REPLY messages (``store.views``: their
+        kind byte is read here anyway).
         """
         check_len(chat_id, CHAT_ID_LEN, "chat_id")
         check_page_limit(limit)
@@ -421,28 +428,54 @@ class Messages:
                 start = after + b"\x00"  # the smallest key greater than the cursor
             else:
                 end = after
-        rows = self._rocks.iter_range(
-            "messages", start, end, reverse=direction is Direction.BACKWARD
-        )
+        backward = direction is Direction.BACKWARD
+        rows = self._rocks.items("messages", start, end, reverse=backward)
         hidden = self._hidden.seqs(chat_id)  # empty, without a read, for most chats
         items: list[StoredMessage] = []
         append = items.append
-        max_payload = self.config.max_payload
         for key, value in rows:
+            if backward and key < start:
+                break  # (a forward scan stops at ``end``: the upper bound)
             if len(items) == limit:
                 return RangePage(items, encode_cursor(items[-1].key))
-            if kinds is not None and value[KIND_AT[value[STAMP_AT]]] not in kinds:  # kind_of
-                continue
+            if kinds is not None:
+                kind = value[KIND_AT[value[STAMP_AT]]]  # kind_of, inlined
+                if kind not in kinds:
+                    continue
+                if kind == REPLY and replies is not None:
+                    replies.append(len(items))  # (hidden: taken out again below)
             if len(key) == MESSAGES_KEY_LEN:
                 seq = int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big")  # seq_of, inlined
             else:
                 seq = parse_key_messages(key)[2]  # raises: not a messages key
             if hidden and seq in hidden:
+                if replies and replies[-1] == len(items):
+                    replies.pop()
                 continue
-            # Our own rows, written by put_messages: decoded trusted (see decode_msg).
-            msg = decode_msg(value, max_payload=max_payload, trusted=True)
+            # Our own rows, written by put_messages: decoded when a field is read (StoredMsg)
+            msg = _new(StoredMsg)
+            msg.__dict__["encoded"] = value  # = stored_msg(value), inlined
             append(_new_tuple(StoredMessage, (key, seq, msg)))
         return RangePage(items, None)
+
+    def hidden_by(
+        self, chat_id: bytes, sender: bytes, kinds: frozenset[int]
+    ) -> list[StoredMessage]:
+        """The chat's hidden messages of ``sender`` of these kinds, in (hlc, seq) order, the
+        newest ``MAX_PAGE_LIMIT``: what a sender may read back of its own (its key grants sent
+        while, as it learnt later, it was removed). None in most chats, without a read."""
+        if chat_id not in self._hidden.chats():  # in memory: no read for most chats
+            return []
+        max_payload = self.config.max_payload
+        out = []
+        for _, key in self._rocks.iter_prefix("hidden", chat_id):
+            value = self._rocks.get("messages", key)
+            if value is None or value[KIND_AT[value[STAMP_AT]]] not in kinds:
+                continue
+            msg = decode_msg(value, max_payload=max_payload, trusted=True)
+            if msg.sender == sender:
+                out.append(StoredMessage(key, parse_key_messages(key)[2], msg))
+        return sorted(out, key=lambda item: item.key)[-MAX_PAGE_LIMIT:]
 
     # --- sync helpers (seed 002: Merkle rebuild, step 4, step 5) ---
 
@@ -454,6 +487,15 @@ class Messages:
         """Call ``callback(msg_id, hlc.physical_ms)`` for every stored message (Merkle rebuild)."""
         for msg_id, physical_ms in self.iter_msg_ids():
             callback(msg_id, physical_ms)
+
+    def msg_chats(self, ids: list[bytes]) -> list[bytes | None]:
+        """The chat of each held message (None: not held): its messages key starts with it."""
+        return [None if k is None else k[:CHAT_ID_LEN] for k in self._multi_get("seen_msg", ids)]
+
+    def iter_msg_chats(self) -> Iterator[tuple[bytes, bytes]]:
+        """(message id, chat id) of every held message (per-shard trees, ``sync.shards``)."""
+        for msg_id, key in self._iter_all("seen_msg"):
+            yield msg_id, key[:CHAT_ID_LEN]
 
     def get_bucket_msg_ids(self, bucket: int) -> list[bytes]:
         return [msg_id for msg_id, _ in self._iter_prefix("seen_msg", bucket_prefix(bucket))]
@@ -499,7 +541,9 @@ class Messages:
         high = MAX_PHYSICAL if settled_ts is None else settled_ts
         keys = self._multi_get("seen_msg", ids)
         wanted = [
-            key if key and low < (extract_hlc_physical_from_seen_value(key) or 0) <= high else None
+            key[:MESSAGES_KEY_LEN]
+            if key and low < (extract_hlc_physical_from_seen_value(key) or 0) <= high
+            else None
             for key in keys
         ]
         present = [key for key in wanted if key is not None]

@@ -189,7 +189,57 @@ class Plan:
 
 def plan_ops(ops: Sequence[Op], held: HeldView, rules: RuleSet = CHAT_RULES) -> Plan:
     """Decide what applying ``ops`` (validated) does to the replica ``held`` views."""
+    if len(ops) == 1:
+        plan = _one_message(ops[0], held, rules)
+        if plan is not None:
+            return plan
     return _Planner(held, rules).plan(ops)
+
+
+def _one_message(op: Op, held: HeldView, rules: RuleSet) -> Plan | None:
+    """A batch of one message that is no delete — what gossip brings most of the time:
+    ``_Planner.plan``'s decisions for it, step for step, without the bookkeeping a batch
+    needs (no member op grows a history, so nothing is released or decided again; no
+    delete in the batch erases anything). None: the planner decides."""
+    if type(op) is not MsgV1 or op.kind is MessageKind.DELETE:
+        return None
+    chat, msg_id = op.chat_id, op.msg_id
+    plan = Plan([False])
+    if held.held([op]):
+        return plan
+    deletes = held.has_deletes(chat)
+    access = Access(held.history(chat, op.sender), held.dm_parties(chat))
+    if not rules.admissible(op, access):
+        if not (deletes and _erased_by_held_delete(op, held, rules)):
+            plan.park.append(op)  # nothing waits that could never be stored
+        return plan
+    if deletes:  # _Planner._erased_on_arrival
+        if held.is_erased(msg_id):
+            return plan
+        if _erased_by_held_delete(op, held, rules):
+            plan.refused_erased[msg_id] = chat
+            return plan
+    expire = held.expire_before_ms
+    if expire is not None and op.hlc.physical_ms <= expire:
+        return plan
+    plan.store[msg_id] = op
+    if not rules.visible(op, access):
+        plan.hidden.add(msg_id)
+    plan.new[0] = True
+    plan.changed = 1
+    return plan
+
+
+def _erased_by_held_delete(msg: MsgV1, held: HeldView, rules: RuleSet) -> bool:
+    """``_Planner._erased_by_a_delete`` when the batch holds no delete."""
+    chat = msg.chat_id
+    is_admin = rules.admins(held.admin_state(chat))
+    return any(
+        delete_is_valid(delete, is_admin) and erases(delete, msg)
+        for ref in (msg.msg_id, msg.ref)
+        if ref is not None
+        for delete in held.deletes_referring(chat, ref)
+    )
 
 
 class _Planner:

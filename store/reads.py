@@ -30,12 +30,14 @@ from store.keys import (
 )
 from store.kinds import CONTENT
 from store.metas import Metas
-from store.records import sender_and_kind
+from store.records import KIND_AT, STAMP_AT
 from store.rocks import Rocks
 
 NO_MESSAGE = bytes(MSG_ID_LEN)  # ChatMeta.last_msg_id of a chat with no shown content
 UNREAD_CAP = 1000  # counted up to here: a client shows "999+" (the same on every replica)
 _POSITION_AT = CHAT_ID_LEN + USER_ID_LEN
+_SENDER_AT = STAMP_AT - USER_ID_LEN  # where a stored message's sender starts
+_CONTENT_BYTES = frozenset(int(kind) for kind in CONTENT)  # kind bytes, hashed as ints
 
 
 class Receipts:
@@ -50,38 +52,53 @@ class Receipts:
         reader = check_len(chat_id, CHAT_ID_LEN, "chat_id") + check_len(
             user_id, USER_ID_LEN, "user_id"
         )
-        hidden = self._hidden.seqs(chat_id)
-        for key, _ in self._rocks.iter_prefix("receipts", reader, reverse=True):
+        packed = self._position(reader, self._hidden.seqs(chat_id))
+        return None if packed is None else Hlc.unpack(packed)
+
+    def _position(self, reader: bytes, hidden: set[int]) -> int | None:
+        """``read_position`` packed, for ``reader`` = chat | user (checked by the caller):
+        the first row of a reverse scan from rocksdict's own iterator."""
+        for key, _ in self._rocks.items("receipts", reader, prefix_end(reader), reverse=True):
+            if key[:_POSITION_AT] != reader:
+                return None  # (below the reader's rows: it has none)
             if not hidden or seq_of(key) not in hidden:
-                return Hlc.from_bytes(key[_POSITION_AT : _POSITION_AT + 8])
+                return int.from_bytes(key[_POSITION_AT : _POSITION_AT + 8], "big")
         return None
 
     def unread_count(self, chat_id: bytes, user_id: bytes, position: Hlc | None) -> int:
         """Shown content messages of the chat by others stamped after ``position``, up to
         ``UNREAD_CAP``."""
         check_len(chat_id, CHAT_ID_LEN, "chat_id")
+        packed = None if position is None else position.pack()
+        return self._unread(chat_id, user_id, packed, self._hidden.seqs(chat_id))
+
+    def unread_for(self, chat_id: bytes, user_id: bytes) -> int:
+        """``unread_count`` at the user's ``read_position`` (ids checked by the caller): the
+        chat list's call, one hidden lookup and no Hlc made."""
+        hidden = self._hidden.seqs(chat_id)
+        return self._unread(chat_id, user_id, self._position(chat_id + user_id, hidden), hidden)
+
+    def _unread(self, chat_id: bytes, user_id: bytes, packed: int | None, hidden: set[int]) -> int:
         meta = self._metas.load(chat_id)  # its newest shown content message, if it has one
-        if meta.last_msg_id == NO_MESSAGE or (
-            position is not None and position.pack() >= meta.last_msg_ts
-        ):
+        if meta.last_msg_id == NO_MESSAGE or (packed is not None and packed >= meta.last_msg_ts):
             return 0  # nothing to read, or read up to the end (most chats in a list): no scan
         start = chat_id
-        if position is not None:
-            after = position.pack() + 1
-            if after > U64_MAX:
+        if packed is not None:
+            if packed >= U64_MAX:
                 return 0
-            start = chat_id + after.to_bytes(8, "big")
+            start = chat_id + (packed + 1).to_bytes(8, "big")
         end = prefix_end(chat_id)
         values: Iterator[bytes]
-        if hidden := self._hidden.seqs(chat_id):  # rare: the keys say which are hidden
+        if hidden:  # rare: the keys say which are hidden
             rows = self._rocks.iter_range("messages", start, end)
             values = (value for key, value in rows if seq_of(key) not in hidden)
         else:
             values = self._rocks.iter_values("messages", start, end)
+        # sender_and_kind, inlined: the sender's bytes and the kind byte read in place
         count = 0
+        kind_at, content = KIND_AT, _CONTENT_BYTES
         for value in values:
-            sender, kind = sender_and_kind(value)
-            if kind in CONTENT and sender != user_id:
+            if value[_SENDER_AT:STAMP_AT] != user_id and value[kind_at[value[STAMP_AT]]] in content:
                 count += 1
                 if count == UNREAD_CAP:
                     break

@@ -393,6 +393,97 @@ def _hlc_of(packed: int) -> Hlc:
     return hlc
 
 
+class StoredMsg(MsgV1):
+    """A message of this replica's own rows, decoded when a field is first read.
+
+    A history page makes one per row (``stored_msg``: one object and its ``encoded``, no
+    decode); the page's reader pays for the fields it reads, once per message: ``kind``,
+    ``sender``, ``chat_id``, ``hlc`` and ``payload`` are read in place (what a page's fold
+    reads), the first other field decodes the whole message (``decode_msg``, trusted). Equal to the ``MsgV1`` of the same bytes, and hashes
+    like it. Only for bytes this replica wrote (``MsgV1.encoded`` of a checked message).
+    """
+
+    def __getattr__(self, name: str) -> Any:  # called only for what __dict__ does not hold
+        fields = self.__dict__
+        data = fields.get("encoded")
+        if data is None or name not in _MSG_FIELDS:
+            raise AttributeError(name)
+        value = _read_in_place(data, name)
+        if value is not None:
+            fields[name] = value
+            return value
+        # max_payload: the row's own length (it was checked against the limit when stored)
+        fields.update(decode_msg(data, max_payload=len(data), trusted=True).__dict__)
+        return fields[name]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, MsgV1):
+            return self.encoded == other.encoded  # canonical: equal bytes, equal fields
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return MsgV1.__hash__(self)
+
+
+_MSG_FIELDS = frozenset(MsgV1.__dataclass_fields__)
+_MSG_HEAD = b"\x89\x01\x58\x20"  # array(9), version 1, bytes(32): the chat id
+_PAYLOAD_LENGTH = {0x58: 1, 0x59: 2, 0x5A: 4}  # a long bytes head -> bytes of its length
+
+
+# the shortest MsgV1.encoded: stamp and kind below 24, empty payload, no ref, key, signature
+_MIN_ENCODED = STAMP_AT + 3 + 1 + 2 + signing.PUBLIC_KEY_LEN + 2 + signing.SIGNATURE_LEN
+_TAIL_MIN = 1 + 2 + signing.PUBLIC_KEY_LEN + 2 + signing.SIGNATURE_LEN  # no ref, key, signature
+
+
+def _read_in_place(data: bytes, name: str) -> Any:
+    """Field ``name`` of a stored message's bytes read at its place in the canonical layout,
+    for the fields a page's fold reads (``kind``, ``sender``, ``chat_id``, ``hlc``,
+    ``payload``); None: another field, or bytes not laid out so (decode them)."""
+    if type(data) is not bytes or len(data) < _MIN_ENCODED or data[:4] != _MSG_HEAD:
+        return None
+    if name == "sender":
+        return data[_SENDER_AT:STAMP_AT]
+    if name == "chat_id":
+        return data[4 : _SENDER_AT - 1]
+    head = data[STAMP_AT]
+    kind_at = KIND_AT[head]
+    if name == "kind":
+        return _MESSAGE_KINDS.get(data[kind_at])
+    if name == "hlc":
+        if head < 24:
+            return _hlc_of(head)
+        if head not in _UINT_LENGTH:
+            return None
+        return _hlc_of(int.from_bytes(data[STAMP_AT + 1 : kind_at], "big"))
+    if name == "payload":
+        return _payload_of(data, kind_at + 1)
+    return None
+
+
+def _payload_of(data: bytes, at: int) -> bytes | None:
+    """The payload whose head is at ``at`` (None: a head this does not read, or a length
+    that leaves no room for the fields after it)."""
+    head = data[at]
+    if 0x40 <= head < 0x58:
+        start, length = at + 1, head - 0x40
+    else:
+        size = _PAYLOAD_LENGTH.get(head)
+        if size is None:
+            return None
+        start = at + 1 + size
+        length = int.from_bytes(data[at + 1 : start], "big")
+    if start + length + _TAIL_MIN > len(data):
+        return None
+    return data[start : start + length]
+
+
+def stored_msg(data: bytes) -> StoredMsg:
+    """A ``StoredMsg`` of a row this replica wrote: no field decoded yet."""
+    msg = _new(StoredMsg)
+    msg.__dict__["encoded"] = data
+    return msg
+
+
 def decode_msg(
     data: bytes, *, max_payload: int = DEFAULT_MAX_PAYLOAD, trusted: bool = False
 ) -> MsgV1:

@@ -34,7 +34,7 @@ from store.messages import (
     RangePage,
     StoredMessage,
 )
-from store.records import MessageKind, MsgV1, decode_msg
+from store.records import MessageKind, MsgV1, decode_msg, stored_msg
 from store.rocks import Rocks
 
 REPLY = MessageKind.REPLY
@@ -68,14 +68,24 @@ class Views:
         limit: int = DEFAULT_PAGE_LIMIT,
         direction: Direction = Direction.BACKWARD,
     ) -> FoldedPage:
-        page = self._messages.range(chat_id, cursor, limit, direction, kinds=CONTENT)
+        replies: list[int] = []  # the page's REPLY messages (range reads their kind byte)
+        page = self._messages.range(
+            chat_id, cursor, limit, direction, kinds=CONTENT, replies=replies
+        )
         valid = self._valid_deletes(chat_id)
-        referrers = self._referrers(chat_id, page.items)
-        changed = {
-            key: self._view(msg, refs or [], valid)
-            for key, _, msg in page.items
-            if (refs := referrers.get(key)) is not None or msg.kind is REPLY
-        }
+        items = page.items
+        referrers = self._referrers(chat_id, items)
+        # only the messages the fold changes are looked at: no work per plain message
+        changed: dict[bytes, MessageView] = {}
+        if referrers:
+            on_page = {key: msg for key, _, msg in items}
+            for key, refs in referrers.items():
+                if (msg := on_page.get(key)) is not None:
+                    changed[key] = self._view(msg, refs, valid)
+        for i in replies:
+            key, _, msg = items[i]
+            if key not in changed:
+                changed[key] = self._view(msg, [], valid)
         tombstones = self._tombstones(chat_id, valid, cursor, page, direction) if valid else []
         return FoldedPage(page.items, changed, tombstones, page.next_cursor)
 
@@ -103,8 +113,8 @@ class Views:
             if hidden and seq_of(row) in hidden:
                 continue
             target = row[:MESSAGES_KEY_LEN]
-            if value:
-                out.setdefault(target, []).append(decode_msg(value, trusted=True))
+            if value:  # our own row: its fields read when the fold asks (StoredMsg)
+                out.setdefault(target, []).append(stored_msg(value))
             else:
                 unread.append(row)
         if unread:

@@ -19,6 +19,7 @@ import cbor2
 from store.errors import shown
 from store.keys import NUM_BUCKETS, RECORD_ID_LEN
 from sync.errors import RemoteProtocolError
+from sync.scope import EVERYTHING, MAX_SHARDS, Scope, ScopeError
 
 PROTOCOL_VERSION = 1
 SALT_LEN = 16
@@ -64,6 +65,9 @@ class Hello:
     ``records``: the initiator's last pushes of the pass this HELLO closes — the answer to
     the responder's last asks, so closing costs no extra round trip; the responder writes
     them before it compares the roots.
+    ``scope``: what the initiator offers to reconcile (``sync.scope``); the digests and the
+    cell of the scoped domains are over it. Full: not on the wire. Scoped: the last field,
+    after ``records`` (sent as ``[]`` when there are none), so each field keeps its place.
     """
 
     pass_no: int
@@ -74,6 +78,7 @@ class Hello:
     cutoff_ms: int = 0
     final: bool = False
     records: dict[Domain, list[bytes]] = field(default_factory=dict)
+    scope: Scope = EVERYTHING
 
     def digest(self, domain: Domain) -> bytes:
         return self.digests[domain * ROOT_DIGEST_LEN : (domain + 1) * ROOT_DIGEST_LEN]
@@ -90,10 +95,13 @@ class Nodes:
 
     ``cutoff_ms`` in the responder's first NODES of a pass: the session's message cutoff,
     the later of both sides' (0: none); both then neither list, ship nor accept older.
+    ``scope`` in the responder's first NODES of a pass, when the intersection of both
+    scopes is narrower than the initiator's HELLO offered: the session's scope from now on.
     """
 
     sections: dict[Domain, tuple[bytes, bytes]]  # domain -> (flags, concatenated hashes)
     cutoff_ms: int = 0
+    scope: Scope | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,17 +187,23 @@ Frame = Hello | Done | Nodes | Cells | Transfer | Abort | Sketches
 
 def encode_frame(frame: Frame) -> bytes:
     match frame:
-        case Hello(pass_no, salt, width, digests, (xor, count, check), cutoff_ms, final, records):
+        case Hello(
+            pass_no, salt, width, digests, (xor, count, check), cutoff_ms, final, records, scope
+        ):
             body: list[Any] = [
                 FrameType.HELLO, PROTOCOL_VERSION, pass_no, salt, width, digests,
                 b"" if xor == ZERO_XOR else xor, count, check, cutoff_ms, final,
             ]  # fmt: skip
-            if records:
+            if records or not scope.is_full:
                 body.append([[int(d), r] for d, r in sorted(records.items())])
+            if not scope.is_full:
+                body.append(scope.to_wire())
         case Done(converged):
             body = [FrameType.DONE, converged]
-        case Nodes(sections, cutoff_ms):
+        case Nodes(sections, cutoff_ms, scope):
             body = [FrameType.NODES, _tree_sections(sections), cutoff_ms]
+            if scope is not None and not scope.is_full:
+                body.append(scope.to_wire())
         case Cells(sections):
             body = [FrameType.CELLS, _tree_sections(sections)]
         case Transfer(idle, sections, drained):
@@ -316,10 +330,22 @@ def decode_frame(data: bytes, *, max_frame: int, max_ids: int) -> Frame:
     return decoder(value[1:], max_ids)
 
 
+def _scope(value: Any) -> Scope:
+    """``[S, bitmap]``: at most ``MAX_SHARDS`` shards, a bitmap of exactly ⌈S/8⌉ bytes."""
+    num_shards, bitmap = _arity(_list(value, "scope", 2), 2, "scope")
+    num_shards = _uint(num_shards, "number of shards")
+    if num_shards > MAX_SHARDS:
+        raise _fail(f"a scope of {num_shards} shards, over {MAX_SHARDS}", "scope_too_large")
+    try:
+        return Scope.from_bitmap(num_shards, _bytes(bitmap, "scope bitmap"))
+    except ScopeError as exc:
+        raise _fail(f"scope: {exc}", "bad_scope") from None
+
+
 def _decode_hello(v: list[Any], max_ids: int) -> Hello:
-    version, pass_no, salt, width, digests, xor, count, check, cutoff_ms, final, pushed = _arity(
-        v, 10, "HELLO", 1
-    )
+    _arity(v, 10, "HELLO", 2)  # then records, then scope: each only when sent
+    version, pass_no, salt, width, digests, xor, count, check, cutoff_ms, final = v[:10]
+    scope = _scope(v[11]) if len(v) > 11 else EVERYTHING
     if _uint(version, "version") != PROTOCOL_VERSION:
         raise _fail(f"unsupported protocol version {version}", "unsupported_version")
     width = _uint(width, "hash width", 256)
@@ -331,8 +357,8 @@ def _decode_hello(v: list[Any], max_ids: int) -> Hello:
         raise _fail(f"root xor must be 32 bytes (or empty: zero), got {len(xor)}")
     cell = (xor or ZERO_XOR, _uint(count, "root count"), _uint(check, "root check", 1 << 32))
     records: dict[Domain, list[bytes]] = {}
-    if pushed is not None:
-        for domain, rest in _sections(pushed, "HELLO records"):
+    if len(v) > 10:
+        for domain, rest in _sections(v[10], "HELLO records"):
             (blobs,) = _arity(rest, 1, "HELLO records")
             records[domain] = [_bytes(r, "record") for r in _list(blobs, "records", max_ids)]
     return Hello(
@@ -344,6 +370,7 @@ def _decode_hello(v: list[Any], max_ids: int) -> Hello:
         _uint(cutoff_ms, "cutoff"),
         _bool(final, "final"),
         records,
+        scope,
     )
 
 
@@ -364,8 +391,11 @@ def _decode_tree_sections(
 
 
 def _decode_nodes(v: list[Any], max_ids: int) -> Nodes:
+    scope = _scope(v.pop()) if len(v) == 3 else None
     sections, cutoff_ms = _arity(v, 2, "NODES")
-    return Nodes(_decode_tree_sections([sections], "NODES", None), _uint(cutoff_ms, "cutoff"))
+    return Nodes(
+        _decode_tree_sections([sections], "NODES", None), _uint(cutoff_ms, "cutoff"), scope
+    )
 
 
 def _decode_cells(v: list[Any], max_ids: int) -> Cells:

@@ -21,6 +21,7 @@ collision in one pass is not repeated in the next.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol
 
 import blake3
 
@@ -41,6 +42,24 @@ def check_hash(record_id: bytes) -> int:
 def node_hash(salt: bytes, xor: int, count: int, width: int) -> bytes:
     """What peers compare: a salted, truncated hash of one node's (xor, count)."""
     return blake3.blake3(salt + xor.to_bytes(32, "big") + count.to_bytes(8, "big")).digest(width)
+
+
+class TreeReader(Protocol):
+    """What a session reads of a tree: a ``MerkleTree``, or the tree of some shards
+    (``sync.shards.ShardView``)."""
+
+    @property
+    def count(self) -> int: ...
+
+    def root(self) -> tuple[bytes, int]: ...
+
+    def root_check(self) -> int: ...
+
+    def leaf_counts(self, buckets: Iterable[int]) -> list[int]: ...
+
+    def hashes(self, depth: int, indexes: Iterable[int], salt: bytes, width: int) -> bytes: ...
+
+    def cell(self, bucket: int) -> tuple[int, int, int]: ...
 
 
 class MerkleTree:

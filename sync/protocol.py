@@ -108,9 +108,10 @@ from sync.frames import (
     decode_frame,
     encode_frame,
 )
-from sync.merkle import DEPTH, FANOUT, FANOUT_BITS, MerkleTree, check_hash, children
+from sync.merkle import DEPTH, FANOUT, FANOUT_BITS, TreeReader, check_hash, children
 from sync.replica import Record, Replica
-from sync.scope import EVERYTHING, Scope
+from sync.scope import EVERYTHING, Scope, ScopeError
+from sync.shards import SCOPED
 from sync.sketch import (
     DEFAULT_SHORT_ID_LEN,
     HASHES,
@@ -152,7 +153,6 @@ class SyncConfig:
     idle_timeout_ms: int = 5_000
     min_bytes_per_s: int = 256 * 1024
     cutoff_ms: int | None = None  # retention soft-filter for messages (see RETENTION.md)
-    scope: Scope = EVERYTHING  # what the session reconciles (sync.scope; today: everything)
     authenticate: bool = False  # check member ops' signature and authority, identity docs
     max_offset_ms: int | None = None  # skip records this far ahead of now_ms (a node: 120 s)
     # Messages stamped less than this before now_ms are not sent: gossip is still carrying
@@ -383,6 +383,8 @@ class SyncSession:
         self._closing: Hello | None = None  # a HELLO with records: opened once they are written
         self._last_sent_drained = False
         self._answer_due = False
+        # what this session reconciles: our replica's scope, until the peer's narrows it
+        self._scope: Scope = replica.scope
 
     # --- driver API ---
 
@@ -580,8 +582,13 @@ class SyncSession:
         else:
             into["control"] += size
 
-    def _tree(self, domain: Domain) -> MerkleTree:
-        return self.replica.tree(domain, self.config.scope)
+    def _tree(self, domain: Domain) -> TreeReader:
+        return self.replica.scope_tree(domain, self._scope)
+
+    @property
+    def scope(self) -> Scope:
+        """What the session reconciles: the intersection of both sides' scopes, once known."""
+        return self._scope
 
     def _section_domains(self, sections: dict[Domain, Any], what: str) -> None:
         if set(sections) != set(self._domains):
@@ -614,6 +621,7 @@ class SyncSession:
             own_cutoff,
             final,
             records or {},
+            self._scope,
         )
 
     def _on_hello(self, hello: Hello) -> Frame | None:
@@ -644,15 +652,26 @@ class SyncSession:
 
     def _open_pass(self, hello: Hello) -> Frame:
         """Compare the roots: DONE, the one id the roots differ by, or a descent."""
+        try:
+            inner = self.replica.scope & hello.scope
+        except ScopeError as exc:
+            raise RemoteProtocolError(f"HELLO scope: {exc}", reason="scope_mismatch") from None
+        # narrower than offered: the peer's scoped roots cover shards we do not hold. Equal
+        # roots still mean the same records (the peer holds nothing beyond the intersection
+        # there); different ones lead to a descent, over the intersection.
+        narrowed = inner.shards != hello.scope.shards  # (a full scope: any number of shards)
         self.release_claims()
         self._pass_no = self.stats.passes = hello.pass_no
         self._salt, self._width = hello.salt, hello.width
         self._session_cutoff = _later(self.config.cutoff_ms, hello.cutoff_ms)
+        self._scope = inner
         differing = self._differing(hello)
         if not differing or hello.final or hello.pass_no > self.config.max_passes:
             self.state, self.converged = State.DONE, not differing
             return Done(not differing)
-        shortcut = self._shortcut(hello, differing)
+        # Narrowed, the one id the cells differ by may lie in a shard we do not hold: only a
+        # descent names the intersection (in NODES), so the shortcut is for unnarrowed passes.
+        shortcut = None if narrowed else self._shortcut(hello, differing)
         if shortcut is not None:
             return shortcut
         self._domains = {d: self._new_pass() for d in differing}
@@ -665,7 +684,13 @@ class SyncSession:
                 self._tree(domain).hashes(TOP_DEPTH, top, self._salt, self._width),
             )
         self.state = State.AWAIT_MIDDLE
-        return Nodes(sections, max(0, self._session_cutoff or 0))
+        return Nodes(sections, max(0, self._session_cutoff or 0), inner if narrowed else None)
+
+    def _no_scope(self, nodes: Nodes) -> None:
+        if nodes.scope is not None:
+            raise RemoteProtocolError(
+                "a scope in a NODES frame other than the first of a pass", reason="bad_scope"
+            )
 
     def _new_pass(self) -> _DomainPass:
         return _DomainPass(ask_window=self.config.max_outbox // 2)
@@ -716,7 +741,7 @@ class SyncSession:
         if decoded is None:
             return None
         held = record_id in self.replica.bucket_ids(
-            domain, bucket_of(record_id), self._cutoff(domain), self.config.scope
+            domain, bucket_of(record_id), self._cutoff(domain), self._scope
         )
         return decoded if held == (decoded[0] < 0) else None
 
@@ -792,6 +817,8 @@ class SyncSession:
         return Nodes(out)
 
     def _on_top(self, nodes: Nodes) -> Nodes | Sketches:
+        if nodes.scope is not None:
+            self._narrow(nodes.scope)
         self._session_cutoff = _later(self.config.cutoff_ms, nodes.cutoff_ms)
         self._domains = {d: self._new_pass() for d in nodes.sections}
         if not self._domains:
@@ -801,13 +828,28 @@ class SyncSession:
         self.state = State.AWAIT_LEAVES
         return self._answer_with_hashes(nodes.sections, TOP_DEPTH)
 
+    def _narrow(self, scope: Scope) -> None:
+        """The responder named the intersection: it must lie within what we offered."""
+        try:
+            within = self._scope.covers(scope)
+        except ScopeError as exc:
+            raise RemoteProtocolError(f"NODES scope: {exc}", reason="scope_mismatch") from None
+        if not within:
+            raise RemoteProtocolError(
+                f"the peer named {scope}, beyond the {self._scope} offered",
+                reason="scope_widened",
+            )
+        self._scope = scope
+
     def _on_middle(self, nodes: Nodes) -> Nodes | Sketches:
+        self._no_scope(nodes)
         if self.config.sketch:
             return self._sketch_or_descend(nodes.sections, TOP_DEPTH + 1, State.AWAIT_CELLS)
         self.state = State.AWAIT_CELLS
         return self._answer_with_hashes(nodes.sections, TOP_DEPTH + 1)
 
     def _on_leaves(self, nodes: Nodes) -> Cells | Nodes | Sketches:
+        self._no_scope(nodes)
         if self.config.sketch:
             return self._sketch_or_descend(nodes.sections, DEPTH, State.TRANSFER)
         self._section_domains(nodes.sections, "NODES")
@@ -918,7 +960,7 @@ class SyncSession:
         return dp.region, skip
 
     def _read_region(self, domain: Domain, buckets: list[int]) -> bytes:
-        cutoff, scope = self._cutoff(domain), self.config.scope
+        cutoff, scope = self._cutoff(domain), self._scope
         runs = _runs(buckets)
         return b"".join(self.replica.ids_in_range(domain, lo, hi, cutoff, scope) for lo, hi in runs)
 
@@ -1101,7 +1143,7 @@ class SyncSession:
             dp.outbox.append(decoded[1])  # we have it, the peer does not
 
     def _id_list(self, domain: Domain, bucket: int) -> IdList:
-        ids = self.replica.bucket_ids(domain, bucket, self._cutoff(domain), self.config.scope)
+        ids = self.replica.bucket_ids(domain, bucket, self._cutoff(domain), self._scope)
         prefixes = sorted(salted_prefix(self._salt, i) for i in ids)
         complete = len(prefixes) <= self.config.max_bucket_ids
         # An oversized (perhaps ground) bucket sends a salted sample; next pass samples anew.
@@ -1193,7 +1235,7 @@ class SyncSession:
             self._check_bucket(dp, want.bucket, "prefix want")
             asked = set(_split(want.prefixes, ID_PREFIX_LEN))
             for record_id in self.replica.bucket_ids(
-                domain, want.bucket, self._cutoff(domain), self.config.scope
+                domain, want.bucket, self._cutoff(domain), self._scope
             ):
                 if salted_prefix(self._salt, record_id) in asked:
                     dp.outbox.append(record_id)
@@ -1221,7 +1263,7 @@ class SyncSession:
         mine = {
             salted_prefix(self._salt, i): i
             for i in self.replica.bucket_ids(
-                domain, id_list.bucket, self._cutoff(domain), self.config.scope
+                domain, id_list.bucket, self._cutoff(domain), self._scope
             )
         }
         theirs = set(_split(id_list.prefixes, ID_PREFIX_LEN))
@@ -1246,6 +1288,7 @@ class SyncSession:
             try:
                 record, record_id, physical_ms = self._decode_record(domain, blob)
                 self._check_bucket(dp, bucket_of(record_id), "record")
+                self._check_scope(domain, record)
             except RemoteProtocolError as exc:
                 problem = problem or exc
                 continue
@@ -1253,6 +1296,16 @@ class SyncSession:
         if domain in MESSAGE_DOMAINS:
             decoded, problem = self._verified(decoded, problem)
         return decoded, problem
+
+    def _check_scope(self, domain: Domain, record: Record) -> None:
+        if (
+            domain in SCOPED
+            and isinstance(record, MsgV1)
+            and not self._scope.holds_chat(record.chat_id)
+        ):
+            raise RemoteProtocolError(
+                "a record of a chat outside the session's scope", reason="out_of_scope"
+            )
 
     def _take_records(self, domain: Domain, dp: _DomainPass, blobs: list[bytes]) -> bool:
         """Keep the valid records for the driver (``check`` validated every one); False if
@@ -1382,7 +1435,7 @@ class SyncSession:
         while dp.outbox and len(out) < max_records:
             chunk = [dp.outbox.popleft() for _ in range(min(FETCH_CHUNK, len(dp.outbox)))]
             blobs = self.replica.get_records(
-                domain, chunk, self._cutoff(domain), settled, self.config.scope
+                domain, chunk, self._cutoff(domain), settled, self._scope
             )
             for i, blob in enumerate(blobs):
                 if blob is None or chunk[i] in dp.shipped:
@@ -1446,11 +1499,13 @@ def hello_for(
     cutoff_ms: int = 0,
     final: bool = False,
     records: dict[Domain, list[bytes]] | None = None,
+    scope: Scope = EVERYTHING,
 ) -> Hello:
-    """The HELLO that announces ``roots`` (every domain's (xor, count)) and their checks."""
+    """The HELLO that announces ``roots`` (every domain's (xor, count), the scoped domains'
+    over ``scope``) and their checks."""
     digests = b"".join(root_digest(salt, d, *roots[d]) for d in Domain)
     cell = _sum_cell(roots, checks or {})
-    return Hello(pass_no, salt, width, digests, cell, cutoff_ms, final, records or {})
+    return Hello(pass_no, salt, width, digests, cell, cutoff_ms, final, records or {}, scope)
 
 
 def estimate_difference(depth: int, compared: int, differing: int) -> float:

@@ -46,8 +46,9 @@ from store.records import IdentityRecord, MemberInfo, MsgV1, compute_identity_re
 from store.retention import Expiry
 from store.waiting import WaitingRoom
 from sync.frames import Domain
-from sync.merkle import MerkleTree
-from sync.scope import EVERYTHING, Scope, require_everything
+from sync.merkle import MerkleTree, TreeReader
+from sync.scope import EVERYTHING, Scope, ScopeError, split_by_scope
+from sync.shards import SCOPED, ScopedTrees, ShardLeaves
 
 if TYPE_CHECKING:  # a ChatDb is passed in; sync never imports rocksdict itself
     from store.chatdb import ChatDb
@@ -57,9 +58,18 @@ Record = MsgV1 | MembershipOp | IdentityRecord
 
 class Replica(Protocol):
     """What a session reads, per scope (``sync.scope``), and where a driver that owns the
-    replica writes what a session received (``apply``)."""
+    replica writes what a session received (``apply``). ``scope`` is what the replica
+    holds; asked for another scope, it answers for what it holds within it."""
 
-    def tree(self, domain: Domain, scope: Scope = EVERYTHING) -> MerkleTree: ...
+    scope: Scope
+
+    def tree(self, domain: Domain) -> MerkleTree:
+        """The tree of everything the replica holds."""
+        ...
+
+    def scope_tree(self, domain: Domain, scope: Scope) -> TreeReader:
+        """The tree of what the replica holds within ``scope``."""
+        ...
 
     def bucket_ids(
         self, domain: Domain, bucket: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
@@ -91,6 +101,20 @@ class Replica(Protocol):
         ...
 
 
+def _filter_applied(
+    ops: Sequence[Any], scope: Scope, apply: Callable[[list[Any]], Applied]
+) -> tuple[Applied, int]:
+    """Apply what lies in ``scope`` (``split_by_scope``); ``new`` False for what does not."""
+    kept, refused = split_by_scope(ops, scope)
+    if not refused:
+        return apply(list(ops)), 0
+    applied = apply(kept)
+    flags = iter(applied.new)
+    out_ids = {id(r) for r in refused}
+    new = [False if id(op) in out_ids else next(flags) for op in ops]
+    return Applied(new, applied.changed, applied.stored), len(refused)
+
+
 def _bucket(record_id: bytes) -> int:
     return (record_id[0] << 8) | record_id[1]
 
@@ -109,7 +133,7 @@ def new_bucket_index() -> BucketIndex:
     return {d: defaultdict(set) for d in Domain}
 
 
-class MemoryReplica:
+class MemoryReplica(ScopedTrees):
     """A whole replica in dicts. It decides nothing itself: ``store.plan`` plans each batch
     from what it holds (it is its own ``HeldView``), and it carries the plan out.
 
@@ -129,8 +153,12 @@ class MemoryReplica:
         waiting: WaitingRoom | None = None,
         *,
         admit_all: bool = False,
+        scope: Scope = EVERYTHING,
     ) -> None:
         # admit_all: every message stored and shown: the sync engine alone
+        self.scope = scope  # what it holds: messages and deletes outside are refused
+        self.refused_out_of_scope = 0
+        self._shard_leaves: tuple[int, dict[Domain, ShardLeaves]] | None = None
         self.plan_rules: RuleSet = ADMIT_ALL if admit_all else CHAT_RULES
         self.expire_before_ms: int | None = None  # retention: older messages are refused
         self.trees = trees if trees is not None else {d: MerkleTree() for d in Domain}
@@ -153,8 +181,8 @@ class MemoryReplica:
 
     # --- the Replica protocol ---
 
-    def tree(self, domain: Domain, scope: Scope = EVERYTHING) -> MerkleTree:
-        require_everything(scope)
+    def tree(self, domain: Domain) -> MerkleTree:
+        """The tree of everything held (the replica's own scope)."""
         return self.trees[domain]
 
     def record_ids(self, domain: Domain) -> list[bytes]:
@@ -167,7 +195,9 @@ class MemoryReplica:
     def bucket_ids(
         self, domain: Domain, bucket: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
     ) -> list[bytes]:
-        require_everything(scope)
+        return self._keep_in_scope(domain, self._held_in_bucket(domain, bucket, cutoff_ms), scope)
+
+    def _held_in_bucket(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]:
         known = self._buckets[domain].get(bucket, ())
         if domain is MEMBERS:
             return sorted(i for i in known if i in self.member_ops)
@@ -189,7 +219,6 @@ class MemoryReplica:
         cutoff_ms: int | None,
         scope: Scope = EVERYTHING,
     ) -> bytes:
-        require_everything(scope)
         held: Container[bytes]
         if domain is MESSAGES:
             held = self.messages
@@ -205,7 +234,15 @@ class MemoryReplica:
                 out.extend(i for i in known if i in held)
         if domain is MESSAGES and cutoff_ms is not None:
             out = [i for i in out if self.messages[i].hlc.physical_ms > cutoff_ms]
-        return b"".join(out)
+        return b"".join(self._keep_in_scope(domain, out, scope))
+
+    def _chats_of(self, domain: Domain, ids: list[bytes]) -> list[bytes | None]:
+        held = self.messages if domain is MESSAGES else self.deletes
+        return [None if (m := held.get(i)) is None else m.chat_id for i in ids]
+
+    def _iter_chats(self, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
+        held = self.messages if domain is MESSAGES else self.deletes
+        return ((i, m.chat_id) for i, m in held.items())
 
     def get_records(
         self,
@@ -215,10 +252,11 @@ class MemoryReplica:
         settled_ms: int | None = None,
         scope: Scope = EVERYTHING,
     ) -> list[bytes | None]:
-        require_everything(scope)
         out: list[bytes | None] = []
-        for record_id in ids:
-            if domain is MESSAGES:
+        for record_id, ok in zip(ids, self._in_scope(domain, ids, scope), strict=True):
+            if not ok:
+                out.append(None)  # not held, or outside the scope asked for
+            elif domain is MESSAGES:
                 msg = self.messages.get(record_id)
                 stamp = 0 if msg is None else msg.hlc.physical_ms
                 old = cutoff_ms is not None and stamp <= cutoff_ms
@@ -241,14 +279,36 @@ class MemoryReplica:
         return self.apply_ops(records).changed
 
     def apply_ops(self, ops: Sequence[Op | Record]) -> Applied:
-        """Merge validated ops: plan them (``store.plan``), carry the plan out."""
+        """Merge validated ops: plan them (``store.plan``), carry the plan out. Messages and
+        deletes outside the replica's scope are refused (counted), whatever brought them."""
+        applied, refused = _filter_applied(ops, self.scope, self._plan_and_carry_out)
+        self.refused_out_of_scope += refused
+        return applied
+
+    def _plan_and_carry_out(self, ops: list[Any]) -> Applied:
         plan = plan_ops(ops, self, self.plan_rules)
         self._carry_out(plan)
         return Applied(plan.new, plan.changed, plan.stored)
 
+    def set_scope(self, scope: Scope) -> None:
+        """Hold ``scope`` from now on: the messages and deletes outside it leave the replica
+        (and its trees) at once; a wider scope is filled by later sessions."""
+        if not (scope.is_full or self.scope.is_full) and scope.num_shards != self.scope.num_shards:
+            raise ScopeError("a replica's network keeps its number of shards")
+        self.scope = scope
+        for msg_id in [i for i, m in self.messages.items() if not scope.holds_chat(m.chat_id)]:
+            self._drop_message(msg_id)
+        for delete_id in [i for i, d in self.deletes.items() if not scope.holds_chat(d.chat_id)]:
+            self._drop_delete(delete_id)
+        self.waiting.discard(
+            {m.msg_id for m in self.waiting.waiting() if not scope.holds_chat(m.chat_id)}
+        )
+
     def apply_record(self, record: Record) -> bool:
         """Merge one validated record; True if it changed the replica."""
-        return self.apply_ops([record]).new[0]
+        plan = plan_ops([record], self, self.plan_rules)
+        self._carry_out(plan)
+        return plan.new[0]
 
     # --- the HeldView the planner reads ---
 
@@ -302,20 +362,23 @@ class MemoryReplica:
         for user, (before, record) in plan.identities.items():
             self._set_identity(user, before, (record.hlc, record.blob))
             self._wrote(IDENTITY, user, before)
-        self.waiting.release_chats(plan.released_chats)
+        if plan.released_chats:
+            self.waiting.release_chats(plan.released_chats)
         for delete in plan.deletes.values():
             self._put_delete(delete)
         for msg_id, msg in plan.erase.items():
             self.erased.add(msg_id)
             self._wrote(MESSAGES, msg_id, msg)
             self._drop_message(msg_id)
-        for msg_id in sorted(plan.refused_erased):
-            self._mark_erased(msg_id)
+        if plan.refused_erased:
+            for msg_id in sorted(plan.refused_erased):
+                self._mark_erased(msg_id)
         for msg in plan.store.values():
             self._put_message(msg)
         for msg in plan.park:
             self.waiting.park(msg)
-        self.waiting.discard(plan.discard)
+        if plan.discard:
+            self.waiting.discard(plan.discard)
 
     def _put_delete(self, delete: MsgV1) -> None:
         assert delete.ref is not None
@@ -323,7 +386,18 @@ class MemoryReplica:
         self.deletes_by_ref.setdefault(delete.ref, []).append(delete)
         self.delete_chats.add(delete.chat_id)
         self._index(DELETES, None, delete.msg_id, delete.msg_id)
+        self._shard_change(DELETES, delete.chat_id, None, delete.msg_id)
         self._wrote(DELETES, delete.msg_id, None)
+
+    def _drop_delete(self, delete_id: bytes) -> None:
+        """A delete of a chat that left the scope."""
+        delete = self.deletes.pop(delete_id)
+        assert delete.ref is not None
+        self.deletes_by_ref[delete.ref].remove(delete)
+        if not any(d.chat_id == delete.chat_id for d in self.deletes.values()):
+            self.delete_chats.discard(delete.chat_id)
+        self._index(DELETES, delete_id, None, delete_id)
+        self._shard_change(DELETES, delete.chat_id, delete_id, None)
 
     def _mark_erased(self, msg_id: bytes) -> None:
         """A message that came after the delete erasing it: remembered, never stored."""
@@ -339,6 +413,7 @@ class MemoryReplica:
         if msg.ref is not None:
             self.refs.setdefault(msg.ref, set()).add(msg_id)
         self._index(MESSAGES, None, msg_id, msg_id)
+        self._shard_change(MESSAGES, msg.chat_id, None, msg_id)
         self._wrote(MESSAGES, msg_id, None)
 
     def _add_member_op(self, op_id: bytes, op: MembershipOp) -> None:
@@ -389,6 +464,7 @@ class MemoryReplica:
         if msg.ref is not None:
             self.refs[msg.ref].discard(msg_id)
         self._index(MESSAGES, msg_id, None, msg_id)
+        self._shard_change(MESSAGES, msg.chat_id, msg_id, None)
 
     def _set_identity(
         self, user: bytes, before: tuple[Hlc, bytes] | None, after: tuple[Hlc, bytes] | None
@@ -452,15 +528,28 @@ class Applied:
     stored: list[MsgV1] = field(default_factory=list)  # messages new to the store (DbReplica)
 
 
-class DbReplica:
+class DbReplica(ScopedTrees):
     """A ChatDb seen through the Replica interface, with trees rebuilt from it on creation."""
 
     def __init__(
-        self, db: ChatDb, waiting: WaitingRoom | None = None, *, admit_all: bool = False
+        self,
+        db: ChatDb,
+        waiting: WaitingRoom | None = None,
+        *,
+        admit_all: bool = False,
+        scope: Scope = EVERYTHING,
     ) -> None:
         """``admit_all``: store and show every message, members or not — the sync engine on
-        its own, as protocol tests and the sync benchmark drive it (a node never does)."""
+        its own, as protocol tests and the sync benchmark drive it (a node never does).
+        ``scope``: what the store holds; messages and deletes outside it are refused."""
         self.db = db
+        self.scope = scope
+        self.refused_out_of_scope = 0
+        self._shard_leaves: tuple[int, dict[Domain, ShardLeaves]] | None = None
+        if not scope.is_full and any(
+            not scope.holds_chat(chat) for d in SCOPED for _, chat in self._iter_chats(d)
+        ):
+            raise ScopeError(f"the store holds chats outside {scope}: narrowing is not built")
         self.plan_rules = ADMIT_ALL if admit_all else CHAT_RULES
         self.waiting = waiting if waiting is not None else WaitingRoom()
         # told of every message sync stored that was new here (from the applying thread)
@@ -475,9 +564,26 @@ class DbReplica:
             self.apply_ops(held)  # stored if admitted by now, else waits again
             db.save_waiting([], [m.msg_id for m in held if m.msg_id not in self.waiting])
 
-    def tree(self, domain: Domain, scope: Scope = EVERYTHING) -> MerkleTree:
-        require_everything(scope)
+    def tree(self, domain: Domain) -> MerkleTree:
+        """The tree of everything held (the replica's own scope)."""
         return self.trees[domain]
+
+    def widen_scope(self, scope: Scope) -> None:
+        """Hold ``scope`` from now on, which must cover the current one: later sessions fill
+        it. (Dropping a shard's rows from RocksDB, after a grace period, is not built yet.)"""
+        if not scope.covers(self.scope):
+            raise ScopeError(f"{scope} does not cover {self.scope}: narrowing is not built")
+        self.scope = scope
+
+    def _chats_of(self, domain: Domain, ids: list[bytes]) -> list[bytes | None]:
+        if domain is Domain.MESSAGES:
+            return self.db.msg_chats(ids)
+        return self.db.chats_of_deletes(ids)
+
+    def _iter_chats(self, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
+        if domain is Domain.MESSAGES:
+            return self.db.iter_msg_chats()
+        return self.db.iter_delete_chats()
 
     def expire_messages(self, cutoff_ms: int, batch: int = 10_000) -> list[bytes]:
         """Retention GC on the ChatDb, the tree kept in step, every step at once."""
@@ -493,6 +599,7 @@ class DbReplica:
         return self.db.expire_before_ms
 
     def remove_from_tree(self, msg_ids: list[bytes]) -> None:
+        self._shard_leaves = None  # rebuilt from the store when next needed
         tree = self.trees[Domain.MESSAGES]
         for msg_id in msg_ids:
             tree.remove(msg_id)
@@ -500,7 +607,9 @@ class DbReplica:
     def bucket_ids(
         self, domain: Domain, bucket: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
     ) -> list[bytes]:
-        require_everything(scope)
+        return self._keep_in_scope(domain, self._held_in_bucket(domain, bucket, cutoff_ms), scope)
+
+    def _held_in_bucket(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]:
         if domain is Domain.MESSAGES:
             if cutoff_ms is None:
                 return self.db.get_bucket_msg_ids(bucket)
@@ -519,14 +628,15 @@ class DbReplica:
         cutoff_ms: int | None,
         scope: Scope = EVERYTHING,
     ) -> bytes:
-        require_everything(scope)
         if domain is Domain.MESSAGES:
-            return b"".join(self.db.get_range_msg_ids(start, end, cutoff_ms))
-        if domain is Domain.MEMBERS:
-            return b"".join(self.db.get_range_member_ids(start, end))
-        if domain is Domain.DELETES:
-            return b"".join(self.db.get_range_delete_ids(start, end))
-        return b"".join(self.db.get_range_identity_ids(start, end))
+            ids = self.db.get_range_msg_ids(start, end, cutoff_ms)
+        elif domain is Domain.MEMBERS:
+            ids = self.db.get_range_member_ids(start, end)
+        elif domain is Domain.DELETES:
+            ids = self.db.get_range_delete_ids(start, end)
+        else:
+            ids = self.db.get_range_identity_ids(start, end)
+        return b"".join(self._keep_in_scope(domain, ids, scope))
 
     def get_records(
         self,
@@ -536,7 +646,12 @@ class DbReplica:
         settled_ms: int | None = None,
         scope: Scope = EVERYTHING,
     ) -> list[bytes | None]:
-        require_everything(scope)
+        if domain in SCOPED and self._within(domain, scope) is not None:
+            # ask the store only for what lies in the scope: the rest is answered None
+            mask = self._in_scope(domain, ids, scope)
+            inside = [i for i, ok in zip(ids, mask, strict=True) if ok]
+            found = iter(self.get_records(domain, inside, cutoff_ms, settled_ms))
+            return [next(found) if ok else None for ok in mask]
         if domain is Domain.MESSAGES:
             return self.db.get_messages_cbor_by_ids(ids, cutoff_ms, settled_ms)
         if domain is Domain.MEMBERS:
@@ -560,10 +675,19 @@ class DbReplica:
         """Merge validated ops of any domain into the store and the trees; per op, whether it
         changed the store. The node's writer applies its batches here, sync (``apply``) its
         frames: one path from the store to the trees. The ChatDb plans the batch from what
-        it holds (``store.plan``) and carries the plan out; the trees follow the plan."""
+        it holds (``store.plan``) and carries the plan out; the trees follow the plan.
+        Messages and deletes outside the store's scope are refused (counted)."""
+        applied, refused = _filter_applied(ops, self.scope, self._plan_and_carry_out)
+        self.refused_out_of_scope += refused
+        return applied
+
+    def _plan_and_carry_out(self, ops: list[Any]) -> Applied:
         plan = self.db.apply_ops(ops, self.waiting, self.plan_rules)
         for domain, old, new in tree_changes(plan):
             self.trees[domain].replace(old, new)
+        if self._shard_leaves is not None:
+            for domain, chat, old, new in shard_changes(plan):
+                self._shard_change(domain, chat, old, new)
         return Applied(plan.new, plan.changed, plan.stored)
 
     # --- what readers see ---
@@ -604,3 +728,13 @@ def tree_changes(plan: Plan) -> Iterator[tuple[Domain, bytes | None, bytes | Non
         yield MESSAGES, msg_id, None
     for msg_id in plan.store:
         yield MESSAGES, None, msg_id
+
+
+def shard_changes(plan: Plan) -> Iterator[tuple[Domain, bytes, bytes | None, bytes | None]]:
+    """The per-shard leaves' changes a plan makes: (domain, chat, id leaving, id entering)."""
+    for delete_id, delete in plan.deletes.items():
+        yield DELETES, delete.chat_id, None, delete_id
+    for msg_id, msg in plan.erase.items():
+        yield MESSAGES, msg.chat_id, msg_id, None
+    for msg_id, msg in plan.store.items():
+        yield MESSAGES, msg.chat_id, None, msg_id

@@ -91,6 +91,29 @@ async def one_message(chat_id: str, msg_id: str, node: NodeDep, who: Signed) -> 
     return message_out(msg, 0)
 
 
+@router.get("/chats/{chat_id}/hidden", responses=ERRORS)
+async def own_hidden(
+    chat_id: str,
+    node: NodeDep,
+    who: Signed,
+    kind: MessageKind = Query(MessageKind.KEYS, description="the kind of message"),
+) -> HistoryOut:
+    """The caller's own messages of one kind that the chat hides, oldest first: sent while,
+    as the member ops showed later, the caller was no member. A sender reads back the key
+    grants it made then, to grant again what they covered (SECURITY.md, "Hand-overs"); no
+    one reads another's."""
+    chat = chat_param(chat_id)
+    await as_reader(node, who, chat)
+    items = await trio.to_thread.run_sync(
+        node.reads.hidden_by, chat, who.user_id, frozenset({kind})
+    )
+    return HistoryOut(
+        chat_id=chat.hex(),
+        messages=[message_out(item.msg, item.seq) for item in items],
+        next_cursor=None,
+    )
+
+
 @router.get("/chats/{chat_id}/members", responses=ERRORS)
 async def members(chat_id: str, node: NodeDep, who: Signed) -> MembersOut:
     """The chat's active members (the CRDT rows whose last add beats their last remove)."""

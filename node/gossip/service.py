@@ -32,6 +32,7 @@ from node.arrivals import ArrivalLog
 from node.clock import Clock
 from node.gossip.batching import PACE_POLL_S, Batcher, Publishers, encode_messages
 from node.gossip.settings import GossipSettings
+from node.gossip.topics import split_by_topic
 from node.gossip.validation import GossipValidator
 from node.limits import GossipWaste
 from node.metrics import Metrics
@@ -259,10 +260,12 @@ class GossipService:
             await trio.sleep(PACE_POLL_S)
 
     async def _publish(self, batch: list[Op]) -> None:
-        for count, data in encode_messages(batch, self.settings.max_bytes):
-            await self.pubsub.publish(self.settings.topic, data)
-            self.metrics.inc("gossip_messages_published", help="gossip messages published")
-            self.metrics.inc("gossip_ops_published", count, help="ops published by gossip")
+        s = self.settings
+        for topic, ops in split_by_topic(batch, s.topic, s.num_shards, sharded=s.sharded):
+            for count, data in encode_messages(ops, s.max_bytes):
+                await self.pubsub.publish(topic, data)
+                self.metrics.inc("gossip_messages_published", help="gossip messages published")
+                self.metrics.inc("gossip_ops_published", count, help="ops published by gossip")
 
 
 def _msg_key(msg: GossipMessage) -> bytes:

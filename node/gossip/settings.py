@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from node.config import NodeConfig
+from sync.scope import DEFAULT_SHARDS
 
 OPS_TOPIC = "chatsync/ops/1"  # the GossipSub topic of signed ops
 
@@ -21,6 +22,9 @@ class GossipSettings:
     min_interval_ms: int = 0  # the least time between two of our messages
     max_interval_ms: int = 0  # ... however many nodes publish (node/gossip/batching.py)
     messages_per_s: float = 0.0  # the network's message budget, shared by its publishers
+    # messages and deletes on their shard's topic (node/gossip/topics.py); off: one topic
+    sharded: bool = False
+    num_shards: int = DEFAULT_SHARDS
 
     @classmethod
     def of(cls, config: NodeConfig, *, topic: str, own_peer_id: bytes) -> GossipSettings:
@@ -35,4 +39,6 @@ class GossipSettings:
             min_interval_ms=config.gossip_min_interval_ms,
             max_interval_ms=config.gossip_max_interval_ms,
             messages_per_s=config.gossip_network_messages_per_s,
+            sharded=config.gossip_sharded,
+            num_shards=config.network_shards,
         )

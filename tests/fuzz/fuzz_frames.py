@@ -29,6 +29,7 @@ with instrumented(__name__ == "__main__"):
         encode_frame,
     )
     from sync.protocol import hello_for
+    from sync.scope import Scope
 
 TARGET = "frames"
 MAX_FRAME = 4 * 1024 * 1024  # SyncConfig's defaults
@@ -56,6 +57,23 @@ def seeds() -> dict[str, bytes]:
     frames: dict[str, Frame] = {
         "hello": hello_for(1, b"s" * 16, 4, roots, {Domain.MESSAGES: 7}),
         "hello-final": hello_for(2, b"t" * 16, 16, roots, None, 1_700_000_000_000, True),
+        "hello-scoped": hello_for(
+            1, b"u" * 16, 4, roots, None, 0, False, None, Scope(frozenset({0, 9}), 12)
+        ),
+        "hello-scoped-records": hello_for(
+            2,
+            b"v" * 16,
+            4,
+            roots,
+            None,
+            0,
+            False,
+            {Domain.MESSAGES: [b"r" * 9]},
+            Scope(frozenset({3}), 4),
+        ),
+        "nodes-top-scoped": Nodes(
+            {Domain.DELETES: (b"", b"h" * 4 * 256)}, 0, Scope(frozenset(), 3)
+        ),
         "done": Done(True),
         "nodes-top": Nodes({Domain.MESSAGES: (b"", b"h" * 4 * 256)}, 5),
         "nodes": Nodes(

@@ -11,7 +11,8 @@ from sim.bugs import GENERATOR_BUGS, Bug, rules_for
 from sim.engine import CHECK_COUNTERS, ShardTask, _erased_waiting, _Progress, run_shard
 from sim.network import NetParams, Network
 from sim.replica import ShardContext, SimReplica
-from sim.schedule import DISCOVERY, UNIFORM
+from sim.runner import progress_text
+from sim.schedule import DISCOVERY, REPLAY_COLUMNS, UNIFORM, Schedule
 from sim.spark import ProgressServer
 from store.authz import NONCE_LEN, new_group
 from store.hlc import Hlc, HlcClock
@@ -19,6 +20,7 @@ from store.kinds import Claims
 from store.ops import MembershipAction, MembershipOp
 from store.records import MessageKind, MsgV1, Role
 from store.signing import key_from_seed, public_key, user_id_from_key
+from store.trace import TraceHeader, read_trace
 
 from sim_support import brute_force_expected, small_trace
 
@@ -242,3 +244,51 @@ def test_an_erased_message_leaves_the_waiting_room() -> None:
     replica.apply_ops([delete])
     assert post.msg_id not in replica.waiting and delete.msg_id in replica.deletes
     assert _erased_waiting(replica) == 0
+
+
+def test_the_progress_line_says_simulated_time_node_ops_per_second_and_eta() -> None:
+    header = TraceHeader(nodes=10, start_ms=0, end_ms=100_000)
+    ops = [5_000 + i * 10_000 for i in range(10)]  # one op every 10 s
+    # shard 0 is 50 s in (5 ops made), shard 1 30 s (3): 4 ops of 10 on average, 40 node-ops
+    line = progress_text(header, ops, [50_000, 30_000], elapsed_s=10.0)
+    assert line == "simulating: 30 of 100 s simulated, 4 node-ops/s, ETA 0:15"
+    assert progress_text(header, ops, [0, 0], elapsed_s=1.0).endswith("ETA ?")
+
+
+def test_deliveries_come_out_in_time_and_publication_order(faulty: Path) -> None:
+    """The schedule merges each op's deliveries: the order of one heap of every delivery."""
+    schedule = Schedule(read_trace(faulty, REPLAY_COLUMNS))
+    schedule.net.params = NetParams(drop=0.2, dup=0.5, delay_ms=5, jitter_ms=40)
+    expected = []
+    seq = 0
+    for row, t_ms in enumerate(range(0, 200, 7)):
+        key, origin = 1_000 + row, row % schedule.header.nodes
+        receivers, times, _, _ = schedule.net.gossip(key, origin, t_ms)
+        fanout = schedule.publish(key, row, origin, t_ms)
+        assert fanout.sent == len(receivers)
+        expected += [
+            (t, seq + j, r, row) for j, (r, t) in enumerate(zip(receivers, times, strict=True))
+        ]
+        seq += len(receivers)
+    assert schedule.in_flight == len(expected)
+    handed = [tuple(schedule._next_delivery()) for _ in range(len(expected))]
+    assert handed == sorted(expected)
+    assert schedule.in_flight == 0
+
+
+def test_a_message_s_signature_is_checked_once_per_shard() -> None:
+    key = key_from_seed(b"\x41" * 32)
+    good = MsgV1.create(key, b"c" * 32, Hlc(1_000), b"hi")
+    forged = MsgV1(
+        *[getattr(good, f) for f in ("chat_id", "sender", "hlc", "kind")],
+        b"ho",
+        None,
+        good.author_key,
+        good.sig,
+    )
+    ctx = ShardContext(max_offset_ms=120_000)
+    for _ in range(3):  # one verdict per message, read again by every later session
+        verdicts = ctx.verify_messages([good, forged])
+        assert verdicts[0] is None
+        assert verdicts[1] is not None and verdicts[1].reason == "bad_signature"
+    assert set(ctx.verdicts) == {good.msg_id, forged.msg_id}

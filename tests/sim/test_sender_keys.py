@@ -40,6 +40,12 @@ def test_the_restated_rotation_rule_is_the_client_s() -> None:
         mine = sk.Epoch(ours.key_id, ours.recipients, ours.started_ms, 0, sent)
         assert sk.needs_new_epoch(mine, frozenset(seen), now) == want, (now, seen, sent)
     assert sk.needs_new_epoch(None, members, 0)
+    # a change in the removals seen starts an epoch too, as the client's
+    gone = frozenset({(3, 1_500)})
+    seen_gone = ge.Epoch(client.key, client.recipients, client.started, removed=frozenset({(ids[3], Hlc(1_500))}))  # fmt: skip
+    assert ge.needs_new_epoch(seen_gone, client.recipients, Hlc(2_000))  # it saw one, now none
+    assert sk.needs_new_epoch(ours, members, 2_000, gone)
+    assert not sk.needs_new_epoch(sk.Epoch(b"k" * 16, members, 1_000, 0, removed=gone), members, 2_000, gone)  # fmt: skip
     # the planted bug: a removal alone keeps the epoch, an add still rotates
     assert not sk.needs_new_epoch(ours, frozenset({1}), 2_000, notice_removals=False)
     assert sk.needs_new_epoch(ours, frozenset({1, 2, 3}), 2_000, notice_removals=False)
@@ -96,6 +102,9 @@ def test_the_oracle_counts_nothing_on_healthy_traces_and_sees_the_lazy_sender(
         assert healthy.undecryptable_for_member == 0 and healthy.readable_by_removed == 0
         lazy = small_trace(seed, tmp_path / f"l{seed}.parquet", plant=Bug.NO_ROTATE_ON_REMOVE.value)
         assert brute_force_keys(lazy).readable_by_removed > 0
+    # seed 1's trace has a removed sender whose key a member must hand over
+    idle = small_trace(1, tmp_path / "n1.parquet", plant=Bug.NO_HAND_OVER.value)
+    assert brute_force_keys(idle).undecryptable_for_member > 0
 
 
 A, B, C = b"a" * 20, b"b" * 20, b"c" * 20
@@ -132,10 +141,32 @@ def _sealed(sender: bytes, hlc: int, key: bytes, seen: dict[bytes, int] | None =
              _sealed(A, 31, K1), (False, A, 40, KEYS, keys_message([], [(K1, C, 31)]))],
             {},
         ),
-        # ... a grant sent when a was no member is stored, never shown
+        # ... a grant sent when a was no member is stored, never shown: b, who holds the
+        # epoch and is a member still, owes c a hand-over
         (
             [(True, C, 25, 1, None), (False, A, 10, KEYS, keys_message([(K1, frozenset({A, B}))], [])),
              _sealed(A, 31, K1), (True, A, 35, 0, None),
+             (False, A, 40, KEYS, keys_message([], [(K1, C, 31)]))],
+            {"undecryptable_for_member": 1},
+        ),
+        # ... which b hands over
+        (
+            [(True, C, 25, 1, None), (False, A, 10, KEYS, keys_message([(K1, frozenset({A, B}))], [])),
+             _sealed(A, 31, K1), (True, A, 35, 0, None),
+             (False, B, 41, KEYS, keys_message([], [(K1, C, 31)]))],
+            {},
+        ),
+        # ... a hand-over from someone who does not hold the epoch is worthless
+        (
+            [(True, C, 25, 1, None), (False, A, 10, KEYS, keys_message([(K1, frozenset({A, B}))], [])),
+             _sealed(A, 31, K1), (True, A, 35, 0, None),
+             (False, C, 41, KEYS, keys_message([], [(K1, C, 31)]))],
+            {"undecryptable_for_member": 1},
+        ),
+        # ... and with b removed too no one is left to hand it over: the scheme's limit
+        (
+            [(True, C, 25, 1, None), (False, A, 10, KEYS, keys_message([(K1, frozenset({A, B}))], [])),
+             _sealed(A, 31, K1), (True, A, 35, 0, None), (True, B, 36, 0, None),
              (False, A, 40, KEYS, keys_message([], [(K1, C, 31)]))],
             {"grant_hidden": 1},
         ),

@@ -171,6 +171,18 @@ def dump_all(db: ChatDb) -> dict[str, dict[bytes, bytes]]:
     return {cf: dict(db.iter_all(cf)) for cf in COLUMN_FAMILIES}
 
 
+def dump_logged(db: ChatDb) -> dict[str, dict[bytes, Any]]:
+    """``dump_all`` with the event log as its events (position -> kind, key), not its rows:
+    one write's events are one row (store/events.py), so stores that wrote the same events
+    in other batches agree here."""
+    state: dict[str, dict[bytes, Any]] = dict(dump_all(db))
+    state["events"] = {
+        position.to_bytes(8, "big"): (kind, ref)
+        for position, kind, ref in db.events.events_after(0, 1 << 62)
+    }
+    return state
+
+
 def msg_ids(db: ChatDb) -> list[bytes]:
     out: list[bytes] = []
     db.for_each_msg_id(lambda msg_id, _physical: out.append(msg_id))

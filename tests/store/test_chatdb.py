@@ -25,6 +25,7 @@ from store import (
     Role,
 )
 from store.errors import StoreLocked
+from store.events import seen_value
 from store.hlc import HLC_ZERO
 from store.keys import bucket_of, key_messages, parse_key_messages
 from store.messages import extract_hlc_physical_from_seen_value
@@ -99,7 +100,7 @@ def test_put_message_stores_and_indexes(db: ChatDb) -> None:
     assert db.get_message(msg.msg_id).encoded == msg.encoded  # type: ignore[union-attr]
     key = key_messages(CHAT, msg.hlc.pack(), 1)
     assert dict(db.iter_all("messages")) == {key: msg.encoded}
-    assert dict(db.iter_all("seen_msg")) == {msg.msg_id: key}
+    assert dict(db.iter_all("seen_msg")) == {msg.msg_id: seen_value(key, 1)}  # its event: 1
     meta = db.get_chat_meta(CHAT)
     assert meta == ChatMeta(
         last_ts=1_000, last_seq=1, last_msg_id=msg.msg_id, last_msg_ts=msg.hlc.pack()

@@ -1,0 +1,198 @@
+"""Trees per shard: the leaves of one scoped domain's records, per shard, and the tree of a
+set of shards summed from them. Pure.
+
+A replica keeps one ``MerkleTree`` per domain over everything it holds. For a session over
+a scope narrower than the replica's own it needs the tree of that intersection:
+``ShardLeaves`` keeps, per shard, the non-empty leaves (bucket -> count, xor, check: the
+same 65,536 two-byte buckets as the seed design), and ``ShardView`` reads a set of shards
+as one tree. XOR and counts are linear, so a node of the intersection's tree is the sum of
+the shards' nodes; the view sums on demand, so it is always current (records a session
+writes are in the next HELLO's roots) and costs memory only for the leaves.
+``ScopedTrees`` is what both replicas (``sync.replica``) do with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from store.keys import RECORD_ID_LEN
+from sync.frames import Domain
+from sync.merkle import DEPTH, FANOUT_BITS, MerkleTree, TreeReader, check_hash, node_hash
+from sync.scope import Scope, shard_of
+
+Leaf = list[int]  # [count, xor, check]
+
+
+class ShardLeaves:
+    """One domain's non-empty leaves, per shard."""
+
+    __slots__ = ("_shards",)
+
+    def __init__(self) -> None:
+        self._shards: dict[int, dict[int, Leaf]] = {}
+
+    def insert(self, shard: int, record_id: bytes) -> None:
+        self._toggle(shard, record_id, +1)
+
+    def remove(self, shard: int, record_id: bytes) -> None:
+        self._toggle(shard, record_id, -1)
+
+    def _toggle(self, shard: int, record_id: bytes, delta: int) -> None:
+        if len(record_id) != RECORD_ID_LEN:
+            raise ValueError(f"record id must be {RECORD_ID_LEN} bytes, got {len(record_id)}")
+        leaves = self._shards.setdefault(shard, {})
+        bucket = (record_id[0] << 8) | record_id[1]
+        leaf = leaves.get(bucket)
+        if leaf is None:
+            if delta < 0:
+                raise ValueError("remove from an empty bucket: the leaves and the store disagree")
+            leaf = leaves[bucket] = [0, 0, 0]
+        leaf[0] += delta
+        leaf[1] ^= int.from_bytes(record_id, "big")
+        leaf[2] ^= check_hash(record_id)
+        if leaf[0] == 0:
+            del leaves[bucket]
+            if not leaves:
+                del self._shards[shard]
+
+    def shards(self) -> list[int]:
+        """The shards that hold at least one record."""
+        return sorted(self._shards)
+
+    def view(self, shards: Iterable[int]) -> ShardView:
+        return ShardView(self, frozenset(shards))
+
+
+class ShardView:
+    """The tree of a set of shards, read as a ``MerkleTree`` is (root, hashes, cell)."""
+
+    __slots__ = ("_leaves", "_shards")
+
+    def __init__(self, leaves: ShardLeaves, shards: frozenset[int]) -> None:
+        self._leaves = leaves
+        self._shards = shards
+
+    def _each_leaf(self) -> Iterable[tuple[int, Leaf]]:
+        held = self._leaves._shards
+        for shard in self._shards:
+            yield from held.get(shard, {}).items()
+
+    def _level(self, depth: int) -> dict[int, tuple[int, int]]:
+        shift = FANOUT_BITS * (DEPTH - depth)
+        out: dict[int, tuple[int, int]] = {}
+        for bucket, (count, xor, _) in self._each_leaf():
+            index = bucket >> shift
+            c, x = out.get(index, (0, 0))
+            out[index] = (c + count, x ^ xor)
+        return out
+
+    @property
+    def count(self) -> int:
+        return sum(leaf[0] for _, leaf in self._each_leaf())
+
+    def root(self) -> tuple[bytes, int]:
+        count, xor = self._level(0).get(0, (0, 0))
+        return xor.to_bytes(32, "big"), count
+
+    def root_check(self) -> int:
+        check = 0
+        for _, leaf in self._each_leaf():
+            check ^= leaf[2]
+        return check
+
+    def leaf_counts(self, buckets: Iterable[int]) -> list[int]:
+        held = [self._leaves._shards.get(shard, {}) for shard in self._shards]
+        return [sum(leaves[b][0] for leaves in held if b in leaves) for b in buckets]
+
+    def node(self, depth: int, index: int) -> tuple[int, int]:
+        count, xor = self._level(depth).get(index, (0, 0))
+        return xor, count
+
+    def hashes(self, depth: int, indexes: Iterable[int], salt: bytes, width: int) -> bytes:
+        level = self._level(depth)
+        empty = node_hash(salt, 0, 0, width)
+        out = []
+        for i in indexes:
+            found = level.get(i)
+            out.append(empty if found is None else node_hash(salt, found[1], found[0], width))
+        return b"".join(out)
+
+    def cell(self, bucket: int) -> tuple[int, int, int]:
+        count = xor = check = 0
+        held = self._leaves._shards
+        for shard in self._shards:
+            leaf = held.get(shard, {}).get(bucket)
+            if leaf is not None:
+                count += leaf[0]
+                xor ^= leaf[1]
+                check ^= leaf[2]
+        return count, xor, check
+
+
+SCOPED = frozenset({Domain.MESSAGES, Domain.DELETES})  # follow their chat's shard
+
+
+class ScopedTrees:
+    """What the replicas share about scopes: the tree of a scope (the one tree when it is
+    the replica's own, else summed from per-shard leaves, built when first needed), and
+    which listed ids lie in a scope. Subclasses give ``trees`` and how to find chats."""
+
+    scope: Scope
+    trees: dict[Domain, MerkleTree]
+    # per-shard leaves, for one number of shards (a full replica learns it from its peers)
+    _shard_leaves: tuple[int, dict[Domain, ShardLeaves]] | None
+
+    def scope_tree(self, domain: Domain, scope: Scope) -> TreeReader:
+        inner = self._within(domain, scope)
+        if inner is None:
+            return self.trees[domain]
+        assert inner.shards is not None
+        return self._leaves(inner.num_shards)[domain].view(inner.shards)
+
+    def _within(self, domain: Domain, scope: Scope) -> Scope | None:
+        """The part of ``scope`` this replica holds, None when that is all it holds."""
+        if domain not in SCOPED:
+            return None
+        inner = scope & self.scope
+        if inner.shards is None or inner.shards == self.scope.shards:
+            return None
+        return inner
+
+    def _in_scope(self, domain: Domain, ids: list[bytes], scope: Scope) -> list[bool]:
+        inner = self._within(domain, scope)
+        if inner is None:
+            return [True] * len(ids)
+        return [c is not None and inner.holds_chat(c) for c in self._chats_of(domain, ids)]
+
+    def _keep_in_scope(self, domain: Domain, ids: list[bytes], scope: Scope) -> list[bytes]:
+        """The listed ``ids`` that lie in ``scope`` (all of them when it covers the replica)."""
+        if self._within(domain, scope) is None:
+            return ids
+        return [i for i, ok in zip(ids, self._in_scope(domain, ids, scope), strict=True) if ok]
+
+    def _leaves(self, num_shards: int) -> dict[Domain, ShardLeaves]:
+        if self._shard_leaves is None or self._shard_leaves[0] != num_shards:
+            leaves = {d: ShardLeaves() for d in SCOPED}
+            for domain in SCOPED:
+                for record_id, chat in self._iter_chats(domain):
+                    leaves[domain].insert(shard_of(chat, num_shards), record_id)
+            self._shard_leaves = (num_shards, leaves)
+        return self._shard_leaves[1]
+
+    def _shard_change(
+        self, domain: Domain, chat: bytes, old: bytes | None, new: bytes | None
+    ) -> None:
+        if self._shard_leaves is None:
+            return  # not built yet: built from what is held when first needed
+        num_shards, by_domain = self._shard_leaves
+        leaves, shard = by_domain[domain], shard_of(chat, num_shards)
+        if old is not None:
+            leaves.remove(shard, old)
+        if new is not None:
+            leaves.insert(shard, new)
+
+    def _chats_of(self, domain: Domain, ids: list[bytes]) -> list[bytes | None]:
+        raise NotImplementedError
+
+    def _iter_chats(self, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
+        raise NotImplementedError

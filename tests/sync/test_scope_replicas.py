@@ -1,0 +1,132 @@
+"""Scoped replicas on RocksDB and in memory: what they refuse, the trees of a scope they
+answer with (summed from per-shard leaves, kept in step with every write and the GC), and a
+scoped store filled by sessions with a full peer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from store import ChatDb, ChatDbConfig, MsgV1
+from sync.frames import Domain
+from sync.loopback import run_session
+from sync.merkle import MerkleTree
+from sync.replica import DbReplica, MemoryReplica
+from sync.scope import EVERYTHING, Scope, ScopeError, shard_of
+from sync.shards import SCOPED
+
+from sync_support import CHATS, delete_of, message
+
+S = 3  # one of CHATS per shard
+SHARDS = [shard_of(c, S) for c in CHATS]
+RECORDS: list[MsgV1] = [message(n) for n in range(24)] + [delete_of(n, 0, 3) for n in (0, 1, 5)]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[ChatDb]:
+    db = ChatDb(ChatDbConfig(block_cache_mb=8, memtable_mb=8), path=tmp_path / "db")
+    yield db
+    db.close()
+
+
+def scope_of(*chats: int) -> Scope:
+    return Scope(frozenset(SHARDS[c] for c in chats), S)
+
+
+def ids_in(records: list[MsgV1], domain: Domain, scope: Scope) -> list[bytes]:
+    deletes = domain is Domain.DELETES
+    return [
+        r.msg_id
+        for r in records
+        if (r.kind.name == "DELETE") == deletes and scope.holds_chat(r.chat_id)
+    ]
+
+
+def test_both_replicas_refuse_what_lies_outside_their_scope_alike(store: ChatDb) -> None:
+    scope = scope_of(0, 2)
+    memory = MemoryReplica(scope=scope, admit_all=True)
+    db = DbReplica(store, admit_all=True, scope=scope)
+    applied = [r.apply_ops(RECORDS) for r in (memory, db)]
+    assert applied[0].new == applied[1].new
+    outside = sum(not scope.holds_chat(r.chat_id) for r in RECORDS)
+    assert memory.refused_out_of_scope == db.refused_out_of_scope == outside > 0
+    for domain in Domain:
+        assert memory.tree(domain).root() == db.tree(domain).root()
+    assert all(scope.holds_chat(c) for _, c in store.iter_msg_chats())
+
+
+def held_chats(replica: MemoryReplica | DbReplica, domain: Domain) -> dict[bytes, bytes]:
+    """Record id -> chat of what the replica holds in a scoped domain."""
+    if isinstance(replica, DbReplica):
+        db = replica.db
+        pairs = db.iter_msg_chats() if domain is Domain.MESSAGES else db.iter_delete_chats()
+        return dict(pairs)
+    rows = replica.messages if domain is Domain.MESSAGES else replica.deletes
+    return {i: m.chat_id for i, m in rows.items()}
+
+
+@pytest.mark.parametrize("kind", ["memory", "db"])
+def test_a_full_replica_answers_for_any_scope_as_if_it_held_only_that(
+    kind: str, store: ChatDb
+) -> None:
+    replica = (
+        MemoryReplica(admit_all=True) if kind == "memory" else DbReplica(store, admit_all=True)
+    )
+    replica.apply_ops(RECORDS[:12])
+    narrow = scope_of(1)
+    replica.scope_tree(Domain.MESSAGES, narrow)  # builds the per-shard leaves
+    replica.apply_ops(RECORDS[12:])  # kept in step from here
+    for domain in SCOPED:
+        held = held_chats(replica, domain)  # deletes erased some messages: what is held
+        assert len(held) >= 3
+        for scope in (narrow, scope_of(0, 2), scope_of()):
+            ids = [i for i, chat in held.items() if scope.holds_chat(chat)]
+            assert replica.scope_tree(domain, scope).root() == MerkleTree.from_ids(ids).root()
+            listed = {
+                i
+                for bucket in {(i[0] << 8) | i[1] for i in held}
+                for i in replica.bucket_ids(domain, bucket, None, scope)
+            }
+            assert listed == set(ids)
+            others = list(held)
+            got = replica.get_records(domain, others, None, None, scope)
+            assert {i for i, blob in zip(others, got, strict=True) if blob} == set(ids)
+        assert replica.scope_tree(domain, EVERYTHING) is replica.tree(domain)
+    # global domains are answered whole, whatever the scope
+    assert replica.scope_tree(Domain.MEMBERS, narrow) is replica.tree(Domain.MEMBERS)
+
+
+def test_the_gc_keeps_the_trees_of_a_scope_true(store: ChatDb) -> None:
+    replica = DbReplica(store, admit_all=True)
+    replica.apply_ops(RECORDS)
+    narrow = scope_of(0)
+    replica.scope_tree(Domain.MESSAGES, narrow)
+    cutoff = message(11).hlc.physical_ms
+    replica.expire_messages(cutoff)
+    held = held_chats(replica, Domain.MESSAGES)
+    assert held and all(store.get_message(i).hlc.physical_ms > cutoff for i in held)
+    expected = MerkleTree.from_ids(i for i, c in held.items() if narrow.holds_chat(c)).root()
+    assert replica.scope_tree(Domain.MESSAGES, narrow).root() == expected
+
+
+def held_all(replica: MemoryReplica) -> dict[bytes, bytes]:
+    return held_chats(replica, Domain.MESSAGES) | held_chats(replica, Domain.DELETES)
+
+
+def test_a_scoped_store_is_filled_by_sessions_and_widened(store: ChatDb) -> None:
+    full = MemoryReplica(admit_all=True)
+    full.apply_ops(RECORDS)
+    db = DbReplica(store, admit_all=True, scope=scope_of(1))
+    result = run_session(db, full)
+    assert result.converged and result.initiator.scope == scope_of(1)
+    held = {i for i, _ in store.iter_msg_chats()} | {i for i, _ in store.iter_delete_chats()}
+    assert held == {i for i in held_all(full) if scope_of(1).holds_chat(held_all(full)[i])}
+    with pytest.raises(ScopeError):
+        db.widen_scope(scope_of(0))  # dropping a shard from the store is not built
+    db.widen_scope(scope_of(0, 1))
+    assert run_session(full, db).converged  # the full side initiates this time
+    held = {i for i, _ in store.iter_msg_chats()} | {i for i, _ in store.iter_delete_chats()}
+    assert held == {i for i in held_all(full) if scope_of(0, 1).holds_chat(held_all(full)[i])}
+    assert run_session(db, full).frames == 2  # nothing left: HELLO, DONE
