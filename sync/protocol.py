@@ -1091,11 +1091,8 @@ class SyncSession:
                 named.update(bucket_of_short(int.from_bytes(s, "big"), width) for s in shorts)
                 named.update(dp.moved)
             named.update(bucket_of(i) for i in dp.outbox)
-        if not keep:
-            return
-        self._claims.release(self)
-        for domain, named in keep.items():
-            self._claims.take(self, domain, sorted(named), len(named), self._now_ms)
+        if keep:
+            self._claims.keep_only(self, keep, self._now_ms)
 
     def _region_for(
         self, domain: Domain, dp: _DomainPass, section: SketchSection, answer: bool
