@@ -101,8 +101,10 @@ class ShardView:
         return check
 
     def leaf_counts(self, buckets: Iterable[int]) -> list[int]:
-        held = [self._leaves._shards.get(shard, {}) for shard in self._shards]
-        return [sum(leaves[b][0] for leaves in held if b in leaves) for b in buckets]
+        counts: dict[int, int] = {}  # one walk over the view's leaves, however many buckets
+        for bucket, leaf in self._each_leaf():
+            counts[bucket] = counts.get(bucket, 0) + leaf[0]
+        return [counts.get(b, 0) for b in buckets]
 
     def node(self, depth: int, index: int) -> tuple[int, int]:
         count, xor = self._level(depth).get(index, (0, 0))
