@@ -153,19 +153,21 @@ class SharedIds:
         self.base = base
         self.count = held
         self.dropped = frozenset(base.ids[held:])
+        # the held ids in bucket order, contiguous, and where each bucket starts: an in-memory
+        # id index such as a replica keeps beside its tree, built before the session as the
+        # tree is (a range read is then one slice)
+        kept = base.positions < held
+        self.rows = base.by_bucket[kept] if self.dropped else base.by_bucket
+        self.starts = np.concatenate([[0], np.cumsum(kept)])[base.starts]
 
     def bucket(self, bucket: int) -> list[bytes]:
         ids = self.base.index[bucket]
         return [i for i in ids if i not in self.dropped] if self.dropped else ids
 
-    def range_blob(self, start: int, end: int) -> bytes:
+    def range_blob(self, start: int, end: int) -> memoryview:
         """The held ids of buckets ``start <= b < end``, concatenated (one slice, as a store's
         range scan would read them)."""
-        lo, hi = self.base.starts[start], self.base.starts[end]
-        rows = self.base.by_bucket[lo:hi]
-        if self.dropped:
-            rows = rows[self.base.positions[lo:hi] < self.count]
-        return rows.tobytes()
+        return memoryview(self.rows[self.starts[start] : self.starts[end]]).cast("B")
 
     def __contains__(self, record_id: bytes) -> bool:
         ids = self.base.index[(record_id[0] << 8) | record_id[1]]
@@ -253,7 +255,7 @@ class BenchReplica:
             if end >= NUM_BUCKETS
             else bisect.bisect_left(extras, end.to_bytes(2, "big"))
         )
-        return self.shared.range_blob(start, end) + b"".join(extras[lo:hi])
+        return b"".join([self.shared.range_blob(start, end), *extras[lo:hi]])
 
     def get_records(
         self,

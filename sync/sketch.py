@@ -49,6 +49,7 @@ DEFAULT_SHORT_ID_LEN = 6  # bytes of a short id on the wire: the bucket, 4 bytes
 MIN_SHORT_ID_LEN, MAX_SHORT_ID_LEN = 3, 8
 BUCKET_BITS = 16
 MIN_CELLS = 12
+_FILTER_BITS = 20  # lookup's candidate table (1 MiB): a short id passes it by chance at k/2^20
 _M64 = (1 << 64) - 1
 _M32 = (1 << 32) - 1
 _MUL1, _MUL2 = 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53  # murmur3's finalizer
@@ -101,12 +102,20 @@ def _mix(x: int) -> int:
     return x ^ (x >> 33)
 
 
-def _mix_np(x: U64) -> U64:
-    x = x ^ (x >> np.uint64(33))
-    x = x * np.uint64(_MUL1)
-    x = x ^ (x >> np.uint64(33))
-    x = x * np.uint64(_MUL2)
-    return x ^ (x >> np.uint64(33))
+def _mix_np(x: U64, scratch: U64) -> U64:
+    """``_mix`` of every element, in place (``scratch``: an array of the same shape).
+
+    In place because a region is up to a million ids: each fresh 8 MB temporary costs page
+    faults that, in a session, took more CPU than the arithmetic (SYNC.md, "CPU")."""
+    shift = np.uint64(33)
+    with np.errstate(over="ignore"):
+        for mul in (_MUL1, _MUL2):
+            np.right_shift(x, shift, out=scratch)
+            x ^= scratch
+            x *= np.uint64(mul)
+        np.right_shift(x, shift, out=scratch)
+        x ^= scratch
+    return x
 
 
 def short_ids(key: SketchKey, ids: bytes) -> U64:
@@ -115,13 +124,16 @@ def short_ids(key: SketchKey, ids: bytes) -> U64:
         raise ValueError("ids must be concatenated 32-byte ids")
     words = np.frombuffer(ids, dtype="<u8").reshape(-1, 4)
     with np.errstate(over="ignore"):  # products and sums wrap mod 2^64
-        total = words[:, 0] * np.uint64(key.mult[0])
-        for i in range(1, 4):
-            total += words[:, i] * np.uint64(key.mult[i])
-        mixed = _mix_np(total ^ np.uint64(key.out))
-    buckets = np.frombuffer(ids, dtype=">u2")[:: RECORD_ID_LEN // 2].astype(np.uint64)
+        out = words @ np.asarray(key.mult, dtype=np.uint64)  # one pass over the rows
+    out ^= np.uint64(key.out)
+    scratch = np.empty_like(out)
+    _mix_np(out, scratch)
     hashed = 8 * key.width - BUCKET_BITS
-    return (buckets << np.uint64(hashed)) | (mixed >> np.uint64(64 - hashed))
+    out >>= np.uint64(64 - hashed)
+    np.copyto(scratch, np.frombuffer(ids, dtype=">u2")[:: RECORD_ID_LEN // 2])  # the buckets
+    scratch <<= np.uint64(hashed)
+    out |= scratch
+    return out
 
 
 def bucket_of_short(short: int, width: int) -> int:
@@ -148,17 +160,27 @@ def _place(key: SketchKey, s: int, third: int) -> tuple[int, int, int, int]:
 
 
 def _place_np(key: SketchKey, s: U64, third: int) -> tuple[U64, U64, U64, U64]:
+    """``_place`` of every short id, with as few fresh arrays as it can (see ``_mix_np``)."""
+    scratch = np.empty_like(s)
+    h = np.bitwise_xor(s, np.uint64(key.cells))
+    _mix_np(h, scratch)
     with np.errstate(over="ignore"):
-        h = _mix_np(s ^ np.uint64(key.cells))
-        g = _mix_np(h + np.uint64(_STEP))
-    t = np.uint64(third)
-    mask, shift = np.uint64(_M32), np.uint64(32)
-    return (
-        ((h & mask) * t) >> shift,
-        t + (((g & mask) * t) >> shift),
-        np.uint64(2) * t + (((g >> shift) * t) >> shift),
-        h >> shift,
-    )
+        g = h + np.uint64(_STEP)
+    _mix_np(g, scratch)
+    t, mask, shift = np.uint64(third), np.uint64(_M32), np.uint64(32)
+    first = np.bitwise_and(h, mask)
+    first *= t
+    first >>= shift
+    h >>= shift  # the check
+    second = np.bitwise_and(g, mask, out=scratch)
+    second *= t
+    second >>= shift
+    second += t
+    g >>= shift
+    g *= t
+    g >>= shift
+    g += np.uint64(2) * t  # the third
+    return first, second, g, h
 
 
 @dataclass(frozen=True)
@@ -196,7 +218,7 @@ class Sketch:
             return
         *cells, check = _place_np(self.key, shorts, self.m // HASHES)
         for cell in cells:
-            index = cell.astype(np.intp)
+            index = cell.view(np.int64)  # cell indexes < m: the same bits, no copy
             self.counts += np.bincount(index, minlength=self.m).astype(np.uint8)
             np.add.at(self.keys, index, shorts)  # sums wrap mod 2^64: the wire keeps the low bits
             np.add.at(self.checks, index, check)
@@ -284,13 +306,18 @@ def lookup(shorts: U64, ids: bytes, wanted: Sequence[int]) -> list[bytes]:
     """The ids (of concatenated ``ids``, whose short ids are ``shorts``) with a wanted short id;
     every id that shares one, so a collision among our own ids costs a record, never a miss.
 
-    Each short id is searched among the few wanted ones (``O(n log k)``), rather than sorting
-    the region's (a stable sort of a million short ids took 250 ms)."""
+    A table over the short ids' low ``_FILTER_BITS`` bits keeps the few candidates (one gather
+    over the region), which are then searched among the wanted ones; sorting the region's
+    short ids took 250 ms a million, searching each of them 11-45 ms, the table ~2 ms."""
     if not wanted or not len(shorts):
         return []
     want = np.asarray(sorted(set(wanted)), dtype=np.uint64)
-    at = np.minimum(np.searchsorted(want, shorts), len(want) - 1)
-    found = np.flatnonzero(want[at] == shorts)
+    low = np.uint64((1 << _FILTER_BITS) - 1)
+    table = np.zeros(1 << _FILTER_BITS, dtype=bool)
+    table[(want & low).astype(np.intp)] = True
+    candidates = np.flatnonzero(table[(shorts & low).astype(np.intp)])
+    at = np.minimum(np.searchsorted(want, shorts[candidates]), len(want) - 1)
+    found = candidates[want[at] == shorts[candidates]]
     pairs = sorted(  # by short id, then id: not the listing's order, which may vary by process
         (int(shorts[k]), ids[k * RECORD_ID_LEN : (k + 1) * RECORD_ID_LEN]) for k in found.tolist()
     )
