@@ -167,7 +167,7 @@ class SharedIds:
     def range_blob(self, start: int, end: int) -> memoryview:
         """The held ids of buckets ``start <= b < end``, concatenated (one slice, as a store's
         range scan would read them)."""
-        return memoryview(self.rows[self.starts[start] : self.starts[end]]).cast("B")
+        return memoryview(self.rows[self.starts[start] : self.starts[end]].reshape(-1))
 
     def __contains__(self, record_id: bytes) -> bool:
         ids = self.base.index[(record_id[0] << 8) | record_id[1]]
