@@ -11,7 +11,7 @@ import pytest
 
 from store import ChatDb, ChatDbConfig, MsgV1
 from store.records import decode_msg
-from sync.frames import Domain, Sketches
+from sync.frames import Domain, Nodes, Sketches
 from sync.loopback import run_session
 from sync.replica import DbReplica, MemoryReplica
 from sync.scope import EVERYTHING, Scope, shard_of
@@ -85,3 +85,31 @@ def test_a_range_listing_holds_only_the_scope_asked_for(on_disk: bool, store: Ch
     ids = {listed[i : i + 32] for i in range(0, len(listed), 32)}
     assert len(every) == 32 * len(MESSAGES)
     assert ids == INSIDE and len(listed) == 32 * len(INSIDE)
+
+
+def test_one_id_outside_a_narrowed_scope_is_not_taken_by_the_shortcut() -> None:
+    """The full initiator's roots differ from the scoped responder's by one message, of a
+    chat outside the responder's scope: the summed cells name it, but the responder narrowed
+    the session and must not ask for it (the initiator, not yet told the intersection, would
+    ship it: out_of_scope). It descends, names the intersection, and they agree there."""
+    outside = next(m for m in MESSAGES if not NARROW.holds_chat(m.chat_id))
+    full = holding(MemoryReplica(admit_all=True), [outside])
+    narrow = MemoryReplica(admit_all=True, scope=NARROW)
+    wire = Wire()
+    result = run_session(full, narrow, on_frame=wire)
+    assert result.error is None and result.converged
+    assert wire.records("initiator") == [] and result.initiator.scope == NARROW
+    assert not narrow.messages
+
+
+def test_one_id_inside_an_unnarrowed_scope_takes_the_shortcut() -> None:
+    """The same with a scoped initiator and a full responder: the responder holds every shard
+    the initiator offered, so nothing narrows and the one id moves without a descent."""
+    inside = next(m for m in MESSAGES if m.msg_id in INSIDE)
+    full = holding(MemoryReplica(admit_all=True), [inside])
+    narrow = MemoryReplica(admit_all=True, scope=NARROW)
+    wire = Wire()
+    result = run_session(narrow, full, on_frame=wire)
+    assert result.error is None and result.converged
+    assert not any(isinstance(f, Nodes) for _, f in wire.frames)  # no descent
+    assert inside.msg_id in narrow.messages
