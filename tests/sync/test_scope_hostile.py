@@ -92,8 +92,11 @@ def test_a_hello_with_a_field_after_its_scope_is_malformed() -> None:
 
 
 def test_a_scope_in_the_records_place_is_malformed() -> None:
-    """The scope comes after the records (``[]`` when none): in their place it is refused."""
+    """The scope comes after the records (``[]`` when none): in their place it is refused, and
+    so is a records field that is not a list of sections (null, a map, bytes)."""
     assert reason(hello_body([S, b"\x80"])) == "malformed_frame"
+    for records in (None, {}, b"\x80"):
+        assert reason(hello_body(records, [S, b"\x80"])) == "malformed_frame"
 
 
 def responder(replica: MemoryReplica) -> SyncSession:
