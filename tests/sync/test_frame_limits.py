@@ -227,4 +227,56 @@ def test_a_hello_or_nodes_without_a_cutoff_means_none_and_not_final() -> None:
     # the protocol reads 0 as "no cutoff": a default of anything else would expire messages
     hello = hello_for(1, bytes(16), 4, ROOTS)
     assert hello == Hello(1, bytes(16), 4, hello.digests, hello.cell, 0, False)
+    assert Hello(1, bytes(16), 4, hello.digests, hello.cell) == hello  # the defaults
     assert Nodes({}).cutoff_ms == 0
+
+
+# --- the sketch path's fields: SKETCH sections, short wants, drained ---
+
+
+def sketch(flags: Any = b"", cells: Any = 3, width: Any = 6, blob: Any = None) -> list[Any]:
+    blob = bytes(3 * (1 + 6 + 4)) if blob is None else blob
+    return [FrameType.SKETCH, [[0, flags, cells, width, blob, b""]], False]
+
+
+@pytest.mark.parametrize("width", [3, 8])
+def test_short_id_widths_3_to_8_are_accepted(width: int) -> None:
+    frame = decode(sketch(width=width, blob=bytes(3 * (1 + width + 4))))
+    assert frame.sections[Domain.MESSAGES].width == width
+
+
+@pytest.mark.parametrize("width", [0, 2, 9, 255])
+def test_other_short_id_widths_are_refused(width: int) -> None:
+    assert reason(sketch(width=width, blob=b"")) == (
+        "bad_width" if width < 9 else "malformed_frame"
+    )
+
+
+def test_a_sketch_blob_is_exactly_its_cells_or_empty() -> None:
+    assert decode(sketch(cells=6, blob=bytes(6 * 11))).sections[Domain.MESSAGES].cells == 6
+    assert decode(sketch(cells=6, blob=b"")).sections[Domain.MESSAGES].blob == b""  # a request
+    assert reason(sketch(cells=6, blob=bytes(6 * 11 + 1))) == "bad_cells"
+    assert reason(sketch(cells=6, blob=bytes(6 * 11 - 1))) == "bad_cells"
+    assert decode(sketch(cells=(1 << 32) - 1, blob=b"")).sections[Domain.MESSAGES].blob == b""
+    assert reason(sketch(cells=1 << 32, blob=b"")) == "malformed_frame"
+    assert reason([FrameType.SKETCH, [[0, b"", 3, 6, bytes(33)]], False]) == "malformed_frame"
+
+
+def test_short_wants_are_at_most_max_ids_of_the_widest_short_id() -> None:
+    """The decoder knows no width (the pass does): it bounds the bytes by 8 a short id."""
+    full = transfer(short_wants=bytes(8 * 4))
+    assert decode(full, max_ids=4).sections[Domain.MESSAGES].short_wants == bytes(32)
+    assert reason(transfer(short_wants=bytes(8 * 4 + 1)), max_ids=4) == "too_many_items"
+    assert reason(transfer(short_wants="s")) == "malformed_frame"
+
+
+def test_a_transfer_says_drained_only_when_sent_and_true() -> None:
+    drained = Transfer(False, {Domain.MESSAGES: TransferSection(short_wants=bytes(6))}, True)
+    assert encode_frame(drained) == cbor2.dumps(
+        [FrameType.TRANSFER, False, [[0, [], b"", [], [], bytes(6)]], True]
+    )
+    assert decode_frame(encode_frame(drained), max_frame=1 << 16, max_ids=10) == drained
+    assert not decode([FrameType.TRANSFER, False, []]).drained
+    assert Transfer(False, {}).drained is False  # a frame built without it: not drained
+    assert reason([FrameType.TRANSFER, False, [], 1]) == "malformed_frame"  # not a bool
+    assert reason([FrameType.TRANSFER, False, [], True, True]) == "malformed_frame"
