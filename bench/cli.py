@@ -87,6 +87,9 @@ def sync(
     out: Annotated[Path, typer.Option(help="JSON file to write.")] = Path(
         "bench-results/sync.json"
     ),
+    negentropy: Annotated[
+        bool, typer.Option(help="Also run negentropy's reference code on each case (node).")
+    ] = True,
 ) -> None:
     """Merkle anti-entropy per session: bytes and round trips against d x 32 B, naive lists, anchors."""
     try:
@@ -96,6 +99,7 @@ def sync(
             hash_width=hash_width,
             seed=seed,
             out=out,
+            negentropy=negentropy,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

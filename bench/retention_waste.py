@@ -39,7 +39,7 @@ from store.keys import bucket_of
 from store.records import MsgV1, blake3_id, decode_msg
 from store.signing import key_from_seed
 from sync.errors import RemoteProtocolError
-from sync.frames import Domain, Transfer, decode_frame
+from sync.frames import Domain, Hello, Transfer, decode_frame
 from sync.loopback import run_session
 from sync.merkle import MerkleTree
 from sync.protocol import KINDS, SyncConfig
@@ -131,9 +131,13 @@ class FrameWatch:
 
     def __call__(self, sender: str, data: bytes) -> None:
         frame = decode_frame(data, max_frame=BIG, max_ids=BIG)
-        if not isinstance(frame, Transfer) or Domain.MESSAGES not in frame.sections:
+        if isinstance(frame, Hello):  # a closing HELLO carries its pass's last pushes
+            blobs = frame.records.get(Domain.MESSAGES, [])
+        elif isinstance(frame, Transfer) and Domain.MESSAGES in frame.sections:
+            blobs = frame.sections[Domain.MESSAGES].records
+        else:
             return
-        for blob in frame.sections[Domain.MESSAGES].records:
+        for blob in blobs:
             msg = decode_msg(blob)
             if msg.hlc.physical_ms <= self.cutoff_ms:
                 self.expired.append(

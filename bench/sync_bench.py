@@ -30,13 +30,15 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from time import perf_counter
+from time import perf_counter, process_time
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from bench import negentropy_peer
 from bench.console import (
     bench_console,
     bench_progress,
@@ -46,8 +48,9 @@ from bench.console import (
     save_report,
 )
 from bench.machine import loadavg, machine_info
+from bench.sync_compare import goals, goals_table, side_by_side, side_by_side_table
 from store.hlc import VIRTUAL_EPOCH_MS, Hlc
-from store.keys import RECORD_ID_LEN
+from store.keys import NUM_BUCKETS, RECORD_ID_LEN
 from store.records import MsgV1, blake3_id
 from store.signing import key_from_seed
 from sync.frames import Domain
@@ -88,6 +91,7 @@ class SyncBenchParams:
     anchor_n: int = 1_000_000
     anchor_d: int = 1_000
     rebuild_ids: int = 1_000_000  # MerkleTree.from_ids vs incremental inserts
+    negentropy: bool = True  # run negentropy's reference code on each case too (needs node)
 
 
 # --- the replicas ----------------------------------------------------------------------------
@@ -101,6 +105,9 @@ class Base:
     tree: MerkleTree
     index: list[list[bytes]]  # bucket -> sorted ids
     build_s: dict[str, float]
+    by_bucket: Any = None  # (n, 32) uint8: the ids in bucket order, for range reads
+    positions: Any = None  # each of those ids' place in ``ids`` (a case holds a prefix)
+    starts: Any = None  # bucket -> its first row in ``by_bucket`` (65,537 entries)
 
 
 def make_base_ids(n: int, seed: int) -> list[bytes]:
@@ -121,9 +128,13 @@ def build_base(n: int, seed: int, step: Callable[[str], None] = lambda s: None) 
     step("bucket index")
     start = perf_counter()
     index = build_index(ids)
+    rows = np.frombuffer(b"".join(ids), dtype=np.uint8).reshape(-1, RECORD_ID_LEN)
+    buckets = (rows[:, 0].astype(np.int64) << 8) | rows[:, 1]
+    positions = np.argsort(buckets, kind="stable")
+    starts = np.searchsorted(buckets[positions], np.arange(NUM_BUCKETS + 1))
     timings["index_s"] = perf_counter() - start
     step("done")
-    return Base(ids, tree, index, timings)
+    return Base(ids, tree, index, timings, rows[positions], positions, starts)
 
 
 def build_index(ids: Iterable[bytes]) -> list[list[bytes]]:
@@ -142,10 +153,21 @@ class SharedIds:
         self.base = base
         self.count = held
         self.dropped = frozenset(base.ids[held:])
+        # the held ids in bucket order, contiguous, and where each bucket starts: an in-memory
+        # id index such as a replica keeps beside its tree, built before the session as the
+        # tree is (a range read is then one slice)
+        kept = base.positions < held
+        self.rows = base.by_bucket[kept] if self.dropped else base.by_bucket
+        self.starts = np.concatenate([[0], np.cumsum(kept)])[base.starts]
 
     def bucket(self, bucket: int) -> list[bytes]:
         ids = self.base.index[bucket]
         return [i for i in ids if i not in self.dropped] if self.dropped else ids
+
+    def range_blob(self, start: int, end: int) -> memoryview:
+        """The held ids of buckets ``start <= b < end``, concatenated (one slice, as a store's
+        range scan would read them)."""
+        return memoryview(self.rows[self.starts[start] : self.starts[end]].reshape(-1))
 
     def __contains__(self, record_id: bytes) -> bool:
         ids = self.base.index[(record_id[0] << 8) | record_id[1]]
@@ -169,15 +191,12 @@ class BenchReplica:
 
     def __init__(self, shared: SharedIds, tree: MerkleTree) -> None:
         self.shared = shared
-        # members and identity: empty on both sides, so equal and never descended
-        self.trees = {
-            Domain.MESSAGES: tree,
-            Domain.MEMBERS: MerkleTree(),
-            Domain.IDENTITY: MerkleTree(),
-            Domain.DELETES: MerkleTree(),
-        }
+        # members, identity and deletes: the same OTHER_DOMAIN_IDS ids on both sides, so
+        # equal and never descended, but not empty: HELLO announces four non-empty roots
+        self.trees = {Domain.MESSAGES: tree, **{d: t.copy() for d, t in _other_trees().items()}}
         self.extras: dict[bytes, MsgV1] = {}
         self.extra_index: dict[int, list[bytes]] = {}
+        self._extra_sorted: list[bytes] | None = []  # None: to sort again
         self.base_requests = 0
         self.unknown_requests = 0
 
@@ -186,6 +205,7 @@ class BenchReplica:
         if record_id in self.extras or record_id in self.shared:
             return False
         self.extras[record_id] = msg
+        self._extra_sorted = None
         bisect.insort(
             self.extra_index.setdefault((record_id[0] << 8) | record_id[1], []), record_id
         )
@@ -213,6 +233,29 @@ class BenchReplica:
         extra = self.extra_index.get(bucket)
         shared = self.shared.bucket(bucket)
         return sorted(shared + extra) if extra else list(shared)
+
+    def ids_in_range(
+        self,
+        domain: Domain,
+        start: int,
+        end: int,
+        cutoff_ms: int | None,
+        scope: Scope = EVERYTHING,
+    ) -> bytes:
+        _full(scope)
+        _no_cutoff(cutoff_ms)
+        if domain is not Domain.MESSAGES:
+            return b""
+        if self._extra_sorted is None:
+            self._extra_sorted = sorted(self.extras)  # sorted ids are sorted by bucket
+        extras = self._extra_sorted
+        lo = bisect.bisect_left(extras, start.to_bytes(2, "big"))
+        hi = (
+            len(extras)
+            if end >= NUM_BUCKETS
+            else bisect.bisect_left(extras, end.to_bytes(2, "big"))
+        )
+        return b"".join([self.shared.range_blob(start, end), *extras[lo:hi]])
 
     def get_records(
         self,
@@ -242,6 +285,20 @@ class BenchReplica:
         if domain is not Domain.MESSAGES:
             raise AssertionError(f"records arrived for {domain.name}, whose trees are equal")
         return sum(self.add(r) for r in records if isinstance(r, MsgV1))
+
+
+OTHER_DOMAIN_IDS = 1_000  # ids each replica holds in each of the other three domains
+_OTHER_TREES: dict[Domain, MerkleTree] = {}
+
+
+def _other_trees() -> dict[Domain, MerkleTree]:
+    """The trees of members, identity and deletes every bench replica starts from."""
+    if not _OTHER_TREES:
+        rng = random.Random("bench-sync:other-domains")
+        for domain in (Domain.MEMBERS, Domain.IDENTITY, Domain.DELETES):
+            ids = [rng.randbytes(RECORD_ID_LEN) for _ in range(OTHER_DOMAIN_IDS)]
+            _OTHER_TREES[domain] = MerkleTree.from_ids(ids)
+    return _OTHER_TREES
 
 
 def _full(scope: Scope) -> None:
@@ -288,8 +345,11 @@ def run_case(
     placement: str,
     width: int,
     seed: int,
+    protocol: str = "sketch",
 ) -> dict[str, Any]:
-    """Two replicas sharing n - d ids, the d differing records split at random; sync twice."""
+    """Two replicas sharing n - d ids, the d differing records split at random; sync twice.
+    ``protocol``: "sketch" (this protocol) or "cells" (the per-leaf cells and id lists it
+    replaces: ``SyncConfig(sketch=False)``)."""
     n = len(base.ids)
     if d > n:
         raise ValueError(f"d = {d} differences need n >= d, got n = {n}")
@@ -301,12 +361,12 @@ def run_case(
         (a if rng.random() < 0.5 else b).add(msg)
     only_a, only_b = len(a.extras), len(b.extras)
     differing = differing_nodes(a.tree(Domain.MESSAGES), b.tree(Domain.MESSAGES))
-    config = SyncConfig(hash_width=width)
+    config = SyncConfig(hash_width=width, sketch=protocol == "sketch")
     salt = f"bench-sync:{seed}".encode()
 
-    start = perf_counter()
+    start, cpu = perf_counter(), process_time()
     first = run_session(a, b, config=config, salt_seed=salt)
-    wall = perf_counter() - start
+    wall, cpu = perf_counter() - start, process_time() - cpu
     second = run_session(a, b, config=config, salt_seed=salt + b":again")
 
     ini, resp = first.initiator.stats, first.responder.stats
@@ -325,6 +385,7 @@ def run_case(
         "n": n,
         "d": d,
         "placement": placement,
+        "protocol": protocol,
         "hash_width": width,
         "only_initiator": only_a,
         "only_responder": only_b,
@@ -342,6 +403,7 @@ def run_case(
         "passes": ini.passes,
         "frames": first.frames,
         "wall_s": wall,
+        "cpu_s": cpu,  # both sides: the loopback runs them in this one process
         "records_shipped": shipped,
         "records_applied": applied,
         "unneeded_shipped": shipped - applied,
@@ -363,6 +425,27 @@ def run_case(
     }
     case["failures"] = _failures(case)
     return case
+
+
+def negentropy_case(
+    base: Base, pool: Sequence[MsgV1], d: int, placement: str, seed: int
+) -> dict[str, Any]:
+    """The same two sets as ``run_case`` (the same split), reconciled by negentropy."""
+    n = len(base.ids)
+    # seconds, as Nostr's created_at (the reference code's varints break above 2^32)
+    epoch, span = VIRTUAL_EPOCH_MS // 1000, SPAN_MS // 1000
+    shared = [(epoch + int.from_bytes(i[:6], "big") % span, i) for i in base.ids[: n - d]]
+    rng = random.Random(f"{seed}:split:{n}:{d}:{placement}")
+    only: tuple[list[tuple[int, bytes]], list[tuple[int, bytes]]] = ([], [])
+    for msg in pool[:d]:
+        only[0 if rng.random() < 0.5 else 1].append((msg.hlc.physical_ms // 1000, msg.msg_id))
+    common = negentropy_peer.item_blob(shared)
+    result = negentropy_peer.reconcile(
+        common + negentropy_peer.item_blob(only[0]), common + negentropy_peer.item_blob(only[1])
+    )
+    if result["have"] + result["need"] != d:
+        raise AssertionError(f"negentropy found {result['have']} + {result['need']} for d = {d}")
+    return result
 
 
 def differing_nodes(a: MerkleTree, b: MerkleTree) -> dict[str, int]:
@@ -453,6 +536,9 @@ def run_sync_bench(params: SyncBenchParams, console: Console | None = None) -> d
     skipped = [(n, d) for n in sizes for d in diffs if d > n]
     load_before = loadavg()
     cases: list[dict[str, Any]] = []
+    baseline: list[dict[str, Any]] = []  # the same cases with the cells protocol
+    negentropy: dict[tuple[int, int, str], dict[str, Any]] = {}
+    with_negentropy = params.negentropy and negentropy_peer.available()
     width_cases: list[dict[str, Any]] = []
     bases: dict[int, dict[str, float]] = {}
     rebuild: dict[str, Any] | None = None
@@ -461,7 +547,7 @@ def run_sync_bench(params: SyncBenchParams, console: Console | None = None) -> d
         pool_size = max(diffs)
         sign = progress.add_task("signing differing records", total=2 * pool_size)
         pools = make_pools(pool_size, params.seed, lambda k: progress.advance(sign, k))
-        run = progress.add_task("sync sessions", total=len(plan) + len(widths))
+        run = progress.add_task("sync sessions", total=2 * len(plan) + len(widths))
         for n in sizes:
             build = progress.add_task(f"base n={n:,}: ids", total=3)
 
@@ -477,13 +563,24 @@ def run_sync_bench(params: SyncBenchParams, console: Console | None = None) -> d
                     if d > n:
                         continue
                     for placement in PLACEMENTS:
-                        progress.update(run, description=f"sync n={n:,} d={d:,} {placement}")
-                        cases.append(
-                            run_case(
-                                base, pools[placement], d, placement, params.hash_width, params.seed
+                        for protocol, into in (("sketch", cases), ("cells", baseline)):
+                            progress.update(
+                                run, description=f"{protocol} n={n:,} d={d:,} {placement}"
                             )
-                        )
-                        progress.advance(run)
+                            into.append(
+                                run_case(
+                                    base, pools[placement], d, placement, params.hash_width,
+                                    params.seed, protocol,
+                                )
+                            )  # fmt: skip
+                            progress.advance(run)
+                        if with_negentropy:
+                            progress.update(
+                                run, description=f"negentropy n={n:,} d={d:,} {placement}"
+                            )
+                            negentropy[(n, d, placement)] = negentropy_case(
+                                base, pools[placement], d, placement, params.seed
+                            )
                 if n == wn:
                     for width in widths:
                         progress.update(run, description=f"sync n={n:,} d={wd:,} width {width}")
@@ -505,6 +602,19 @@ def run_sync_bench(params: SyncBenchParams, console: Console | None = None) -> d
     report = _report(
         params, cases, width_cases, rebuild, bases, skipped, load_before, perf_counter() - started
     )
+    report["baseline"] = baseline
+    report["negentropy"] = [
+        {"n": n, "d": d, "placement": p, **r} for (n, d, p), r in negentropy.items()
+    ]
+    report["side_by_side"] = side_by_side(cases, baseline, negentropy)
+    report["goals"] = goals(report["side_by_side"])
+    # the cells path's own limits (it does not converge in one session at d = 10^5): shown,
+    # not failures of this protocol
+    report["baseline_failures"] = [
+        {"n": c["n"], "d": c["d"], "placement": c["placement"], "protocol": "cells", "what": f}
+        for c in baseline
+        for f in c["failures"]
+    ]
     _print(console, report)
     save_report(console, report, params.out)
     return report
@@ -609,6 +719,11 @@ def _print(console: Console, report: dict[str, Any]) -> None:
     console.print(_width_table(report["hash_widths"], p["hash_width"]))
     _print_anchors(console, report)
     _print_targets(console, report["targets"])
+    if report.get("side_by_side"):
+        console.print(side_by_side_table(report["side_by_side"]))
+        console.print(goals_table(report["goals"]))
+    for f in report.get("baseline_failures", []):
+        console.print(f"  cells path (the baseline), not a failure of this protocol: {f}")
     _print_rebuild(console, report)
     if report["skipped"]:
         console.print(
@@ -737,7 +852,7 @@ def _print_anchors(console: Console, report: dict[str, Any]) -> None:
     for c in ours:
         table.add_row(
             f"[bold]chatsync, {c['placement']}[/]",
-            f"measured: {p['hash_width']} B salted node hashes, pure cells, 8 B prefixes",
+            f"measured: {p['hash_width']} B salted depth-2 hashes, an IBLT of 6 B salted short ids",
             f"[bold]{c['floor_ratio']:.2f}x ({byte_size(c['reconciliation_bytes'])})[/]",
             f"[bold]{c['round_trips']} ({c['round_trips_before_fetch']} to fetch)[/]",
         )

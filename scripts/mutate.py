@@ -135,6 +135,7 @@ MODULE_TESTS: dict[str, list[str]] = {
         "test_frame_limits.py",
         "test_frame_bignums.py",
         "test_protocol.py",
+        "test_scope_hostile.py",
     ],
 }
 

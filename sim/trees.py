@@ -90,6 +90,7 @@ class SimTree(MerkleTree):
         xor[0][0] ^= value
         count[0][0] += delta
         self._check[bucket] ^= check
+        self._check_root ^= check
 
     def hashes(self, depth: int, indexes: Iterable[int], salt: bytes, width: int) -> bytes:
         xors, counts = self._xor[depth], self._count[depth]
@@ -128,4 +129,5 @@ class SparseMerkleTree(SimTree):
         self._xor = cast(Any, [_Zeros() for _ in range(DEPTH + 1)])
         self._count = cast(Any, [_Zeros() for _ in range(DEPTH + 1)])
         self._check = cast(Any, _Zeros())
+        self._check_root = 0
         self._cache = cache if cache is not None else TreeCache()

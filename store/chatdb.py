@@ -113,6 +113,7 @@ class ChatDb:
         self.msg_chats = messages.msg_chats
         self.iter_msg_chats = messages.iter_msg_chats
         self.get_bucket_msg_ids_filtered = messages.get_bucket_msg_ids_filtered
+        self.get_range_msg_ids = messages.get_range_msg_ids
         self.get_messages_cbor_batch = messages.get_messages_cbor_batch
         self.get_messages_cbor_batch_filtered = messages.get_messages_cbor_batch_filtered
         self.get_messages_cbor_by_ids = messages.get_messages_cbor_by_ids
@@ -140,6 +141,7 @@ class ChatDb:
         self.iter_member_rows = members.iter_member_rows
         self.for_each_member_record_id = members.for_each_member_record_id
         self.get_bucket_member_ids = members.get_bucket_member_ids
+        self.get_range_member_ids = members.get_range_member_ids
         self.get_member_records_batch = members.get_member_records_batch
         self.get_member_records_by_ids = members.get_member_records_by_ids
         # deletes
@@ -153,6 +155,7 @@ class ChatDb:
         self.compact_erased = deletes.compact_erased
         self.iter_delete_ids = deletes.iter_delete_ids
         self.get_bucket_delete_ids = deletes.get_bucket_delete_ids
+        self.get_range_delete_ids = deletes.get_range_delete_ids
         self.chats_of_deletes = deletes.chats_of_deletes
         self.iter_delete_chats = deletes.iter_delete_chats
         self.get_deletes_by_ids = deletes.get_deletes_by_ids
@@ -173,6 +176,7 @@ class ChatDb:
         self.iter_home_nodes = identities.iter_home_nodes
         self.for_each_identity_record_id = identities.for_each_identity_record_id
         self.get_bucket_identity_ids = identities.get_bucket_identity_ids
+        self.get_range_identity_ids = identities.get_range_identity_ids
         self.get_identity_records_batch = identities.get_identity_records_batch
         self.get_identity_records_by_ids = identities.get_identity_records_by_ids
         # admission: plans carried out

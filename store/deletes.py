@@ -32,6 +32,7 @@ from store.keys import (
     CHAT_ID_LEN,
     MESSAGES_KEY_LEN,
     bucket_prefix,
+    bucket_range_keys,
     key_by_ref,
     key_hidden,
     referred_end,
@@ -198,6 +199,9 @@ class Deletes:
     def iter_delete_ids(self) -> Iterator[bytes]:
         for delete_id, _ in self._rocks.iter_all("seen_delete"):
             yield delete_id
+
+    def get_range_delete_ids(self, start: int, end: int) -> list[bytes]:
+        return [i for i, _ in self._rocks.iter_range("seen_delete", *bucket_range_keys(start, end))]
 
     def chats_of_deletes(self, ids: list[bytes]) -> list[bytes | None]:
         """The chat of each held delete (None: not held): its deletes key starts with it."""

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from store.hlc import Hlc
-from store.keys import bucket_prefix, key_identity
+from store.keys import bucket_prefix, bucket_range_keys, key_identity
 from store.merge import identity_wins
 from store.messages import take_until
 from store.ops import decode_identity_doc
@@ -115,6 +115,10 @@ class Identities:
     def for_each_identity_record_id(self, callback: Callable[[bytes], None]) -> None:
         for record_id in self.iter_identity_record_ids():
             callback(record_id)
+
+    def get_range_identity_ids(self, start: int, end: int) -> list[bytes]:
+        keys = bucket_range_keys(start, end)
+        return [rid for rid, _ in self._rocks.iter_range("seen_identity", *keys)]
 
     def get_bucket_identity_ids(self, bucket: int) -> list[bytes]:
         return [rid for rid, _ in self._rocks.iter_prefix("seen_identity", bucket_prefix(bucket))]

@@ -173,6 +173,14 @@ def bucket_of(record_id: bytes) -> int:
     return int.from_bytes(check_len(record_id, RECORD_ID_LEN, "record_id")[:2], "big")
 
 
+def bucket_range_keys(start: int, end: int) -> tuple[bytes, bytes | None]:
+    """The key range of buckets ``start <= b < end`` in a column family keyed by record id."""
+    if not 0 <= start <= end <= NUM_BUCKETS:
+        raise ValueError(f"bucket range {start}..{end} outside 0..{NUM_BUCKETS}")
+    upper = None if end == NUM_BUCKETS else end.to_bytes(BUCKET_PREFIX_LEN, "big")
+    return start.to_bytes(BUCKET_PREFIX_LEN, "big"), upper
+
+
 def bucket_prefix(bucket: int) -> bytes:
     if not 0 <= bucket < NUM_BUCKETS:
         raise ValueError(f"bucket out of range 0..{NUM_BUCKETS - 1}: {bucket}")

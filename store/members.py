@@ -27,6 +27,7 @@ from store.keys import (
     CHAT_ID_LEN,
     MEMBERS_KEY_LEN,
     bucket_prefix,
+    bucket_range_keys,
     check_len,
     key_member_ops,
     key_members,
@@ -282,6 +283,11 @@ class Members:
     def for_each_member_record_id(self, callback: Callable[[bytes], None]) -> None:
         for record_id in self.iter_member_record_ids():
             callback(record_id)
+
+    def get_range_member_ids(self, start: int, end: int) -> list[bytes]:
+        return [
+            rid for rid, _ in self._rocks.iter_range("seen_member", *bucket_range_keys(start, end))
+        ]
 
     def get_bucket_member_ids(self, bucket: int) -> list[bytes]:
         return [rid for rid, _ in self._rocks.iter_prefix("seen_member", bucket_prefix(bucket))]

@@ -30,6 +30,7 @@ from store.keys import (
     U32_MAX,
     U64_MAX,
     bucket_prefix,
+    bucket_range_keys,
     check_len,
     decode_cursor,
     encode_cursor,
@@ -565,6 +566,18 @@ class Messages:
 
     def get_bucket_msg_ids(self, bucket: int) -> list[bytes]:
         return [msg_id for msg_id, _ in self._iter_prefix("seen_msg", bucket_prefix(bucket))]
+
+    def get_range_msg_ids(self, start: int, end: int, cutoff_ts: int | None) -> list[bytes]:
+        """Ids in buckets ``start <= b < end`` (newer than ``cutoff_ts``): one range scan."""
+        low, high = bucket_range_keys(start, end)
+        rows = self._rocks.iter_range("seen_msg", low, high)
+        if cutoff_ts is None:
+            return [msg_id for msg_id, _ in rows]
+        return [
+            msg_id
+            for msg_id, key in rows
+            if (extract_hlc_physical_from_seen_value(key) or 0) > cutoff_ts
+        ]
 
     def get_bucket_msg_ids_filtered(self, bucket: int, cutoff_ts: int) -> list[bytes]:
         """Ids in ``bucket`` newer than ``cutoff_ts`` (the retention soft-filter)."""

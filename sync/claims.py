@@ -21,7 +21,7 @@ Pure: no I/O, time passed in; a lock because sessions step in worker threads.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 
 from sync.frames import Domain
 
@@ -72,6 +72,31 @@ class BucketClaims:
             for key in self._of.pop(id(owner), ()):
                 if self._owner.get(key) is owner:
                     del self._owner[key]
+
+    def keep_only(self, owner: object, kept: Mapping[Domain, Collection[int]], now_ms: int) -> None:
+        """Give back the buckets ``owner`` holds outside ``kept``, in one step under the lock:
+        a release and a new take would let another owner take a kept bucket in between, and
+        both sessions would then move its records."""
+        with self._lock:
+            stay = []
+            for key in self._of.pop(id(owner), ()):
+                if self._owner.get(key) is not owner:
+                    continue
+                if key[1] in kept.get(key[0], ()):
+                    stay.append(key)
+                else:
+                    del self._owner[key]
+            if stay:
+                self._of[id(owner)] = stay
+                self._progress_ms[id(owner)] = now_ms
+            else:
+                self._progress_ms.pop(id(owner), None)
+
+    def others_hold(self, owner: object) -> bool:
+        """Whether another session holds buckets now: ``owner``'s next take may be cut short."""
+        with self._lock:
+            mine = sum(1 for key in self._of.get(id(owner), ()) if self._owner.get(key) is owner)
+            return len(self._owner) > mine
 
     def held(self) -> int:
         """Buckets held by some session now (statistics)."""

@@ -26,6 +26,10 @@ SALT_LEN = 16
 ID_PREFIX_LEN = 8  # salted id prefixes in bucket id lists
 CELL_LEN = 4 + 32 + 4  # count u32, xor 256 bits, check u32
 MIN_HASH_WIDTH, MAX_HASH_WIDTH = 2, 16
+ZERO_XOR = bytes(32)  # an empty tree's root: sent as b"" (d = 0 in under 100 bytes)
+ROOT_DIGEST_LEN = 4  # bytes of a domain's salted root digest in HELLO
+MIN_SHORT_ID_LEN, MAX_SHORT_ID_LEN = 3, 8  # bytes of a short id in a sketch (sync.sketch)
+SKETCH_CHECK_LEN = 4  # bytes of a sketch cell's check sum
 
 
 class Domain(IntEnum):
@@ -42,25 +46,42 @@ class FrameType(IntEnum):
     CELLS = 4
     TRANSFER = 5
     ABORT = 6
+    SKETCH = 7
 
 
 @dataclass(frozen=True, slots=True)
 class Hello:
-    """Starts a pass: the initiator's full-width roots, the pass's salt and hash width.
+    """Starts a pass: the pass's salt and hash width, and the initiator's roots in two forms.
+
+    ``digests``: per domain (``Domain`` order), ``ROOT_DIGEST_LEN`` bytes of a salted hash of
+    its root (xor, count): which domains differ. ``cell``: the roots summed over the domains
+    — the XOR of the root xors, the total count and the XOR of the roots' check sums — one
+    full-width IBLT cell of every id the initiator holds: the roots are equal only when it
+    is equal too, and when one domain differs by one id it names that id. So d = 0 costs one
+    HELLO of ~85 bytes, however many domains hold ids (SYNC.md, "Frames").
 
     ``cutoff_ms``: the initiator's retention cutoff for messages (0: none). ``final``:
     compare roots and end — no descent (the last pass moved nothing it could move).
-    ``scope``: what the initiator offers to reconcile (``sync.scope``); the roots of the
-    scoped domains are over it. Full: not on the wire (today's seven fields).
+    ``records``: the initiator's last pushes of the pass this HELLO closes — the answer to
+    the responder's last asks, so closing costs no extra round trip; the responder writes
+    them before it compares the roots.
+    ``scope``: what the initiator offers to reconcile (``sync.scope``); the digests and the
+    cell of the scoped domains are over it. Full: not on the wire. Scoped: the last field,
+    after ``records`` (sent as ``[]`` when there are none), so each field keeps its place.
     """
 
     pass_no: int
     salt: bytes
     width: int
-    roots: dict[Domain, tuple[bytes, int]]  # domain -> (xor, count)
+    digests: bytes  # ROOT_DIGEST_LEN bytes per domain, in Domain order
+    cell: tuple[bytes, int, int]  # (XOR of the root xors, total count, XOR of the root checks)
     cutoff_ms: int = 0
     final: bool = False
+    records: dict[Domain, list[bytes]] = field(default_factory=dict)
     scope: Scope = EVERYTHING
+
+    def digest(self, domain: Domain) -> bytes:
+        return self.digests[domain * ROOT_DIGEST_LEN : (domain + 1) * ROOT_DIGEST_LEN]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +130,13 @@ class TransferSection:
     wants: bytes = b""  # concatenated 32-byte record ids
     id_lists: list[IdList] = field(default_factory=list)
     prefix_wants: list[PrefixWant] = field(default_factory=list)
+    short_wants: bytes = b""  # concatenated salted short ids a sketch decoded (this pass's width)
 
     @property
     def empty(self) -> bool:
-        return not (self.records or self.wants or self.id_lists or self.prefix_wants)
+        return not (
+            self.records or self.wants or self.id_lists or self.prefix_wants or self.short_wants
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +145,33 @@ class Transfer:
 
     idle: bool
     sections: dict[Domain, TransferSection]
+    drained: bool = False  # after this frame the sender has nothing queued to push (it may ask)
+
+
+@dataclass(frozen=True, slots=True)
+class SketchSection:
+    """One domain's sketch: ``flags`` over the peer's last node list (which differ: their
+    buckets are the region; empty in a retry, which keeps the region), ``cells`` cells of
+    ``width``-byte short ids, encoded by ``sync.sketch.Sketch.encode``. ``skip``: empty, or a
+    bitmap over the region's buckets of those left out (another session reconciles them).
+    """
+
+    flags: bytes
+    cells: int
+    width: int
+    blob: bytes
+    skip: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Sketches:
+    """Per domain, a sketch of the sender's ids in the region, or (an empty ``blob``) a request
+    for the peer's sketch of ``cells`` cells, so that we decode it. ``answer``: this sketch
+    answers the peer's sketch that did not decode (larger) or its request; its receiver
+    decodes it and never sketches back."""
+
+    sections: dict[Domain, SketchSection]
+    answer: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +179,7 @@ class Abort:
     reason: str
 
 
-Frame = Hello | Done | Nodes | Cells | Transfer | Abort
+Frame = Hello | Done | Nodes | Cells | Transfer | Abort | Sketches
 
 
 # --- encoding -----------------------------------------------------------------------------
@@ -136,12 +187,15 @@ Frame = Hello | Done | Nodes | Cells | Transfer | Abort
 
 def encode_frame(frame: Frame) -> bytes:
     match frame:
-        case Hello(pass_no, salt, width, roots, cutoff_ms, final, scope):
+        case Hello(
+            pass_no, salt, width, digests, (xor, count, check), cutoff_ms, final, records, scope
+        ):
             body: list[Any] = [
-                FrameType.HELLO, PROTOCOL_VERSION, pass_no, salt, width,
-                [[int(d), xor, count] for d, (xor, count) in sorted(roots.items())],
-                cutoff_ms, final,
+                FrameType.HELLO, PROTOCOL_VERSION, pass_no, salt, width, digests,
+                b"" if xor == ZERO_XOR else xor, count, check, cutoff_ms, final,
             ]  # fmt: skip
+            if records or not scope.is_full:
+                body.append([[int(d), r] for d, r in sorted(records.items())])
             if not scope.is_full:
                 body.append(scope.to_wire())
         case Done(converged):
@@ -152,12 +206,20 @@ def encode_frame(frame: Frame) -> bytes:
                 body.append(scope.to_wire())
         case Cells(sections):
             body = [FrameType.CELLS, _tree_sections(sections)]
-        case Transfer(idle, sections):
+        case Transfer(idle, sections, drained):
             body = [
                 FrameType.TRANSFER,
                 idle,
                 [_encode_section(d, s) for d, s in sorted(sections.items())],
             ]
+            if drained:
+                body.append(drained)
+        case Sketches(sketch_sections, answer):
+            body = [
+                FrameType.SKETCH,
+                [[int(d), s.flags, s.cells, s.width, s.blob, s.skip] for d, s in sorted(sketch_sections.items())],
+                answer,
+            ]  # fmt: skip
         case Abort(reason):
             body = [FrameType.ABORT, reason[:200]]
     return cbor2.dumps(body)
@@ -168,13 +230,14 @@ def _tree_sections(sections: dict[Domain, tuple[bytes, bytes]]) -> list[Any]:
 
 
 def _encode_section(domain: Domain, s: TransferSection) -> list[Any]:
-    return [
+    section = [
         int(domain),
         s.records,
         s.wants,
         [[i.bucket, i.complete, i.prefixes] for i in s.id_lists],
         [[w.bucket, w.prefixes] for w in s.prefix_wants],
     ]
+    return [*section, s.short_wants] if s.short_wants else section
 
 
 # --- decoding -----------------------------------------------------------------------------
@@ -241,10 +304,11 @@ def _sections(value: Any, what: str) -> list[tuple[Domain, list[Any]]]:
     return list(out.items())
 
 
-def _arity(items: list[Any], n: int, what: str) -> list[Any]:
-    if len(items) != n:
+def _arity(items: list[Any], n: int, what: str, optional: int = 0) -> list[Any]:
+    """``items`` with ``n`` fields, or up to ``optional`` more (None-padded when absent)."""
+    if not n <= len(items) <= n + optional:
         raise _fail(f"{what} must have {n} fields, got {len(items)}")
-    return items
+    return items + [None] * (n + optional - len(items))
 
 
 def decode_frame(data: bytes, *, max_frame: int, max_ids: int) -> Frame:
@@ -279,24 +343,33 @@ def _scope(value: Any) -> Scope:
 
 
 def _decode_hello(v: list[Any], max_ids: int) -> Hello:
-    scope = _scope(v.pop()) if len(v) == 8 else EVERYTHING
-    version, pass_no, salt, width, roots, cutoff_ms, final = _arity(v, 7, "HELLO")
+    _arity(v, 10, "HELLO", 2)  # then records, then scope: each only when sent
+    version, pass_no, salt, width, digests, xor, count, check, cutoff_ms, final = v[:10]
+    scope = _scope(v[11]) if len(v) > 11 else EVERYTHING
     if _uint(version, "version") != PROTOCOL_VERSION:
         raise _fail(f"unsupported protocol version {version}", "unsupported_version")
     width = _uint(width, "hash width", 256)
     if not MIN_HASH_WIDTH <= width <= MAX_HASH_WIDTH:
         raise _fail(f"hash width {width} outside {MIN_HASH_WIDTH}..{MAX_HASH_WIDTH}", "bad_width")
-    parsed: dict[Domain, tuple[bytes, int]] = {}
-    for domain, rest in _sections(roots, "HELLO roots"):
-        xor, count = _arity(rest, 2, "HELLO root")
-        parsed[domain] = (_bytes(xor, "root xor", length=32), _uint(count, "root count"))
+    digests = _bytes(digests, "root digests", length=ROOT_DIGEST_LEN * len(Domain))
+    xor = _bytes(xor, "root xor")
+    if len(xor) not in (0, 32):
+        raise _fail(f"root xor must be 32 bytes (or empty: zero), got {len(xor)}")
+    cell = (xor or ZERO_XOR, _uint(count, "root count"), _uint(check, "root check", 1 << 32))
+    records: dict[Domain, list[bytes]] = {}
+    if len(v) > 10:
+        for domain, rest in _sections(v[10], "HELLO records"):
+            (blobs,) = _arity(rest, 1, "HELLO records")
+            records[domain] = [_bytes(r, "record") for r in _list(blobs, "records", max_ids)]
     return Hello(
         _uint(pass_no, "pass", 1 << 16),
         _bytes(salt, "salt", length=SALT_LEN),
         width,
-        parsed,
+        digests,
+        cell,
         _uint(cutoff_ms, "cutoff"),
         _bool(final, "final"),
+        records,
         scope,
     )
 
@@ -330,10 +403,13 @@ def _decode_cells(v: list[Any], max_ids: int) -> Cells:
 
 
 def _decode_transfer(v: list[Any], max_ids: int) -> Transfer:
-    idle, sections = _arity(v, 2, "TRANSFER")
+    idle, sections, drained = _arity(v, 2, "TRANSFER", 1)
     out: dict[Domain, TransferSection] = {}
     for domain, rest in _sections(sections, "TRANSFER"):
-        records, wants, id_lists, prefix_wants = _arity(rest, 4, "TRANSFER section")
+        records, wants, id_lists, prefix_wants, shorts = _arity(rest, 4, "TRANSFER section", 1)
+        shorts = b"" if shorts is None else _bytes(shorts, "short wants")
+        if len(shorts) > max_ids * MAX_SHORT_ID_LEN:
+            raise _fail("too many short wants in one frame", "too_many_items")
         records = [_bytes(r, "record") for r in _list(records, "records", max_ids)]
         wants = _bytes(wants, "wants", multiple=RECORD_ID_LEN)
         if len(wants) // RECORD_ID_LEN > max_ids:
@@ -356,8 +432,26 @@ def _decode_transfer(v: list[Any], max_ids: int) -> Transfer:
         total_prefixes = sum(len(i.prefixes) for i in lists) + sum(len(w.prefixes) for w in pwants)
         if total_prefixes // ID_PREFIX_LEN > max_ids:
             raise _fail("too many id prefixes in one frame", "too_many_items")
-        out[domain] = TransferSection(records, wants, lists, pwants)
-    return Transfer(_bool(idle, "idle"), out)
+        out[domain] = TransferSection(records, wants, lists, pwants, shorts)
+    return Transfer(_bool(idle, "idle"), out, drained is not None and _bool(drained, "drained"))
+
+
+def _decode_sketches(v: list[Any], max_ids: int) -> Sketches:
+    sections, answer = _arity(v, 2, "SKETCH")
+    out: dict[Domain, SketchSection] = {}
+    for domain, rest in _sections(sections, "SKETCH"):
+        flags, cells, width, blob, skip = _arity(rest, 5, "SKETCH section")
+        width = _uint(width, "short id width", MAX_SHORT_ID_LEN + 1)
+        if width < MIN_SHORT_ID_LEN:
+            raise _fail(f"short id width must be {MIN_SHORT_ID_LEN}..8", "bad_width")
+        cells = _uint(cells, "cells", 1 << 32)
+        blob = _bytes(blob, "sketch cells")
+        if blob and len(blob) != cells * (1 + width + SKETCH_CHECK_LEN):
+            raise _fail(f"{len(blob)} bytes for {cells} cells of width {width}", "bad_cells")
+        out[domain] = SketchSection(
+            _bytes(flags, "flags"), cells, width, blob, _bytes(skip, "skipped buckets")
+        )
+    return Sketches(out, _bool(answer, "answer"))
 
 
 def _decode_abort(v: list[Any], max_ids: int) -> Abort:
@@ -374,4 +468,5 @@ _DECODERS: dict[FrameType, Callable[[list[Any], int], Frame]] = {
     FrameType.CELLS: _decode_cells,
     FrameType.TRANSFER: _decode_transfer,
     FrameType.ABORT: _decode_abort,
+    FrameType.SKETCH: _decode_sketches,
 }

@@ -53,6 +53,10 @@ class TreeReader(Protocol):
 
     def root(self) -> tuple[bytes, int]: ...
 
+    def root_check(self) -> int: ...
+
+    def leaf_counts(self, buckets: Iterable[int]) -> list[int]: ...
+
     def hashes(self, depth: int, indexes: Iterable[int], salt: bytes, width: int) -> bytes: ...
 
     def cell(self, bucket: int) -> tuple[int, int, int]: ...
@@ -61,12 +65,13 @@ class TreeReader(Protocol):
 class MerkleTree:
     """One domain's tree. Not thread-safe: its owner (the DB writer or a session driver) updates it."""
 
-    __slots__ = ("_check", "_count", "_xor")
+    __slots__ = ("_check", "_check_root", "_count", "_xor")
 
     def __init__(self) -> None:
         self._xor: list[list[int]] = [[0] * (FANOUT**k) for k in range(DEPTH + 1)]
         self._count: list[list[int]] = [[0] * (FANOUT**k) for k in range(DEPTH + 1)]
         self._check: list[int] = [0] * NUM_BUCKETS
+        self._check_root = 0  # XOR of every leaf's check: the root is a cell too (root_check)
 
     # --- building ---
 
@@ -88,6 +93,7 @@ class MerkleTree:
             touched.add(bucket)
         for bucket in touched:  # each non-empty leaf once into its four ancestors
             xor, count = leaf_xor[bucket], leaf_count[bucket]
+            tree._check_root ^= leaf_check[bucket]
             for depth in range(DEPTH):
                 index = bucket >> (FANOUT_BITS * (DEPTH - depth))
                 tree._xor[depth][index] ^= xor
@@ -99,6 +105,7 @@ class MerkleTree:
         tree._xor = [level[:] for level in self._xor]
         tree._count = [level[:] for level in self._count]
         tree._check = self._check[:]
+        tree._check_root = self._check_root
         return tree
 
     # --- incremental updates ---
@@ -114,7 +121,9 @@ class MerkleTree:
             index = bucket >> (FANOUT_BITS * (DEPTH - depth))
             self._xor[depth][index] ^= value
             self._count[depth][index] += delta
-        self._check[bucket] ^= check_hash(record_id)
+        check = check_hash(record_id)
+        self._check[bucket] ^= check
+        self._check_root ^= check
 
     def insert(self, record_id: bytes) -> None:
         self._toggle(record_id, +1)
@@ -141,6 +150,10 @@ class MerkleTree:
         """Full-width root: (XOR of every id, number of ids)."""
         return self._xor[0][0].to_bytes(32, "big"), self._count[0][0]
 
+    def root_check(self) -> int:
+        """XOR of every id's check hash: with ``root``, the whole set as one IBLT cell."""
+        return self._check_root
+
     def root_digest(self) -> bytes:
         """A 32-byte digest of the root, for display and equality checks."""
         xor, count = self.root()
@@ -153,6 +166,11 @@ class MerkleTree:
         """Concatenated salted hashes of the given nodes at ``depth``."""
         xors, counts = self._xor[depth], self._count[depth]
         return b"".join(node_hash(salt, xors[i], counts[i], width) for i in indexes)
+
+    def leaf_counts(self, buckets: Iterable[int]) -> list[int]:
+        """How many ids the tree files in each of ``buckets``."""
+        counts = self._count[DEPTH]
+        return [counts[b] for b in buckets]
 
     def cell(self, bucket: int) -> tuple[int, int, int]:
         """(count, xor, check) of one leaf."""

@@ -4,9 +4,11 @@ Theory of operation
 -------------------
 Two replicas hold the same three Merkle trees (``sync.merkle``: fan-out 16,
 depth 4, 65,536 leaf buckets). The *initiator* (I) opens a **pass** with HELLO:
-its full-width roots, a fresh salt and the hash width. The *responder* (R)
-answers DONE if every root matches — one round trip for d = 0 — and otherwise
-starts a descent for the domains that differ. The descent alternates sides so
+a fresh salt, the hash width, a 4-byte salted digest of each domain's root and
+one full-width cell of the roots summed over the domains (``hello_for``). The
+*responder* (R) answers DONE if every digest and the summed cell match — one
+round trip of ~88 bytes for d = 0 — and otherwise starts a descent for the
+domains whose digests differ. The descent alternates sides so
 every frame both answers and asks:
 
     R: NODES  hashes of all 256 depth-2 nodes
@@ -18,6 +20,20 @@ A cell pair whose sets differ by one id names that id (``xor_I ^ xor_R``,
 confirmed by the check hash), so R learns, per differing bucket, which id is
 missing and on which side — without listing the bucket. Buckets that do not
 decode get an id list instead: R sends salted 8-byte prefixes of its ids there.
+
+That is the *cells path* (``SyncConfig(sketch=False)``). By default the descent
+stops as soon as the share of equal nodes estimates the difference d (at depth
+2 unless every node there differs): the side that read the hashes sends a
+SKETCH — an IBLT (``sync.sketch``) of salted short ids of its ids under the
+differing nodes, ~1.5 d cells — and the other subtracts its own, peels, pushes
+what only it holds and asks for the rest by short id (``short_wants``). A
+sketch that does not decode is answered once with a larger one from the other
+side. Summed roots that differ by exactly one id, in the one domain whose digest
+differs, name it without any descent. The side that opens a sketched region
+checks its listing against its tree, bucket by bucket (``_checked_listing``), and
+leaves out (announcing them in ``skip``) buckets that list more than the tree files. The
+initiator closes a pass with a HELLO that carries its last pushes, so the
+records and the root comparison share a round trip.
 
 Then both sides exchange TRANSFER frames — records pushed to the side that
 lacks them, ``wants`` (exact ids), ``id_lists`` and ``prefix_wants`` — strictly
@@ -48,17 +64,19 @@ replica (tests, ``sync.loopback``, the simulator).
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 import blake3
+import numpy as np
 
 from store.errors import DecodeError, InvalidInput
 from store.ingress import Limits, refuse_never_valid, verify_each
-from store.keys import RECORD_ID_LEN, bucket_of
+from store.keys import NUM_BUCKETS, RECORD_ID_LEN, bucket_of
 from store.ops import decode_membership_op, member_op_id
 from store.records import (
     DEFAULT_MAX_PAYLOAD,
@@ -72,6 +90,7 @@ from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.frames import (
     CELL_LEN,
     ID_PREFIX_LEN,
+    ROOT_DIGEST_LEN,
     SALT_LEN,
     Abort,
     Cells,
@@ -82,15 +101,28 @@ from sync.frames import (
     IdList,
     Nodes,
     PrefixWant,
+    Sketches,
+    SketchSection,
     Transfer,
     TransferSection,
     decode_frame,
     encode_frame,
 )
-from sync.merkle import DEPTH, FANOUT, TreeReader, check_hash, children
+from sync.merkle import DEPTH, FANOUT, FANOUT_BITS, TreeReader, check_hash, children
 from sync.replica import Record, Replica
-from sync.scope import Scope, ScopeError
+from sync.scope import EVERYTHING, Scope, ScopeError
 from sync.shards import SCOPED
+from sync.sketch import (
+    DEFAULT_SHORT_ID_LEN,
+    HASHES,
+    U64,
+    Sketch,
+    SketchKey,
+    bucket_of_short,
+    cells_for,
+    lookup,
+    short_ids,
+)
 
 TOP_DEPTH = 2  # R's first NODES frame: every depth-2 node (256 hashes)
 FETCH_CHUNK = 256  # ids looked up per replica call while filling a frame
@@ -109,6 +141,11 @@ class SyncConfig:
     max_bucket_ids: int = 4_096  # ids listed for one undecodable bucket
     max_outbox: int = 200_000  # ids a peer may ask us to send in one pass (~16 MB)
     max_passes: int = 3
+    # Reconcile the differing ranges with a sketch of salted short ids (sync.sketch) instead
+    # of per-leaf cells and id lists; a peer follows whichever the other side sends.
+    sketch: bool = True
+    short_id_bytes: int = DEFAULT_SHORT_ID_LEN  # 1..8; tests shrink it to force collisions
+    max_sketch_cells: int = 262_143  # a multiple of 3; 11 B a cell: one frame under 3 MB
     # A silent peer ends the session after this long while little is in flight (the node's
     # setting: sync_idle_timeout_s), plus the time the data in flight needs at
     # min_bytes_per_s: our last frame (the peer reads, checks and stores it before it can
@@ -175,6 +212,7 @@ class State(Enum):
     AWAIT_MIDDLE = "await_middle"  # responder sent depth-2 hashes
     AWAIT_LEAVES = "await_leaves"  # initiator sent depth-3 hashes
     AWAIT_CELLS = "await_cells"  # responder sent leaf hashes
+    AWAIT_DECODE = "await_decode"  # both: sent a sketch (or asked for one), awaits the answer
     TRANSFER = "transfer"  # both: records and requests
     DONE = "done"
     ABORTED = "aborted"
@@ -191,6 +229,14 @@ TRANSITIONS: dict[tuple[SessionRole, State, type], str] = {
     (RESP, State.AWAIT_MIDDLE, Nodes): "_on_middle",
     (INIT, State.AWAIT_LEAVES, Nodes): "_on_leaves",
     (RESP, State.AWAIT_CELLS, Cells): "_on_cells",
+    (INIT, State.AWAIT_TOP, Transfer): "_on_shortcut",  # the roots differed by one id
+    (RESP, State.AWAIT_MIDDLE, Sketches): "_on_sketch",
+    (INIT, State.AWAIT_LEAVES, Sketches): "_on_sketch",
+    (RESP, State.AWAIT_CELLS, Sketches): "_on_sketch",
+    (INIT, State.AWAIT_DECODE, Sketches): "_on_sketch",  # an answer: to decode here
+    (RESP, State.AWAIT_DECODE, Sketches): "_on_sketch",
+    (INIT, State.AWAIT_DECODE, Transfer): "_on_transfer",
+    (RESP, State.AWAIT_DECODE, Transfer): "_on_transfer",
     (INIT, State.TRANSFER, Transfer): "_on_transfer",
     (RESP, State.TRANSFER, Transfer): "_on_transfer",
     (RESP, State.TRANSFER, Hello): "_on_hello",  # only after R went idle (checked there)
@@ -213,6 +259,9 @@ class SessionStats:
     records_applied: int = 0
     rejected_old: int = 0  # records older than the cutoff, refused
     rejected_future: int = 0  # records too far ahead of our clock: skipped, offered again later
+    # buckets a sketch left out because our listing held more ids there than our tree's leaf
+    # (an index and a tree out of step: a bug, or a write racing the session)
+    inconsistent_buckets: int = 0
 
     def reconciliation_bytes(self) -> int:
         """Both directions, record bodies excluded."""
@@ -235,9 +284,30 @@ class _DomainPass:
     wants: list[bytes] = field(default_factory=list)
     prefix_wants: list[PrefixWant] = field(default_factory=list)
     id_lists: list[IdList] = field(default_factory=list)
+    sent_depth: int = TOP_DEPTH  # the depth of the nodes in ``sent``
+    shortcut: bool = False  # the roots were a pure cell: one id, named without a descent
+    region: _Region | None = None  # the sketch pass's ids (None: a cells pass)
+    short_wants: list[int] = field(default_factory=list)
 
     def pending(self) -> bool:
-        return bool(self.outbox or self.wants or self.prefix_wants or self.id_lists)
+        return bool(
+            self.outbox or self.wants or self.prefix_wants or self.id_lists or self.short_wants
+        )
+
+
+@dataclass
+class _Region:
+    """One domain's sketched region in a pass: the buckets under the differing nodes, our
+    ids there and their short ids (to build our sketch, and to map a short id back)."""
+
+    buckets: list[int]
+    key: SketchKey
+    ids: bytes  # concatenated 32-byte ids
+    shorts: U64
+    sent: bool  # we sent the sketch (and claimed the region); else we decode it
+    cells: int = 0  # the size of the last sketch sent or read
+    complete: bool | None = None  # whether the decode named the whole difference
+    bad: set[int] = field(default_factory=set)  # listed ids the tree does not file: left out
 
 
 def write_flags(items: list[int], chosen: set[int]) -> bytes:
@@ -310,6 +380,8 @@ class SyncSession:
         self._problem: RemoteProtocolError | None = None
         self._reply: Frame | None = None
         self._taken: Transfer | None = None
+        self._closing: Hello | None = None  # a HELLO with records: opened once they are written
+        self._last_sent_drained = False
         self._answer_due = False
         # what this session reconciles: our replica's scope, until the peer's narrows it
         self._scope: Scope = replica.scope
@@ -344,11 +416,12 @@ class SyncSession:
                 data, max_frame=self.config.max_frame, max_ids=self.config.max_ids_per_frame
             )
             records = {}
-            if isinstance(frame, Transfer) and self.state is State.TRANSFER:
+            pushed = _pushed_records(frame)
+            if pushed and self.state in (State.TRANSFER, State.AWAIT_DECODE):
                 records = {
-                    domain: self._check_records(domain, dp, frame.sections[domain].records)
+                    domain: self._check_records(domain, dp, pushed[domain])
                     for domain, dp in self._domains.items()
-                    if domain in frame.sections
+                    if domain in pushed
                 }
         except RemoteProtocolError as exc:
             self._abort(exc.reason)
@@ -390,11 +463,14 @@ class SyncSession:
         self._answer_due = False
         self.stats.records_applied += applied
         reply, taken, self._reply, self._taken = self._reply, self._taken, None, None
+        closing, self._closing = self._closing, None
         try:
             if self._problem is not None:
                 raise self._problem
             if taken is not None:  # the peer's TRANSFER: answered now that its records are in
                 reply = self._answer_transfer(taken)
+            elif closing is not None:  # a HELLO that brought records: roots compared now
+                reply = self._open_pass(closing)
         except RemoteProtocolError as exc:
             self._abort(exc.reason)
             raise
@@ -476,6 +552,7 @@ class SyncSession:
             self.stats.round_trips += 1
         if isinstance(frame, Transfer):
             self._last_sent_idle = frame.idle
+            self._last_sent_drained = frame.idle or frame.drained
         return data
 
     def _count(self, size: int, frame: Frame, into: dict[str, int]) -> None:
@@ -486,13 +563,22 @@ class SyncSession:
                 ids += len(s.wants)
                 ids += sum(len(x.prefixes) for x in s.id_lists)
                 ids += sum(len(x.prefixes) for x in s.prefix_wants)
+                ids += len(s.short_wants)
             into["records"] += records
             into["ids"] += ids
             into["control"] += size - records - ids
             if records and self.stats.round_trips_before_fetch is None:
                 self.stats.round_trips_before_fetch = self.stats.round_trips
+        elif isinstance(frame, Hello) and frame.records:
+            records = sum(len(r) for blobs in frame.records.values() for r in blobs)
+            into["records"] += records
+            into["tree"] += size - records
+            if self.stats.round_trips_before_fetch is None:
+                self.stats.round_trips_before_fetch = self.stats.round_trips
         elif isinstance(frame, Hello | Nodes | Cells):
             into["tree"] += size
+        elif isinstance(frame, Sketches):
+            into["ids"] += size
         else:
             into["control"] += size
 
@@ -513,7 +599,10 @@ class SyncSession:
 
     # --- passes ---
 
-    def _begin_pass(self, *, final: bool = False) -> Hello:
+    def _begin_pass(
+        self, *, final: bool = False, records: dict[Domain, list[bytes]] | None = None
+    ) -> Hello:
+        """HELLO of the next pass; ``records``: our last pushes of the pass it closes."""
         self.release_claims()
         self._pass_no += 1
         self.stats.passes = self._pass_no
@@ -521,15 +610,23 @@ class SyncSession:
         self._salt = blake3.blake3(seed).digest(SALT_LEN)
         self._moved = 0
         self.state = State.AWAIT_TOP
-        roots = {d: self._tree(d).root() for d in Domain}
         own_cutoff = max(0, self.config.cutoff_ms or 0)  # before the epoch: nothing expired
-        return Hello(
-            self._pass_no, self._salt, self.config.hash_width, roots, own_cutoff, final,
+        trees = {d: self._tree(d) for d in Domain}
+        return hello_for(
+            self._pass_no,
+            self._salt,
+            self.config.hash_width,
+            {d: t.root() for d, t in trees.items()},
+            {d: t.root_check() for d, t in trees.items()},
+            own_cutoff,
+            final,
+            records or {},
             self._scope,
-        )  # fmt: skip
+        )
 
-    def _on_hello(self, hello: Hello) -> Frame:
-        if self.state is State.TRANSFER and not self._last_sent_idle:
+    def _on_hello(self, hello: Hello) -> Frame | None:
+        # We may be asked to close while our asks are open: the HELLO's records answer them.
+        if self.state is State.TRANSFER and not self._last_sent_drained:
             raise RemoteProtocolError(
                 "HELLO while a transfer is under way", reason="unexpected_frame"
             )
@@ -537,27 +634,46 @@ class SyncSession:
             raise RemoteProtocolError(
                 f"pass {hello.pass_no} after {self._pass_no}", reason="bad_pass"
             )
-        if set(hello.roots) != set(Domain):
-            raise RemoteProtocolError(
-                "HELLO must carry a root for every domain", reason="missing_domain"
-            )
+        if hello.records:  # the pass it closes: written first, the roots compared in ``answer``
+            if self.state is not State.TRANSFER:
+                raise RemoteProtocolError("records outside a pass", reason="unsolicited")
+            for domain, blobs in sorted(hello.records.items(), key=_apply_order):
+                dp = self._domains.get(domain)
+                if dp is None:
+                    raise RemoteProtocolError(
+                        f"HELLO records for {domain.name} outside this pass",
+                        reason="unexpected_domain",
+                    )
+                if not self._take_records(domain, dp, blobs):
+                    break
+            self._closing = hello
+            return None
+        return self._open_pass(hello)
+
+    def _open_pass(self, hello: Hello) -> Frame:
+        """Compare the roots: DONE, the one id the roots differ by, or a descent."""
         try:
             inner = self.replica.scope & hello.scope
         except ScopeError as exc:
             raise RemoteProtocolError(f"HELLO scope: {exc}", reason="scope_mismatch") from None
         # narrower than offered: the peer's scoped roots cover shards we do not hold. Equal
-        # full-width roots still mean the same records (the peer holds nothing beyond the
-        # intersection there); different ones lead to a descent, over the intersection.
+        # roots still mean the same records (the peer holds nothing beyond the intersection
+        # there); different ones lead to a descent, over the intersection.
         narrowed = inner.shards != hello.scope.shards  # (a full scope: any number of shards)
         self.release_claims()
         self._pass_no = self.stats.passes = hello.pass_no
         self._salt, self._width = hello.salt, hello.width
         self._session_cutoff = _later(self.config.cutoff_ms, hello.cutoff_ms)
         self._scope = inner
-        differing = [d for d in Domain if self._tree(d).root() != hello.roots[d]]
+        differing = self._differing(hello)
         if not differing or hello.final or hello.pass_no > self.config.max_passes:
             self.state, self.converged = State.DONE, not differing
             return Done(not differing)
+        # Narrowed, the one id the cells differ by may lie in a shard we do not hold: only a
+        # descent names the intersection (in NODES), so the shortcut is for unnarrowed passes.
+        shortcut = None if narrowed else self._shortcut(hello, differing)
+        if shortcut is not None:
+            return shortcut
         self._domains = {d: self._new_pass() for d in differing}
         top = list(range(FANOUT**TOP_DEPTH))
         sections = {}
@@ -578,6 +694,74 @@ class SyncSession:
 
     def _new_pass(self) -> _DomainPass:
         return _DomainPass(ask_window=self.config.max_outbox // 2)
+
+    # --- the shortcut: roots that differ by one id name it (d = 1 in one round trip) ---
+
+    def _differing(self, hello: Hello) -> list[Domain]:
+        """The domains whose roots differ from the initiator's: by their salted digests, or
+        all of them if only the full-width cell tells (a digest collision, 2^-32 a domain)."""
+        roots = {d: self._tree(d).root() for d in Domain}
+        differing = [d for d in Domain if root_digest(hello.salt, d, *roots[d]) != hello.digest(d)]
+        xor, count, _ = _sum_cell(roots, {})
+        if not differing and (xor, count) != hello.cell[:2]:
+            return list(Domain)
+        return differing
+
+    def _shortcut(self, hello: Hello, differing: list[Domain]) -> Transfer | None:
+        """In a session's first pass, if one domain differs and the roots summed over the
+        domains differ by exactly one id (a pure cell, confirmed by its check and by whether
+        we hold it), push it or ask for it at once. Later passes descend: a crafted root
+        (XOR cancellation, SYNC.md) costs at most one pass."""
+        if hello.pass_no != 1 or not self.config.sketch or len(differing) != 1:
+            return None
+        if self._session_cutoff != _later(None, hello.cutoff_ms):
+            return None  # our cutoff is later: the initiator learns it from NODES, so descend
+        (domain,) = differing
+        one = self._root_difference(domain, hello)
+        if one is None:
+            return None
+        delta, record_id = one
+        dp = self._new_pass()
+        self._domains = {domain: dp}
+        dp.shortcut, dp.diff_buckets = True, {bucket_of(record_id)}
+        (dp.wants if delta > 0 else dp.outbox).append(record_id)
+        self.state = State.TRANSFER
+        return self._next_transfer()
+
+    def _root_difference(self, domain: Domain, hello: Hello) -> tuple[int, bytes] | None:
+        trees = {d: self._tree(d) for d in Domain}
+        xor, count, check = _sum_cell(
+            {d: t.root() for d, t in trees.items()}, {d: t.root_check() for d, t in trees.items()}
+        )
+        their_xor, their_count, their_check = hello.cell
+        mine = (count, int.from_bytes(xor, "big"), check)
+        theirs = (their_count, int.from_bytes(their_xor, "big"), their_check)
+        record_id = (mine[1] ^ theirs[1]).to_bytes(RECORD_ID_LEN, "big")
+        decoded = decode_pure_cell(bucket_of(record_id), mine, theirs)
+        if decoded is None:
+            return None
+        held = record_id in self.replica.bucket_ids(
+            domain, bucket_of(record_id), self._cutoff(domain), self._scope
+        )
+        return decoded if held == (decoded[0] < 0) else None
+
+    def _on_shortcut(self, transfer: Transfer) -> None:
+        """The responder named the one id the roots differ by: at most one record or want
+        per domain, in any bucket."""
+        if not transfer.sections:
+            raise RemoteProtocolError("an empty shortcut", reason="unexpected_frame")
+        self._domains = {}
+        for domain, section in transfer.sections.items():
+            named = len(section.records) + len(section.wants) // RECORD_ID_LEN
+            if named != 1 or section.id_lists or section.prefix_wants or section.short_wants:
+                raise RemoteProtocolError(
+                    "a shortcut names exactly one id per domain", reason="unsolicited"
+                )
+            dp = self._domains[domain] = self._new_pass()
+            one = section.wants or self._decode_record(domain, section.records[0])[1]
+            dp.shortcut, dp.diff_buckets = True, {bucket_of(one)}
+        self.state = State.TRANSFER
+        return self._on_transfer(transfer)
 
     def _on_done(self, done: Done) -> None:
         self.state, self.converged = State.DONE, done.converged
@@ -614,25 +798,33 @@ class SyncSession:
     def _answer_with_hashes(self, sections: dict[Domain, tuple[bytes, bytes]], depth: int) -> Nodes:
         """Flag the peer's differing nodes at ``depth``; send our hashes of their children."""
         self._section_domains(sections, "NODES")
+        differs = {
+            d: self._descend(d, flags, hashes, depth) for d, (flags, hashes) in sections.items()
+        }
+        return self._children_hashes(differs, depth)
+
+    def _children_hashes(self, differs: dict[Domain, list[int]], depth: int) -> Nodes:
+        """Flags over the peer's nodes at ``depth`` (``differs``), our hashes of their children."""
         out = {}
-        for domain, (flags, hashes) in sections.items():
-            differ = self._descend(domain, flags, hashes, depth)
+        for domain, differ in differs.items():
             dp = self._domains[domain]
             reply_flags = write_flags(dp.sent, set(differ))
-            dp.sent = children(depth, differ)
+            dp.sent, dp.sent_depth = children(depth, differ), depth + 1
             out[domain] = (
                 reply_flags,
                 self._tree(domain).hashes(depth + 1, dp.sent, self._salt, self._width),
             )
         return Nodes(out)
 
-    def _on_top(self, nodes: Nodes) -> Nodes:
+    def _on_top(self, nodes: Nodes) -> Nodes | Sketches:
         if nodes.scope is not None:
             self._narrow(nodes.scope)
         self._session_cutoff = _later(self.config.cutoff_ms, nodes.cutoff_ms)
         self._domains = {d: self._new_pass() for d in nodes.sections}
         if not self._domains:
             raise RemoteProtocolError("NODES without any domain", reason="unexpected_domain")
+        if self.config.sketch:
+            return self._sketch_or_descend(nodes.sections, TOP_DEPTH, State.AWAIT_LEAVES)
         self.state = State.AWAIT_LEAVES
         return self._answer_with_hashes(nodes.sections, TOP_DEPTH)
 
@@ -649,13 +841,17 @@ class SyncSession:
             )
         self._scope = scope
 
-    def _on_middle(self, nodes: Nodes) -> Nodes:
+    def _on_middle(self, nodes: Nodes) -> Nodes | Sketches:
         self._no_scope(nodes)
+        if self.config.sketch:
+            return self._sketch_or_descend(nodes.sections, TOP_DEPTH + 1, State.AWAIT_CELLS)
         self.state = State.AWAIT_CELLS
         return self._answer_with_hashes(nodes.sections, TOP_DEPTH + 1)
 
-    def _on_leaves(self, nodes: Nodes) -> Cells:
+    def _on_leaves(self, nodes: Nodes) -> Cells | Nodes | Sketches:
         self._no_scope(nodes)
+        if self.config.sketch:
+            return self._sketch_or_descend(nodes.sections, DEPTH, State.TRANSFER)
         self._section_domains(nodes.sections, "NODES")
         out = {}
         for domain, (flags, hashes) in nodes.sections.items():
@@ -690,6 +886,233 @@ class SyncSession:
                 self._reconcile_cell(domain, dp, bucket, tree.cell(bucket), theirs)
         self.state = State.TRANSFER
         return self._next_transfer()
+
+    # --- sketches: the differing ranges' ids, decoded as a set difference ---
+
+    def _sketch_or_descend(
+        self, sections: dict[Domain, tuple[bytes, bytes]], depth: int, deeper: State
+    ) -> Nodes | Sketches:
+        """Compare the peer's hashes at ``depth``; sketch the differing ranges, sized by the
+        difference the share of equal nodes implies, or — when no compared node was equal,
+        so that share says nothing — descend one level to estimate again (``deeper``)."""
+        self._section_domains(sections, "NODES")
+        differs = {
+            d: self._descend(d, flags, hashes, depth) for d, (flags, hashes) in sections.items()
+        }
+        saturated = any(
+            differ and len(differ) == len(self._domains[d].sent) for d, differ in differs.items()
+        )
+        if depth < DEPTH and saturated:
+            self.state = deeper
+            return self._children_hashes(differs, depth)
+        # Another session of ours holds buckets: the peer would push into them as well, so
+        # ask for its sketch and decode it here, claiming exactly the buckets it names.
+        request = self._claims is not None and self._claims.others_hold(self)
+        sketches = {}
+        for domain, differ in differs.items():
+            dp = self._domains[domain]
+            flags = write_flags(dp.sent, set(differ))
+            estimate = estimate_difference(depth, len(dp.sent), len(differ))
+            cells = min(cells_for(estimate), self.config.max_sketch_cells)
+            width = self.config.short_id_bytes
+            region, skip = self._open_region(
+                domain, dp, depth, differ, width, claim=not request, announce=True
+            )
+            region.cells = cells  # the size of our sketch, or of the one we ask for
+            blob = b"" if request else self._sketch_of(region, cells).encode()
+            sketches[domain] = SketchSection(flags, cells, width, blob, skip)
+        self.state = State.AWAIT_DECODE
+        return Sketches(sketches)
+
+    def _open_region(
+        self,
+        domain: Domain,
+        dp: _DomainPass,
+        depth: int,
+        nodes: list[int],
+        width: int,
+        *,
+        claim: bool = False,
+        skip: bytes = b"",
+        announce: bool = False,
+    ) -> tuple[_Region, bytes]:
+        """Our ids under ``nodes`` (at ``depth``) and their short ids for this pass, and the
+        bitmap of the buckets left out. The sketch's sender (``claim``) leaves out the buckets
+        another session of ours holds (``sync.claims``), so the peer pushes none of them;
+        its receiver leaves out what the sender's ``skip`` says. The side that opens the
+        region (``announce``) also leaves out, and says so in ``skip``, the buckets whose
+        listing disagrees with its tree (``_checked_listing``); the other side just does not
+        act in its own."""
+        shift = FANOUT_BITS * (DEPTH - depth)
+        under = [b for n in nodes for b in range(n << shift, (n + 1) << shift)]
+        left_out = set(read_flags(under, skip)) if skip else set()
+        if claim and self._claims is not None:
+            taken = set(self._claims.take(self, domain, under, len(under), self._now_ms))
+            left_out |= set(under) - taken
+        buckets = [b for b in under if b not in left_out] if left_out else under
+        key = SketchKey.derive(self._salt, int(domain), width)
+        ids, bad = self._checked_listing(domain, buckets, self._read_region(domain, buckets))
+        if announce and (left_out or bad):
+            skip = write_flags(under, left_out | bad)
+            buckets = [b for b in buckets if b not in bad]
+        dp.region = _Region(buckets, key, ids, short_ids(key, ids), claim, bad=bad)
+        dp.diff_buckets = set(buckets) - bad
+        return dp.region, skip
+
+    def _read_region(self, domain: Domain, buckets: list[int]) -> bytes:
+        cutoff, scope = self._cutoff(domain), self._scope
+        runs = _runs(buckets)
+        return b"".join(self.replica.ids_in_range(domain, lo, hi, cutoff, scope) for lo, hi in runs)
+
+    def _checked_listing(
+        self, domain: Domain, buckets: list[int], ids: bytes
+    ) -> tuple[bytes, set[int]]:
+        """The listing of ``buckets`` checked against the tree that located them: the buckets
+        where it holds more ids than the tree's leaf counts (a cutoff only ever lists fewer),
+        and the listing without their ids or any outside ``buckets``. An index and a tree
+        out of step — a bucket mapping off by one, say — so never reconcile by what the tree
+        does not file (SYNC.md, "Sketches"), and the session's closing root comparison says
+        it did not converge."""
+        if not ids:
+            return ids, set()
+        listed = np.frombuffer(ids, dtype=">u2")[:: RECORD_ID_LEN // 2].astype(np.intp)
+        per_bucket = np.bincount(listed, minlength=NUM_BUCKETS)
+        region = np.asarray(buckets, dtype=np.intp)
+        filed = np.asarray(self._tree(domain).leaf_counts(buckets), dtype=np.int64)
+        over = region[per_bucket[region] > filed]
+        if not len(over) and int(per_bucket[region].sum()) == len(listed):
+            return ids, set()
+        keep = np.zeros(NUM_BUCKETS, dtype=bool)
+        keep[region] = True
+        keep[over] = False
+        kept = np.frombuffer(ids, dtype=np.uint8).reshape(-1, RECORD_ID_LEN)[keep[listed]]
+        self.stats.inconsistent_buckets += len(over)
+        return kept.tobytes(), set(over.tolist())
+
+    def _sketch_of(self, region: _Region, cells: int) -> Sketch:
+        region.cells = cells
+        return Sketch.of(region.key, cells, region.shorts)
+
+    def _on_sketch(self, frame: Sketches) -> Sketches | Transfer:
+        """Subtract the peer's sketch from ours and peel: push what only we hold, ask (by
+        short id) for what only the peer holds. A sketch that does not decode is answered
+        once with ours, twice as large, and a request with ours of the size asked; an
+        answer is decoded for what it names — if it does not decode either, the closing
+        root comparison says the rest is for the next pass."""
+        if not frame.sections or any(d not in self._domains for d in frame.sections):
+            raise RemoteProtocolError(
+                "SKETCH for a domain outside this pass", reason="unexpected_domain"
+            )
+        if frame.answer != (self.state is State.AWAIT_DECODE):
+            raise RemoteProtocolError(
+                "an answer comes only after our own sketch, and only then",
+                reason="unexpected_frame",
+            )
+        requests = [not section.blob for section in frame.sections.values()]
+        if any(requests) and (frame.answer or not all(requests)):
+            raise RemoteProtocolError("a request is a whole first sketch", reason="bad_cells")
+        if not frame.answer:
+            self._section_domains(frame.sections, "SKETCH")
+        answers = {}
+        for domain, section in frame.sections.items():
+            dp = self._domains[domain]
+            # an answer is at most twice the sketch we sent (or the size we asked for)
+            limit = 2 * dp.region.cells if frame.answer and dp.region else None
+            region = self._region_for(domain, dp, section, frame.answer)
+            cells = section.cells
+            if cells < HASHES or cells % HASHES or cells > (limit or self.config.max_sketch_cells):
+                raise RemoteProtocolError(f"a sketch of {cells} cells", reason="bad_cells")
+            if not section.blob:  # a request: our sketch, for the peer to decode
+                answers[domain] = SketchSection(
+                    b"", cells, region.key.width, self._sketch_of(region, cells).encode()
+                )
+                continue
+            theirs = Sketch.decode(region.key, cells, section.blob)  # frames checked the length
+            peeled = self._sketch_of(region, cells).subtract(theirs).peel()
+            larger = min(2 * cells, self.config.max_sketch_cells)
+            if not peeled.complete and not frame.answer and larger > cells:
+                blob = self._sketch_of(region, larger).encode()
+                answers[domain] = SketchSection(b"", larger, region.key.width, blob)
+                continue
+            region.complete = peeled.complete
+            mine = lookup(region.shorts, region.ids, peeled.mine)
+            width = region.key.width  # a short id names its bucket: ask only in ours
+            named = {bucket_of(i) for i in mine} | {
+                bucket_of_short(s, width) for s in peeled.theirs
+            }
+            ours = self._claim_decoded(domain, region, named - region.bad)
+            dp.outbox.extend(i for i in mine if bucket_of(i) in ours)
+            wants = [s for s in peeled.theirs if bucket_of_short(s, width) in ours]
+            dp.short_wants.extend(self._still_missing(domain, region, wants, ours))
+        if answers:
+            self.state = State.AWAIT_DECODE
+            return Sketches(answers, answer=True)
+        self.state = State.TRANSFER
+        return self._next_transfer()
+
+    def _still_missing(
+        self, domain: Domain, region: _Region, wants: list[int], buckets: set[int]
+    ) -> list[int]:
+        """Of the short ids a decode asks for, those we still lack now that their buckets are
+        ours. A decoder claims after it read its region: a session that held those buckets
+        meanwhile wrote what it brought and freed them (it frees only after writing), so the
+        buckets are read again rather than asking for the same records twice."""
+        if not wants or region.sent or self._claims is None:
+            return wants
+        ids, _ = self._checked_listing(
+            domain, sorted(buckets), self._read_region(domain, sorted(buckets))
+        )
+        have = set(short_ids(region.key, ids).tolist())
+        return [s for s in wants if s not in have]
+
+    def _claim_decoded(self, domain: Domain, region: _Region, named: set[int]) -> set[int]:
+        """Of the buckets a decode named, those this session moves: what the sender of the
+        sketch claimed when it built it (all of them), or for the decoder, the ones no other
+        session of ours holds — claimed now, per bucket, not for the whole region."""
+        if region.sent or self._claims is None:
+            return named
+        return set(self._claims.take(self, domain, sorted(named), len(named), self._now_ms))
+
+    def _narrow_claims(self, transfer: Transfer) -> None:
+        """The peer decoded our sketch: keep the buckets its answer names, free the rest of
+        the region (for the other sessions' next passes)."""
+        if self._claims is None:
+            return
+        keep: dict[Domain, set[int]] = {}
+        for domain, dp in self._domains.items():
+            if dp.region is None or not dp.region.sent:
+                continue
+            named = keep.setdefault(domain, set())
+            section = transfer.sections.get(domain)
+            if section is not None:
+                named.update(bucket_of(w) for w in _split(section.wants, RECORD_ID_LEN))
+                width = dp.region.key.width
+                shorts = _split(section.short_wants, width)
+                named.update(bucket_of_short(int.from_bytes(s, "big"), width) for s in shorts)
+                named.update(dp.moved)
+            named.update(bucket_of(i) for i in dp.outbox)
+        if keep:
+            self._claims.keep_only(self, keep, self._now_ms)
+
+    def _region_for(
+        self, domain: Domain, dp: _DomainPass, section: SketchSection, answer: bool
+    ) -> _Region:
+        """The region a sketch covers: named by its flags, or for an answer, our own."""
+        if not answer:
+            nodes = read_flags(dp.sent, section.flags)
+            return self._open_region(
+                domain, dp, dp.sent_depth, nodes, section.width, skip=section.skip
+            )[0]
+        region = dp.region
+        if region is None or section.flags or section.skip or section.width != region.key.width:
+            raise RemoteProtocolError("an answer must keep the region", reason="bad_flags")
+        # read again: other sessions may have brought records since we sent ours
+        ids = self._read_region(domain, region.buckets)
+        region.ids, bad = self._checked_listing(domain, region.buckets, ids)
+        region.bad |= bad
+        dp.diff_buckets -= bad
+        region.shorts = short_ids(region.key, region.ids)
+        return region
 
     def _take(self, domain: Domain, buckets: list[int]) -> list[int]:
         """The differing buckets this pass reconciles: at most ``max_cells``, none that
@@ -729,6 +1152,8 @@ class SyncSession:
     # --- transfer ---
 
     def _on_transfer(self, transfer: Transfer) -> None:
+        decoded_ours = self.state is State.AWAIT_DECODE  # the peer decoded our sketch
+        self.state = State.TRANSFER
         # member ops before messages: a frame that brings a message and the op that admits
         # it stores both, instead of parking the message until the next frame
         for domain, section in sorted(transfer.sections.items(), key=_apply_order):
@@ -740,6 +1165,8 @@ class SyncSession:
             self._take_requests(domain, dp, section)
             if not self._take_records(domain, dp, section.records):
                 break  # a bad record: what came before it is written, then the session ends
+        if decoded_ours:
+            self._narrow_claims(transfer)
         self._taken = transfer  # answered by ``answer`` once the records are written
         return None
 
@@ -748,13 +1175,41 @@ class SyncSession:
             for dp in self._domains.values():
                 dp.asked = 0
         reply = self._next_transfer()
-        nothing_to_say = reply.idle and all(s.empty for s in reply.sections.values())
-        if transfer.idle and nothing_to_say and self.role is INIT:
-            # A pass that found differences but could move nothing (e.g. records the
-            # other side's retention refuses) would find the same again: compare and end.
-            found = any(dp.diff_buckets for dp in self._domains.values())
-            return self._begin_pass(final=found and (self._moved == 0 or self._stuck()))
+        if self.role is INIT and (transfer.idle or transfer.drained) and self._closes(reply):
+            # The peer has nothing more to push and this reply answers all it asked: close
+            # the pass with HELLO, carrying the reply's records (no round trip of its own).
+            records = {d: s.records for d, s in reply.sections.items() if s.records}
+            return self._begin_pass(final=self._final_pass(), records=records)
         return reply
+
+    def _closes(self, reply: Transfer) -> bool:
+        """The reply asks nothing and leaves nothing queued."""
+        asks = any(
+            s.wants or s.id_lists or s.prefix_wants or s.short_wants
+            for s in reply.sections.values()
+        )
+        return not asks and not any(dp.pending() for dp in self._domains.values())
+
+    def _final_pass(self) -> bool:
+        """Whether the next pass only compares roots (a pass that is not final costs the same
+        when the roots are equal: the responder answers DONE either way).
+
+        After a shortcut, no: if one id did not close the gap, descend. After a sketch pass
+        that moved records, no: whatever still differs — a sketch that did not decode, buckets
+        another session held, a write that raced — is found by the next. One that moved
+        nothing is final when a cutoff or settling explains it (it would find the same
+        again); otherwise a short-id collision may have hidden the difference, and the next
+        pass's fresh salt will not. Cells passes, as before: a pass that found differences
+        but could move nothing (e.g. records the other side's retention refuses) would find
+        the same again."""
+        passes = list(self._domains.values())
+        if any(dp.shortcut for dp in passes):
+            return False
+        if any(dp.region is not None for dp in passes):
+            explained = self._session_cutoff is not None or self.config.settle_ms is not None
+            return self._moved == 0 and explained
+        found = any(dp.diff_buckets for dp in passes)
+        return found and (self._moved == 0 or self._stuck())
 
     def _stuck(self) -> bool:
         """Only messages differed, all leaves were compared, and in one no record moved.
@@ -781,6 +1236,16 @@ class SyncSession:
             ):
                 if salted_prefix(self._salt, record_id) in asked:
                     dp.outbox.append(record_id)
+        if section.short_wants:
+            region = dp.region
+            if region is None or len(section.short_wants) % region.key.width:
+                raise RemoteProtocolError(
+                    "short wants outside a sketch pass, or of the wrong width",
+                    reason="unsolicited",
+                )
+            w = region.key.width
+            wanted = [int.from_bytes(c, "big") for c in _split(section.short_wants, w)]
+            dp.outbox.extend(lookup(region.shorts, region.ids, wanted))
         for id_list in section.id_lists:
             if self.role is not INIT:
                 raise RemoteProtocolError(
@@ -934,14 +1399,28 @@ class SyncSession:
             id_budget -= sum(len(x.prefixes) // ID_PREFIX_LEN for x in id_lists)
             prefix_wants = _take_within(dp.prefix_wants, id_budget, dp)
             id_budget -= sum(len(x.prefixes) // ID_PREFIX_LEN for x in prefix_wants)
-            section = TransferSection(records, b"".join(wants), id_lists, prefix_wants)
+            shorts = dp.short_wants[: max(0, min(id_budget, dp.ask_window - dp.asked))]
+            del dp.short_wants[: len(shorts)]
+            id_budget -= len(shorts)
+            dp.asked += len(shorts)
+            width = 0 if dp.region is None else dp.region.key.width
+            section = TransferSection(
+                records,
+                b"".join(wants),
+                id_lists,
+                prefix_wants,
+                b"".join(s.to_bytes(width, "big") for s in shorts),
+            )
             if not section.empty:
                 sections[domain] = section
             self.stats.records_sent += len(records)
             self._moved += len(records)
-        asks = any(s.wants or s.id_lists or s.prefix_wants for s in sections.values())
-        idle = not asks and not any(dp.pending() for dp in self._domains.values())
-        return Transfer(idle, sections)
+        asks = any(
+            s.wants or s.id_lists or s.prefix_wants or s.short_wants for s in sections.values()
+        )
+        queued = any(dp.pending() for dp in self._domains.values())
+        idle = not asks and not queued
+        return Transfer(idle, sections, drained=not idle and not queued)
 
     def _fill_records(
         self, domain: Domain, dp: _DomainPass, budget: int, max_records: int
@@ -966,6 +1445,77 @@ class SyncSession:
                 dp.moved.add(bucket_of(chunk[i]))
                 budget -= len(blob)
         return out, budget
+
+
+def _runs(buckets: list[int]) -> Iterator[tuple[int, int]]:
+    """Ascending buckets as ranges ``[lo, hi)`` of consecutive ones."""
+    lo = hi = -1
+    for bucket in buckets:
+        if bucket != hi:
+            if hi > lo:
+                yield lo, hi
+            lo = bucket
+        hi = bucket + 1
+    if hi > lo:
+        yield lo, hi
+
+
+def _pushed_records(frame: Frame) -> dict[Domain, list[bytes]]:
+    """The records a frame carries, per domain: a TRANSFER's, or a closing HELLO's."""
+    if isinstance(frame, Transfer):
+        return {d: s.records for d, s in frame.sections.items()}
+    if isinstance(frame, Hello):
+        return frame.records
+    return {}
+
+
+def root_digest(salt: bytes, domain: Domain, xor: bytes, count: int) -> bytes:
+    """What HELLO says of one domain's root: ``ROOT_DIGEST_LEN`` bytes of a salted hash."""
+    data = b"chatsync-root" + salt + bytes([domain]) + xor + count.to_bytes(8, "big")
+    return blake3.blake3(data).digest(ROOT_DIGEST_LEN)
+
+
+def _sum_cell(
+    roots: dict[Domain, tuple[bytes, int]], checks: dict[Domain, int]
+) -> tuple[bytes, int, int]:
+    """The roots summed over the domains: one cell (xor, count, check) of every id."""
+    xor = count = check = 0
+    for d, (x, c) in roots.items():
+        xor ^= int.from_bytes(x, "big")
+        count += c
+        check ^= checks.get(d, 0)
+    return xor.to_bytes(RECORD_ID_LEN, "big"), count, check
+
+
+def hello_for(
+    pass_no: int,
+    salt: bytes,
+    width: int,
+    roots: dict[Domain, tuple[bytes, int]],
+    checks: dict[Domain, int] | None = None,
+    cutoff_ms: int = 0,
+    final: bool = False,
+    records: dict[Domain, list[bytes]] | None = None,
+    scope: Scope = EVERYTHING,
+) -> Hello:
+    """The HELLO that announces ``roots`` (every domain's (xor, count), the scoped domains'
+    over ``scope``) and their checks."""
+    digests = b"".join(root_digest(salt, d, *roots[d]) for d in Domain)
+    cell = _sum_cell(roots, checks or {})
+    return Hello(pass_no, salt, width, digests, cell, cutoff_ms, final, records or {}, scope)
+
+
+def estimate_difference(depth: int, compared: int, differing: int) -> float:
+    """The difference d implied by how many of the compared nodes at ``depth`` differ.
+
+    d ids scattered over ``16^depth`` nodes leave ``16^depth e^(-d/16^depth)`` of them equal
+    in expectation; nodes not compared (children of equal parents) are equal. One standard
+    deviation of the equal count is taken off first: an overestimate costs a few cells, an
+    underestimate a retry."""
+    nodes = FANOUT**depth
+    equal = compared - differing
+    low = max(0.0, equal - min(math.sqrt(equal), math.sqrt(differing)))
+    return nodes * math.log(nodes / (low + nodes - compared + 0.5))
 
 
 def _later(own: int | None, peer: int) -> int | None:

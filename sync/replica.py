@@ -24,7 +24,7 @@ returned (a session leaves them to gossip, which is still carrying them).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -75,6 +75,18 @@ class Replica(Protocol):
     def bucket_ids(
         self, domain: Domain, bucket: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
     ) -> list[bytes]: ...
+
+    def ids_in_range(
+        self,
+        domain: Domain,
+        start: int,
+        end: int,
+        cutoff_ms: int | None,
+        scope: Scope = EVERYTHING,
+    ) -> bytes:
+        """The ids of buckets ``start <= b < end``, concatenated, in any order: what a sketch
+        covers (one range read, where ``bucket_ids`` would be thousands)."""
+        ...
 
     def get_records(
         self,
@@ -184,8 +196,7 @@ class MemoryReplica(ScopedTrees):
     def bucket_ids(
         self, domain: Domain, bucket: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
     ) -> list[bytes]:
-        ids = self._held_in_bucket(domain, bucket, cutoff_ms)
-        return [i for i, ok in zip(ids, self._in_scope(domain, ids, scope), strict=True) if ok]
+        return self._keep_in_scope(domain, self._held_in_bucket(domain, bucket, cutoff_ms), scope)
 
     def _held_in_bucket(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]:
         known = self._buckets[domain].get(bucket, ())
@@ -200,6 +211,31 @@ class MemoryReplica(ScopedTrees):
         if cutoff_ms is None:
             return sorted(i for i in known if i in msgs)
         return sorted(i for i in known if i in msgs and msgs[i].hlc.physical_ms > cutoff_ms)
+
+    def ids_in_range(
+        self,
+        domain: Domain,
+        start: int,
+        end: int,
+        cutoff_ms: int | None,
+        scope: Scope = EVERYTHING,
+    ) -> bytes:
+        held: Container[bytes]
+        if domain is MESSAGES:
+            held = self.messages
+        elif domain is DELETES:
+            held = self.deletes
+        else:
+            held = self.member_ops if domain is MEMBERS else self._rows[domain]
+        index = self._buckets[domain]
+        out: list[bytes] = []
+        for bucket in range(start, end):
+            known = index.get(bucket)
+            if known:
+                out.extend(i for i in known if i in held)
+        if domain is MESSAGES and cutoff_ms is not None:
+            out = [i for i in out if self.messages[i].hlc.physical_ms > cutoff_ms]
+        return b"".join(self._keep_in_scope(domain, out, scope))
 
     def _chats_of(self, domain: Domain, ids: list[bytes]) -> list[bytes | None]:
         held = self.messages if domain is MESSAGES else self.deletes
@@ -602,8 +638,7 @@ class DbReplica(ScopedTrees):
     def bucket_ids(
         self, domain: Domain, bucket: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
     ) -> list[bytes]:
-        ids = self._held_in_bucket(domain, bucket, cutoff_ms)
-        return [i for i, ok in zip(ids, self._in_scope(domain, ids, scope), strict=True) if ok]
+        return self._keep_in_scope(domain, self._held_in_bucket(domain, bucket, cutoff_ms), scope)
 
     def _held_in_bucket(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]:
         if domain is Domain.MESSAGES:
@@ -615,6 +650,24 @@ class DbReplica(ScopedTrees):
         if domain is Domain.DELETES:
             return self.db.get_bucket_delete_ids(bucket)
         return self.db.get_bucket_identity_ids(bucket)
+
+    def ids_in_range(
+        self,
+        domain: Domain,
+        start: int,
+        end: int,
+        cutoff_ms: int | None,
+        scope: Scope = EVERYTHING,
+    ) -> bytes:
+        if domain is Domain.MESSAGES:
+            ids = self.db.get_range_msg_ids(start, end, cutoff_ms)
+        elif domain is Domain.MEMBERS:
+            ids = self.db.get_range_member_ids(start, end)
+        elif domain is Domain.DELETES:
+            ids = self.db.get_range_delete_ids(start, end)
+        else:
+            ids = self.db.get_range_identity_ids(start, end)
+        return b"".join(self._keep_in_scope(domain, ids, scope))
 
     def get_records(
         self,

@@ -94,6 +94,18 @@ class ShardView:
         count, xor = self._level(0).get(0, (0, 0))
         return xor.to_bytes(32, "big"), count
 
+    def root_check(self) -> int:
+        check = 0
+        for _, leaf in self._each_leaf():
+            check ^= leaf[2]
+        return check
+
+    def leaf_counts(self, buckets: Iterable[int]) -> list[int]:
+        counts: dict[int, int] = {}  # one walk over the view's leaves, however many buckets
+        for bucket, leaf in self._each_leaf():
+            counts[bucket] = counts.get(bucket, 0) + leaf[0]
+        return [counts.get(b, 0) for b in buckets]
+
     def node(self, depth: int, index: int) -> tuple[int, int]:
         count, xor = self._level(depth).get(index, (0, 0))
         return xor, count
@@ -153,6 +165,12 @@ class ScopedTrees:
         if inner is None:
             return [True] * len(ids)
         return [c is not None and inner.holds_chat(c) for c in self._chats_of(domain, ids)]
+
+    def _keep_in_scope(self, domain: Domain, ids: list[bytes], scope: Scope) -> list[bytes]:
+        """The listed ``ids`` that lie in ``scope`` (all of them when it covers the replica)."""
+        if self._within(domain, scope) is None:
+            return ids
+        return [i for i, ok in zip(ids, self._in_scope(domain, ids, scope), strict=True) if ok]
 
     def _leaves(self, num_shards: int) -> dict[Domain, ShardLeaves]:
         if self._shard_leaves is None or self._shard_leaves[0] != num_shards:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from bench.sync_bench import SyncBenchParams, run_sync_bench
+from bench.sync_bench import SharedIds, SyncBenchParams, build_base, run_sync_bench
 
 
 def test_bench_sync_tiny(tmp_path: Path) -> None:
@@ -38,3 +38,15 @@ def test_bench_sync_tiny(tmp_path: Path) -> None:
     assert saved["rebuild"]["incremental_equals_rebuilt"]
     assert saved["failures"] == []
     assert report["cases"] == cases
+
+
+def test_a_case_reads_its_held_ids_by_range_empty_ranges_included() -> None:
+    """The bench replica's range read (what a sketch covers) is one slice of the case's held
+    ids in bucket order: exactly the held ids of the range, an empty range included."""
+    base = build_base(3000, seed=1)
+    shared = SharedIds(base, held=2500)  # the last 500 base ids are not held
+    held = base.ids[:2500]
+    for start, end in [(0, 1 << 16), (0, 1), (1000, 1000), (7, 40_000), (65_535, 1 << 16)]:
+        blob = bytes(shared.range_blob(start, end))
+        ids = sorted(blob[k : k + 32] for k in range(0, len(blob), 32))
+        assert ids == sorted(i for i in held if start <= (i[0] << 8 | i[1]) < end)

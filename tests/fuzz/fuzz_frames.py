@@ -18,15 +18,17 @@ with instrumented(__name__ == "__main__"):
         Domain,
         Done,
         Frame,
-        Hello,
         IdList,
         Nodes,
         PrefixWant,
+        Sketches,
+        SketchSection,
         Transfer,
         TransferSection,
         decode_frame,
         encode_frame,
     )
+    from sync.protocol import hello_for
     from sync.scope import Scope
 
 TARGET = "frames"
@@ -53,9 +55,22 @@ def seeds() -> dict[str, bytes]:
         prefix_wants=[PrefixWant(0x0102, b"q" * 8)],
     )
     frames: dict[str, Frame] = {
-        "hello": Hello(1, b"s" * 16, 4, roots, 0, False),
-        "hello-final": Hello(2, b"t" * 16, 16, roots, 1_700_000_000_000, True),
-        "hello-scoped": Hello(1, b"u" * 16, 4, roots, 0, False, Scope(frozenset({0, 9}), 12)),
+        "hello": hello_for(1, b"s" * 16, 4, roots, {Domain.MESSAGES: 7}),
+        "hello-final": hello_for(2, b"t" * 16, 16, roots, None, 1_700_000_000_000, True),
+        "hello-scoped": hello_for(
+            1, b"u" * 16, 4, roots, None, 0, False, None, Scope(frozenset({0, 9}), 12)
+        ),
+        "hello-scoped-records": hello_for(
+            2,
+            b"v" * 16,
+            4,
+            roots,
+            None,
+            0,
+            False,
+            {Domain.MESSAGES: [b"r" * 9]},
+            Scope(frozenset({3}), 4),
+        ),
         "nodes-top-scoped": Nodes(
             {Domain.DELETES: (b"", b"h" * 4 * 256)}, 0, Scope(frozenset(), 3)
         ),
@@ -67,6 +82,11 @@ def seeds() -> dict[str, bytes]:
         "cells": Cells({Domain.MESSAGES: (b"\x40", b"c" * 40)}),
         "transfer": Transfer(False, {Domain.MESSAGES: section, Domain.IDENTITY: TransferSection()}),
         "transfer-idle": Transfer(True, {}),
+        "transfer-drained": Transfer(
+            False, {Domain.MESSAGES: TransferSection(short_wants=b"s" * 12)}, drained=True
+        ),
+        "sketch": Sketches({Domain.MESSAGES: SketchSection(b"\x80" + bytes(31), 3, 6, b"c" * 33)}),
+        "sketch-answer": Sketches({Domain.DELETES: SketchSection(b"", 6, 3, b"a" * 48)}, True),
         "abort": Abort("bad_flags"),
     }
     seeds = {label: encode_frame(frame) for label, frame in frames.items()}

@@ -13,7 +13,7 @@ from store.authz import new_group
 from store.kinds import Claims, reaction_payload
 from store.ops import MembershipAction, MembershipOp
 from store.signing import key_from_seed, public_key, user_id_from_key
-from sync.frames import Domain, Frame, Transfer, decode_frame
+from sync.frames import Domain, Frame, Hello, Transfer, decode_frame
 from sync.merkle import MerkleTree
 from sync.protocol import SessionRole, State, SyncSession
 from sync.replica import MemoryReplica, Record
@@ -175,7 +175,15 @@ class Wire:
 
     def records(self, sender: str) -> list[bytes]:
         """The record blobs ``sender`` shipped, in order."""
-        return [r for t in self.transfers(sender) for s in t.sections.values() for r in s.records]
+        out = []
+        for s, f in self.frames:
+            if sender != s:
+                continue
+            if isinstance(f, Transfer):
+                out.extend(r for section in f.sections.values() for r in section.records)
+            elif isinstance(f, Hello):  # a closing HELLO carries its pass's last pushes
+                out.extend(r for records in f.records.values() for r in records)
+        return out
 
 
 def advance(

@@ -26,6 +26,7 @@ from sync.frames import (
     decode_frame,
     encode_frame,
 )
+from sync.protocol import hello_for
 
 ROOTS = {d: (bytes(32), 0) for d in Domain}
 ID = bytes(range(32))
@@ -41,9 +42,13 @@ def reason(body: list[Any], **limits: int) -> str:
     return info.value.reason
 
 
-def hello(width: int = 4, pass_no: int = 1, roots: Any = None, version: int = 1) -> list[Any]:
-    sections = [[int(d), x, c] for d, (x, c) in ROOTS.items()] if roots is None else roots
-    return [FrameType.HELLO, version, pass_no, bytes(16), width, sections, 0, False]
+def hello(width: int = 4, pass_no: int = 1, version: int = 1) -> list[Any]:
+    digests = bytes(4 * len(Domain))
+    return [FrameType.HELLO, version, pass_no, bytes(16), width, digests, b"", 0, 0, 0, False]
+
+
+def nodes(sections: list[Any]) -> list[Any]:
+    return [FrameType.NODES, sections, 0]
 
 
 def transfer(**section: Any) -> list[Any]:
@@ -60,6 +65,7 @@ def test_the_wire_numbers() -> None:
         ("CELLS", 4),
         ("TRANSFER", 5),
         ("ABORT", 6),
+        ("SKETCH", 7),
     ]
     assert [(d.name, int(d)) for d in Domain] == [
         ("MESSAGES", 0),
@@ -96,13 +102,13 @@ def test_pass_numbers_are_16_bit_and_the_version_is_1() -> None:
 
 
 def test_sections_name_each_known_domain_at_most_once() -> None:
-    assert reason(hello(roots=[[0, bytes(32), 0], [0, bytes(32), 1]])) == "duplicate_domain"
-    assert reason(hello(roots=[[len(Domain), bytes(32), 0]])) == "unknown_domain"
-    assert reason(hello(roots=[[255, bytes(32), 0]])) == "unknown_domain"
-    assert reason(hello(roots=[[256, bytes(32), 0]])) == "malformed_frame"
-    assert reason(hello(roots=[[]])) == "malformed_frame"
-    more = [[d, bytes(32), 0] for d in (*Domain, 0)]  # one more section than there are domains
-    assert reason(hello(roots=more)) == "too_many_items"
+    assert reason(nodes([[0, b"", b""], [0, b"", b""]])) == "duplicate_domain"
+    assert reason(nodes([[len(Domain), b"", b""]])) == "unknown_domain"
+    assert reason(nodes([[255, b"", b""]])) == "unknown_domain"
+    assert reason(nodes([[256, b"", b""]])) == "malformed_frame"
+    assert reason(nodes([[]])) == "malformed_frame"
+    more = [[d, b"", b""] for d in (*Domain, 0)]  # one more section than there are domains
+    assert reason(nodes(more)) == "too_many_items"
     section = [0, [], b"", [], []]
     assert decode([FrameType.TRANSFER, True, [section]]).sections[Domain.MESSAGES].empty
     long_section = [0, *[b""] * 8]  # nine items: over the eight any section may have
@@ -110,9 +116,11 @@ def test_sections_name_each_known_domain_at_most_once() -> None:
 
 
 def test_roots_and_salts_have_their_exact_lengths() -> None:
-    assert reason(hello(roots=[[0, bytes(31), 0]])) == "malformed_frame"
-    assert reason(hello(roots=[[0, bytes(32), 0, 0]])) == "malformed_frame"
-    assert reason(hello(roots=[[0, bytes(32), 1 << 64]])) == "malformed_frame"
+    for index, bad in [(5, bytes(15)), (6, bytes(31)), (7, 1 << 64), (8, 1 << 32)]:
+        body = hello()  # digests, root xor, count, check
+        body[index] = bad
+        assert reason(body) == "malformed_frame", index
+    assert decode(hello()).cell == (bytes(32), 0, 0)  # an empty xor is zero
     body = hello()
     body[3] = bytes(15)
     assert reason(body) == "malformed_frame"
@@ -177,18 +185,18 @@ def test_abort_reasons_are_cut_to_200_characters() -> None:
     assert reason([FrameType.ABORT, b"bytes"]) == "malformed_frame"
 
 
-@pytest.mark.parametrize("body", [[], [0], [7], [True], ["1"], {"a": 1}, 5])
+@pytest.mark.parametrize("body", [[], [0], [8], [True], ["1"], {"a": 1}, 5])
 def test_what_is_not_a_known_frame(body: Any) -> None:
     data = cbor2.dumps(body)
     with pytest.raises(RemoteProtocolError) as info:
         decode_frame(data, max_frame=100, max_ids=1)
-    known_type = type(body) is list and body and body[0] in (0, 7, True, "1")
+    known_type = type(body) is list and body and body[0] in (0, 8, True, "1")
     assert info.value.reason == ("unknown_frame" if known_type else "malformed_frame")
 
 
 def test_every_frame_round_trips() -> None:
     frames = [
-        Hello(3, bytes(range(16)), 8, ROOTS, 77, True),
+        hello_for(3, bytes(range(16)), 8, ROOTS, {Domain.MEMBERS: 5}, 77, True),
         Nodes({Domain.IDENTITY: (b"\x01", bytes(8))}, 5),
         Transfer(
             True,
@@ -217,5 +225,58 @@ def test_errors_name_the_bound_that_was_crossed() -> None:
 
 def test_a_hello_or_nodes_without_a_cutoff_means_none_and_not_final() -> None:
     # the protocol reads 0 as "no cutoff": a default of anything else would expire messages
-    assert Hello(1, bytes(16), 4, ROOTS) == Hello(1, bytes(16), 4, ROOTS, 0, False)
+    hello = hello_for(1, bytes(16), 4, ROOTS)
+    assert hello == Hello(1, bytes(16), 4, hello.digests, hello.cell, 0, False)
+    assert Hello(1, bytes(16), 4, hello.digests, hello.cell) == hello  # the defaults
     assert Nodes({}).cutoff_ms == 0
+
+
+# --- the sketch path's fields: SKETCH sections, short wants, drained ---
+
+
+def sketch(flags: Any = b"", cells: Any = 3, width: Any = 6, blob: Any = None) -> list[Any]:
+    blob = bytes(3 * (1 + 6 + 4)) if blob is None else blob
+    return [FrameType.SKETCH, [[0, flags, cells, width, blob, b""]], False]
+
+
+@pytest.mark.parametrize("width", [3, 8])
+def test_short_id_widths_3_to_8_are_accepted(width: int) -> None:
+    frame = decode(sketch(width=width, blob=bytes(3 * (1 + width + 4))))
+    assert frame.sections[Domain.MESSAGES].width == width
+
+
+@pytest.mark.parametrize("width", [0, 2, 9, 255])
+def test_other_short_id_widths_are_refused(width: int) -> None:
+    assert reason(sketch(width=width, blob=b"")) == (
+        "bad_width" if width < 9 else "malformed_frame"
+    )
+
+
+def test_a_sketch_blob_is_exactly_its_cells_or_empty() -> None:
+    assert decode(sketch(cells=6, blob=bytes(6 * 11))).sections[Domain.MESSAGES].cells == 6
+    assert decode(sketch(cells=6, blob=b"")).sections[Domain.MESSAGES].blob == b""  # a request
+    assert reason(sketch(cells=6, blob=bytes(6 * 11 + 1))) == "bad_cells"
+    assert reason(sketch(cells=6, blob=bytes(6 * 11 - 1))) == "bad_cells"
+    assert decode(sketch(cells=(1 << 32) - 1, blob=b"")).sections[Domain.MESSAGES].blob == b""
+    assert reason(sketch(cells=1 << 32, blob=b"")) == "malformed_frame"
+    assert reason([FrameType.SKETCH, [[0, b"", 3, 6, bytes(33)]], False]) == "malformed_frame"
+
+
+def test_short_wants_are_at_most_max_ids_of_the_widest_short_id() -> None:
+    """The decoder knows no width (the pass does): it bounds the bytes by 8 a short id."""
+    full = transfer(short_wants=bytes(8 * 4))
+    assert decode(full, max_ids=4).sections[Domain.MESSAGES].short_wants == bytes(32)
+    assert reason(transfer(short_wants=bytes(8 * 4 + 1)), max_ids=4) == "too_many_items"
+    assert reason(transfer(short_wants="s")) == "malformed_frame"
+
+
+def test_a_transfer_says_drained_only_when_sent_and_true() -> None:
+    drained = Transfer(False, {Domain.MESSAGES: TransferSection(short_wants=bytes(6))}, True)
+    assert encode_frame(drained) == cbor2.dumps(
+        [FrameType.TRANSFER, False, [[0, [], b"", [], [], bytes(6)]], True]
+    )
+    assert decode_frame(encode_frame(drained), max_frame=1 << 16, max_ids=10) == drained
+    assert not decode([FrameType.TRANSFER, False, []]).drained
+    assert Transfer(False, {}).drained is False  # a frame built without it: not drained
+    assert reason([FrameType.TRANSFER, False, [], 1]) == "malformed_frame"  # not a bool
+    assert reason([FrameType.TRANSFER, False, [], True, True]) == "malformed_frame"

@@ -55,6 +55,13 @@ def served(replica: Replica, domain: Domain) -> dict[bytes, bytes | None]:
     return dict(zip(ids, replica.get_records(domain, ids, None), strict=True))
 
 
+def ranged(replica: Replica, domain: Domain, lo: int, hi: int, cutoff: int | None) -> set[bytes]:
+    blob = replica.ids_in_range(domain, lo, hi, cutoff)
+    ids = [blob[i : i + 32] for i in range(0, len(blob), 32)]
+    assert len(ids) == len(set(ids))  # each id once
+    return set(ids)
+
+
 # Few targets, everyone a member: edits, deletes (true and lying, by authors, admins and
 # others), reactions and receipts meet their targets and each other often.
 JOINED = [member(chat, user, member_stamp(0)) for chat in range(3) for user in range(4)]
@@ -121,6 +128,13 @@ def check_agreement(
             assert replica.tree(domain).root() == memory.tree(domain).root(), domain
             assert reopened.tree(domain) == memory.tree(domain), domain
             assert served(replica, domain) == served(memory, domain), domain
+            for lo, hi in ((0, NUM_BUCKETS), (1_000, 40_000)):  # a sketch's range reads
+                for cutoff in (None, 1_500) if domain is Domain.MESSAGES else (None,):
+                    listed = {
+                        i for b in range(lo, hi) for i in memory.bucket_ids(domain, b, cutoff)
+                    }
+                    assert ranged(memory, domain, lo, hi, cutoff) == listed, domain
+                    assert ranged(replica, domain, lo, hi, cutoff) == listed, domain
         waiting = {m.msg_id for m in memory.waiting.waiting()}
         assert {m.msg_id for m in replica.waiting.waiting()} == waiting
         assert {m.msg_id for m in reopened.waiting.waiting()} == waiting  # kept in the store

@@ -82,8 +82,9 @@ def assert_within_scope(replica: MemoryReplica) -> None:
             held = replica.messages if domain is Domain.MESSAGES else replica.deletes
             ids = [i for i, m in held.items() if scope.holds_chat(m.chat_id)]
             if replica.scope.covers(scope):
-                tree = replica.scope_tree(domain, scope)
-                assert tree.root() == MerkleTree.from_ids(ids).root()
+                tree, expected = replica.scope_tree(domain, scope), MerkleTree.from_ids(ids)
+                assert tree.root() == expected.root()
+                assert tree.root_check() == expected.root_check()  # the summed HELLO cell's
 
 
 def chat_state(replica: MemoryReplica, chat: bytes) -> tuple[object, ...]:

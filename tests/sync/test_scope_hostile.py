@@ -22,7 +22,7 @@ from sync.frames import (
     decode_frame,
     encode_frame,
 )
-from sync.protocol import SessionRole, State, SyncSession
+from sync.protocol import SessionRole, State, SyncConfig, SyncSession
 from sync.replica import MemoryReplica
 from sync.scope import EVERYTHING, MAX_SHARDS, Scope, shard_of
 
@@ -31,11 +31,17 @@ from sync_support import CHATS, KEYS, advance, decoded
 S = 3  # the test network: one of CHATS per shard
 IN_SHARD = shard_of(CHATS[0], S)
 NARROW = Scope(frozenset({IN_SHARD}), S)
-ROOTS = [[int(d), bytes(32), 0] for d in Domain]
+DIGESTS = bytes(4 * len(Domain))
+ZERO_CELL = (bytes(32), 0, 0)
+
+
+def hello(scope: Scope, records: dict[Domain, list[bytes]] | None = None) -> Hello:
+    return Hello(1, bytes(16), 4, DIGESTS, ZERO_CELL, 0, False, records or {}, scope)
 
 
 def hello_body(*extra: Any) -> list[Any]:
-    return [FrameType.HELLO, 1, 1, bytes(16), 4, ROOTS, 0, False, *extra]
+    """A HELLO's fields (a zero summed cell: its xor as b""), then ``extra``: records, scope."""
+    return [FrameType.HELLO, 1, 1, bytes(16), 4, DIGESTS, b"", 0, 0, 0, False, *extra]
 
 
 def reason(body: list[Any]) -> str:
@@ -44,12 +50,15 @@ def reason(body: list[Any]) -> str:
     return info.value.reason
 
 
-def test_a_full_hello_is_todays_seven_fields_and_a_scoped_one_round_trips() -> None:
-    roots = {d: (bytes(32), 0) for d in Domain}
-    full = encode_frame(Hello(1, bytes(16), 4, roots, 0, False, EVERYTHING))
-    assert full == cbor2.dumps(hello_body())  # --full: today's bytes on the wire
-    scoped = Hello(1, bytes(16), 4, roots, 0, False, NARROW)
+def test_a_full_hello_carries_no_scope_and_a_scoped_one_round_trips() -> None:
+    full = encode_frame(hello(EVERYTHING))
+    assert full == cbor2.dumps(hello_body())  # --full: not a byte of scope on the wire
+    scoped = hello(NARROW)
+    assert encode_frame(scoped) == cbor2.dumps(hello_body([], [S, b"\x80"]))  # no records: []
     assert decoded(encode_frame(scoped)) == scoped
+    closing = hello(NARROW, {Domain.MESSAGES: [b"r" * 9]})  # a closing HELLO keeps its scope
+    assert decoded(encode_frame(closing)) == closing
+    assert decoded(encode_frame(hello(EVERYTHING, {Domain.DELETES: [b"d"]}))).scope.is_full
     nodes = Nodes({Domain.MESSAGES: (b"", b"")}, 0, NARROW)
     assert decoded(encode_frame(nodes)) == nodes
     assert len(encode_frame(Nodes({}, 0))) < len(encode_frame(nodes))
@@ -74,12 +83,20 @@ def test_a_full_hello_is_todays_seven_fields_and_a_scoped_one_round_trips() -> N
     ],
 )
 def test_a_malformed_or_oversized_scope_is_refused_with_a_reason(scope: Any, why: str) -> None:
-    assert reason(hello_body(scope)) == why
+    assert reason(hello_body([], scope)) == why
     assert reason([FrameType.NODES, [], 0, scope]) == why
 
 
-def test_a_hello_of_nine_fields_is_malformed() -> None:
-    assert reason(hello_body([S, b"\x80"], 0)) == "malformed_frame"
+def test_a_hello_with_a_field_after_its_scope_is_malformed() -> None:
+    assert reason(hello_body([], [S, b"\x80"], 0)) == "malformed_frame"
+
+
+def test_a_scope_in_the_records_place_is_malformed() -> None:
+    """The scope comes after the records (``[]`` when none): in their place it is refused, and
+    so is a records field that is not a list of sections (null, a map, bytes)."""
+    assert reason(hello_body([S, b"\x80"])) == "malformed_frame"
+    for records in (None, {}, b"\x80"):
+        assert reason(hello_body(records, [S, b"\x80"])) == "malformed_frame"
 
 
 def responder(replica: MemoryReplica) -> SyncSession:
@@ -89,8 +106,7 @@ def responder(replica: MemoryReplica) -> SyncSession:
 def test_a_scope_of_another_network_ends_the_session() -> None:
     """Shard numbers mean nothing across networks of different sizes."""
     session = responder(MemoryReplica(scope=NARROW))
-    roots = {d: (bytes(32), 0) for d in Domain}
-    frame = encode_frame(Hello(1, bytes(16), 4, roots, 0, False, Scope(frozenset({0}), S + 1)))
+    frame = encode_frame(hello(Scope(frozenset({0}), S + 1)))
     with pytest.raises(RemoteProtocolError) as info:
         session.receive(frame, 0)
     assert info.value.reason == "scope_mismatch" and session.state is State.ABORTED
@@ -107,9 +123,13 @@ def test_a_responder_naming_shards_not_offered_ends_the_session() -> None:
 
 
 def test_a_scope_in_a_later_nodes_frame_ends_the_session() -> None:
+    """The cells path's second NODES (the sketch path sends a SKETCH there: no scope field)."""
     a, b = collision()
-    init = SyncSession(SessionRole.INITIATOR, full_replica(a, b), now_ms=0)
-    resp = SyncSession(SessionRole.RESPONDER, MemoryReplica(scope=NARROW, admit_all=True), now_ms=0)
+    cells = SyncConfig(sketch=False)
+    init = SyncSession(SessionRole.INITIATOR, full_replica(a, b), now_ms=0, config=cells)
+    resp = SyncSession(
+        SessionRole.RESPONDER, MemoryReplica(scope=NARROW, admit_all=True), now_ms=0, config=cells
+    )
     session, frame = advance(init, resp, State.AWAIT_MIDDLE, SessionRole.RESPONDER)
     honest = decoded(frame)
     assert isinstance(honest, Nodes)
@@ -153,33 +173,49 @@ def shipped(frames: list[bytes]) -> set[bytes]:
     return out
 
 
-def test_a_peer_claiming_a_scope_is_served_only_that_scope() -> None:
+PATHS = pytest.mark.parametrize("sketch", [False, True], ids=["cells", "sketch"])
+
+
+@PATHS
+def test_a_peer_claiming_a_scope_is_served_only_that_scope(sketch: bool) -> None:
     """The attacker claims NARROW and asks by id for a record outside it, in a bucket the
     pass found different: it gets the record inside, never the one outside."""
     inside, outside = collision()
     assert not NARROW.holds_chat(outside.chat_id)
-    victim = responder(full_replica(inside, outside))
-    attacker = SyncSession(
-        SessionRole.INITIATOR, MemoryReplica(scope=NARROW, admit_all=True), now_ms=0
+    config = SyncConfig(sketch=sketch)
+    victim = SyncSession(
+        SessionRole.RESPONDER, full_replica(inside, outside), now_ms=0, config=config
     )
-    session, first = advance(attacker, victim, State.TRANSFER, SessionRole.INITIATOR)
-    assert session is attacker and victim.scope == NARROW
+    attacker = SyncSession(
+        SessionRole.INITIATOR,
+        MemoryReplica(scope=NARROW, admit_all=True),
+        now_ms=0,
+        config=config,
+    )
+    served = until_victim_transfers(attacker, victim)
+    assert victim.scope == NARROW
     want = Transfer(False, {Domain.MESSAGES: TransferSection(wants=inside.msg_id + outside.msg_id)})
     reply = victim.receive(encode_frame(want), 0)
     assert reply is not None and not victim.finished
-    sent = shipped([first, reply])
+    sent = shipped([*served, reply])
     assert inside.encoded in sent and outside.encoded not in sent
 
 
-def test_a_record_pushed_outside_the_scope_ends_the_session_and_is_not_written() -> None:
+@PATHS
+def test_a_record_pushed_outside_the_scope_ends_the_session_and_is_not_written(
+    sketch: bool,
+) -> None:
     """The attacker holds both and pushes both: the one inside the scope is written, the one
     outside ends the session (out_of_scope) and is written nowhere."""
     inside, outside = collision()
     victim_replica = MemoryReplica(scope=NARROW, admit_all=True)
-    attacker = SyncSession(SessionRole.INITIATOR, full_replica(inside, outside), now_ms=0)
-    victim = responder(victim_replica)
-    session, _ = advance(attacker, victim, State.TRANSFER, SessionRole.INITIATOR)
-    assert session is attacker and attacker.scope == NARROW  # the victim named it
+    config = SyncConfig(sketch=sketch)
+    attacker = SyncSession(
+        SessionRole.INITIATOR, full_replica(inside, outside), now_ms=0, config=config
+    )
+    victim = SyncSession(SessionRole.RESPONDER, victim_replica, now_ms=0, config=config)
+    until_victim_transfers(attacker, victim)
+    assert attacker.scope == NARROW  # the victim named it
     push = Transfer(
         False, {Domain.MESSAGES: TransferSection(records=[inside.encoded, outside.encoded])}
     )
@@ -188,6 +224,22 @@ def test_a_record_pushed_outside_the_scope_ends_the_session_and_is_not_written()
     assert info.value.reason == "out_of_scope"
     assert inside.msg_id in victim_replica.messages
     assert outside.msg_id not in victim_replica.messages
+
+
+def until_victim_transfers(attacker: SyncSession, victim: SyncSession) -> list[bytes]:
+    """Run an honest session until the victim (the responder) is in TRANSFER and awaits the
+    attacker's next frame; the frames the victim sent. Either path gets there: the cells
+    path after its CELLS, the sketch path after its decode or its one-id shortcut."""
+    frame = attacker.start(0)
+    sent = []
+    while frame is not None:
+        frame = victim.receive(frame, 0)
+        assert frame is not None, "the session ended before a transfer"
+        sent.append(frame)
+        if victim.state is State.TRANSFER:
+            return sent
+        frame = attacker.receive(frame, 0)
+    raise AssertionError("the attacker ended the session")
 
 
 def test_full_replicas_of_a_network_of_any_size_speak_todays_frames() -> None:

@@ -84,7 +84,14 @@ def test_a_full_replica_answers_for_any_scope_as_if_it_held_only_that(
         assert len(held) >= 3
         for scope in (narrow, scope_of(0, 2), scope_of()):
             ids = [i for i, chat in held.items() if scope.holds_chat(chat)]
-            assert replica.scope_tree(domain, scope).root() == MerkleTree.from_ids(ids).root()
+            tree, expected = replica.scope_tree(domain, scope), MerkleTree.from_ids(ids)
+            assert tree.root() == expected.root()
+            # what the sketch path reads: the root's check, the leaf counts, a range listing
+            assert tree.root_check() == expected.root_check()
+            every_bucket = range(1 << 16)
+            assert tree.leaf_counts(every_bucket) == expected.leaf_counts(every_bucket)
+            in_range = replica.ids_in_range(domain, 0, 1 << 16, None, scope)
+            assert sorted(in_range[k : k + 32] for k in range(0, len(in_range), 32)) == sorted(ids)
             listed = {
                 i
                 for bucket in {(i[0] << 8) | i[1] for i in held}

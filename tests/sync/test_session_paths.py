@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -32,8 +33,16 @@ from sync.frames import (
     TransferSection,
     encode_frame,
 )
-from sync.loopback import run_session
-from sync.protocol import SessionRole, State, SyncConfig, SyncSession, salted_prefix
+from sync.loopback import LoopbackResult, run_session
+from sync.protocol import (
+    SessionRole,
+    State,
+    SyncConfig,
+    SyncSession,
+    hello_for,
+    salted_prefix,
+)
+from sync.replica import MemoryReplica
 
 from sync_support import (
     CHATS,
@@ -53,6 +62,23 @@ from sync_support import (
 )
 
 INIT, RESP = SessionRole.INITIATOR, SessionRole.RESPONDER
+# These paths are the per-leaf cells and id lists' (SyncConfig(sketch=False)); the sketch's
+# are in test_sketch_sessions.py.
+CELLS = SyncConfig(sketch=False)
+
+
+def cells(**overrides: Any) -> SyncConfig:
+    return SyncConfig(sketch=False, **overrides)
+
+
+def run_cells(
+    *replicas: MemoryReplica,
+    config: SyncConfig = CELLS,
+    responder_config: SyncConfig | None = None,
+    **options: Any,
+) -> LoopbackResult:
+    return run_session(*replicas, config=config, responder_config=responder_config, **options)
+
 
 # Messages of sync_support's fixed universe whose ids share a bucket (found by a search).
 PAIR = (235, 247)  # bucket 44481
@@ -97,7 +123,7 @@ def test_a_leaf_one_record_apart_is_decoded_from_the_cells_not_listed() -> None:
     a = fill(engine(), [message(n) for n in range(0, 10)])
     b = fill(engine(), [message(n) for n in range(5, 15)])
     wire = Wire()
-    result = run_session(a, b, on_frame=wire)
+    result = run_cells(a, b, on_frame=wire)
     assert result.converged and result.initiator.stats.passes == 2
     first = wire.transfers("responder")[0].sections[Domain.MESSAGES]
     assert first.id_lists == []  # every differing leaf decoded
@@ -113,7 +139,7 @@ def test_a_leaf_both_sides_fill_differently_is_listed_and_each_record_ships_once
     mine, theirs = message(PAIR[0]), message(PAIR[1])  # one bucket, one record each
     a, b = fill(engine(), [mine]), fill(engine(), [theirs])
     wire = Wire()
-    result = run_session(a, b, on_frame=wire)
+    result = run_cells(a, b, on_frame=wire)
     assert result.converged and contents(a) == contents(b)
     assert result.initiator.stats.passes == 2  # the id list settles the leaf in one pass
     (id_list,) = wire.transfers("responder")[0].sections[Domain.MESSAGES].id_lists
@@ -134,7 +160,7 @@ def test_a_bucket_of_exactly_max_bucket_ids_is_listed_whole(
     held, listed = message(TRIPLE[0]), [message(n) for n in TRIPLE[1:]]
     a, b = fill(engine(), [held]), fill(engine(), listed)
     wire = Wire()
-    result = run_session(a, b, config=SyncConfig(max_bucket_ids=max_bucket_ids), on_frame=wire)
+    result = run_cells(a, b, config=cells(max_bucket_ids=max_bucket_ids), on_frame=wire)
     (id_list,) = wire.transfers("responder")[0].sections[Domain.MESSAGES].id_lists
     assert id_list.complete and len(id_list.prefixes) == 2 * ID_PREFIX_LEN
     # complete: the initiator pushes what the list lacks in the same pass
@@ -147,7 +173,7 @@ def test_a_bucket_over_max_bucket_ids_sends_a_sample_and_a_later_pass_the_rest()
     elsewhere = message(5)  # the initiator's, in a bucket of its own
     a, b = fill(engine(), [elsewhere]), fill(engine(), listed)
     wire = Wire()
-    result = run_session(a, b, config=SyncConfig(max_bucket_ids=1), on_frame=wire)
+    result = run_cells(a, b, config=cells(max_bucket_ids=1), on_frame=wire)
     (id_list,) = wire.transfers("responder")[0].sections[Domain.MESSAGES].id_lists
     assert not id_list.complete and len(id_list.prefixes) == ID_PREFIX_LEN
     # pass 1 moved a record each way in two leaves; the listed bucket still differs, and
@@ -163,8 +189,8 @@ def _in_transfer(role: SessionRole) -> tuple[SyncSession, MsgV1, bytes]:
     """A session of ``role`` in TRANSFER: the initiator holds message(1), the responder
     message(2). Returns the session, the message its peer holds, and the peer's frame."""
     a, b = fill(engine(), [message(1)]), fill(engine(), [message(2)])
-    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"t")
-    r = SyncSession(RESP, b, now_ms=0)
+    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"t", config=CELLS)
+    r = SyncSession(RESP, b, now_ms=0, config=CELLS)
     session, frame = advance(i, r, State.TRANSFER, role)
     return session, message(2 if role is INIT else 1), frame
 
@@ -214,8 +240,8 @@ def test_a_record_wanted_twice_ships_once() -> None:
 
 def test_prefix_wants_fetch_exactly_the_records_they_name() -> None:
     a, b = fill(engine(), [message(PAIR[0])]), fill(engine(), [message(PAIR[1])])
-    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"p")
-    r = SyncSession(RESP, b, now_ms=0)
+    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"p", config=CELLS)
+    r = SyncSession(RESP, b, now_ms=0, config=CELLS)
     responder, honest = advance(i, r, State.TRANSFER, RESP)
     section = decoded(honest).sections[Domain.MESSAGES]  # type: ignore[union-attr]
     (want,) = section.prefix_wants
@@ -226,10 +252,20 @@ def test_prefix_wants_fetch_exactly_the_records_they_name() -> None:
     assert shipped == [message(PAIR[1]).msg_id]
 
 
-def test_a_hello_while_the_responder_still_asks_is_refused() -> None:
-    session, _, _ = _in_transfer(RESP)  # its first TRANSFER asked for message(1)
+def test_a_hello_while_the_responder_still_pushes_is_refused() -> None:
+    """A HELLO closes a pass once the responder has pushed all it holds (it may still ask:
+    the HELLO's records answer that); before, it is refused."""
     roots = {d: (bytes(32), 0) for d in Domain}
-    assert _refused(session, Hello(2, bytes(16), 4, roots, 0, False)) == "unexpected_frame"
+    hello = hello_for(2, bytes(16), 4, roots)
+    records = [message(n) for n in range(0, 3)]
+    one = max(len(r.encoded) for r in records)
+    i = SyncSession(INIT, engine(), now_ms=0, salt_seed=b"t", config=CELLS)
+    config = cells(max_record_bytes=one)  # one record a frame: two still queued
+    r = SyncSession(RESP, fill(engine(), records), now_ms=0, config=config)
+    session, _ = advance(i, r, State.TRANSFER, RESP)
+    assert _refused(session, hello) == "unexpected_frame"
+    session, _, _ = _in_transfer(RESP)  # pushed message(2), asked for message(1): drained
+    assert isinstance(decoded(session.receive(encode_frame(hello), 0) or b""), Nodes)
 
 
 # --- hostile descent ----------------------------------------------------------------------
@@ -237,7 +273,9 @@ def test_a_hello_while_the_responder_still_asks_is_refused() -> None:
 
 def _differing_pair() -> tuple[SyncSession, SyncSession]:
     a, b = fill(engine(), [message(1)]), fill(engine(), [message(2)])
-    return SyncSession(INIT, a, now_ms=0, salt_seed=b"d"), SyncSession(RESP, b, now_ms=0)
+    return SyncSession(INIT, a, now_ms=0, salt_seed=b"d", config=CELLS), SyncSession(
+        RESP, b, now_ms=0, config=CELLS
+    )
 
 
 def _honest_frame(state: State, role: SessionRole) -> tuple[SyncSession, object]:
@@ -282,7 +320,7 @@ def test_cells_must_match_the_leaves_they_flag_and_stay_within_max_cells() -> No
     # well formed, but more leaves than the responder decodes in one pass
     a = fill(engine(), [message(n) for n in range(0, 3)])
     with pytest.raises(RemoteProtocolError) as info:
-        run_session(a, engine(), config=SyncConfig(), responder_config=SyncConfig(max_cells=2))
+        run_cells(a, engine(), config=cells(), responder_config=cells(max_cells=2))
     assert info.value.reason == "bad_cells"
 
 
@@ -291,10 +329,10 @@ def test_cells_must_match_the_leaves_they_flag_and_stay_within_max_cells() -> No
 
 def test_messages_the_cutoff_excludes_are_counted_and_dropped_the_rest_applied() -> None:
     old, new = message(OLD[0]), message(NEW[0])
-    cutoff = SyncConfig(cutoff_ms=old.hlc.physical_ms)  # exactly at its stamp: old
+    cutoff = cells(cutoff_ms=old.hlc.physical_ms)  # exactly at its stamp: old
     a, b = engine(), fill(engine(), [old, new])
     i = SyncSession(INIT, a, now_ms=0, salt_seed=b"c", config=cutoff)
-    r = SyncSession(RESP, b, now_ms=0)
+    r = SyncSession(RESP, b, now_ms=0, config=CELLS)
     session, honest = advance(i, r, State.TRANSFER, INIT)
     section = decoded(honest).sections[Domain.MESSAGES]  # type: ignore[union-attr]
     assert section.records == [new.encoded]  # an honest peer does not ship the old one
@@ -312,7 +350,7 @@ def test_the_verifiers_verdict_is_per_message_and_its_first_error_ends_the_sessi
 
     a, b = fill(engine(), [message(1), bad, message(4)]), engine()
     with pytest.raises(RemoteProtocolError) as info:
-        run_session(b, a, config=SyncConfig(verify_messages=refuses_one))
+        run_cells(b, a, config=cells(verify_messages=refuses_one))
     assert info.value.reason == "bad_signature"
     assert set(b.messages) == ids(1, 4)  # the frame's other records were applied
 
@@ -340,26 +378,26 @@ def test_a_verifier_answering_for_fewer_messages_than_it_was_given_is_a_bug() ->
 
     a = fill(engine(), [message(1), message(2)])
     with pytest.raises(ValueError):
-        run_session(engine(), a, config=SyncConfig(verify_messages=drops_the_last))
+        run_cells(engine(), a, config=cells(verify_messages=drops_the_last))
 
 
 def test_authenticated_sessions_check_member_op_and_identity_signatures() -> None:
-    strict = SyncConfig(authenticate=True)
+    strict = cells(authenticate=True)
     op = member(0, 1, 5)
     resigned = replace(op, sig=member(0, 2, 5).sig)  # authorized signer, wrong signature
     a = fill(engine(), [resigned])
     with pytest.raises(RemoteProtocolError) as info:
-        run_session(engine(), a, config=strict)
+        run_cells(engine(), a, config=strict)
     assert info.value.reason == "bad_signature"
 
     signed = make_identity(KEYS[1], bytes(32), Hlc(5))
     assert signed.user_id == USERS[1]
     c = fill(engine(), [signed])
     d = engine()
-    assert run_session(d, c, config=strict).converged and USERS[1] in d.identities
+    assert run_cells(d, c, config=strict).converged and USERS[1] in d.identities
     unsigned = identity(2, 5, 1)  # its blob is no identity document
     with pytest.raises(RemoteProtocolError):
-        run_session(engine(), fill(engine(), [unsigned]), config=strict)
+        run_cells(engine(), fill(engine(), [unsigned]), config=strict)
 
 
 # --- budgets ------------------------------------------------------------------------------
@@ -372,8 +410,8 @@ def test_every_frame_stays_within_max_ids_and_a_pass_moves_everything() -> None:
     b_side += [identity(0, 3, 1), member(1, 2, 5)]
     a, b = fill(engine(), a_side), fill(engine(), b_side)
     wire = Wire()
-    config = SyncConfig(max_ids_per_frame=3)
-    result = run_session(a, b, config=config, on_frame=wire)
+    config = cells(max_ids_per_frame=3)
+    result = run_cells(a, b, config=config, on_frame=wire)
     assert result.converged and contents(a) == contents(b)
     assert result.initiator.stats.passes == 2
     for transfer in wire.transfers():
@@ -389,7 +427,7 @@ def test_id_lists_and_prefix_wants_share_the_id_budget_with_the_next_domain() ->
     a = fill(engine(), [message(PAIR[0]), *ops])
     b = fill(engine(), [message(PAIR[1])])
     wire = Wire()
-    result = run_session(a, b, config=SyncConfig(max_ids_per_frame=3), on_frame=wire)
+    result = run_cells(a, b, config=cells(max_ids_per_frame=3), on_frame=wire)
     assert result.converged and contents(a) == contents(b)
     asked = wire.transfers("responder")[0].sections  # an id list, then both ops wanted
     assert [len(x.prefixes) for x in asked[Domain.MESSAGES].id_lists] == [ID_PREFIX_LEN]
@@ -405,8 +443,8 @@ def test_a_record_that_exactly_fills_the_byte_budget_goes_in_the_frame() -> None
     budget = len(records[0].encoded) + len(records[1].encoded)
     wire = Wire()
     b = engine()
-    result = run_session(
-        b, fill(engine(), records), config=SyncConfig(max_record_bytes=budget), on_frame=wire
+    result = run_cells(
+        b, fill(engine(), records), config=cells(max_record_bytes=budget), on_frame=wire
     )
     assert result.converged
     sizes = [
@@ -422,18 +460,23 @@ def test_records_split_over_frames_by_the_byte_budget_still_move_in_one_pass() -
     one = max(len(r.encoded) for r in records)
     a = fill(engine(), records)  # the initiator pushes, one record a frame
     wire = Wire()
-    result = run_session(a, engine(), config=SyncConfig(max_record_bytes=one), on_frame=wire)
+    result = run_cells(a, engine(), config=cells(max_record_bytes=one), on_frame=wire)
     assert result.converged and result.initiator.stats.passes == 2
-    assert [
-        len(t.sections[Domain.MESSAGES].records) for t in wire.transfers("initiator") if t.sections
-    ] == [1, 1, 1]
+    pushed = [  # the last one rides on the HELLO that closes the pass
+        len(f.sections[Domain.MESSAGES].records if isinstance(f, Transfer) else f.records[d])
+        for s, f in wire.frames
+        for d in (Domain.MESSAGES,)
+        if s == "initiator"
+        and ((isinstance(f, Transfer) and f.sections) or (isinstance(f, Hello) and f.records))
+    ]
+    assert pushed == [1, 1, 1]
 
 
 def test_at_most_max_ids_records_go_in_a_frame() -> None:
     a = fill(engine(), [message(n) for n in range(0, 7)])
     wire = Wire()
-    config = SyncConfig(max_ids_per_frame=3)
-    result = run_session(engine(), a, config=config, on_frame=wire)
+    config = cells(max_ids_per_frame=3)
+    result = run_cells(engine(), a, config=config, on_frame=wire)
     assert result.converged
     counts = [
         len(t.sections[Domain.MESSAGES].records) for t in wire.transfers("responder") if t.sections
@@ -459,8 +502,8 @@ def test_leaves_of_messages_the_cutoff_keeps_back_end_the_session_without_spare_
     held: tuple[int, ...], max_cells: int, passes: int
 ) -> None:
     a, b = engine(), fill(engine(), [message(n) for n in held])
-    config = SyncConfig(cutoff_ms=CUTOFF, max_cells=max_cells)
-    result = run_session(a, b, config=config)
+    config = cells(cutoff_ms=CUTOFF, max_cells=max_cells)
+    result = run_cells(a, b, config=config)
     assert set(a.messages) == ids(*(n for n in held if n in NEW))
     assert not result.converged  # the responder's tree keeps the old ones until its GC
     assert result.initiator.stats.passes == passes
@@ -469,7 +512,7 @@ def test_leaves_of_messages_the_cutoff_keeps_back_end_the_session_without_spare_
 def test_messages_at_the_first_milliseconds_sync_when_no_side_has_a_cutoff() -> None:
     early = [MsgV1.create(KEYS[0], CHATS[0], Hlc(ms), b"early %d" % ms) for ms in (0, 1, 2)]
     a, b = fill(engine(), early[:2]), fill(engine(), early[1:])
-    result = run_session(a, b)
+    result = run_cells(a, b)
     assert result.converged and set(a.messages) == set(b.messages) == {m.msg_id for m in early}
     assert result.rejected_old == 0
 
@@ -478,7 +521,7 @@ def test_the_drift_check_uses_the_clock_of_each_frame() -> None:
     later = 10_000_000
     msg = MsgV1.create(KEYS[0], CHATS[0], Hlc(later), b"now")
     a, b = engine(), fill(engine(), [msg])
-    config = SyncConfig(max_offset_ms=120_000)
+    config = cells(max_offset_ms=120_000)
     i = SyncSession(INIT, a, now_ms=0, salt_seed=b"clock", config=config)  # made long ago
     r = SyncSession(RESP, b, now_ms=0, config=config)
     frame: bytes | None = i.start(later)

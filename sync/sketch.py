@@ -1,0 +1,324 @@
+"""An invertible Bloom lookup table (IBLT) over salted short ids: the set-difference sketch.
+
+Theory of operation
+-------------------
+Each id of a region (the buckets a Merkle descent found different) becomes a **short id** of
+``width`` bytes: its two-byte bucket, then ``width - 2`` bytes of a keyed hash whose key comes
+from the pass's salt, so nobody can choose ids that collide before the salt is drawn, and a
+collision that happens by chance is not repeated in the next pass (SYNC.md, "Security"). The
+bucket tells the decoder where a short id it lacks lives: it asks only in buckets it
+reconciles (``sync.claims``), and ignores a decoded id outside the region. A sketch of ``m`` cells (``m`` a multiple of 3) puts
+every short id into one cell of each third of the table. A cell holds three sums, each
+invertible: ``count`` (mod 256), ``keys`` (the sum of the short ids, mod ``2^(8 width)``)
+and ``check`` (the sum of a 32-bit keyed hash of each short id, mod ``2^32``). Sums rather than
+XORs: numpy adds into cells with a fast indexed loop (``np.add.at``), and XOR has none (10x
+slower); a peeled id is subtracted with its sign.
+
+Subtracting the peer's sketch from ours, cell by cell, cancels every id both sides hold. A cell
+left with ``count`` = ±1 whose ``check`` equals the hash of its ``keys`` (both negated for
+-1) is *pure*: it holds
+exactly one id of the difference, and the sign says whose. Peeling a pure cell removes that id
+from its other two cells, which may make them pure in turn. When every cell is zero the
+difference is decoded completely; otherwise the sketch was too small for it, and ``peel`` says
+so (``Peeled.complete`` is False) — never a silent partial answer. With ``m ≈ 1.5 d`` cells the
+peeling succeeds with high probability (the threshold for three hashes is ``1.22 d``).
+
+Short ids are computed in bulk with numpy (a region can hold a million ids); peeling walks
+only the ``m`` cells in Python. The keyed hash is multilinear over the id's four 64-bit words,
+``sum k_i x_i mod 2^64`` with four 64-bit keys from the salt, then a 64-bit bijective mixer
+whose top bits are kept. Two distinct ids whose four words all differ in their lowest ``t``
+bits at most collide before the truncation with probability ``2^-(64-t)`` for a random key, so
+two ids of one bucket collide with probability about ``2^-8(w-2) + 2^-(64-t)``; making ``t``
+large takes agreeing ids in ``4t`` bits, a ``2^(2t)`` search (SYNC.md, "Security").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import blake3
+import numpy as np
+import numpy.typing as npt
+
+from store.keys import RECORD_ID_LEN
+
+HASHES = 3  # cells per id, one in each third of the table
+CHECK_LEN = 4  # bytes of a cell's check sum
+DEFAULT_SHORT_ID_LEN = 6  # bytes of a short id on the wire: the bucket, 4 bytes of keyed hash
+MIN_SHORT_ID_LEN, MAX_SHORT_ID_LEN = 3, 8
+BUCKET_BITS = 16
+MIN_CELLS = 12
+_FILTER_BITS = 20  # lookup's candidate table (1 MiB): a short id passes it by chance at k/2^20
+_M64 = (1 << 64) - 1
+_M32 = (1 << 32) - 1
+_MUL1, _MUL2 = 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53  # murmur3's finalizer
+_STEP = 0x9E3779B97F4A7C15  # the golden-ratio step of splitmix64
+
+U64 = npt.NDArray[np.uint64]
+
+
+def cell_len(width: int) -> int:
+    """Bytes per cell on the wire: count, short id, check."""
+    return 1 + width + CHECK_LEN
+
+
+def cells_for(estimate: float) -> int:
+    """Cells for an estimated difference: 1.5x the estimate plus slack for small ones."""
+    m = max(MIN_CELLS, int(1.5 * estimate) + 12)
+    return m + (-m) % HASHES
+
+
+@dataclass(frozen=True)
+class SketchKey:
+    """The per-pass keys, derived from the pass's salt and the domain: both sides agree."""
+
+    mult: tuple[int, ...]  # 4 64-bit keys: multilinear over the id's 4 words
+    out: int  # mixed into the NH sum before truncation
+    cells: int  # mixed into a short id to place it and to check it
+    width: int  # bytes of a short id
+
+    @classmethod
+    def derive(cls, salt: bytes, domain: int, width: int = DEFAULT_SHORT_ID_LEN) -> SketchKey:
+        if not MIN_SHORT_ID_LEN <= width <= MAX_SHORT_ID_LEN:
+            raise ValueError(
+                f"short id width {width} outside {MIN_SHORT_ID_LEN}..{MAX_SHORT_ID_LEN}"
+            )
+        raw = blake3.blake3(b"chatsync-sketch" + salt + bytes([domain])).digest(48)
+        words = [int.from_bytes(raw[i : i + 8], "little") for i in range(0, 32, 8)]
+        return cls(
+            tuple(words),
+            int.from_bytes(raw[32:40], "little"),
+            int.from_bytes(raw[40:48], "little"),
+            width,
+        )
+
+
+def _mix(x: int) -> int:
+    x ^= x >> 33
+    x = (x * _MUL1) & _M64
+    x ^= x >> 33
+    x = (x * _MUL2) & _M64
+    return x ^ (x >> 33)
+
+
+def _mix_np(x: U64, scratch: U64) -> U64:
+    """``_mix`` of every element, in place (``scratch``: an array of the same shape).
+
+    In place because a region is up to a million ids: each fresh 8 MB temporary costs page
+    faults that, in a session, took more CPU than the arithmetic (SYNC.md, "CPU")."""
+    shift = np.uint64(33)
+    with np.errstate(over="ignore"):
+        for mul in (_MUL1, _MUL2):
+            np.right_shift(x, shift, out=scratch)
+            x ^= scratch
+            x *= np.uint64(mul)
+        np.right_shift(x, shift, out=scratch)
+        x ^= scratch
+    return x
+
+
+def short_ids(key: SketchKey, ids: bytes) -> U64:
+    """The short ids of concatenated 32-byte ids, in their order: bucket, then keyed hash."""
+    if len(ids) % RECORD_ID_LEN:
+        raise ValueError("ids must be concatenated 32-byte ids")
+    words = np.frombuffer(ids, dtype="<u8").reshape(-1, 4)
+    with np.errstate(over="ignore"):  # products and sums wrap mod 2^64
+        out = words @ np.asarray(key.mult, dtype=np.uint64)  # one pass over the rows
+    out ^= np.uint64(key.out)
+    scratch = np.empty_like(out)
+    _mix_np(out, scratch)
+    hashed = 8 * key.width - BUCKET_BITS
+    out >>= np.uint64(64 - hashed)
+    np.copyto(scratch, np.frombuffer(ids, dtype=">u2")[:: RECORD_ID_LEN // 2])  # the buckets
+    scratch <<= np.uint64(hashed)
+    out |= scratch
+    return out
+
+
+def bucket_of_short(short: int, width: int) -> int:
+    """The bucket a short id names (its first two bytes)."""
+    return short >> (8 * width - BUCKET_BITS)
+
+
+def short_id(key: SketchKey, record_id: bytes) -> int:
+    """One id's short id (``short_ids`` for a single id)."""
+    return int(short_ids(key, record_id)[0])
+
+
+def _place(key: SketchKey, s: int, third: int) -> tuple[int, int, int, int]:
+    """Cells (one per third of a table of ``3 * third`` cells) and check of short id ``s``:
+    each cell index is a 32-bit slice of a mixed hash scaled to ``third`` (multiply-shift)."""
+    h = _mix(s ^ key.cells)
+    g = _mix((h + _STEP) & _M64)
+    return (
+        ((h & _M32) * third) >> 32,
+        third + (((g & _M32) * third) >> 32),
+        2 * third + (((g >> 32) * third) >> 32),
+        h >> 32,
+    )
+
+
+def _place_np(key: SketchKey, s: U64, third: int) -> tuple[U64, U64, U64, U64]:
+    """``_place`` of every short id, with as few fresh arrays as it can (see ``_mix_np``)."""
+    scratch = np.empty_like(s)
+    h = np.bitwise_xor(s, np.uint64(key.cells))
+    _mix_np(h, scratch)
+    with np.errstate(over="ignore"):
+        g = h + np.uint64(_STEP)
+    _mix_np(g, scratch)
+    t, mask, shift = np.uint64(third), np.uint64(_M32), np.uint64(32)
+    first = np.bitwise_and(h, mask)
+    first *= t
+    first >>= shift
+    h >>= shift  # the check
+    second = np.bitwise_and(g, mask, out=scratch)
+    second *= t
+    second >>= shift
+    second += t
+    g >>= shift
+    g *= t
+    g >>= shift
+    g += np.uint64(2) * t  # the third
+    return first, second, g, h
+
+
+@dataclass(frozen=True)
+class Peeled:
+    """A decoded difference: short ids only the sketch's owner holds (``mine``), only the
+    other side holds (``theirs``), and whether every cell peeled to zero."""
+
+    mine: list[int]
+    theirs: list[int]
+    complete: bool
+
+
+class Sketch:
+    """An IBLT of ``m`` cells over short ids of width ``key.width``."""
+
+    __slots__ = ("checks", "counts", "key", "keys", "m")
+
+    def __init__(self, key: SketchKey, m: int) -> None:
+        if m < HASHES or m % HASHES:
+            raise ValueError(f"a sketch needs a positive multiple of {HASHES} cells, got {m}")
+        self.key, self.m = key, m
+        self.counts = np.zeros(m, dtype=np.uint8)
+        self.keys = np.zeros(m, dtype=np.uint64)
+        self.checks = np.zeros(m, dtype=np.uint64)
+
+    @classmethod
+    def of(cls, key: SketchKey, m: int, shorts: U64) -> Sketch:
+        sketch = cls(key, m)
+        sketch.add(shorts)
+        return sketch
+
+    def add(self, shorts: U64) -> None:
+        """Insert short ids (each once per call; a repeated short id is inserted twice)."""
+        if not len(shorts):
+            return
+        *cells, check = _place_np(self.key, shorts, self.m // HASHES)
+        for cell in cells:
+            index = cell.view(np.int64)  # cell indexes < m: the same bits, no copy
+            self.counts += np.bincount(index, minlength=self.m).astype(np.uint8)
+            np.add.at(self.keys, index, shorts)  # sums wrap mod 2^64: the wire keeps the low bits
+            np.add.at(self.checks, index, check)
+
+    def subtract(self, other: Sketch) -> Sketch:
+        """Cell by cell, ``self - other``: what remains is the symmetric difference."""
+        if other.m != self.m or other.key != self.key:
+            raise ValueError("sketches of different sizes or keys do not subtract")
+        out = Sketch(self.key, self.m)
+        out.counts = self.counts - other.counts  # uint8 wraps: counts mod 256
+        out.keys = (self.keys - other.keys) & np.uint64(_key_mask(self.key.width))
+        out.checks = (self.checks - other.checks) & np.uint64(_M32)
+        return out
+
+    # --- the wire ---
+
+    def encode(self) -> bytes:
+        """counts (1 B each), short ids (``width`` B each, big-endian), checks (4 B each)."""
+        w = self.key.width
+        keys = self.keys.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - w :]
+        checks = (self.checks & np.uint64(_M32)).astype(">u4")
+        return self.counts.tobytes() + keys.tobytes() + checks.tobytes()
+
+    @classmethod
+    def decode(cls, key: SketchKey, m: int, blob: bytes) -> Sketch:
+        """The inverse of ``encode``; ValueError if ``blob`` is not ``m`` cells long."""
+        w = key.width
+        if len(blob) != m * cell_len(w):
+            raise ValueError(f"{len(blob)} bytes for {m} cells of {cell_len(w)}")
+        sketch = cls(key, m)
+        sketch.counts = np.frombuffer(blob[:m], dtype=np.uint8).copy()
+        padded = np.zeros((m, 8), dtype=np.uint8)
+        padded[:, 8 - w :] = np.frombuffer(blob[m : m + m * w], dtype=np.uint8).reshape(m, w)
+        sketch.keys = padded.view(">u8").reshape(m).astype(np.uint64)
+        checks = np.frombuffer(blob[m + m * w :], dtype=">u4")
+        sketch.checks = checks.astype(np.uint64)
+        return sketch
+
+    # --- decoding a difference ---
+
+    def peel(self, max_items: int | None = None) -> Peeled:
+        """Decode a subtracted sketch: +1 cells are ours, -1 (255) cells the peer's.
+
+        Stops, incomplete, after ``max_items`` ids: a lying peer cannot make us peel more
+        than the cells allow (each pure cell peeled empties at least itself)."""
+        counts = [int(c) for c in self.counts]
+        keys = [int(k) for k in self.keys]
+        checks = [int(c) for c in self.checks]
+        third = self.m // HASHES
+        mask = _key_mask(self.key.width)
+        limit = self.m if max_items is None else min(max_items, self.m)
+        mine: list[int] = []
+        theirs: list[int] = []
+        stack = [i for i in range(self.m) if counts[i] in (1, 255)]
+        while stack and len(mine) + len(theirs) < limit:
+            i = stack.pop()
+            count = counts[i]
+            if count == 1:
+                s, check_sum = keys[i] & mask, checks[i] & _M32
+            elif count == 255:  # one id of the peer's: its sums are negated
+                s, check_sum = -keys[i] & mask, -checks[i] & _M32
+            else:
+                continue
+            *cells, check = _place(self.key, s, third)
+            if check_sum != check or i not in cells:
+                continue  # not pure (or not yet): several ids sum here
+            (mine if count == 1 else theirs).append(s)
+            sign = 1 if count == 1 else -1
+            for j in cells:
+                counts[j] = (counts[j] - count) & 0xFF
+                keys[j] = (keys[j] - sign * s) & mask
+                checks[j] = (checks[j] - sign * check) & _M32
+                if counts[j] in (1, 255):
+                    stack.append(j)
+        complete = not any(counts) and not any(k & mask for k in keys)
+        complete = complete and not any(c & _M32 for c in checks)
+        return Peeled(mine, theirs, complete)
+
+
+def _key_mask(width: int) -> int:
+    return (1 << (8 * width)) - 1
+
+
+def lookup(shorts: U64, ids: bytes, wanted: Sequence[int]) -> list[bytes]:
+    """The ids (of concatenated ``ids``, whose short ids are ``shorts``) with a wanted short id;
+    every id that shares one, so a collision among our own ids costs a record, never a miss.
+
+    A table over the short ids' low ``_FILTER_BITS`` bits keeps the few candidates (one gather
+    over the region), which are then searched among the wanted ones; sorting the region's
+    short ids took 250 ms a million, searching each of them 11-45 ms, the table ~2 ms."""
+    if not wanted or not len(shorts):
+        return []
+    want = np.asarray(sorted(set(wanted)), dtype=np.uint64)
+    low = np.uint64((1 << _FILTER_BITS) - 1)
+    table = np.zeros(1 << _FILTER_BITS, dtype=bool)
+    table[(want & low).astype(np.intp)] = True
+    candidates = np.flatnonzero(table[(shorts & low).astype(np.intp)])
+    at = np.minimum(np.searchsorted(want, shorts[candidates]), len(want) - 1)
+    found = candidates[want[at] == shorts[candidates]]
+    pairs = sorted(  # by short id, then id: not the listing's order, which may vary by process
+        (int(shorts[k]), ids[k * RECORD_ID_LEN : (k + 1) * RECORD_ID_LEN]) for k in found.tolist()
+    )
+    return [record_id for _, record_id in pairs]

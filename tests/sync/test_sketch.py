@@ -1,0 +1,122 @@
+"""The IBLT over salted short ids (sync.sketch): encode, subtract, peel, and failure detected."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sync.sketch import (
+    Sketch,
+    SketchKey,
+    bucket_of_short,
+    cell_len,
+    cells_for,
+    lookup,
+    short_id,
+    short_ids,
+)
+
+KEY = SketchKey.derive(b"s" * 16, 0)
+
+
+def _ids(count: int, seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    return [rng.randbytes(32) for _ in range(count)]
+
+
+def _sketch(ids: list[bytes], m: int, key: SketchKey = KEY) -> Sketch:
+    return Sketch.of(key, m, short_ids(key, b"".join(ids)))
+
+
+def test_short_ids_match_one_by_one_and_depend_on_the_salt() -> None:
+    ids = _ids(50, 1)
+    bulk = short_ids(KEY, b"".join(ids))
+    assert [short_id(KEY, i) for i in ids] == bulk.tolist()
+    other = short_ids(SketchKey.derive(b"t" * 16, 0), b"".join(ids))
+    assert bulk.tolist() != other.tolist()
+    assert [bucket_of_short(s, KEY.width) for s in bulk.tolist()] == [
+        (i[0] << 8) | i[1] for i in ids
+    ]
+
+
+def test_encode_decode_round_trip() -> None:
+    sketch = _sketch(_ids(200, 2), cells_for(40))
+    blob = sketch.encode()
+    assert len(blob) == sketch.m * cell_len(KEY.width)
+    back = Sketch.decode(KEY, sketch.m, blob)
+    assert back.encode() == blob
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shared=st.integers(0, 300),
+    only_a=st.integers(0, 40),
+    only_b=st.integers(0, 40),
+    seed=st.integers(0, 2**32),
+)
+def test_subtract_and_peel_names_exactly_the_difference(
+    shared: int, only_a: int, only_b: int, seed: int
+) -> None:
+    ids = _ids(shared + only_a + only_b, seed)
+    common, a_extra, b_extra = ids[:shared], ids[shared : shared + only_a], ids[shared + only_a :]
+    m = cells_for(only_a + only_b)
+    a = _sketch(common + a_extra, m)
+    b = Sketch.decode(KEY, m, _sketch(common + b_extra, m).encode())
+    peeled = a.subtract(b).peel()
+    if peeled.complete:  # 1.5x cells: almost always; never a wrong answer either way
+        assert sorted(peeled.mine) == sorted(short_id(KEY, i) for i in a_extra)
+        assert sorted(peeled.theirs) == sorted(short_id(KEY, i) for i in b_extra)
+
+
+def test_peeling_succeeds_at_the_planned_size() -> None:
+    failures = 0
+    for seed in range(40):
+        ids = _ids(1_100, seed)
+        a, b = ids[:1_000], ids[100:]
+        m = cells_for(200)
+        failures += not _sketch(a, m).subtract(_sketch(b, m)).peel().complete
+    assert failures <= 2
+
+
+def test_an_undersized_sketch_says_it_did_not_decode() -> None:
+    ids = _ids(400, 3)
+    m = cells_for(20)  # 42 cells for a difference of 300
+    peeled = _sketch(ids[:300], m).subtract(_sketch(ids[300:], m)).peel()
+    assert not peeled.complete
+
+
+def test_garbage_cells_never_peel_past_the_bound() -> None:
+    rng = random.Random(4)
+    m = cells_for(30)
+    blob = rng.randbytes(m * cell_len(KEY.width))
+    peeled = Sketch.decode(KEY, m, blob).subtract(_sketch([], m)).peel(max_items=10)
+    assert len(peeled.mine) + len(peeled.theirs) <= 10
+    assert not peeled.complete
+
+
+def test_tiny_short_ids_collide_and_lookup_returns_every_holder() -> None:
+    key = SketchKey.derive(b"s" * 16, 0, width=3)  # 256 short ids per bucket: collisions certain
+    ids = [b"\x07\x07" + i[2:] for i in _ids(600, 5)]  # all in one bucket
+    shorts = short_ids(key, b"".join(ids))
+    target = Counter(shorts.tolist()).most_common(1)[0][0]
+    holders = [i for i, s in zip(ids, shorts.tolist(), strict=True) if s == target]
+    assert len(holders) >= 2
+    assert sorted(lookup(shorts, b"".join(ids), [target])) == sorted(holders)
+
+
+def test_equal_sets_subtract_to_zero() -> None:
+    ids = _ids(500, 6)
+    m = cells_for(10)
+    diff = _sketch(ids, m).subtract(_sketch(list(reversed(ids)), m))
+    assert not diff.counts.any() and not diff.keys.any() and not diff.checks.any()
+    peeled = diff.peel()
+    assert peeled.complete and not peeled.mine and not peeled.theirs
+
+
+def test_sizes_are_multiples_of_three() -> None:
+    for d in (0, 1, 7, 1_000, 123_457):
+        m = cells_for(d)
+        assert m % 3 == 0 and m >= 1.5 * d

@@ -1,0 +1,263 @@
+"""Sessions that reconcile with sketches (sync/protocol.py, sync/sketch.py), against hostile
+data and hostile peers: ids ground into one bucket, short ids forced to collide, a peer that
+lies in its sketch. Each converges, or ends the session with a reason, within bounded frames.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import replace
+
+import blake3
+import pytest
+
+from store.keys import RECORD_ID_LEN, bucket_of
+from sync.errors import RemoteProtocolError
+from sync.frames import (
+    SALT_LEN,
+    Domain,
+    Frame,
+    Sketches,
+    SketchSection,
+    Transfer,
+    TransferSection,
+    decode_frame,
+    encode_frame,
+)
+from sync.loopback import run_session
+from sync.merkle import MerkleTree
+from sync.protocol import SessionRole, State, SyncConfig, SyncSession
+from sync.replica import MemoryReplica
+from sync.scope import EVERYTHING, Scope
+from sync.sketch import SketchKey, cell_len, short_id
+
+from sync_support import Wire, advance, engine, fill, message
+
+INIT, RESP = SessionRole.INITIATOR, SessionRole.RESPONDER
+PAIR = (235, 247)  # two messages of sync_support's universe in one bucket (44481)
+GROUND = bucket_of(message(PAIR[0]).msg_id)
+
+
+class GroundReplica(MemoryReplica):
+    """A replica that also lists ``phantoms``: ids ground into one bucket by an attacker who
+    can author records (their bodies do not matter here: both sides hold them)."""
+
+    def __init__(self, phantoms: list[bytes]) -> None:
+        super().__init__(admit_all=True)
+        self.phantoms = phantoms
+        self.trees[Domain.MESSAGES] = MerkleTree.from_ids(phantoms)
+
+    def bucket_ids(
+        self, domain: Domain, bucket: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
+    ) -> list[bytes]:
+        ids = super().bucket_ids(domain, bucket, cutoff_ms, scope)
+        if domain is Domain.MESSAGES:
+            ids = sorted(ids + [p for p in self.phantoms if bucket_of(p) == bucket])
+        return ids
+
+    def ids_in_range(
+        self, domain: Domain, start: int, end: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
+    ) -> bytes:
+        ids = super().ids_in_range(domain, start, end, cutoff_ms, scope)
+        if domain is Domain.MESSAGES:
+            ids += b"".join(p for p in self.phantoms if start <= bucket_of(p) < end)
+        return ids
+
+
+def phantoms(count: int, bucket: int = GROUND, seed: int = 0) -> list[bytes]:
+    rng = random.Random(seed)
+    return [bucket.to_bytes(2, "big") + rng.randbytes(RECORD_ID_LEN - 2) for _ in range(count)]
+
+
+def pair_of_ground_replicas(count: int) -> tuple[GroundReplica, GroundReplica]:
+    ground = phantoms(count)
+    a = fill(GroundReplica(ground), [message(PAIR[0]), *(message(n) for n in range(0, 20))])
+    b = fill(GroundReplica(ground), [message(PAIR[1]), *(message(n) for n in range(10, 30))])
+    assert isinstance(a, GroundReplica) and isinstance(b, GroundReplica)
+    return a, b
+
+
+def test_ids_ground_into_one_bucket_cost_their_bucket_nothing_per_id() -> None:
+    """3,000 ids in one bucket: the cells path lists (a sample of) them; a sketch's cost does
+    not depend on how full a bucket is, only on the difference."""
+    a, b = pair_of_ground_replicas(3_000)
+    wire = Wire()
+    result = run_session(a, b, on_frame=wire)
+    assert result.converged and set(a.messages) == set(b.messages)
+    assert message(PAIR[1]).msg_id in a.messages and message(PAIR[0]).msg_id in b.messages
+    stats = result.initiator.stats
+    assert stats.reconciliation_bytes() < 2_500  # d = 22; 3,000 8-byte prefixes would be 24 kB
+    assert stats.round_trips <= 3
+
+
+def test_short_ids_forced_to_collide_with_ground_ids_still_move_every_record() -> None:
+    """Three-byte short ids leave 8 salted bits in a bucket: 3,000 ids there take every value,
+    so the differing records' short ids collide with ground ones. The side holding both pushes
+    every id with the asked short id; a ground id has no record to push (the store has none)."""
+    a, b = pair_of_ground_replicas(3_000)
+    tiny = SyncConfig(short_id_bytes=3)
+    key = SketchKey.derive(bytes(SALT_LEN), int(Domain.MESSAGES), 3)
+    assert len({short_id(key, p) for p in a.phantoms}) == 256  # every value taken
+    result = run_session(a, b, config=tiny)
+    assert result.converged and set(a.messages) == set(b.messages)
+
+
+def _colliding_seed(x: bytes, y: bytes, width: int) -> bytes:
+    """A session salt seed whose first pass gives ``x`` and ``y`` the same short id."""
+    for n in range(100_000):
+        seed = b"collide:%d" % n
+        salt = blake3.blake3(seed + (1).to_bytes(2, "big")).digest(SALT_LEN)
+        key = SketchKey.derive(salt, int(Domain.MESSAGES), width)
+        if short_id(key, x) == short_id(key, y):
+            return seed
+    raise AssertionError("no colliding salt found")
+
+
+def test_a_collision_across_sides_hides_the_difference_for_one_pass_only() -> None:
+    """I holds x, R holds y, and the pass's short ids of x and y are equal: the sketches cancel,
+    the pass moves nothing, and the next pass's fresh salt separates them."""
+    x, y = message(PAIR[0]), message(PAIR[1])
+    a, b = fill(engine(), [x, message(1), message(2)]), fill(engine(), [y, message(1), message(2)])
+    tiny = SyncConfig(short_id_bytes=3, max_passes=4)
+    seed = _colliding_seed(x.msg_id, y.msg_id, 3)
+    wire = Wire()
+    result = run_session(a, b, config=tiny, salt_seed=seed, on_frame=wire)
+    assert result.converged and set(a.messages) == set(b.messages) == {
+        x.msg_id,
+        y.msg_id,
+        message(1).msg_id,
+        message(2).msg_id,
+    }
+    assert result.initiator.stats.passes >= 3  # the hidden pass, the one that moves, the close
+
+
+# --- a peer that lies ---------------------------------------------------------------------------
+
+
+def _drive(
+    initiator: SyncSession, responder: SyncSession, lie: Callable[[Frame], Frame]
+) -> tuple[int, int, str | None]:
+    """Run a session whose initiator's frames pass through ``lie``: (frames, largest frame,
+    the honest side's error reason or None)."""
+    frame: bytes | None = encode_frame(lie(decoded(initiator.start(0))))
+    frames, largest = 1, len(frame)
+    while frame is not None:
+        try:
+            reply = responder.receive(frame, 0)
+        except RemoteProtocolError as exc:
+            return frames, largest, exc.reason
+        frames += 1
+        if reply is None:
+            return frames, largest, None
+        largest = max(largest, len(reply))
+        try:
+            mine = initiator.receive(reply, 0)
+        except RemoteProtocolError as exc:
+            return frames, largest, "liar:" + exc.reason
+        frame = None if mine is None else encode_frame(lie(decoded(mine)))
+        frames += frame is not None
+    return frames, largest, None
+
+
+def decoded(data: bytes) -> Frame:
+    return decode_frame(data, max_frame=1 << 26, max_ids=1 << 20)
+
+
+def _garbled(rng: random.Random) -> Callable[[Frame], Frame]:
+    """A liar: every sketch it sends is random bytes of the announced size."""
+
+    def lie(frame: Frame) -> Frame:
+        if not isinstance(frame, Sketches):
+            return frame
+        sections = {
+            d: replace(s, blob=rng.randbytes(len(s.blob))) for d, s in frame.sections.items()
+        }
+        return Sketches(sections, frame.answer)
+
+    return lie
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_peer_that_lies_in_its_sketch_ends_within_bounded_frames(seed: int) -> None:
+    a = fill(engine(), [message(n) for n in range(0, 60)])
+    b = fill(engine(), [message(n) for n in range(30, 90)])
+    config = SyncConfig()
+    liar = SyncSession(INIT, a, now_ms=0, salt_seed=b"liar%d" % seed, config=config)
+    honest = SyncSession(RESP, b, now_ms=0, config=config)
+    frames, largest, error = _drive(liar, honest, _garbled(random.Random(seed)))
+    # per pass at most: HELLO, NODES, SKETCH, an answer, then transfer frames; 3 passes
+    assert frames <= 40
+    assert largest <= config.max_frame
+    assert honest.finished or error is not None
+    if honest.converged:  # the honest side's answer let the liar decode: converged for real
+        assert set(a.messages) == set(b.messages)
+
+
+def test_a_sketch_over_max_sketch_cells_is_refused() -> None:
+    a = fill(engine(), [message(n) for n in range(0, 30)])
+    b = fill(engine(), [message(n) for n in range(20, 50)])
+    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"big")
+    r = SyncSession(RESP, b, now_ms=0, config=SyncConfig(max_sketch_cells=30))
+    session, frame = advance(i, r, State.AWAIT_MIDDLE, RESP)
+    sketch = decoded(frame)
+    assert isinstance(sketch, Sketches)
+    assert sketch.sections[Domain.MESSAGES].cells > 30  # the initiator's own limit is larger
+    with pytest.raises(RemoteProtocolError) as info:
+        session.receive(frame, 0)
+    assert info.value.reason == "bad_cells"
+
+
+def test_an_answer_nobody_asked_for_and_short_wants_outside_a_sketch_are_refused() -> None:
+    a = fill(engine(), [message(n) for n in range(0, 30)])
+    b = fill(engine(), [message(n) for n in range(20, 50)])
+    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"x")
+    r = SyncSession(RESP, b, now_ms=0)
+    session, frame = advance(i, r, State.AWAIT_MIDDLE, RESP)
+    honest = decoded(frame)
+    assert isinstance(honest, Sketches)
+    with pytest.raises(RemoteProtocolError) as info:
+        session.receive(encode_frame(Sketches(honest.sections, answer=True)), 0)
+    assert info.value.reason == "unexpected_frame"
+    cells = SyncConfig(sketch=False)  # a cells pass: no region, so no short wants
+    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"y", config=cells)
+    r = SyncSession(RESP, b, now_ms=0, config=cells)
+    session, _ = advance(i, r, State.TRANSFER, INIT)
+    asks = Transfer(False, {Domain.MESSAGES: TransferSection(short_wants=bytes(6))})
+    with pytest.raises(RemoteProtocolError) as info:
+        session.receive(encode_frame(asks), 0)
+    assert info.value.reason == "unsolicited"
+
+
+def test_an_undersized_sketch_is_answered_once_with_a_larger_one() -> None:
+    """The initiator's sketch is capped below the difference: the responder cannot decode it
+    and answers with its own, twice as large; the initiator decodes that and both converge."""
+    a = fill(engine(), [message(n) for n in range(0, 10)])
+    b = fill(engine(), [message(n) for n in range(4, 12)])  # d = 6
+    small = SyncConfig(max_sketch_cells=6)
+    wire = Wire()
+    result = run_session(a, b, config=small, responder_config=SyncConfig(), on_frame=wire)
+    assert result.converged and set(a.messages) == set(b.messages)
+    sketches = [(s, f) for s, f in wire.frames if isinstance(f, Sketches)]
+    assert [(s, f.answer) for s, f in sketches][:2] == [("initiator", False), ("responder", True)]
+    first, answer = sketches[0][1], sketches[1][1]
+    assert answer.sections[Domain.MESSAGES].cells == 2 * first.sections[Domain.MESSAGES].cells
+
+
+def test_a_request_for_the_peers_sketch_is_answered_at_the_size_asked() -> None:
+    """A sender whose buckets another session holds asks for the peer's sketch (an empty
+    blob) and decodes it itself; the answer keeps the region and the size."""
+    a = fill(engine(), [message(n) for n in range(0, 30)])
+    b = fill(engine(), [message(n) for n in range(20, 50)])
+    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"req")
+    r = SyncSession(RESP, b, now_ms=0)
+    session, frame = advance(i, r, State.AWAIT_MIDDLE, RESP)
+    sketch = decoded(frame)
+    assert isinstance(sketch, Sketches)
+    section = sketch.sections[Domain.MESSAGES]
+    request = Sketches({Domain.MESSAGES: SketchSection(section.flags, 30, section.width, b"")})
+    answer = decoded(session.receive(encode_frame(request), 0) or b"")
+    assert isinstance(answer, Sketches) and answer.answer
+    got = answer.sections[Domain.MESSAGES]
+    assert got.cells == 30 and len(got.blob) == 30 * cell_len(section.width) and not got.flags
+    assert session.state is State.AWAIT_DECODE
