@@ -61,6 +61,11 @@ class PeerScoped:
     ) -> list[bytes]:
         return self._replica.bucket_ids(domain, bucket, cutoff_ms, scope & self.scope)
 
+    def ids_in_range(
+        self, domain: Domain, start: int, end: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
+    ) -> bytes:
+        return self._replica.ids_in_range(domain, start, end, cutoff_ms, scope & self.scope)
+
     def get_records(
         self,
         domain: Domain,
