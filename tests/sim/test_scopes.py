@@ -21,8 +21,9 @@ from sim.engine import ShardTask, run_shard
 from sim.hunt import SCOPED_SMALL, small_trace
 from sim.oracle import Oracle, compute_oracle
 from sim.runner import combine
-from sim.scopes import GRACE_MS, LEARN_MS, ChatEvent, ScopeParams, plan_scopes, rendezvous
+from sim.scopes import GRACE_MS, LEARN_MS, ChatEvent, ScopeParams, node_id, plan_scopes, rendezvous
 from store import trace as tr
+from sync.scope import holders
 
 from sim_support import SPARK_WARNINGS
 
@@ -130,3 +131,15 @@ def test_each_scope_bug_is_caught(scaled: Any, bug: Bug, seen: tuple[str, ...]) 
     result, _ = _replay(path, header, oracle, bug.value)
     assert not result["ok"]
     assert all(result["check"][c] > 0 for c in seen), result["check"]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "r", "shards"), [(5, 3, 64), (40, 3, 4096), (7, 1, 256), (2, 3, 16)]
+)
+def test_the_restated_holders_rule_is_the_nodes(nodes: int, r: int, shards: int) -> None:
+    """``sim.scopes.rendezvous`` restates ``sync.scope.holders`` (the oracle stays apart from
+    the code it checks): both pick the same nodes for every shard."""
+    ids = [node_id(n) for n in range(nodes)]
+    for shard in range(shards):
+        ours = {node_id(n) for n in rendezvous(shard, nodes, r, shards)}
+        assert ours == set(holders(shard, ids, r, shards)), shard
