@@ -35,12 +35,12 @@ from store.unread_counter import (
     Reader,
     Shown,
     Tally,
+    count_of,
     decode_tally,
     decode_total,
     encode_tally,
     encode_total,
     follow_tallies,
-    unread_of,
 )
 
 CACHED_CHATS = 1 << 14  # chats whose rows are kept in memory, at most
@@ -206,11 +206,7 @@ class UnreadCounters:
             raise ValueError("user_id must be 20 bytes")
         n = len(chat_ids)
         raw = self._rocks.multi_get("unread", chat_ids + [c + user_id for c in chat_ids])
-        out: list[int | None] = []
-        for total, tally in zip(raw[:n], raw[n:], strict=True):
-            if total is None or tally is None:
-                out.append(None)
-                continue
-            decoded = decode_tally(tally)
-            out.append(None if decoded.reader is None else unread_of(decode_total(total), decoded))
-        return out
+        return [
+            None if total is None or tally is None else count_of(total, tally)
+            for total, tally in zip(raw[:n], raw[n:], strict=True)
+        ]

@@ -91,6 +91,21 @@ def decode_tally(raw: bytes) -> Tally:
     return Tally(own, Reader(below, own_below, fields[3] if len(fields) == 4 else None))
 
 
+def count_of(total_raw: bytes, tally_raw: bytes) -> int | None:
+    """``unread_of`` straight from a total row and a tally row (None: not a reader) — the
+    chat list's read, with ``decode_total``'s and ``decode_tally``'s checks and errors."""
+    total = decode_total(total_raw)
+    if type(tally_raw) is not bytes or len(tally_raw) not in (24, 32):
+        decode_tally(tally_raw)  # raises, or it is a sender's (8 bytes): not a reader
+        return None
+    own = int.from_bytes(tally_raw[:8], "big")
+    below = int.from_bytes(tally_raw[8:16], "big")
+    own_below = int.from_bytes(tally_raw[16:24], "big")
+    if own_below > min(own, below):
+        decode_tally(tally_raw)  # raises
+    return min(UNREAD_CAP, (total - below) - (own - own_below))
+
+
 def _size(raw: object) -> str:
     return f"{len(raw)} bytes" if isinstance(raw, (bytes, bytearray)) else type(raw).__name__
 

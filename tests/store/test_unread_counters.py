@@ -26,6 +26,7 @@ from store.unread_counter import (
     UNREAD_CAP,
     Reader,
     Tally,
+    count_of,
     decode_tally,
     decode_total,
     encode_tally,
@@ -299,6 +300,12 @@ def test_a_malformed_or_oversized_total_row_is_a_decode_error(raw: bytes) -> Non
         decode_total(raw)
 
 
+def _rows(size: int) -> st.SearchStrategy[bytes]:
+    """Rows of a valid length whose fields are small (so they are often consistent)."""
+    fields = st.lists(st.integers(0, 5), min_size=size // 8, max_size=size // 8)
+    return fields.map(lambda ns: b"".join(n.to_bytes(8, "big") for n in ns))
+
+
 @given(st.binary(max_size=40))
 def test_any_bytes_decode_to_a_valid_tally_or_a_decode_error(raw: bytes) -> None:
     try:
@@ -306,6 +313,23 @@ def test_any_bytes_decode_to_a_valid_tally_or_a_decode_error(raw: bytes) -> None
     except DecodeError:
         return
     assert encode_tally(tally) == raw
+
+
+@given(
+    st.one_of(st.binary(max_size=40), st.sampled_from([8, 24, 32]).flatmap(_rows)),
+    st.one_of(st.binary(max_size=12), _rows(8)),
+)
+def test_the_lists_read_decodes_as_the_rows_do(tally_raw: bytes, total_raw: bytes) -> None:
+    """count_of (the chat list's read) = decode_total and decode_tally, then unread_of: the
+    same answer or the same DecodeError, for any bytes."""
+    try:
+        tally, total = decode_tally(tally_raw), decode_total(total_raw)
+    except DecodeError:
+        with pytest.raises(DecodeError):
+            count_of(total_raw, tally_raw)
+        return
+    want = None if tally.reader is None else unread_of(total, tally)
+    assert count_of(total_raw, tally_raw) == want
 
 
 def test_no_invalid_row_is_written() -> None:
