@@ -87,6 +87,17 @@ def test_a_malformed_or_oversized_scope_is_refused_with_a_reason(scope: Any, why
     assert reason([FrameType.NODES, [], 0, scope]) == why
 
 
+def test_a_scope_of_exactly_max_shards_is_read() -> None:
+    """The last value in: a network of MAX_SHARDS shards, the bitmap ⌈S/8⌉ bytes."""
+    widest = [MAX_SHARDS, b"\x80" + bytes(MAX_SHARDS // 8 - 1)]
+    frame = decode_frame(cbor2.dumps(hello_body([], widest)), max_frame=1 << 20, max_ids=1 << 16)
+    assert isinstance(frame, Hello) and frame.scope == Scope(frozenset({0}), MAX_SHARDS)
+    nodes = decode_frame(
+        cbor2.dumps([FrameType.NODES, [], 0, widest]), max_frame=1 << 20, max_ids=1
+    )
+    assert isinstance(nodes, Nodes) and nodes.scope == Scope(frozenset({0}), MAX_SHARDS)
+
+
 def test_a_hello_with_a_field_after_its_scope_is_malformed() -> None:
     assert reason(hello_body([], [S, b"\x80"], 0)) == "malformed_frame"
 
