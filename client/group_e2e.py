@@ -29,6 +29,11 @@ The node never reads a payload; this is the client's side (SECURITY.md, "Group e
   (``handover_grants``). Every grants message names, in clear, the removals its sender had
   seen (membership the node holds anyway), and a sender starts a new epoch when that list
   changes: so a hand-over never reaches a member whose removal the sender had seen.
+* **Hidden grants count.** A grants message stamped while its sender was, unknown to it,
+  removed is hidden like any such message, yet it boxes the keys of valid messages (its
+  sender's before the removal or after a re-add) to the recipients the sender saw: readers
+  take keys from hidden grants as from shown ones, so a sender removed twice before it
+  learns still leaves its messages readable. It gives no one more than a shown grant would.
 
 A sender's state is not kept anywhere but in the chat: its own grants include itself, so
 its epochs are read back from the replicated messages (``Keyring``).
@@ -426,9 +431,6 @@ class Epoch:
     started: Hlc
     sent: int = 0  # messages sealed under it
     removed: Removed = NO_REMOVALS  # the removals its sender had seen when it started it
-    # recipients whose grant the chat hides: it was stamped while its sender was (as it
-    # learnt later) removed — owed again, as message grants
-    hidden: frozenset[bytes] = frozenset()
 
     @property
     def key_id(self) -> bytes:
@@ -439,13 +441,11 @@ def needs_new_epoch(
     epoch: Epoch | None, members: frozenset[bytes], now: Hlc, removed: Removed = NO_REMOVALS
 ) -> bool:
     """Whether a sender must start an epoch before sealing: it has none, the members or the
-    removals it sees changed (an add or a removal), some of its grants are hidden, or the
-    epoch is used up."""
+    removals it sees changed (an add or a removal), or the epoch is used up."""
     return (
         epoch is None
         or epoch.recipients != members
         or epoch.removed != removed
-        or bool(epoch.hidden)
         or epoch.sent >= EPOCH_MESSAGES
         or now.physical_ms - epoch.started.physical_ms >= EPOCH_MS
     )
@@ -498,15 +498,13 @@ def missing_grants(
     granted: Callable[[bytes, bytes, Hlc], bool],
 ) -> dict[bytes, list[Grant]]:
     """Message grants for members who were members at a message's stamp but are not among its
-    epoch's recipients (an add the sender learnt of late) or whose epoch grant is hidden, and
-    have no grant for it yet."""
+    epoch's recipients (an add the sender learnt of late), and have no grant for it yet."""
     out: dict[bytes, list[Grant]] = {}
     everyone = list(members)
     for message in sent:
         epoch = message.epoch
         for user in everyone:
-            has_epoch = user in epoch.recipients and user not in epoch.hidden
-            if has_epoch or not member_at(user, message.hlc):
+            if user in epoch.recipients or not member_at(user, message.hlc):
                 continue
             if granted(user, message.epoch.key_id, message.hlc):
                 continue
@@ -598,27 +596,22 @@ class SenderState:
         me: UserKey,
         own_grants: Iterable[tuple[Hlc, bytes]],
         own_messages: Iterable[tuple[Hlc, bytes]],
-        member_at: Callable[[Hlc], bool] = lambda hlc: True,
     ) -> SenderState:
-        """``member_at``: whether ``me`` was a member at a stamp, as far as it knows now — a
-        grants message stamped otherwise is hidden by every replica, its grants not given."""
+        """``own_grants``: shown and hidden alike (a reader takes keys from both)."""
         state = cls()
         latest: Hlc | None = None
         for hlc, payload in sorted(own_grants, key=lambda pair: pair[0]):
             removed = frozenset(read_notice(payload).removed.items())
-            shown = member_at(hlc)
             for user, grants in open_own_grants(me, payload).items():
                 for g in grants:
                     if g.hlc is not None:
-                        if shown:
-                            state.granted.add((user, g.key_id, g.hlc))
+                        state.granted.add((user, g.key_id, g.hlc))
                         continue
                     epoch = state.epochs.get(g.key_id) or Epoch(
                         g.key, frozenset(), hlc, removed=removed
                     )
-                    hidden = epoch.hidden if shown else epoch.hidden | {user}
                     recipients = epoch.recipients | {user}
-                    state.epochs[g.key_id] = replace(epoch, recipients=recipients, hidden=hidden)
+                    state.epochs[g.key_id] = replace(epoch, recipients=recipients)
                     if latest is None or hlc >= latest:
                         latest = hlc
                         state.current = state.epochs[g.key_id]

@@ -1,11 +1,13 @@
 """A group member's keys, gathered from the node: the I/O around ``client/group_e2e.py``.
 
 Everything comes from the replicated chat, nothing from local state: the grants (messages of
-kind KEYS, ``GET /chats/{chat}/messages?kind=6``), the members with their add stamps, and the
+kind KEYS, ``GET /chats/{chat}/messages?kind=6``, and the ones the chat hides,
+``GET /chats/{chat}/hidden-grants``), the members with their add stamps, and the
 members' box keys from their verified identities. So any node, and any device of the user
 holding the key file, seals and opens the same way.
 
-Cost: one page walk over the chat's grants and one over its member ops per command (a few
+Cost: one page walk over the chat's grants, one read of its hidden grants (none in most
+chats: the node answers from memory) and one walk over its member ops per command (a few
 per membership change and sender), and a backward walk over the chat's newest messages only
 when a member was added behind a sender's epoch (down to that add's stamp) for the late
 grants, or a removed sender's epoch left out someone this user now hands keys to.
@@ -91,8 +93,13 @@ class GroupKeys:
     # --- reading ---
 
     def grants_messages(self) -> list[MsgV1]:
+        """The chat's grants, shown and hidden (``client.group_e2e``: hidden grants count)."""
         if self._grants is None:
-            self._grants = []
+            self._grants = [
+                msg
+                for msg in self.client.hidden_grants(self.chat_id)
+                if msg.chat_id == self.chat_id and msg.kind is MessageKind.KEYS  # a node's word
+            ]
             cursor = None
             while True:
                 page = self.client.history(
@@ -102,6 +109,7 @@ class GroupKeys:
                 self._grants += [item.msg for item in page.messages]
                 if (cursor := page.next_cursor) is None:
                     break
+            self._grants.sort(key=lambda msg: msg.hlc)
         return self._grants
 
     def box_key(self, user: bytes) -> bytes | None:
@@ -153,7 +161,7 @@ class GroupKeys:
         recipients = frozenset(m.user_id for m in members if self.box_key(m.user_id) is not None)
         left_out = sorted(m.user_id for m in members if m.user_id not in recipients)
         membership = Membership([]) if new_chat else self.membership()
-        state = SenderState() if new_chat else self._sender_state(members, membership)
+        state = SenderState() if new_chat else self._sender_state(members)
         grants: list[MsgV1] = []
         late = missing_grants(
             self.chat_id, self.key.user_id, state.sent, _member_at(members), recipients,
@@ -233,30 +241,22 @@ class GroupKeys:
             lambda user, key_id, hlc: (user, key_id, hlc) in state.granted,
         )  # fmt: skip
 
-    def _sender_state(self, members: list[Member], membership: Membership) -> SenderState:
-        """This user's epochs and grants, from its shown grants and the ones the chat hides
-        (stamped while, as the member ops now show, it was removed: owed again)."""
+    def _sender_state(self, members: list[Member]) -> SenderState:
+        """This user's epochs and grants, from its grants (shown and hidden)."""
         me = self.key.user_id
         own = [(m.hlc, m.payload) for m in self.grants_messages() if m.sender == me]
-        own += [(m.hlc, m.payload) for m in self.client.own_hidden(self.chat_id, MessageKind.KEYS)]
-
-        def was_member(hlc: Hlc) -> bool:
-            return membership.deciding_add(me, hlc) is not None
-
-        epochs_only = SenderState.read(self.key, own, [], was_member)
-        # only messages after an add that some epoch of ours left out, or under an epoch whose
-        # grant is hidden, can owe a grant
+        epochs_only = SenderState.read(self.key, own, [])
+        # only messages after an add that some epoch of ours left out can owe a grant
         behind = [
             m.added_at
             for m in members
             for epoch in epochs_only.epochs.values()
             if m.user_id not in epoch.recipients and m.added_at >= epoch.started
         ]
-        behind += [epoch.started for epoch in epochs_only.epochs.values() if epoch.hidden]
         if not behind:
             return epochs_only
         mine = self._sealed_since(min(behind), lambda msg: msg.sender == me)
-        return SenderState.read(self.key, own, [(m.hlc, m.payload) for m in mine], was_member)
+        return SenderState.read(self.key, own, [(m.hlc, m.payload) for m in mine])
 
     def _sealed_since(self, since: Hlc, wanted: Callable[[MsgV1], bool]) -> list[MsgV1]:
         """The chat's sealed messages stamped at or after ``since`` that are ``wanted``,

@@ -401,10 +401,10 @@ class ChatsyncClient:
             [tombstone_from_json(item) for item in result.get("tombstones", [])],
         )
 
-    def own_hidden(self, chat_id: bytes, kind: int) -> list[MsgV1]:
-        """This user's own messages of ``kind`` that the chat hides (sent while, as it turned
-        out, no member), oldest first."""
-        result = self._signed("GET", f"/chats/{chat_id.hex()}/hidden", params={"kind": kind})
+    def hidden_grants(self, chat_id: bytes) -> list[MsgV1]:
+        """The chat's key grants that it hides (stamped while their sender was, as it turned
+        out, no member), every sender's, oldest first."""
+        result = self._signed("GET", f"/chats/{chat_id.hex()}/hidden-grants")
         return [message_from_json(item).msg for item in result["messages"]]
 
     def member_ops(

@@ -44,6 +44,12 @@ def group_message(key_id: bytes, removed_seen: Iterable[tuple[bytes, int]], fill
     return canonical_cbor([key_id, [list(seen) for seen in sorted(removed_seen)], filler])
 
 
+def plain_message(filler: bytes) -> bytes:
+    """A post no client sealed (its sender, as it knew, was no member: a client sends none;
+    the workload keeps it for the node's rules): text to CBOR, so never read as sealed."""
+    return b"plain " + filler
+
+
 def keys_message(epochs: Iterable[EpochGrant], messages: Iterable[MessageGrant]) -> bytes:
     return canonical_cbor(
         [

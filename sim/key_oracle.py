@@ -5,16 +5,17 @@ chat's valid member ops and its valid messages alone,
 
 * a user is a **member at t** iff their greatest add stamp <= t beats their greatest
   remove or leave stamp <= t (a tie goes to the remove);
-* the **grants** are those of the KEYS messages whose sender is a member at their stamp (a
-  reader is shown those only): an epoch grant gives its recipients every message of that
-  sender sealed under its key id; a message grant gives one user one message (key id and
-  stamp) when its signer is that message's sender or holds the epoch (a hand-over: a
-  recipient of the sender's shown epoch grant; anyone else's is worthless);
+* the **grants** are those of every KEYS message a replica holds — its sender added at or
+  before its stamp; shown (a member then) or hidden (not), a reader takes both: an epoch
+  grant gives its recipients every message of that sender sealed under its key id; a
+  message grant gives one user one message (key id and stamp) when its signer is that
+  message's sender or holds the epoch (a hand-over: a recipient of the sender's epoch
+  grant; anyone else's is worthless);
 * per **group message** (NEW, REPLY, EDIT) whose sender is a member at its stamp, and per
-  user with a member op in the chat: it *should* read it iff a member at its stamp, it *can*
-  iff it holds a grant covering it. ``undecryptable_for_member`` counts the pairs that should
-  and cannot — but for those only a hidden grant covers, whose sender is no member now and
-  whose epoch no member now holds (no one left to grant or hand it over: ``grant_hidden``); ``readable_by_removed`` those that can, are no member at its stamp, and whose
+  user with a member op in the chat: it *should* read it iff a member at its stamp and a
+  member now (the issue's promise is to current members; a removed user reads nothing of
+  the chat, and no client grants it anything), it *can* iff it holds a grant covering it. ``undecryptable_for_member`` counts the pairs that should
+  and cannot; ``readable_by_removed`` those that can, are no member at its stamp, and whose
   removal that decides it (their latest stamped at or before it) its sender had seen when it
   sent (the message's ``removed_seen``; a removal concurrent with the message may leave the
   removed member a key).
@@ -32,8 +33,8 @@ from sim.group_payloads import Grants, read_group_message, read_keys
 
 NEW, EDIT, REPLY, KEYS = 0, 1, 2, 6  # MsgV1's kind byte
 SEALED_KINDS = (NEW, EDIT, REPLY)
-NOW = (1 << 64) - 1  # after every stamp: a member's state at the end
 KINDS = (*SEALED_KINDS, KEYS)
+NOW = (1 << 64) - 1  # after every stamp: a member's state at the end
 
 # One row of a chat: a member op (True, user, hlc, is_add, None) or a message
 # (False, sender, hlc, kind, payload).
@@ -44,12 +45,9 @@ Row = tuple[bool, bytes, int, int, bytes | None]
 class KeyCounts:
     group_messages: int = 0  # sealed messages whose sender was a member at their stamp
     keys_messages: int = 0  # KEYS messages shown (sender a member at their stamp)
+    hidden_keys_messages: int = 0  # KEYS messages held but hidden (read all the same)
     undecryptable_for_member: int = 0
     readable_by_removed: int = 0
-    # should and cannot, but a grant its sender sent while no member covers it (stored, not
-    # shown), and no one is left to grant it or hand it over (the scheme's limit, SIM.md
-    # findings); not counted above
-    grant_hidden: int = 0
 
     def add(self, other: KeyCounts) -> None:
         for name in self.__dataclass_fields__:
@@ -71,6 +69,11 @@ class _Members:
         removes = self.removes.get(user, [])
         r = bisect_right(removes, hlc)
         return removes[r - 1] if r else None
+
+    def held(self, user: bytes, hlc: int) -> bool:
+        """Whether a replica holds a message of ``user`` stamped ``hlc``: added at or before."""
+        adds = self.adds.get(user, [])
+        return bool(adds) and adds[0] <= hlc
 
     def at(self, user: bytes, hlc: int) -> bool:
         adds = self.adds.get(user, [])
@@ -109,17 +112,17 @@ class _Grants:
 def count_keys(rows: Iterable[Row]) -> KeyCounts:
     rows = list(rows)
     members = _Members((user, hlc, bool(kind)) for is_op, user, hlc, kind, _ in rows if is_op)
-    shown, hidden = _Grants(), _Grants()  # KEYS whose sender is a member at their stamp, or not
+    granted = _Grants()
     out = KeyCounts()
     for is_op, sender, hlc, kind, payload in rows:
         grants = None if is_op or kind != KEYS or payload is None else read_keys(payload)
-        if grants is None:
+        if grants is None or not members.held(sender, hlc):
             continue
         if members.at(sender, hlc):
             out.keys_messages += 1
-            shown.learn(sender, grants)
         else:
-            hidden.learn(sender, grants)
+            out.hidden_keys_messages += 1
+        granted.learn(sender, grants)
     for is_op, sender, hlc, kind, payload in rows:
         if is_op or kind not in SEALED_KINDS or payload is None or not members.at(sender, hlc):
             continue
@@ -127,17 +130,12 @@ def count_keys(rows: Iterable[Row]) -> KeyCounts:
         if sealed is None:
             continue  # not sealed (a recorded trace's payload): nothing to count
         out.group_messages += 1
-        held = shown.holders(sender, sealed.key_id)
-        gone = not members.at(sender, NOW) and not any(members.at(u, NOW) for u in held)
+        held = granted.holders(sender, sealed.key_id)
         for reader in members.users:
-            should = members.at(reader, hlc)
-            can = shown.covers(sender, sealed.key_id, reader, hlc, held)
-            if should and not can:
-                if gone and hidden.covers(sender, sealed.key_id, reader, hlc, set()):
-                    out.grant_hidden += 1
-                else:
-                    out.undecryptable_for_member += 1
-            if can and not should:
+            then = members.at(reader, hlc)
+            can = granted.covers(sender, sealed.key_id, reader, hlc, held)
+            out.undecryptable_for_member += then and members.at(reader, NOW) and not can
+            if can and not then:
                 seen = sealed.removed_seen.get(reader)
                 out.readable_by_removed += seen is not None and seen == members.last_removal(
                     reader, hlc

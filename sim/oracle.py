@@ -558,5 +558,5 @@ def oracle_summary(oracle: Oracle) -> dict[str, Any]:
         "keys_messages": oracle.keys.keys_messages,
         "undecryptable_for_member": oracle.keys.undecryptable_for_member,
         "readable_by_removed": oracle.keys.readable_by_removed,
-        "undecryptable_grant_hidden": oracle.keys.grant_hidden,
+        "hidden_keys_messages": oracle.keys.hidden_keys_messages,
     }

@@ -102,10 +102,10 @@ def summary(outcome: RunOutcome) -> str:
         f"{stats.get('erased_waiting_at_end', 0):,} (node, message) pairs erased by a held "
         "delete but still in a waiting room",
         f"group keys: {o.get('group_messages', 0):,} group messages from members, "
-        f"{o.get('keys_messages', 0):,} KEYS messages shown; undecryptable_for_member "
-        f"{o.get('undecryptable_for_member', 0):,}, readable_by_removed "
-        f"{o.get('readable_by_removed', 0):,}; {o.get('undecryptable_grant_hidden', 0):,} "
-        "(message, member) pairs whose only grant its sender sent when no member (findings)",
+        f"{o.get('keys_messages', 0):,} KEYS messages shown, "
+        f"{o.get('hidden_keys_messages', 0):,} hidden (read all the same); "
+        f"undecryptable_for_member {o.get('undecryptable_for_member', 0):,}, "
+        f"readable_by_removed {o.get('readable_by_removed', 0):,}",
         f"gossip: {stats['gossip_sent']:,} sent, {stats['gossip_dropped']:,} dropped, "
         f"{stats['gossip_duplicated']:,} duplicated, {stats['gossip_rejected_drift']:,} refused (drift), "
         f"{stats['gossip_rejected_old']:,} refused (retention)",

@@ -10,12 +10,16 @@ recipients (an add or a removal), or when the epoch is used up (``EPOCH_MESSAGES
 added member message grants for exactly those (a KEYS message of message grants): when it
 next sends, ``KNOW_MS`` after the add, and once more at the end of the workload, when every
 op has reached everyone. A sender also starts an epoch when the removals it sees change (an
-epoch names them, as the client's grants do), and at the end grants again the messages of an
-epoch whose grant the chat hides (stamped while it was, as it learnt later, removed). At the
-end, too, members hand over what removed senders owe (``client.group_e2e.handover_grants``):
-for each message of a sender no member now, the active member with the lowest id among its
-epoch's recipients gives its key to each user who was a member at its stamp and whom the
-epoch left out, unless the epoch names a removal of theirs as recent as that user's add.
+epoch names them, as the client's grants do). A grant the chat hides (stamped while its
+sender was, unknown to it, removed) is read all the same, as the client reads it. A sender
+that knows it is no member posts nothing (a removed member's client reads nothing of the
+chat, and its node refuses its posts): the posts the workload still makes for it stay plain
+stand-ins, never sealed, and it owes no late grants: members hand those over
+(``client.group_e2e.handover_grants``) — when they post, as far as they see, and at the end
+of the workload: for each message of a sender no member now, the active member with the
+lowest id among its epoch's recipients gives its key to each user who was a member at its
+stamp and whom the epoch left out, unless the epoch names a removal of theirs as recent as
+that user's add.
 
 What a sender sees: the member ops made on its node, and every other one ``KNOW_MS`` after it
 was made — after the partition between the two nodes heals, if one was on. A sender stamps
@@ -33,7 +37,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from sim.group_payloads import group_message, keys_message
+from sim.group_payloads import group_message, keys_message, plain_message
 from sim.opspec import OpSpec
 from sim.rand import derive
 from store.access import MemberHistory
@@ -85,7 +89,6 @@ class Epoch:
     key_id: bytes
     recipients: frozenset[int]
     started_ms: int
-    granted_at: int  # the stamp of the KEYS message that granted it
     sent: int = 0
     removed: frozenset[tuple[int, int]] = frozenset()  # (user, packed stamp) its sender saw
 
@@ -137,8 +140,7 @@ class Sender:
     epoch: Epoch | None = None
     epochs: int = 0
     sent: list[tuple[int, Epoch]] = field(default_factory=list)  # (hlc, epoch) per message
-    # (user, key id, hlc) -> the stamp of the KEYS message that granted it
-    granted: dict[tuple[int, bytes, int], int] = field(default_factory=dict)
+    granted: set[tuple[int, bytes, int]] = field(default_factory=set)  # (user, key id, hlc)
     known: set[int] = field(default_factory=set)  # the chat's member ops it has seen (indices)
     adds_checked: set[int] = field(default_factory=set)  # adds it has given what it owed
 
@@ -160,6 +162,8 @@ class SenderKeys:
         self.hand_over = hand_over
         self.ops: dict[int, list[MemberOp]] = {}  # chat -> its member ops, as planned
         self.senders: dict[int, dict[int, Sender]] = {}  # chat -> user -> their keys there
+        # chat -> (member, (key id, user id, stamp)) handed over
+        self.handed: dict[int, set[tuple[int, tuple[bytes, bytes, int]]]] = {}
 
     # --- what senders see ---
 
@@ -200,6 +204,10 @@ class SenderKeys:
         self._receive(node, t_ms, known)
         self._grant_missing(t_ms, node, author, chat, sender, known)
         histories = _histories(op for _, op in known)
+        if (mine := histories.get(author)) is None or not mine.active_at(LATEST):
+            return plan.stamp(node, t_ms), plain_message(filler)  # no member, as it knows
+        if self.hand_over:
+            self._hand_over(chat, t_ms, [op for _, op in known], only=author, node=node)
         view = frozenset(u for u, h in histories.items() if h.active_at(LATEST)) | {author}
         removed = frozenset(
             (u, h.removes[-1].pack()) for u, h in histories.items() if h.removes and u not in view
@@ -207,14 +215,8 @@ class SenderKeys:
         removed_seen = [(plan.user_id(u), at) for u, at in removed]
         now_ms = t_ms + plan.offset(node, t_ms)
         epoch = sender.epoch
-        mine = histories.get(author)
-        if (
-            epoch is None
-            or needs_new_epoch(epoch, view, now_ms, removed, notice_removals=self.notice_removals)
-            # it sees its own epoch's grant hidden (sent while it was removed): a client
-            # reads its epochs back from the chat, and will not find this one
-            or mine is None
-            or not mine.active_at(Hlc.unpack(epoch.granted_at))
+        if epoch is None or needs_new_epoch(
+            epoch, view, now_ms, removed, notice_removals=self.notice_removals
         ):
             epoch = self._new_epoch(t_ms, node, author, chat, sender, view, now_ms, removed)
         hlc = plan.stamp(node, t_ms)
@@ -237,8 +239,8 @@ class SenderKeys:
         key_id = derive(self.seed, "epoch-key", author, chat, sender.epochs)[:KEY_ID_LEN]
         grant = (key_id, frozenset(self.plan.user_id(u) for u in recipients))
         payload = keys_message([grant], [])
-        keys = self.plan.message(t_ms, node, author, chat, MessageKind.KEYS, payload=payload)
-        return Epoch(key_id, recipients, now_ms, keys.hlc, removed=removed)
+        self.plan.message(t_ms, node, author, chat, MessageKind.KEYS, payload=payload)
+        return Epoch(key_id, recipients, now_ms, removed=removed)
 
     # --- late grants ---
 
@@ -253,10 +255,9 @@ class SenderKeys:
         *,
         everyone: bool = False,
     ) -> None:
-        """Message grants for members at a message's stamp that its epoch left out, or whose
-        epoch grant the chat hides, and that have none yet (``client.group_e2e.
-        missing_grants``): for the adds it just learnt of and the messages it sent since — or,
-        with ``everyone``, for every member and message."""
+        """Message grants for members at a message's stamp that its epoch left out, and that
+        have none yet (``client.group_e2e.missing_grants``): for the adds it just learnt of and
+        the messages it sent since — or, with ``everyone``, for every member and message."""
         new = [(i, op) for i, op in known if op.is_add and i not in sender.adds_checked]
         if not new and not everyone:
             return
@@ -266,27 +267,21 @@ class SenderKeys:
         added = set(histories) if everyone else {op.user for _, op in new}
         owed: list[tuple[int, bytes, int]] = []
         mine = histories.get(author)
-        if mine is None:
-            return  # never a member here: every message of its was refused, nothing is owed
-
-        def shown(at: int) -> bool:  # a KEYS message of its own that the chat shows
-            return mine is not None and mine.active_at(Hlc.unpack(at))
-
+        if mine is None or not mine.active_at(LATEST):
+            return  # no member, as it knows: it reads nothing of the chat, posts nothing
         for hlc, epoch in sender.sent:
             if hlc < since:
                 continue
-            left_out = added - (epoch.recipients if shown(epoch.granted_at) else frozenset())
-            for user in sorted(left_out):
-                at = sender.granted.get((user, epoch.key_id, hlc))
-                if at is not None and shown(at):
+            for user in sorted(added - epoch.recipients):
+                if (user, epoch.key_id, hlc) in sender.granted:
                     continue
                 if histories[user].active_at(Hlc.unpack(hlc)):
                     owed.append((user, epoch.key_id, hlc))
         if owed:
             grants = [(key_id, self.plan.user_id(user), hlc) for user, key_id, hlc in owed]
             payload = keys_message([], grants)
-            keys = self.plan.message(t_ms, node, author, chat, MessageKind.KEYS, payload=payload)
-            sender.granted.update((grant, keys.hlc) for grant in owed)
+            self.plan.message(t_ms, node, author, chat, MessageKind.KEYS, payload=payload)
+            sender.granted.update(owed)
 
     def _learn(self, chat: int, t_ms: int) -> None:
         """Senders of ``chat`` that see a new add now give what they owe it."""
@@ -303,16 +298,21 @@ class SenderKeys:
                 self._owe(author, chat, sender, t_ms, everything=True)
         if self.hand_over:
             for chat in sorted(self.senders):
-                self._hand_over(chat, t_ms)
+                self._hand_over(chat, t_ms, self.ops.get(chat, []))
 
-    def _hand_over(self, chat: int, t_ms: int) -> None:
-        """The hand-overs of ``chat`` once every op has reached everyone: per removed
-        sender's message, its epoch's lowest active recipient (by user id) gives its key to
-        each member at its stamp the epoch left out — not to one whose removal it names as
-        recent as their add — unless its epoch grant is hidden: then no one holds it."""
+    def _hand_over(
+        self, chat: int, t_ms: int, ops: list[MemberOp], *, only: int | None = None,
+        node: int | None = None,
+    ) -> None:  # fmt: skip
+        """The hand-overs of ``chat`` as ``ops`` show its members: per removed sender's
+        message, its epoch's lowest active recipient (by user id) gives its key to each member
+        at its stamp the epoch left out — not to one whose removal it names as recent as their
+        add — once. ``only``: that member's alone, posting now from ``node`` (a client hands
+        over when it posts); else everyone's, at the end of the workload."""
         plan = self.plan
-        histories = _histories(self.ops.get(chat, []))
+        histories = _histories(ops)
         active = {u for u, h in histories.items() if h.active_at(LATEST)}
+        handed = self.handed.setdefault(chat, set())
         owed: dict[int, list[tuple[bytes, bytes, int]]] = {}
         for author, sender in sorted(self.senders[chat].items()):
             mine = histories.get(author)
@@ -320,12 +320,14 @@ class SenderKeys:
                 continue
             for hlc, epoch in sender.sent:
                 stamp = Hlc.unpack(hlc)
-                if not mine.active_at(stamp) or not mine.active_at(Hlc.unpack(epoch.granted_at)):
-                    continue  # a message refused, or an epoch no one was shown
+                if not mine.active_at(stamp):
+                    continue  # a message refused
                 holders = [u for u in epoch.recipients if u in active]
                 if not holders:
                     continue
                 duty = min(holders, key=plan.user_id)
+                if only is not None and duty != only:
+                    continue
                 removed = dict(epoch.removed)
                 for user in sorted(histories.keys() - epoch.recipients):
                     history = histories[user]
@@ -334,12 +336,15 @@ class SenderKeys:
                     added = max(a for a in history.adds if a <= stamp).pack()
                     if removed.get(user, -1) >= added:
                         continue  # its sender had seen them removed: left out on purpose
-                    owed.setdefault(duty, []).append((epoch.key_id, plan.user_id(user), hlc))
+                    grant = (epoch.key_id, plan.user_id(user), hlc)
+                    if (duty, grant) not in handed:
+                        owed.setdefault(duty, []).append(grant)
         for duty, grants in sorted(owed.items()):
-            node = plan.origin(duty, t_ms)
-            if not plan.poisoned_by(node, t_ms):
+            at = plan.origin(duty, t_ms) if node is None else node
+            if not plan.poisoned_by(at, t_ms):
+                handed.update((duty, grant) for grant in grants)
                 payload = keys_message([], grants)
-                plan.message(t_ms, node, duty, chat, MessageKind.KEYS, payload=payload)
+                plan.message(t_ms, at, duty, chat, MessageKind.KEYS, payload=payload)
 
     def _owe(self, author: int, chat: int, sender: Sender, t_ms: int, *, everything: bool) -> None:
         node = self.plan.origin(author, t_ms)

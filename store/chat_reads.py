@@ -42,7 +42,7 @@ class ChatReads:
         self.range = messages.range
         self.get_message = messages.get_message
         self.folded_range = views.folded_range
-        self.hidden_by = messages.hidden_by
+        self.hidden_grants = messages.hidden_grants
         # a user's chats, read positions, unread counts
         # reads only: the node's writer first writes the moves that wait (settle_chat_lists)
         self.read_user_chats = inbox.read_user_chats

@@ -457,23 +457,21 @@ class Messages:
             append(_new_tuple(StoredMessage, (key, seq, msg)))
         return RangePage(items, None)
 
-    def hidden_by(
-        self, chat_id: bytes, sender: bytes, kinds: frozenset[int]
-    ) -> list[StoredMessage]:
-        """The chat's hidden messages of ``sender`` of these kinds, in (hlc, seq) order, the
-        newest ``MAX_PAGE_LIMIT``: what a sender may read back of its own (its key grants sent
-        while, as it learnt later, it was removed). None in most chats, without a read."""
+    def hidden_grants(self, chat_id: bytes) -> list[StoredMessage]:
+        """The chat's hidden key grants (KEYS messages stamped while their sender was no
+        member), every sender's, in (hlc, seq) order, the newest ``MAX_PAGE_LIMIT``: each boxes
+        keys to its recipients only, for its sender's or a holder's valid messages
+        (SECURITY.md, "Hand-overs"). None in most chats, without a read."""
         if chat_id not in self._hidden.chats():  # in memory: no read for most chats
             return []
         max_payload = self.config.max_payload
         out = []
         for _, key in self._rocks.iter_prefix("hidden", chat_id):
             value = self._rocks.get("messages", key)
-            if value is None or value[KIND_AT[value[STAMP_AT]]] not in kinds:
+            if value is None or value[KIND_AT[value[STAMP_AT]]] != MessageKind.KEYS:
                 continue
             msg = decode_msg(value, max_payload=max_payload, trusted=True)
-            if msg.sender == sender:
-                out.append(StoredMessage(key, parse_key_messages(key)[2], msg))
+            out.append(StoredMessage(key, parse_key_messages(key)[2], msg))
         return sorted(out, key=lambda item: item.key)[-MAX_PAGE_LIMIT:]
 
     # --- sync helpers (seed 002: Merkle rebuild, step 4, step 5) ---

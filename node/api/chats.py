@@ -100,22 +100,15 @@ async def one_message(chat_id: str, msg_id: str, node: NodeDep, who: Signed) -> 
     return message_out(msg, 0)
 
 
-@router.get("/chats/{chat_id}/hidden", responses=ERRORS)
-async def own_hidden(
-    chat_id: str,
-    node: NodeDep,
-    who: Signed,
-    kind: MessageKind = Query(MessageKind.KEYS, description="the kind of message"),
-) -> HistoryOut:
-    """The caller's own messages of one kind that the chat hides, oldest first: sent while,
-    as the member ops showed later, the caller was no member. A sender reads back the key
-    grants it made then, to grant again what they covered (SECURITY.md, "Hand-overs"); no
-    one reads another's."""
+@router.get("/chats/{chat_id}/hidden-grants", responses=ERRORS)
+async def hidden_grants(chat_id: str, node: NodeDep, who: Signed) -> HistoryOut:
+    """The chat's key grants that it hides, every sender's, oldest first (the newest 200):
+    stamped while, as the member ops showed later, their sender was no member. Each boxes
+    keys to its recipients only, keys of valid messages that no other grant may carry
+    (SECURITY.md, "Hand-overs")."""
     chat = chat_param(chat_id)
     await held_here(node, who, chat)
-    items = await trio.to_thread.run_sync(
-        node.reads.hidden_by, chat, who.user_id, frozenset({kind})
-    )
+    items = await trio.to_thread.run_sync(node.reads.hidden_grants, chat)
     return HistoryOut(
         chat_id=chat.hex(),
         messages=[message_out(item.msg, item.seq) for item in items],

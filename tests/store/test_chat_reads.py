@@ -12,7 +12,7 @@ from store_support import AUTHOR_IDS, GROUP_CHAT, KEYS, group_op
 
 # what node/api reads; a new one is added here and in ChatReads together
 API_READS = {
-    "range", "get_message", "folded_range", "hidden_by", "read_user_chats", "read_position",
+    "range", "get_message", "folded_range", "hidden_grants", "read_user_chats", "read_position",
     "unread_count", "may_read", "feed", "log_page", "delivery", "delivered",
     "shown_messages", "get_identity", "list_members_with_info", "chat_proof",
     "member_ops_page", "deletes_page", "last_position",
