@@ -23,7 +23,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import base58
 import trio
 
 from node.admission import AdmissionLimits
@@ -37,8 +36,6 @@ from node.dm3 import Dm3Gateway
 from node.dm3 import load_or_create_key as load_dm3_key
 from node.erasure import compact_erasures
 from node.errors import StartupRefused
-from node.gossip.settings import OPS_TOPIC
-from node.gossip.topics import shard_topic, topics_for
 from node.intake import Submitted
 from node.memory import rss_bytes
 from node.metrics import Metrics
@@ -57,8 +54,7 @@ from node.p2p.patches import forget_after_failed_dials
 from node.p2p.streams import Libp2pStream
 from node.peers import PEERS_FILE, PeerManager
 from node.plants import ACK_BEFORE_WAL, skip_wal
-from node.scope_answer import nodes_holding
-from node.scope_keeper import ScopeKeeper
+from node.scopes import NodeScopes
 from node.series import SAMPLE_INTERVAL_S, Sampler, Series
 from node.services import Services, build_services
 from node.startup import check_startup
@@ -73,7 +69,6 @@ from store.rocks import ChatDbConfig
 from sync.frames import Domain
 from sync.replica import DbReplica, held_shards
 from sync.scope import Scope, ScopeError
-from sync.serving import ServedScope
 
 if TYPE_CHECKING:
     from trio_typing import TaskStatus
@@ -195,9 +190,6 @@ class RunningNode:
         self.p2p_host = host
         self.p2p_pubsub = pubsub
         self.peer_id: str = host.peer_id.to_base58()
-        # gossip topics received, each loop's cancel scope (more, or fewer, as the scope changes)
-        self._topics: dict[str, trio.CancelScope] = {}
-        self._nursery: trio.Nursery  # the serving tasks' (set by _serve)
         self.listen_addrs = host.listen_addrs()
         self.peers = peers = PeerManager(
             host, services.blocklist, low=config.peers_low, high=config.peers_high,
@@ -211,6 +203,7 @@ class RunningNode:
         )  # fmt: skip
         for address in config.bootstrap:
             peers.add_bootstrap(address)
+        self.scopes = NodeScopes(config, services, host, pubsub, peers)
         # the libp2p edge takes the caps, not the node's config (node.config parses addresses
         # with node.p2p: no import cycle)
         limits = AdmissionLimits(max_inbound=config.inbound_max, max_per_ip=config.inbound_per_ip)
@@ -283,14 +276,7 @@ class RunningNode:
             PEERS_PROTOCOL, "peers", self.peers.answer_exchange, self._handler_failed
         )
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            # the ops topic; with gossip_sharded, those of our shards too
-            await self._subscribe(topics_for(OPS_TOPIC, services.replica.scope, sharded=cfg.gossip_sharded))  # fmt: skip
-            if cfg.scope_auto or cfg.scope_authenticate:
-                keeper = self._scope_keeper()
-                if cfg.scope_authenticate:
-                    services.sync.peer_bound = keeper.bound_for
-                nursery.start_soon(keeper.run)
+            await self.scopes.start(nursery)  # gossip topics; with --scope auto, the keeper
             nursery.start_soon(gossip.publish_loop)
             nursery.start_soon(self.peers.maintain, self.listen_addrs)
             nursery.start_soon(self.peers.schedule_syncs, self._initiate_sync)
@@ -308,77 +294,13 @@ class RunningNode:
             log.info("node %s listening on %s", self.peer_id, ", ".join(self.listen_addrs))
             task_status.started()
 
-    # --- scopes: which chats are ours, who holds the others ---
+    # --- scopes (node/scopes.py) ---
 
     def holds_chat(self, chat: bytes) -> bool:
-        return self.services.replica.scope.holds_chat(chat)
+        return self.scopes.holds_chat(chat)
 
     def holders_of(self, chat: bytes) -> list[str]:
-        cfg = self.config
-        found = nodes_holding(
-            chat, self.services.db.reads, own=self.p2p_host.peer_id.to_bytes(),
-            known=[p.to_bytes() for p in self.p2p_host.get_connected_peers()],
-            replication_factor=cfg.replication_factor, num_shards=cfg.network_shards,
-        )  # fmt: skip
-        return [base58.b58encode(n).decode() for n in found]
-
-    # --- --scope auto: joining shards (node/scope_keeper.py) ---
-
-    def _scope_keeper(self) -> ScopeKeeper:
-        cfg, services = self.config, self.services
-        served = ServedScope(
-            self.p2p_host.peer_id.to_bytes(), cfg.network_shards,
-            pinned_shards=frozenset(cfg.scope_shards or ()),
-            grace_ms=int(cfg.scope_grace_s * 1000),
-        )  # fmt: skip
-        return ScopeKeeper(
-            services.replica, served, services.writer, services.clock, services.metrics,
-            interval_s=cfg.scope_check_interval_s, replication_factor=cfg.replication_factor,
-            known_nodes=lambda: [p.to_bytes() for p in self.p2p_host.get_connected_peers()],
-            on_widen=self._join, on_expired=self._leave, serve=cfg.scope_auto,
-        )  # fmt: skip
-
-    async def _join(self, old: Scope, new: Scope) -> None:
-        """New shards held: their gossip topics, and a session at once with every connected
-        peer (the holders among them fill the shards; the others' intersection is empty)."""
-        self.services.intake.scope = new
-        await self._subscribe(topics_for(OPS_TOPIC, new, sharded=self.config.gossip_sharded))
-        for name in self.peers.connected():
-            self.peers.rotation.go_on(name)
-
-    async def _subscribe(self, topics: list[str]) -> None:
-        """Receive these gossip topics (those not received yet), each in a cancel scope of
-        its own: leaving a shard stops its loop before unsubscribing (py-libp2p closes the
-        subscription's channel)."""
-        gossip = self.services.gossip
-        for topic in topics:
-            if topic in self._topics:
-                continue
-            self.p2p_pubsub.set_validator(topic, gossip.validate)
-            subscription = await self.p2p_pubsub.subscribe(topic)
-            self._topics[topic] = scope = trio.CancelScope()
-            self._nursery.start_soon(_within, scope, gossip.receive_loop, subscription)
-
-    async def _unsubscribe(self, scope: Scope) -> None:
-        """Stop receiving the shard topics of ``scope`` (the base topic stays)."""
-        if not self.config.gossip_sharded or scope.shards is None:
-            return
-        for shard in sorted(scope.shards):
-            topic = shard_topic(OPS_TOPIC, shard)
-            if (loop := self._topics.pop(topic, None)) is not None:
-                loop.cancel()
-                await self.p2p_pubsub.unsubscribe(topic)
-
-    async def _leave(self, held: Scope, expired: Scope) -> None:
-        """Shards whose grace ended: out of the scope, their rows off the disk, in one writer
-        step (sessions from then on neither offer nor accept them)."""
-        replica = self.services.replica
-        shards = frozenset(expired.shards or ())
-        dropped = await self.services.writer.call(lambda: replica.drop_shards(shards))
-        self.services.intake.scope = replica.scope
-        await self._unsubscribe(expired)
-        log.info("left shards %s: %d records dropped", sorted(shards), dropped)
-        self.metrics.inc("scope_shards_left", len(shards), help="shards --scope auto dropped")
+        return self.scopes.holders_of(chat)
 
     # --- sync over libp2p streams ---
 
@@ -516,11 +438,6 @@ def open_replica(db: ChatDb, cfg: NodeConfig) -> DbReplica:
         return DbReplica(db, scope=scope)
     except ScopeError as exc:
         raise StartupRefused(f"data directory {cfg.data}: {exc}") from exc
-
-
-async def _within(scope: trio.CancelScope, run: Callable[..., Awaitable[None]], *args: Any) -> None:
-    with scope:
-        await run(*args)
 
 
 def _count_dropped(metrics: Metrics, reason: str) -> None:

@@ -1,0 +1,134 @@
+"""The node's scope at run time (SYNC.md, "Scopes"): its gossip topics per shard, joining and
+leaving shards, and who holds a chat it does not. The I/O shell around ``sync/serving.py``
+(through ``node/scope_keeper.py``), ``store/leaving.py`` and ``node/scope_answer.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import base58
+import trio
+
+from node.config import NodeConfig
+from node.gossip.settings import OPS_TOPIC
+from node.gossip.topics import shard_topic, topics_for
+from node.p2p.host import Libp2pHost, Libp2pPubSub
+from node.peers import PeerManager
+from node.scope_answer import nodes_holding
+from node.scope_keeper import ScopeKeeper
+from node.services import Services
+from sync.scope import Scope
+from sync.serving import ServedScope
+
+log = logging.getLogger(__name__)
+
+
+class NodeScopes:
+    def __init__(
+        self,
+        config: NodeConfig,
+        services: Services,
+        host: Libp2pHost,
+        pubsub: Libp2pPubSub,
+        peers: PeerManager,
+    ) -> None:
+        self.config, self.services = config, services
+        self.host, self.pubsub, self.peers = host, pubsub, peers
+        # gossip topics received, each loop's cancel scope (more, or fewer, as the scope changes)
+        self._topics: dict[str, trio.CancelScope] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Receive the base topic and (with ``gossip_sharded``) our shards' topics; with
+        ``--scope auto`` or scope authentication, keep the scope (``ScopeKeeper``)."""
+        cfg, services = self.config, self.services
+        self._nursery = nursery
+        await self._subscribe(topics_for(OPS_TOPIC, services.replica.scope, sharded=cfg.gossip_sharded))  # fmt: skip
+        if cfg.scope_auto or cfg.scope_authenticate:
+            keeper = self._keeper()
+            if cfg.scope_authenticate:
+                services.sync.peer_bound = keeper.bound_for
+            nursery.start_soon(keeper.run)
+
+    def holds_chat(self, chat: bytes) -> bool:
+        return self.services.replica.scope.holds_chat(chat)
+
+    def holders_of(self, chat: bytes) -> list[str]:
+        """Peer ids (base58) of nodes holding a chat outside our scope (a worker thread's)."""
+        cfg = self.config
+        found = nodes_holding(
+            chat, self.services.db.reads, own=self.host.peer_id.to_bytes(),
+            known=self._connected(), replication_factor=cfg.replication_factor,
+            num_shards=cfg.network_shards,
+        )  # fmt: skip
+        return [base58.b58encode(n).decode() for n in found]
+
+    def _connected(self) -> list[bytes]:
+        return [p.to_bytes() for p in self.host.get_connected_peers()]
+
+    def _keeper(self) -> ScopeKeeper:
+        cfg, services = self.config, self.services
+        served = ServedScope(
+            self.host.peer_id.to_bytes(), cfg.network_shards,
+            pinned_shards=frozenset(cfg.scope_shards or ()),
+            grace_ms=int(cfg.scope_grace_s * 1000),
+        )  # fmt: skip
+        return ScopeKeeper(
+            services.replica, served, services.writer, services.clock, services.metrics,
+            interval_s=cfg.scope_check_interval_s, replication_factor=cfg.replication_factor,
+            known_nodes=self._connected, on_widen=self._join, on_expired=self._leave,
+            serve=cfg.scope_auto,
+        )  # fmt: skip
+
+    async def _join(self, old: Scope, new: Scope) -> None:
+        """New shards held: their gossip topics, and a session at once with every connected
+        peer (the holders among them fill the shards; the others' intersection is empty)."""
+        self.services.intake.scope = new
+        await self._subscribe(topics_for(OPS_TOPIC, new, sharded=self.config.gossip_sharded))
+        for name in self.peers.connected():
+            self.peers.rotation.go_on(name)
+
+    async def _leave(self, held: Scope, expired: Scope) -> None:
+        """Shards whose grace ended: out of the scope, their rows off the disk, in one writer
+        step (sessions from then on neither offer nor accept them); their topics left."""
+        replica = self.services.replica
+        shards = frozenset(expired.shards or ())
+        dropped = await self.services.writer.call(lambda: replica.drop_shards(shards))
+        self.services.intake.scope = replica.scope
+        await self._unsubscribe(expired)
+        log.info("left shards %s: %d records dropped", sorted(shards), dropped)
+        self.services.metrics.inc(
+            "scope_shards_left", len(shards), help="shards --scope auto dropped"
+        )
+
+    async def _subscribe(self, topics: list[str]) -> None:
+        """Receive these gossip topics (those not received yet), each in a cancel scope of
+        its own: leaving a shard stops its loop before unsubscribing (py-libp2p closes the
+        subscription's channel)."""
+        assert self._nursery is not None, "start() first"
+        gossip = self.services.gossip
+        for topic in topics:
+            if topic in self._topics:
+                continue
+            self.pubsub.set_validator(topic, gossip.validate)
+            subscription = await self.pubsub.subscribe(topic)
+            self._topics[topic] = scope = trio.CancelScope()
+            self._nursery.start_soon(_within, scope, gossip.receive_loop, subscription)
+
+    async def _unsubscribe(self, scope: Scope) -> None:
+        """Stop receiving the shard topics of ``scope`` (the base topic stays)."""
+        if not self.config.gossip_sharded or scope.shards is None:
+            return
+        for shard in sorted(scope.shards):
+            topic = shard_topic(OPS_TOPIC, shard)
+            if (loop := self._topics.pop(topic, None)) is not None:
+                loop.cancel()
+                await self.pubsub.unsubscribe(topic)
+
+
+async def _within(scope: trio.CancelScope, run: Callable[..., Awaitable[None]], *args: Any) -> None:
+    with scope:
+        await run(*args)
