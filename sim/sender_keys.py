@@ -202,12 +202,12 @@ class SenderKeys:
         sender = self.senders.setdefault(chat, {}).setdefault(author, Sender())
         known = self._known(sender, chat, node, t_ms)
         self._receive(node, t_ms, known)
-        self._grant_missing(t_ms, node, author, chat, sender, known)
         histories = _histories(op for _, op in known)
+        self._grant_missing(t_ms, node, author, chat, sender, known, histories)
         if (mine := histories.get(author)) is None or not mine.active_at(LATEST):
             return plan.stamp(node, t_ms), plain_message(filler)  # no member, as it knows
         if self.hand_over:
-            self._hand_over(chat, t_ms, [op for _, op in known], only=author, node=node)
+            self._hand_over(chat, t_ms, histories, only=author, node=node)
         view = frozenset(u for u, h in histories.items() if h.active_at(LATEST)) | {author}
         removed = frozenset(
             (u, h.removes[-1].pack()) for u, h in histories.items() if h.removes and u not in view
@@ -252,17 +252,17 @@ class SenderKeys:
         chat: int,
         sender: Sender,
         known: list[tuple[int, MemberOp]],
+        histories: dict[int, MemberHistory],
         *,
         everyone: bool = False,
     ) -> None:
-        """Message grants for members at a message's stamp that its epoch left out, and that
+        """``histories``: those of ``known``. Message grants for members at a message's stamp that its epoch left out, and that
         have none yet (``client.group_e2e.missing_grants``): for the adds it just learnt of and
         the messages it sent since — or, with ``everyone``, for every member and message."""
         new = [(i, op) for i, op in known if op.is_add and i not in sender.adds_checked]
         if not new and not everyone:
             return
         sender.adds_checked.update(i for i, _ in new)
-        histories = _histories(op for _, op in known)
         since = 0 if everyone else min(op.hlc for _, op in new)
         added = set(histories) if everyone else {op.user for _, op in new}
         owed: list[tuple[int, bytes, int]] = []
@@ -298,19 +298,18 @@ class SenderKeys:
                 self._owe(author, chat, sender, t_ms, everything=True)
         if self.hand_over:
             for chat in sorted(self.senders):
-                self._hand_over(chat, t_ms, self.ops.get(chat, []))
+                self._hand_over(chat, t_ms, _histories(self.ops.get(chat, [])))
 
     def _hand_over(
-        self, chat: int, t_ms: int, ops: list[MemberOp], *, only: int | None = None,
-        node: int | None = None,
+        self, chat: int, t_ms: int, histories: dict[int, MemberHistory], *,
+        only: int | None = None, node: int | None = None,
     ) -> None:  # fmt: skip
-        """The hand-overs of ``chat`` as ``ops`` show its members: per removed sender's
+        """The hand-overs of ``chat`` as ``histories`` show its members: per removed sender's
         message, its epoch's lowest active recipient (by user id) gives its key to each member
         at its stamp the epoch left out — not to one whose removal it names as recent as their
         add — once. ``only``: that member's alone, posting now from ``node`` (a client hands
         over when it posts); else everyone's, at the end of the workload."""
         plan = self.plan
-        histories = _histories(ops)
         active = {u for u, h in histories.items() if h.active_at(LATEST)}
         handed = self.handed.setdefault(chat, set())
         owed: dict[int, list[tuple[bytes, bytes, int]]] = {}
@@ -355,4 +354,5 @@ class SenderKeys:
         else:
             known = self._known(sender, chat, node, t_ms)
         self._receive(node, t_ms, known)
-        self._grant_missing(t_ms, node, author, chat, sender, known, everyone=everything)
+        histories = _histories(op for _, op in known)
+        self._grant_missing(t_ms, node, author, chat, sender, known, histories, everyone=everything)
