@@ -100,13 +100,7 @@ class Receipts:
                 return {}
             start = chat_id + (after + 1).to_bytes(8, "big")
         end = prefix_end(chat_id)
-        hidden = self._hidden.seqs(chat_id)
-        values: Iterator[bytes]
-        if hidden:  # rare: the keys say which are hidden
-            rows = self._rocks.iter_range("messages", start, end)
-            values = (value for key, value in rows if seq_of(key) not in hidden)
-        else:
-            values = self._rocks.iter_values("messages", start, end)
+        values = self._shown_values(start, end, self._hidden.seqs(chat_id))
         counts: dict[bytes, int] = {}
         kind_at, content = KIND_AT, _CONTENT_BYTES
         for value in values:
@@ -126,12 +120,7 @@ class Receipts:
                 return 0
             start = chat_id + (packed + 1).to_bytes(8, "big")
         end = prefix_end(chat_id)
-        values: Iterator[bytes]
-        if hidden:  # rare: the keys say which are hidden
-            rows = self._rocks.iter_range("messages", start, end)
-            values = (value for key, value in rows if seq_of(key) not in hidden)
-        else:
-            values = self._rocks.iter_values("messages", start, end)
+        values = self._shown_values(start, end, hidden)
         # sender_and_kind, inlined: the sender's bytes and the kind byte read in place
         count = 0
         kind_at, content = KIND_AT, _CONTENT_BYTES
@@ -140,4 +129,13 @@ class Receipts:
                 count += 1
                 if count == UNREAD_CAP:
                     break
+        del end  # (held to here: the scan's bound)
         return count
+
+    def _shown_values(self, start: bytes, end: bytes | None, hidden: set[int]) -> Iterator[bytes]:
+        """The values of the messages from ``start`` to ``end``, but the hidden ones (seqs in
+        ``hidden``), in key order. The caller keeps ``end`` alive while it iterates."""
+        if hidden:  # rare: the keys say which are hidden
+            rows = self._rocks.iter_range("messages", start, end)
+            return (value for key, value in rows if seq_of(key) not in hidden)
+        return self._rocks.iter_values("messages", start, end)
