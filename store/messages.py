@@ -214,7 +214,8 @@ class Messages:
         if ref is not None:
             self._index_ref(msg, msg_id, key, seq, batch)
         if content:  # (a reply too: it refers, and may be referred to)
-            self._mark_referred_split(batch, {msg_id: key}, [msg], [])
+            if self._get("ref_targets", msg_id) is not None:  # referred to before it arrived
+                self._mark_referred_split(batch, {msg_id: key}, [msg], [])
         elif ref is not None and kind in CHANGES_TARGET:
             self._mark_referred_split(batch, {msg_id: key}, [], [(msg, ref)])
         counted = None
