@@ -24,6 +24,7 @@ from sync.scope import (
     shard_of,
     shards_scope,
     split_by_scope,
+    user_shard_of,
 )
 
 from sync_support import CHATS, USERS, identity, member, message
@@ -80,7 +81,48 @@ def test_the_wire_form_round_trips(case: tuple[int, frozenset[int]]) -> None:
     scope = Scope(shards, num_shards)
     wire = scope.to_wire()
     assert wire is not None and len(wire[1]) == (num_shards + 7) // 8  # type: ignore[arg-type]
+    assert len(wire) == 2  # no user shards: today's two fields
     assert Scope.from_bitmap(num_shards, wire[1]) == scope  # type: ignore[arg-type]
+
+
+@given(
+    st.integers(1, 300).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.frozensets(st.integers(0, n - 1)),
+            st.frozensets(st.integers(0, n - 1), min_size=1),
+        )
+    )
+)
+def test_the_wire_form_with_user_shards_round_trips(
+    case: tuple[int, frozenset[int], frozenset[int]],
+) -> None:
+    num_shards, shards, users = case
+    scope = Scope(shards, num_shards, users)
+    wire = scope.to_wire()
+    assert wire is not None and len(wire) == 3
+    assert Scope.from_bitmap(num_shards, wire[1], wire[2]) == scope  # type: ignore[arg-type]
+
+
+def test_user_shards_are_a_namespace_of_their_own_and_intersect_with_chat_shards() -> None:
+    users = [bytes([i]) * 32 for i in range(64)]
+    assert any(user_shard_of(u, DEFAULT_SHARDS) != shard_of(u, DEFAULT_SHARDS) for u in users)
+    assert all(0 <= user_shard_of(u, 7) < 7 for u in users)
+    mine = Scope(frozenset({1, 2}), DEFAULT_SHARDS, frozenset({user_shard_of(A, DEFAULT_SHARDS)}))
+    assert mine.indexes_user(A) and EVERYTHING.indexes_user(A)
+    assert not shards_scope({1, 2}).indexes_user(A)  # chat shards only: no user indexed
+    peer = Scope(frozenset({2, 3}), DEFAULT_SHARDS, frozenset(range(DEFAULT_SHARDS)))
+    both = mine & peer
+    assert both.shards == {2} and both.user_shards == mine.user_shards
+    assert peer.covers(Scope(frozenset({2}), DEFAULT_SHARDS, mine.user_shards))
+    assert not shards_scope({1, 2}).covers(mine)  # the same chats, fewer users indexed
+
+
+def test_a_full_scope_takes_no_user_shards_and_a_user_shard_out_of_range_is_refused() -> None:
+    with pytest.raises(ScopeError):
+        Scope(None, DEFAULT_SHARDS, frozenset({1}))
+    with pytest.raises(ScopeError):
+        Scope(frozenset(), 4, frozenset({4}))
 
 
 def test_a_bitmap_with_bits_past_the_last_shard_is_refused() -> None:
