@@ -37,6 +37,7 @@ class Domain(IntEnum):
     MEMBERS = 1
     IDENTITY = 2
     DELETES = 3  # DELETE messages: grow-only, never expired (MESSAGES.md)
+    INDEX = 4  # the member ops again, placed by their subject's user shard (sync.scope)
 
 
 class FrameType(IntEnum):

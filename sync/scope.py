@@ -1,15 +1,17 @@
 """What a replica holds and a session reconciles: a scope. Pure and deterministic.
 
-A chat's **shard** is ``int(BLAKE3(chat_id)[:4]) mod S``, ``S`` fixed per network. A scope
-is a set of shards, or every shard (``EVERYTHING``: a full node, today's default). Identity
-and member ops are *global*: every scope holds them (a node decides its chats, and which
-chats are its own, from them). Messages and deletes follow their chat's shard. A session
-reconciles the intersection of both sides' scopes (``Scope.__and__``); the store refuses a
-scoped record outside its scope (``split_by_scope``). SYNC.md, "Scopes", says why that still
-converges.
+A chat's **shard** is ``int(BLAKE3(chat_id)[:4]) mod S``, ``S`` fixed per network; a user's
+**user shard** is the same over a domain-tagged user id. A scope is a set of chat shards and
+a set of user shards, or every shard (``EVERYTHING``: a full node, today's default).
+Identities are *global*: every scope holds them. Messages, deletes and member ops follow
+their chat's shard; the member index (the same member ops again) follows its subject's user
+shard, so a node learns which chats its users are in without holding every chat's ops
+(docs/design/member-scopes.md). A session reconciles the intersection of both sides' scopes
+(``Scope.__and__``); the store refuses a scoped record outside its scope
+(``split_by_scope``). SYNC.md, "Scopes", says why that still converges.
 
 ``scope_for`` derives a node's scope from the users it serves (their signed home-node
-lists), the member ops that add them to chats, and what its operator pins. ``holders`` is
+lists), the member ops that add them to chats (its index), and what its operator pins. ``holders`` is
 the replication-factor rule (SYNC.md, "Replication factor"): which nodes hold a shard so
 that every chat is held by at least ``R`` live nodes; the simulator imports it to check R.
 """
@@ -261,19 +263,30 @@ def replica_shards(
 T = TypeVar("T")
 
 
-def chat_of(record: object) -> bytes | None:
-    """The chat a record follows, or None for a global one (identity, member op)."""
-    return record.chat_id if isinstance(record, MsgV1) else None
+def in_chat_scope(record: object, scope: Scope) -> bool:
+    """A record the scope holds to decide its chats: messages, deletes and member ops of its
+    chats; identities always (global)."""
+    if isinstance(record, MsgV1 | MembershipOp):
+        return scope.holds_chat(record.chat_id)
+    return True
+
+
+def in_index(record: object, scope: Scope) -> bool:
+    """A member op the scope's member index holds: one naming a user it indexes."""
+    return isinstance(record, MembershipOp) and scope.indexes_user(record.user_id)
+
+
+def in_scope(record: object, scope: Scope) -> bool:
+    """A record this scope holds at all: in its chats' domains or in its member index."""
+    return in_chat_scope(record, scope) or in_index(record, scope)
 
 
 def split_by_scope(records: Sequence[T], scope: Scope) -> tuple[list[T], list[T]]:
-    """(kept, refused): messages and deletes outside ``scope`` are refused; global records
-    (identities, member ops) are always kept."""
+    """(kept, refused): what ``scope`` holds (``in_scope``) and what it does not."""
     if scope.shards is None:
         return list(records), []
     kept: list[T] = []
     refused: list[T] = []
     for record in records:
-        chat = chat_of(record)
-        (kept if chat is None or scope.holds_chat(chat) else refused).append(record)
+        (kept if in_scope(record, scope) else refused).append(record)
     return kept, refused

@@ -148,15 +148,18 @@ def test_served_users_are_those_whose_home_nodes_name_the_node() -> None:
     assert served_users(b"n1", homes) == {A} and served_users(b"n9", homes) == set()
 
 
-def test_split_by_scope_keeps_global_records_and_refuses_other_chats() -> None:
-    inside = message(0)  # CHATS[0]
-    outside = next(message(n) for n in (1, 2) if shard_of(CHATS[n], 64) != shard_of(CHATS[0], 64))
+def test_split_by_scope_keeps_identities_and_refuses_other_chats_and_users() -> None:
+    other = next(n for n in (1, 2) if shard_of(CHATS[n], 64) != shard_of(CHATS[0], 64))
+    inside, outside = message(0), message(other)  # CHATS[0], another shard's chat
     scope = shards_scope({shard_of(CHATS[0], 64)}, 64)
-    op = member(1, 1, 1_000)
+    op_inside, op_outside = member(0, 1, 1_000), member(other, 1, 1_000)
     ident = identity(1, 1, 1)
-    kept, refused = split_by_scope([inside, outside, op, ident], scope)
-    assert kept == [inside, op, ident] and refused == [outside]
+    kept, refused = split_by_scope([inside, outside, op_inside, op_outside, ident], scope)
+    assert kept == [inside, op_inside, ident] and refused == [outside, op_outside]
     assert split_by_scope([outside], EVERYTHING) == ([outside], [])
+    # a user shard indexed: every op naming that user is held, whatever its chat
+    indexing = Scope(scope.shards, 64, frozenset({user_shard_of(USERS[1], 64)}))
+    assert split_by_scope([op_outside, outside], indexing) == ([op_outside], [outside])
 
 
 # --- the replication factor: holders(shard, nodes, R) ------------------------------------
