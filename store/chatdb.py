@@ -79,8 +79,9 @@ class ChatDb:
         self.feeds = feeds = Feeds(rocks, metas, events, members, hidden, receipts)
         self.originals = originals = Originals(rocks)
         self.reads = ChatReads(
-            messages, views, inbox, receipts, feeds, events, identities, members, originals
-        )
+            messages, views, inbox, receipts, feeds, events, identities, members,
+            self.member_index, originals,
+        )  # fmt: skip
         self._bind()
         if {"referred", "receipts"} & rocks.created_families:  # written by an earlier version
             messages.rebuild_reference_indexes()

@@ -66,13 +66,14 @@ class MemberIndex:
         for op_id, value in self._rocks.iter_all(CF):
             yield op_id, _user(value)
 
-    def rows_of(self, users: Iterable[bytes]) -> Iterator[tuple[bytes, bytes, bool]]:
-        """(chat, user, active) of each (chat, user) row the ops naming ``users`` fold to —
-        the row a holder of the chat folds, as it folds the same ops (``sync.serving``)."""
-        wanted = set(users)
+    def rows_of(self, users: Iterable[bytes] | None) -> Iterator[tuple[bytes, bytes, bool]]:
+        """(chat, user, active) of each (chat, user) row the ops naming ``users`` (None:
+        every user) fold to — the row a holder of the chat folds, as it folds the same ops
+        (``sync.serving``)."""
+        wanted = None if users is None else set(users)
         rows: dict[tuple[bytes, bytes], MemberInfo] = {}
         for _, value in self._rocks.iter_all(CF):
-            if _user(value) not in wanted:
+            if wanted is not None and _user(value) not in wanted:
                 continue
             op = decode_membership_op(value[USER_ID_LEN:])
             key = (op.chat_id, op.user_id)
@@ -81,6 +82,10 @@ class MemberIndex:
             rows[key] = merged
         for (chat, user), info in rows.items():
             yield chat, user, info.active
+
+    def indexed_members(self, chat: bytes) -> list[bytes]:
+        """The users the index folds to active members of ``chat`` (those it indexes)."""
+        return [user for c, user, active in self.rows_of(None) if c == chat and active]
 
     def drop(self, leaves: Callable[[bytes], bool]) -> list[bytes]:
         """Drop the ops naming a user ``leaves`` says, in one WriteBatch: their ids."""

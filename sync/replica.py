@@ -48,7 +48,15 @@ from store.retention import Expiry
 from store.waiting import WaitingRoom
 from sync.frames import Domain
 from sync.merkle import MerkleTree, TreeReader
-from sync.scope import EVERYTHING, Scope, ScopeError, in_chat_scope, in_index, shard_of
+from sync.scope import (
+    EVERYTHING,
+    Scope,
+    ScopeError,
+    in_chat_scope,
+    in_index,
+    shard_of,
+    user_shard_of,
+)
 from sync.shards import SCOPED, ScopedTrees, ShardLeaves, placement_key
 
 if TYPE_CHECKING:  # a ChatDb is passed in; sync never imports rocksdict itself
@@ -585,6 +593,11 @@ def _fit_to_scope(db: ChatDb, scope: Scope) -> None:
 
 def _chats(db: ChatDb, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
     return db.iter_msg_chats() if domain is MESSAGES else db.iter_delete_chats()
+
+
+def held_user_shards(db: ChatDb, num_shards: int) -> frozenset[int]:
+    """The user shards of the users a store's member index holds entries of."""
+    return frozenset(user_shard_of(user, num_shards) for _, user in db.member_index.iter_users())
 
 
 def held_shards(db: ChatDb, num_shards: int) -> frozenset[int]:
