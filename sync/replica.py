@@ -342,10 +342,9 @@ class MemoryReplica(ScopedTrees):
         )
 
     def apply_record(self, record: Record) -> bool:
-        """Merge one validated record; True if it changed the replica."""
-        plan = plan_ops([record], self, self.plan_rules)
-        self._carry_out(plan)
-        return plan.new[0]
+        """Merge one validated record (refused outside the scope, as ``apply_ops`` does);
+        True if it changed the replica."""
+        return self.apply_ops([record]).new[0]
 
     # --- the HeldView the planner reads ---
 
