@@ -117,20 +117,17 @@ def _filter_applied(
     put_index: Callable[[list[MembershipOp]], list[bool]],
 ) -> tuple[Applied, int]:
     """Index the member ops naming a user ``scope`` indexes (``put_index``), apply what lies
-    in its chats (``in_chat_scope``): ``new`` per op, new to either; and how many ops lie in
-    neither (refused)."""
+    in its chats (``in_chat_scope``): ``new`` per op, new to either (an op new to both is
+    one change); and how many ops lie in neither (refused)."""
     to_index = [op for op in ops if in_index(op, scope)]
     indexed = {id(op) for op, new in zip(to_index, put_index(to_index), strict=True) if new}
-    if scope.is_full:
-        applied = apply(list(ops))
-        new = [n or id(op) in indexed for op, n in zip(ops, applied.new, strict=True)]
-        return Applied(new, applied.changed + len(indexed), applied.stored), 0
-    kept = [op for op in ops if in_chat_scope(op, scope)]
+    kept = list(ops) if scope.is_full else [op for op in ops if in_chat_scope(op, scope)]
     applied = apply(kept)
     flags = dict(zip(map(id, kept), applied.new, strict=True))
     new = [flags.get(id(op), False) or id(op) in indexed for op in ops]
+    only_indexed = sum(1 for op in ops if id(op) in indexed and not flags.get(id(op), False))
     refused = sum(1 for op in ops if id(op) not in flags and not in_index(op, scope))
-    return Applied(new, applied.changed + len(indexed), applied.stored), refused
+    return Applied(new, applied.changed + only_indexed, applied.stored), refused
 
 
 def _bucket(record_id: bytes) -> int:
