@@ -25,13 +25,19 @@ from sync.scope import Scope, shard_of, user_shard_of
 Leaf = list[int]  # [count, xor, check]
 
 
-class ShardLeaves:
-    """One domain's non-empty leaves, per shard."""
+LEVEL_CACHE = 64  # (shards, depth) levels kept per domain: a session reads a few, often
 
-    __slots__ = ("_shards",)
+
+class ShardLeaves:
+    """One domain's non-empty leaves, per shard, and the levels of the views read since the
+    last change (a session reads the same view's levels many times: summing the leaves anew
+    each time was most of a scoped session's cost)."""
+
+    __slots__ = ("_levels", "_shards")
 
     def __init__(self) -> None:
         self._shards: dict[int, dict[int, Leaf]] = {}
+        self._levels: dict[tuple[frozenset[int], int], dict[int, tuple[int, int]]] = {}
 
     def insert(self, shard: int, record_id: bytes) -> None:
         self._toggle(shard, record_id, +1)
@@ -42,6 +48,7 @@ class ShardLeaves:
     def _toggle(self, shard: int, record_id: bytes, delta: int) -> None:
         if len(record_id) != RECORD_ID_LEN:
             raise ValueError(f"record id must be {RECORD_ID_LEN} bytes, got {len(record_id)}")
+        self._levels.clear()  # every cached level may include this leaf
         leaves = self._shards.setdefault(shard, {})
         bucket = (record_id[0] << 8) | record_id[1]
         leaf = leaves.get(bucket)
@@ -80,6 +87,15 @@ class ShardView:
             yield from held.get(shard, {}).items()
 
     def _level(self, depth: int) -> dict[int, tuple[int, int]]:
+        cache = self._leaves._levels
+        found = cache.get((self._shards, depth))
+        if found is None:
+            if len(cache) >= LEVEL_CACHE:
+                cache.clear()
+            found = cache[self._shards, depth] = self._sum_level(depth)
+        return found
+
+    def _sum_level(self, depth: int) -> dict[int, tuple[int, int]]:
         shift = FANOUT_BITS * (DEPTH - depth)
         out: dict[int, tuple[int, int]] = {}
         for bucket, (count, xor, _) in self._each_leaf():
