@@ -30,7 +30,7 @@ from store.ingress import Limits, refuse_never_valid
 from store.kinds import Claims, claims_of, decode_receipt, delete_is_valid
 from store.ops import MembershipAction, MembershipOp, Op
 from store.records import MessageKind, MsgV1
-from sync.scope import EVERYTHING, Scope, shard_of, split_by_scope
+from sync.scope import EVERYTHING, Scope, in_chat_scope, shard_of
 
 
 def ops_not_held(db: ChatDb, ops: list[Op]) -> list[Op]:
@@ -54,12 +54,12 @@ class OutsideScope(InvalidInput):
 
 
 def refuse_outside_scope(scope: Scope, ops: list[Op]) -> None:
-    """Refuse, rather than drop unsaid, what the store would not write: a chat outside the
-    node's scope."""
-    _, refused = split_by_scope(ops, scope)
-    for op in refused:
-        assert isinstance(op, MsgV1)  # only messages and deletes follow a scope
-        raise outside_scope(op.chat_id, scope.num_shards)
+    """Refuse, rather than drop unsaid, a client's op of a chat outside the node's scope:
+    its messages, deletes and member ops are decided by the nodes holding it."""
+    for op in ops:
+        if not in_chat_scope(op, scope):
+            assert isinstance(op, MsgV1 | MembershipOp)  # identities are global
+            raise outside_scope(op.chat_id, scope.num_shards)
 
 
 def outside_scope(chat: bytes, num_shards: int) -> OutsideScope:

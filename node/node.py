@@ -67,7 +67,7 @@ from store.ops import Op
 from store.retention import RetentionPolicy
 from store.rocks import ChatDbConfig
 from sync.frames import Domain
-from sync.replica import DbReplica, held_shards
+from sync.replica import DbReplica, held_shards, held_user_shards
 from sync.scope import Scope, ScopeError
 
 if TYPE_CHECKING:
@@ -431,8 +431,9 @@ def open_replica(db: ChatDb, cfg: NodeConfig) -> DbReplica:
     holds chats outside it (narrowing a store is not built: SYNC.md, "Scopes")."""
     scope = cfg.scope
     if cfg.scope_auto:  # what the store holds stays held until released (sync/serving.py)
+        num = scope.num_shards
         scope = Scope(
-            frozenset(scope.shards or ()) | held_shards(db, scope.num_shards), scope.num_shards
+            frozenset(scope.shards or ()) | held_shards(db, num), num, held_user_shards(db, num)
         )
     try:
         return DbReplica(db, scope=scope)

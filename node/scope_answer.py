@@ -1,9 +1,10 @@
 """Which nodes hold a chat this node does not (SYNC.md, "Scopes": a client asking a node for
 a chat outside its scope is told where to go). Reads only; the rule is ``sync.scope``'s.
 
-Two sources, both global state every node holds: the home nodes its members name in their
-signed identities (the nodes serving them hold the chat under ``--scope auto``), and the
-shard's holders by the replication-factor rule among the peers we know. At most
+Two sources: the home nodes its members name in their signed identities (the nodes serving
+them hold the chat under ``--scope auto``) — of the members this node's member index knows
+(the users of its user shards: a chat's member ops follow the chat, which we do not hold) —
+and the shard's holders by the replication-factor rule among the peers we know. At most
 ``MAX_NAMED`` nodes, members' home nodes first; the members read are bounded too (a big
 group's first ``MAX_MEMBERS_READ``).
 """
@@ -29,7 +30,7 @@ def nodes_holding(
 ) -> list[bytes]:
     """Peer ids of nodes that hold ``chat`` (ourselves left out), best first."""
     named: list[bytes] = []
-    for user, _ in reads.list_members_with_info(chat)[:MAX_MEMBERS_READ]:
+    for user in reads.indexed_members(chat)[:MAX_MEMBERS_READ]:
         found = reads.get_identity(user)
         if found is not None:
             named.extend(decode_identity_doc(found[1]).home_nodes)

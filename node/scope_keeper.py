@@ -27,7 +27,7 @@ from node.clock import Clock
 from node.metrics import Metrics
 from node.writer import DbWriter
 from store.chatdb import ChatDb
-from sync.entitled import entitled_shards
+from sync.entitled import entitled_shards, entitled_user_shards
 from sync.merkle import MerkleTree
 from sync.protocol import Domain
 from sync.replica import DbReplica
@@ -66,9 +66,10 @@ class ScopeKeeper:
         self._marks: object = None
         self.serve = serve
         self.entitled: dict[bytes, frozenset[int]] = {}  # node -> shards its users are in
+        self.entitled_users: dict[bytes, frozenset[int]] = {}  # node -> its users' shards
         self._nodes: list[bytes] = []
         self._rule_cache: dict[bytes, frozenset[int]] = {}
-        served.hold(replica.scope.shards or ())  # what the store holds at start
+        served.hold(replica.scope.shards or (), replica.scope.user_shards or ())  # at start
         metrics.gauge(
             "scope_shards",
             lambda: {(): _count(self.replica.scope)},
@@ -89,11 +90,13 @@ class ScopeKeeper:
         """One look: re-read what changed, then widen or drop as ``ServedScope`` says."""
         nodes = sorted(set(self.known_nodes()))
         trees = self.replica.trees
-        marks = (_root(trees[Domain.MEMBERS]), _root(trees[Domain.IDENTITY]), nodes)
+        roots = (_root(trees[d]) for d in (Domain.MEMBERS, Domain.INDEX, Domain.IDENTITY))
+        marks = (*roots, nodes)
         if marks != self._marks:
             homes, rows = await trio.to_thread.run_sync(read_homes_and_rows, self.replica.db)
             self._see(homes, rows, nodes)
             self.entitled = entitled_shards(homes, rows, self.served.num_shards)
+            self.entitled_users = entitled_user_shards(homes, self.served.num_shards)
             self._nodes, self._rule_cache = nodes, {}
             self._marks = marks
         if self.serve:
@@ -111,14 +114,20 @@ class ScopeKeeper:
                 rule = replica_shards(node, known, self.replication_factor, self.served.num_shards)
             if len(self._rule_cache) < 1_024:  # bounded: peers come and go
                 self._rule_cache[node] = rule
-        return Scope(self.entitled.get(node, frozenset()) | rule, self.served.num_shards)
+        return Scope(
+            self.entitled.get(node, frozenset()) | rule,
+            self.served.num_shards,
+            self.entitled_users.get(node, frozenset()) | rule,
+        )
 
     async def _follow(self) -> None:
         held, expired = self.served.step(self.clock.wall_ms())
         old = self.replica.scope
         if not old.covers(held):
             wider = Scope(
-                frozenset(old.shards or ()) | frozenset(held.shards or ()), old.num_shards
+                frozenset(old.shards or ()) | frozenset(held.shards or ()),
+                old.num_shards,
+                frozenset(old.user_shards or ()) | frozenset(held.user_shards or ()),
             )
             await self.writer.call(lambda: self.replica.widen_scope(wider))
             log.info(
@@ -155,8 +164,13 @@ class ScopeKeeper:
 def read_homes_and_rows(
     db: ChatDb,
 ) -> tuple[list[tuple[bytes, tuple[bytes, ...]]], list[tuple[bytes, bytes, bool]]]:
-    """The identities naming home nodes and every member row (a worker thread's read)."""
-    return list(db.iter_home_nodes()), list(db.iter_member_rows())
+    """The identities naming home nodes, and the member rows (chat, user, active) folded
+    from the member index and, for pairs it lacks, the rows of the chats held (a worker
+    thread's read)."""
+    rows = {(chat, user): active for chat, user, active in db.member_index.rows_of(None)}
+    for chat, user, active in db.iter_member_rows():
+        rows.setdefault((chat, user), active)
+    return list(db.iter_home_nodes()), [(c, u, a) for (c, u), a in rows.items()]
 
 
 def _count(scope: Scope) -> int:

@@ -27,7 +27,7 @@ import json
 import resource
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,7 @@ import blake3
 from sim import retention_model
 from sim.bugs import Rules, book_for, rules_for
 from sim.rand import derive
-from sim.replica import DELETES, IDENTITY, MEMBERS, MESSAGES, ShardContext, SimReplica
+from sim.replica import DELETES, IDENTITY, INDEX, MEMBERS, MESSAGES, ShardContext, SimReplica
 from sim.schedule import (
     REPLAY_COLUMNS,
     UNIFORM,
@@ -50,7 +50,7 @@ from sim.schedule import (
 )
 from sim.scope_book import ScopeBook
 from sim.scope_check import check_scopes
-from sim.scopes import ScopeParams
+from sim.scopes import ScopeParams, split_group
 from sim.shards import Expected, content_item, shard_of, tombstone_item, view_digest
 from store import trace as tr
 from store.errors import ClockDriftError, InvalidInput
@@ -295,18 +295,20 @@ class ShardSim:
         elif kind == tr.GC:
             self._gc(node, t)
         elif kind == tr.SCOPE:
-            self._set_scope(node, frozenset(event.args["group"] or ()))
+            self._set_scope(node, event.args["group"] or ())
 
-    def _set_scope(self, node: int, shards: frozenset[int]) -> None:
+    def _set_scope(self, node: int, group: Sequence[int]) -> None:
         """The node's scope from now on: the network (topics, holders) learns the trace's;
         the replica holds what the rules make of it (a planted bug may forget a shard).
         An operator's step: what came before it is durable."""
         assert self.book is not None, "a scope event in a trace without scope_shards"
         rep = self.reps[node]
         held = rep.scope.shards or frozenset()
-        told = self.book.set(node, shards)
+        shards, users = split_group(group, self.book.num_shards)
+        told = self.book.set(node, shards, users)
         rep.flush()
-        rep.set_scope(Scope(self.rules.next_scope(held, shards), told.num_shards))
+        chats = self.rules.next_scope(held, shards)
+        rep.set_scope(Scope(chats, told.num_shards, told.user_shards))
 
     def _local_op(self, i: int, node: int, t: int) -> None:
         if not self.alive[node]:
@@ -332,9 +334,11 @@ class ShardSim:
             self.stats["posts_waiting_at_origin"] += record.msg_id in rep.waiting
         rep.flush()
         self.stats["ops_applied"] += 1
-        subscribed = None  # a scoped message goes to its shard's topic only
+        subscribed = None  # scoped: a message to its shard's topic, a member op to its two
         if self.book is not None and isinstance(record, MsgV1):
             subscribed = self.book.subscribed(record.chat_id)
+        elif self.book is not None and isinstance(record, MembershipOp):
+            subscribed = self.book.subscribed_op(record.chat_id, record.user_id)
         fanout = self.schedule.publish(key, i, node, t, subscribed)
         self.stats["gossip_dropped"] += fanout.dropped
         self.stats["gossip_duplicated"] += fanout.duplicated
@@ -516,7 +520,8 @@ class ShardSim:
         scoped = None
         if self.book is not None:
             live = [self.alive[n] and self.honest[n] for n in range(self.n)]
-            scoped = check_scopes(self.reps, exp, self.book.shard, live, _compare)
+            book = self.book
+            scoped = check_scopes(self.reps, exp, book.shard, book.user_shard, live, _compare)
             for row, counts in zip(per_node, scoped.per_node, strict=True):
                 row.update(counts)
         return {
@@ -532,7 +537,7 @@ class ShardSim:
         }
 
 
-DOMAINS = (MESSAGES, MEMBERS, IDENTITY, DELETES)  # Domain's order: the runner zips by it
+DOMAINS = (MESSAGES, MEMBERS, IDENTITY, DELETES, INDEX)  # Domain's order: the runner zips by it
 
 
 def _compare(

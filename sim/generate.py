@@ -47,6 +47,7 @@ from store.ops import MembershipAction, MembershipOp, make_identity
 from store.records import MessageKind, MsgV1, Role
 from store.signing import key_from_seed, public_key, user_id_from_key
 from sync.scope import shard_of as scope_shard_of
+from sync.scope import user_shard_of
 
 DAY_MS = 86_400_000
 FAULTS = ("partition", "oneway", "drop", "dup", "delay", "crash", "skew", "far-future", "gc")
@@ -775,9 +776,10 @@ def _scope_faults(p: GenParams, planner: _Planner, specs: list[OpSpec]) -> list[
         if s.chat >= 0 and (s.kind == tr.MSG or s.kind in tr.MEMBER_KINDS)
     ]
     params = ScopeParams(p.scope_shards, p.replication)
+    users = [user_shard_of(_user_id(p.seed, u), p.scope_shards) for u in range(p.users)]
     return [
         Fault(t, tr.SCOPE, node, {"group": group})
-        for t, node, group in plan_scopes(events, set(shards), p.nodes, params)
+        for t, node, group in plan_scopes(events, set(shards), p.nodes, params, users)
     ]
 
 

@@ -85,16 +85,18 @@ class Oracle:
     invalid_ops: int = 0
     inadmissible: int = 0  # valid messages after the cutoff that no op admits
     keys: KeyCounts = field(default_factory=KeyCounts)  # who can read which group message
-    # scoped traces: each node's last scope event, and the chat of every message and delete
+    # scoped traces: each node's last scope event, the chat of every message, delete and
+    # member op, and the user each member op names
     final_scopes: dict[int, frozenset[int]] = field(default_factory=dict)
     chat_of: dict[bytes, bytes] = field(default_factory=dict)
+    user_of: dict[bytes, bytes] = field(default_factory=dict)
     scope_shards: int = 0
     replication: int = 3
 
     def ids(self, domain: Domain) -> list[bytes]:
         if domain is Domain.MESSAGES:
             return [m[0] for m in self.messages]
-        if domain is Domain.MEMBERS:
+        if domain in (Domain.MEMBERS, Domain.INDEX):  # a full node indexes every op
             return [m[0] for m in self.member_ops]
         if domain is Domain.DELETES:
             return [d[0] for d in self.deletes]
@@ -136,7 +138,9 @@ class Oracle:
         if self.scope_shards:
             exp.scope_shards, exp.replication = self.scope_shards, self.replication
             exp.final_scopes = self.final_scopes
-            exp.chat_of = {i: self.chat_of[i] for i in (*exp.messages, *exp.deletes, *exp.erased)}
+            held = (*exp.messages, *exp.deletes, *exp.erased, *exp.member_ops)
+            exp.chat_of = {i: self.chat_of[i] for i in held}
+            exp.user_of = {i: self.user_of[i] for i in exp.member_ops}
         return exp
 
 
@@ -226,10 +230,12 @@ def compute_oracle(spark: SparkSession, trace_uri: str, header: tr.TraceHeader) 
     raw = header.end_ms - header.retention_ms
     cutoff = raw - raw % header.gc_grain_ms  # the final GC's cutoff, rounded to the GC grain
     member_ops = valid.where(F.col("kind").isin(*tr.MEMBER_KINDS))
-    oracle.member_ops = [
-        (r["id"], r["shard_key"])
-        for r in member_ops.select(record_id("op").alias("id"), "shard_key").distinct().collect()
-    ]
+    ops = member_ops.select(record_id("op").alias("id"), "shard_key", "chat", "user").distinct()
+    oracle.member_ops = []
+    for r in ops.collect():
+        oracle.member_ops.append((r["id"], r["shard_key"]))
+        if header.params.get("scope_shards"):
+            oracle.chat_of[r["id"]], oracle.user_of[r["id"]] = r["chat"], r["user"]
     # Every valid message, aged or not: a delete erases whatever it names, at any age.
     decoded = valid.where(F.col("kind") == tr.MSG).withColumn(
         "msg", F.udf(_msg_fields, MSG_FIELDS)("op")

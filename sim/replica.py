@@ -61,6 +61,7 @@ from sync.frames import Domain
 from sync.replica import (
     DELETES,
     IDENTITY,
+    INDEX,
     MEMBERS,
     MESSAGES,
     BucketIndex,
@@ -69,7 +70,7 @@ from sync.replica import (
     new_bucket_index,
 )
 
-__all__ = ["IDENTITY", "MEMBERS", "MESSAGES", "Counters", "ShardContext", "SimReplica"]
+__all__ = ["IDENTITY", "INDEX", "MEMBERS", "MESSAGES", "Counters", "ShardContext", "SimReplica"]
 
 Key = tuple[bytes, bytes]  # (chat, user)
 ERASED = "erased"  # undo-log entries: a message refused on arrival as erased
@@ -148,6 +149,7 @@ class SimReplica(MemoryReplica):
             MEMBERS: SparseMerkleTree(ctx.trees),
             IDENTITY: SparseMerkleTree(ctx.trees),
             DELETES: SparseMerkleTree(ctx.trees),
+            INDEX: SparseMerkleTree(ctx.trees),
         }
         super().__init__(trees, ctx.buckets)
         self.ctx = ctx
@@ -169,20 +171,6 @@ class SimReplica(MemoryReplica):
         if self.rules.check_drift:
             records = [r for r in records if self._within_offset(r)]
         return super().apply(domain, records)
-
-    def apply_record(self, record: Record) -> bool:
-        """One record from gossip or a local write: a message of a chat outside the scope
-        is refused, as the store's ingress refuses it (``split_by_scope``); a scope may have
-        shrunk while the message was on its way."""
-        scope = self.scope
-        if (
-            scope.shards is not None
-            and isinstance(record, MsgV1)
-            and not scope.holds_chat(record.chat_id)
-        ):
-            self.refused_out_of_scope += 1
-            return False
-        return super().apply_record(record)
 
     def _within_offset(self, record: Record) -> bool:
         try:
@@ -262,12 +250,12 @@ class SimReplica(MemoryReplica):
 
     def _listed(self, domain: Domain, record_id: bytes) -> None:
         super()._listed(domain, record_id)  # into the shard-wide bucket index
-        if self.counting:
+        if self.counting and domain is not INDEX:  # the index repeats member ops' ids
             self.ctx.gained(record_id)
 
     def _unlisted(self, domain: Domain, record_id: bytes) -> None:
         """The shard-wide bucket index keeps the id: other replicas may hold it."""
-        if self.counting:
+        if self.counting and domain is not INDEX:
             self.ctx.lost(record_id)
 
     def _wrote(self, domain: Domain, key: Any, before: Any) -> None:
@@ -298,8 +286,8 @@ class SimReplica(MemoryReplica):
             elif domain is DELETES:
                 self._drop_delete(key)
             elif domain is MEMBERS:
-                op = self.member_ops.pop(key)
-                self._index(MEMBERS, key, None, key)
+                op = self.member_ops[key]
+                self._drop_member_op(key)
                 refold.add((op.chat_id, op.user_id))
             else:
                 self._set_identity(key, self.identities.get(key), before)
@@ -382,6 +370,8 @@ class SimReplica(MemoryReplica):
         self.counting = counting
         change = self.ctx.gained if counting else self.ctx.lost
         for domain in Domain:
+            if domain is INDEX:  # not counted (``_listed``)
+                continue
             for record_id in self.record_ids(domain):
                 change(record_id)
 

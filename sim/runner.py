@@ -36,6 +36,7 @@ from pyspark.sql import SparkSession
 from sim import engine
 from sim.oracle import Oracle, compute_oracle, oracle_summary
 from sim.schedule import UNIFORM
+from sim.scope_check import WANT_DOMAINS
 from sim.spark import LOOPBACK, ProgressServer, is_local_master
 from store import trace as tr
 from sync.frames import Domain
@@ -252,7 +253,7 @@ def combine(
     counters = (*engine.CHECK_COUNTERS, *(engine.SCOPE_COUNTERS if scoped else ()))
     roots = [[[0, 0] for _ in Domain] for _ in range(n)]
     # scoped: what each node's messages and deletes roots should be over its own scope
-    want = [[[0, 0], [0, 0]] for _ in range(n)]
+    want = [[[0, 0] for _ in WANT_DOMAINS] for _ in range(n)]
     nodes: list[dict[str, Any]] = [
         {"node": i, **dict.fromkeys(counters, 0), "clock_ahead_ms": -(1 << 62)} for i in range(n)
     ]
@@ -288,7 +289,7 @@ def combine(
         distinct = {tuple(roots[i][d]) for i in checked}
         oracle_root = oracle_roots[d]
         if scoped and d in SCOPED:  # each node on its own scope
-            w = 0 if d is Domain.MESSAGES else 1
+            w = WANT_DOMAINS.index(d)
             equal = all(roots[i][d] == want[i][w] for i in checked)
         else:
             equal = distinct == {oracle_root}

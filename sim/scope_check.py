@@ -2,15 +2,19 @@
 
 The oracle's expected state (``sim.shards.Expected``) covers every chat of the task; a
 node is compared with the part of it that lies in its final scope (the trace's last scope
-event for it, as the oracle read it), global domains whole. On top of the usual counters:
+event for it, as the oracle read it): the messages, deletes, member ops and rows of the
+chats of its shards, the member ops naming users of its user shards (its index), the
+identities whole. On top of the usual counters:
 
-* ``out_of_scope_held``: messages and deletes a node holds of a chat outside its scope;
+* ``out_of_scope_held``: messages, deletes and member ops a node holds of a chat outside its
+  scope, and index entries of users outside its user shards;
 * ``chats_diverged``: chats on which some honest live holder differs from the oracle
   (a record lost or extra, or another view);
 * ``under_replicated``: chats held in full (converged) by fewer than R honest live nodes.
 
-A node's expected roots of the scoped domains are summed from the oracle's ids in its
-scope (XOR and count), so ``sim.runner`` can say whether every node converged on its scope.
+A node's expected roots of the scoped domains (``WANT_DOMAINS``) are summed from the
+oracle's ids in its scope (XOR and count), so ``sim.runner`` can say whether every node
+converged on its scope.
 """
 
 from __future__ import annotations
@@ -20,9 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.replica import SimReplica
+from sim.scopes import split_group
 from sim.shards import Expected
+from sync.frames import Domain
 
 Compare = Callable[[SimReplica, Expected, set[bytes]], dict[str, int]]
+Shard = Callable[[bytes], int]
+WANT_DOMAINS = (Domain.MESSAGES, Domain.DELETES, Domain.MEMBERS, Domain.INDEX)
 
 
 @dataclass
@@ -61,7 +69,8 @@ class _ByShard:
 def check_scopes(
     reps: Sequence[SimReplica],
     exp: Expected,
-    shard: Callable[[bytes], int],
+    shard: Shard,
+    user_shard: Shard,
     live: Sequence[bool],
     compare: Compare,
 ) -> ScopeCheck:
@@ -70,6 +79,8 @@ def check_scopes(
     visible = _ByShard(exp.visible, chat_of, shard)
     deletes = _ByShard(exp.deletes, chat_of, shard)
     erased = _ByShard(exp.erased, chat_of, shard)
+    member_ops = _ByShard(exp.member_ops, chat_of, shard)
+    index = _ByShard(exp.member_ops, exp.user_of, user_shard)
     views: dict[int, dict[bytes, bytes]] = {}
     for chat, digest in exp.views.items():
         views.setdefault(shard(chat), {})[chat] = digest
@@ -77,12 +88,12 @@ def check_scopes(
     holders: dict[bytes, int] = dict.fromkeys(exp.views, 0)
     out = ScopeCheck()
     for node, rep in enumerate(reps):
-        scope = exp.final_scopes.get(node, frozenset())
+        scope, users = split_group(exp.final_scopes.get(node, ()), exp.scope_shards)
         mine = Expected(
             messages=messages.within(scope),
             visible=visible.within(scope),
-            member_ops=exp.member_ops,
-            members=exp.members,
+            member_ops=member_ops.within(scope),
+            members={k: v for k, v in exp.members.items() if shard(k[0]) in scope},
             identities=exp.identities,
             deletes=deletes.within(scope),
             erased=erased.within(scope),
@@ -92,8 +103,16 @@ def check_scopes(
         counts: dict[str, Any] = compare(rep, mine, wrong_views)
         held = {i: m.chat_id for i, m in rep.messages.items()}
         held.update((i, d.chat_id) for i, d in rep.deletes.items())
-        counts["out_of_scope_held"] = sum(1 for c in held.values() if shard(c) not in scope)
-        counts["want_roots"] = [_root(mine.messages), _root(mine.deletes)]
+        indexed, want_index = set(rep.index), index.within(users)
+        counts["lost"] += len(want_index - indexed)
+        counts["extra"] += len(indexed - want_index)
+        counts["out_of_scope_held"] = (
+            sum(1 for c in held.values() if shard(c) not in scope)
+            + sum(1 for op in rep.member_ops.values() if shard(op.chat_id) not in scope)
+            + sum(1 for op in rep.index.values() if user_shard(op.user_id) not in users)
+        )
+        wanted = (mine.messages, mine.deletes, mine.member_ops, want_index)
+        counts["want_roots"] = [_root(ids) for ids in wanted]  # WANT_DOMAINS' order
         out.per_node.append(counts)
         if not live[node]:
             continue

@@ -2,15 +2,18 @@
 
 Issue 33 (SYNC.md, "Scopes"): a node holds the chats whose members include a user it serves,
 plus what its operator pins. The generator's model of that, written as ``scope`` events into
-the trace (``group`` = the node's shards from then on), which the replay applies with
-``set_scope`` and the oracle reads as the nodes' final scopes:
+the trace (``group`` = the node's shards and user shards from then on: ``join_group``),
+which the replay applies with ``set_scope`` and the oracle reads as the nodes' final
+scopes:
 
 * a user's **home node** is node ``user % nodes`` (the node the generator makes its ops on);
 * **pins**: every shard is pinned on its ``R`` nearest nodes by rendezvous hashing
   (``rendezvous``: the holders rule), so each chat has ``R`` holders whatever its members do;
+* a node holds the **user shards** of the users it serves and its pins among users' shards,
+  for the whole run (its member index: docs/design/member-scopes.md);
 * a node **grows** by a chat's shard ``LEARN_MS`` after a member op adds a user it serves
-  (the global member ops reach it by gossip), and **shrinks** ``GRACE_MS`` after the last
-  such user left or was removed (the grace period before a shard's rows are dropped);
+  (the op reaches it on its user shard's topic), and **shrinks** ``GRACE_MS`` after the
+  last such user left or was removed (the grace period before a shard's rows are dropped);
 * a node that makes a message of a chat holds the chat's shard from then on (a client asked
   it to: it joins, as SYNC.md's joining step would), and keeps it: were it to drop the shard
   before a peer took the message, the message would be gone, which the oracle does not model.
@@ -49,6 +52,19 @@ class ScopeParams:
     @property
     def scoped(self) -> bool:
         return self.shards > 0
+
+
+def join_group(shards: Iterable[int], users: Iterable[int], num_shards: int) -> list[int]:
+    """A scope event's ``group``: the chat shards, then ``S + u`` for each user shard ``u``
+    (one list column in the trace for both sets)."""
+    return sorted(shards) + sorted(num_shards + u for u in users)
+
+
+def split_group(group: Iterable[int], num_shards: int) -> tuple[frozenset[int], frozenset[int]]:
+    """(chat shards, user shards) of a scope event's ``group`` (``join_group``)."""
+    values = list(group)
+    shards = frozenset(v for v in values if v < num_shards)
+    return shards, frozenset(v - num_shards for v in values if v >= num_shards)
 
 
 def node_id(node: int) -> bytes:
@@ -90,14 +106,21 @@ class ChatEvent:
 
 
 def plan_scopes(
-    events: Iterable[ChatEvent], used_shards: Iterable[int], nodes: int, p: ScopeParams
+    events: Iterable[ChatEvent],
+    used_shards: Iterable[int],
+    nodes: int,
+    p: ScopeParams,
+    user_shards: Sequence[int] = (),
 ) -> list[tuple[int, int, list[int]]]:
-    """``(t_ms, node, shards)`` scope events: each node's scope at the start (its pins), then
-    every time it changes."""
-    pins: list[set[int]] = [set() for _ in range(nodes)]
-    for shard in used_shards:
-        for n in rendezvous(shard, nodes, p.replication, p.shards):
-            pins[n].add(shard)
+    """``(t_ms, node, group)`` scope events (``join_group``): each node's scope at the start
+    (its pins), then every time it changes. ``user_shards[u]``: user ``u``'s user shard; a
+    node's user shards (in every event: they do not change) are its served users' and its
+    pins among the users' shards (the R rule over user shards too)."""
+    pins = _pins(used_shards, nodes, p)
+    user_pins = _pins(set(user_shards), nodes, p)
+    users: list[set[int]] = [set(user_pins[n]) for n in range(nodes)]
+    for user, shard in enumerate(user_shards):
+        users[home_node(user, nodes)].add(shard)
     # reasons to hold a shard, as (node, shard) -> +1 at their start and -1 at their end
     changes: list[tuple[int, int, int, int]] = []  # (t, node, shard, +1/-1)
     member: set[tuple[int, int]] = set()  # (user, chat): added, as the plan goes
@@ -118,7 +141,16 @@ def plan_scopes(
     t0 = 0 if start_ms is None else start_ms
     out = [(t0, n, sorted(pins[n])) for n in range(nodes)]
     out += _timeline(changes, pins)
-    return out
+    return [(t, n, join_group(shards, users[n], p.shards)) for t, n, shards in out]
+
+
+def _pins(shards: Iterable[int], nodes: int, p: ScopeParams) -> list[set[int]]:
+    """Each node's pinned shards: the ``R`` nearest nodes of every shard (``rendezvous``)."""
+    pins: list[set[int]] = [set() for _ in range(nodes)]
+    for shard in shards:
+        for n in rendezvous(shard, nodes, p.replication, p.shards):
+            pins[n].add(shard)
+    return pins
 
 
 def _timeline(

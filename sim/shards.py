@@ -42,7 +42,9 @@ class Expected:
     scope_shards: int = 0
     replication: int = 3
     final_scopes: dict[int, frozenset[int]] = field(default_factory=dict)
-    chat_of: dict[bytes, bytes] = field(default_factory=dict)  # message, delete id -> chat
+    # message, delete, member op id -> chat; member op id -> the user it names
+    chat_of: dict[bytes, bytes] = field(default_factory=dict)
+    user_of: dict[bytes, bytes] = field(default_factory=dict)
 
 
 def view_digest(items: Iterable[ViewItem], positions: Iterable[tuple[bytes, int]]) -> bytes:

@@ -16,6 +16,7 @@ from store.events import EventLog
 from store.feed import Feeds
 from store.identity import Identities
 from store.inbox import Inbox
+from store.member_index import MemberIndex
 from store.members import Members
 from store.messages import Messages
 from store.originals import Originals
@@ -36,6 +37,7 @@ class ChatReads:
         events: EventLog,
         identities: Identities,
         members: Members,
+        member_index: MemberIndex,
         originals: Originals,
     ) -> None:
         # a chat's history
@@ -59,6 +61,7 @@ class ChatReads:
         self.get_identity = identities.get_identity
         self.list_members_with_info = members.list_members_with_info
         self.chat_proof = members.chat_proof
+        self.indexed_members = member_index.indexed_members  # of chats not held too
         self.member_ops_page = originals.member_ops_page
         self.deletes_page = originals.deletes_page
         self._position: Callable[[], int] = lambda: events.last_position

@@ -11,6 +11,7 @@ One object per concern, each owning its state, each given what it needs when it 
   change what they count;
 - ``hidden``, ``messages``, ``receipts`` (``store.reads``), ``members``, ``deletes``,
   ``inbox``, ``identities``, ``views``, ``feeds``, ``originals``: the row stores;
+- ``member_index`` (``store.member_index``): member ops by the user they name (sync's INDEX);
 - ``admission`` (``store.admission``): plans (``store.plan``) carried out over them;
 - ``reads`` (``store.chat_reads.ChatReads``): the HTTP API's typed, read-only facade.
 
@@ -33,6 +34,7 @@ from store.feed import Feeds
 from store.hidden import Hidden
 from store.identity import Identities
 from store.inbox import Inbox
+from store.member_index import MemberIndex
 from store.members import Members
 from store.messages import Messages
 from store.metas import Metas
@@ -66,6 +68,7 @@ class ChatDb:
         self.unread = unread = UnreadCounters(rocks, receipts)
         self.messages = messages = Messages(rocks, metas, events, hidden, unread)
         self.members = members = Members(rocks, metas, events)
+        self.member_index = MemberIndex(rocks)
         self.deletes = deletes = Deletes(rocks, events, unread)
         self.inbox = inbox = Inbox(rocks, metas, receipts, unread)
         self.identities = identities = Identities(rocks)
@@ -76,8 +79,9 @@ class ChatDb:
         self.feeds = feeds = Feeds(rocks, metas, events, members, hidden, receipts)
         self.originals = originals = Originals(rocks)
         self.reads = ChatReads(
-            messages, views, inbox, receipts, feeds, events, identities, members, originals
-        )
+            messages, views, inbox, receipts, feeds, events, identities, members,
+            self.member_index, originals,
+        )  # fmt: skip
         self._bind()
         if {"referred", "receipts"} & rocks.created_families:  # written by an earlier version
             messages.rebuild_reference_indexes()

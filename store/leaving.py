@@ -1,11 +1,13 @@
-"""Leaving chats: every row of their messages and deletes out of the store, in one
-WriteBatch (SYNC.md, "Scopes": a node drops a shard no served user needs any more after its
-grace period). Global rows — member rows and ops, identities — stay: every node holds them.
+"""Leaving chats: every row of their messages, deletes and member ops out of the store, in
+one WriteBatch (SYNC.md, "Scopes": a node drops a shard no served user needs any more after
+its grace period). Identities stay: every node holds them; so does the member index (its
+own scope, by user: ``store.member_index``).
 
-Rows keyed by the chat (messages, the hidden index, deletes, references, receipts, the
-event log's positions of shown messages) go by one ``delete_range`` per chat and column
-family; rows keyed by id (the sync indexes ``seen_msg`` and ``seen_delete``, ``ref_targets``)
-go one by one, found in one scan of each sync index. The chat's meta and its members' chat
+Rows keyed by the chat (messages, the hidden index, deletes, member ops and rows,
+references, receipts, the event log's positions of shown messages) go by one
+``delete_range`` per chat and column family; rows keyed by id (the sync indexes
+``seen_msg``, ``seen_delete`` and ``seen_member``, ``ref_targets``) go one by one, found in
+one scan of each sync index. The chat's meta and its members' chat
 list entries lose their preview, as when retention expires a chat's last message. This
 node's event log keeps its entries (positions are never rewritten); a feed read skips
 entries whose message is gone, as after retention.
@@ -14,6 +16,7 @@ entries whose message is gone, as after retention.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from store.keys import CHAT_ID_LEN
@@ -22,40 +25,54 @@ from store.retention import reset_preview
 if TYPE_CHECKING:  # a ChatDb is passed in; this module imports no rocksdict itself
     from store.chatdb import ChatDb
 
-BY_CHAT = ("messages", "hidden", "deletes", "refs", "referred", "receipts", "event_at")
+BY_CHAT = (
+    "messages", "hidden", "deletes", "member_ops", "members", "refs", "referred", "receipts",
+    "event_at",
+)  # fmt: skip
+# sync indexes: record id -> the record's key, which starts with its chat
+BY_ID = ("seen_msg", "seen_delete", "seen_member")
 
 
-def drop_chats(db: ChatDb, leaves: Callable[[bytes], bool]) -> tuple[list[bytes], list[bytes]]:
-    """Drop every message and delete of the chats ``leaves`` says (message ids, delete ids:
-    what the caller takes out of its trees)."""
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """The ids of what left, per sync index: what the caller takes out of its trees."""
+
+    ids: dict[str, list[bytes]]
+
+    @property
+    def count(self) -> int:
+        return sum(len(ids) for ids in self.ids.values())
+
+
+def drop_chats(db: ChatDb, leaves: Callable[[bytes], bool]) -> Dropped:
+    """Drop every message, delete and member op (with the rows folded from them) of the
+    chats ``leaves`` says."""
     rocks = db.rocks
     chats: set[bytes] = set()
-    msg_ids, delete_ids = [], []
-    for msg_id, key in rocks.iter_all("seen_msg"):
-        if leaves(chat := key[:CHAT_ID_LEN]):
-            chats.add(chat)
-            msg_ids.append(msg_id)
-    for delete_id, key in rocks.iter_all("seen_delete"):
-        if leaves(chat := key[:CHAT_ID_LEN]):
-            chats.add(chat)
-            delete_ids.append(delete_id)
+    dropped: dict[str, list[bytes]] = {index: [] for index in BY_ID}
+    for index, ids in dropped.items():
+        for record_id, key in rocks.iter_all(index):
+            if leaves(chat := key[:CHAT_ID_LEN]):
+                chats.add(chat)
+                ids.append(record_id)
     chats.update(chat for chat in db.metas.chat_ids() if leaves(chat))
     batch = rocks.new_batch()
     for chat in sorted(chats):
         end = _after(chat)
         for cf in BY_CHAT:
             batch.delete_range(chat, end, rocks.handle[cf])
-    for msg_id in msg_ids:
-        batch.delete(msg_id, rocks.handle["seen_msg"])
+    for index, ids in dropped.items():
+        for record_id in ids:
+            batch.delete(record_id, rocks.handle[index])
+    for msg_id in dropped["seen_msg"]:
         batch.delete(msg_id, rocks.handle["ref_targets"])
-    for delete_id in delete_ids:
-        batch.delete(delete_id, rocks.handle["seen_delete"])
     rocks.write(batch)
     db.deletes.forget()  # the chats with a delete are cached
     db.hidden.forget()
+    db.members.forget_histories()
     for chat in chats:
         reset_preview(db, chat)
-    return msg_ids, delete_ids
+    return Dropped(dropped)
 
 
 def _after(prefix: bytes) -> bytes:

@@ -284,6 +284,18 @@ class Members:
         for record_id in self.iter_member_record_ids():
             callback(record_id)
 
+    def chats_of_ops(self, ids: list[bytes]) -> list[bytes | None]:
+        """The chat of each op id (None: not held): its key starts with it."""
+        return [
+            None if k is None else k[:CHAT_ID_LEN]
+            for k in self._rocks.multi_get("seen_member", ids)
+        ]
+
+    def iter_op_chats(self) -> Iterator[tuple[bytes, bytes]]:
+        """(op id, chat) of every op held (what a scope's check and per-shard trees read)."""
+        for op_id, key in self._rocks.iter_all("seen_member"):
+            yield op_id, key[:CHAT_ID_LEN]
+
     def get_range_member_ids(self, start: int, end: int) -> list[bytes]:
         return [
             rid for rid, _ in self._rocks.iter_range("seen_member", *bucket_range_keys(start, end))

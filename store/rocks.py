@@ -56,6 +56,7 @@ COLUMN_FAMILIES: dict[str, int | None] = {
     "waiting": None,
     "deletes": CHAT_ID_LEN,
     "seen_delete": BUCKET_PREFIX_LEN,
+    "member_index": BUCKET_PREFIX_LEN,  # op id -> user | op: the INDEX domain (member_index)
     # One relation, three ways in: ``refs`` [chat|ref|id] -> key finds what refers to an id
     # (erasure, and a target that arrives late); ``ref_targets`` [id] says that something
     # does; ``referred`` [target key|referrer key] is the same in page order (views).
@@ -71,7 +72,7 @@ COLUMN_FAMILIES: dict[str, int | None] = {
 }
 # CFs of earlier versions: dropped when a database that has them is opened.
 RETIRED_COLUMN_FAMILIES = ("user_read_progress",)  # local read seqs, before receipts
-SYNC_INDEXES = {"seen_msg", "seen_member", "seen_identity", "seen_delete"}
+SYNC_INDEXES = {"seen_msg", "seen_member", "seen_identity", "seen_delete", "member_index"}
 # RocksDB's status text when the LOCK file is held (env/io_posix: another process; its own
 # table of files this process locked): rocksdict raises both as a bare ``Exception``
 LOCK_HELD = ("While lock file", "lock hold by current process")

@@ -12,8 +12,9 @@ peer is entitled to a shard when
 
 ``PeerScoped`` is our replica seen through that bound: a session driven over it offers,
 lists, ships and accepts only the entitled shards (the session code is unchanged — it reads
-``scope`` and asks the replica for what lies in a scope). Global domains (identities, member
-ops) are not bounded: every node holds them.
+``scope`` and asks the replica for what lies in a scope). A peer's user shards (the member
+index) are bounded the same way: those of the users naming it, and its R-rule shards.
+Identities are global and not bounded.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from sync.frames import Domain
 from sync.merkle import MerkleTree, TreeReader
 from sync.replica import Record, Replica
-from sync.scope import EVERYTHING, Scope, shard_of
+from sync.scope import EVERYTHING, Scope, shard_of, user_shard_of
 
 
 def entitled_shards(
@@ -40,6 +41,17 @@ def entitled_shards(
             shard = shard_of(chat, num_shards)
             for node in nodes_of[user]:
                 out.setdefault(node, set()).add(shard)
+    return {node: frozenset(shards) for node, shards in out.items()}
+
+
+def entitled_user_shards(
+    homes: Iterable[tuple[bytes, Sequence[bytes]]], num_shards: int
+) -> dict[bytes, frozenset[int]]:
+    """Node -> the user shards of the users naming it as a home node (their index entries)."""
+    out: dict[bytes, set[int]] = {}
+    for user, nodes in homes:
+        for node in nodes:
+            out.setdefault(node, set()).add(user_shard_of(user, num_shards))
     return {node: frozenset(shards) for node, shards in out.items()}
 
 

@@ -37,6 +37,7 @@ class Domain(IntEnum):
     MEMBERS = 1
     IDENTITY = 2
     DELETES = 3  # DELETE messages: grow-only, never expired (MESSAGES.md)
+    INDEX = 4  # the member ops again, placed by their subject's user shard (sync.scope)
 
 
 class FrameType(IntEnum):
@@ -331,13 +332,17 @@ def decode_frame(data: bytes, *, max_frame: int, max_ids: int) -> Frame:
 
 
 def _scope(value: Any) -> Scope:
-    """``[S, bitmap]``: at most ``MAX_SHARDS`` shards, a bitmap of exactly ⌈S/8⌉ bytes."""
-    num_shards, bitmap = _arity(_list(value, "scope", 2), 2, "scope")
+    """``[S, chat bitmap]`` or ``[S, chat bitmap, user bitmap]``: at most ``MAX_SHARDS``
+    shards, each bitmap exactly ⌈S/8⌉ bytes (an empty user bitmap is sent as none)."""
+    num_shards, bitmap, user_bitmap = _arity(_list(value, "scope", 3), 2, "scope", 1)
     num_shards = _uint(num_shards, "number of shards")
     if num_shards > MAX_SHARDS:
         raise _fail(f"a scope of {num_shards} shards, over {MAX_SHARDS}", "scope_too_large")
+    users = b"" if user_bitmap is None else _bytes(user_bitmap, "user-shard bitmap")
+    if user_bitmap is not None and not any(users):
+        raise _fail("an empty user-shard bitmap is sent as none", "bad_scope")
     try:
-        return Scope.from_bitmap(num_shards, _bytes(bitmap, "scope bitmap"))
+        return Scope.from_bitmap(num_shards, _bytes(bitmap, "scope bitmap"), users)
     except ScopeError as exc:
         raise _fail(f"scope: {exc}", "bad_scope") from None
 

@@ -111,7 +111,7 @@ from sync.frames import (
 from sync.merkle import DEPTH, FANOUT, FANOUT_BITS, TreeReader, check_hash, children
 from sync.replica import Record, Replica
 from sync.scope import EVERYTHING, Scope, ScopeError
-from sync.shards import SCOPED
+from sync.shards import SCOPED, in_domain_scope
 from sync.sketch import (
     DEFAULT_SHORT_ID_LEN,
     HASHES,
@@ -170,7 +170,8 @@ def _apply_order(item: tuple[Domain, Any]) -> int:
     return APPLY_ORDER.index(item[0])
 
 
-APPLY_ORDER = (Domain.MEMBERS, Domain.IDENTITY, Domain.DELETES, Domain.MESSAGES)
+APPLY_ORDER = (Domain.MEMBERS, Domain.INDEX, Domain.IDENTITY, Domain.DELETES, Domain.MESSAGES)
+MEMBER_DOMAINS = frozenset({Domain.MEMBERS, Domain.INDEX})  # records are signed member ops
 MESSAGE_DOMAINS = frozenset({Domain.MESSAGES, Domain.DELETES})  # records are signed MsgV1
 
 
@@ -659,7 +660,7 @@ class SyncSession:
         # narrower than offered: the peer's scoped roots cover shards we do not hold. Equal
         # roots still mean the same records (the peer holds nothing beyond the intersection
         # there); different ones lead to a descent, over the intersection.
-        narrowed = inner.shards != hello.scope.shards  # (a full scope: any number of shards)
+        narrowed = inner != hello.scope  # chat or user shards (a full scope: any number of them)
         self.release_claims()
         self._pass_no = self.stats.passes = hello.pass_no
         self._salt, self._width = hello.salt, hello.width
@@ -1295,13 +1296,9 @@ class SyncSession:
         return decoded, problem
 
     def _check_scope(self, domain: Domain, record: Record) -> None:
-        if (
-            domain in SCOPED
-            and isinstance(record, MsgV1)
-            and not self._scope.holds_chat(record.chat_id)
-        ):
+        if domain in SCOPED and not in_domain_scope(domain, record, self._scope):
             raise RemoteProtocolError(
-                "a record of a chat outside the session's scope", reason="out_of_scope"
+                "a record of a chat or user outside the session's scope", reason="out_of_scope"
             )
 
     def _take_records(self, domain: Domain, dp: _DomainPass, blobs: list[bytes]) -> bool:
@@ -1362,7 +1359,7 @@ class SyncSession:
                 if (record.kind is MessageKind.DELETE) != (domain is Domain.DELETES):
                     raise DecodeError(f"a {record.kind.name} message in the {domain.name} domain")
                 record_id = record.msg_id
-            elif domain is Domain.MEMBERS:
+            elif domain in MEMBER_DOMAINS:
                 record = decode_membership_op(blob)
                 record_id = member_op_id(blob)
             else:

@@ -33,7 +33,7 @@ from store.hlc import Hlc
 from store.kinds import ChatView, IsAdmin, fold_chat
 from store.leaving import drop_chats
 from store.merge import merge_member_states
-from store.ops import MembershipOp, Op
+from store.ops import MembershipOp, Op, member_op_id
 from store.plan import (
     ADMIT_ALL,
     CHAT_RULES,
@@ -48,8 +48,16 @@ from store.retention import Expiry
 from store.waiting import WaitingRoom
 from sync.frames import Domain
 from sync.merkle import MerkleTree, TreeReader
-from sync.scope import EVERYTHING, Scope, ScopeError, shard_of, split_by_scope
-from sync.shards import SCOPED, ScopedTrees, ShardLeaves
+from sync.scope import (
+    EVERYTHING,
+    Scope,
+    ScopeError,
+    in_chat_scope,
+    in_index,
+    shard_of,
+    user_shard_of,
+)
+from sync.shards import SCOPED, ScopedTrees, ShardLeaves, placement_key
 
 if TYPE_CHECKING:  # a ChatDb is passed in; sync never imports rocksdict itself
     from store.chatdb import ChatDb
@@ -103,28 +111,35 @@ class Replica(Protocol):
 
 
 def _filter_applied(
-    ops: Sequence[Any], scope: Scope, apply: Callable[[list[Any]], Applied]
+    ops: Sequence[Any],
+    scope: Scope,
+    apply: Callable[[list[Any]], Applied],
+    put_index: Callable[[list[MembershipOp]], list[bool]],
 ) -> tuple[Applied, int]:
-    """Apply what lies in ``scope`` (``split_by_scope``); ``new`` False for what does not."""
-    kept, refused = split_by_scope(ops, scope)
-    if not refused:
-        return apply(list(ops)), 0
+    """Index the member ops naming a user ``scope`` indexes (``put_index``), apply what lies
+    in its chats (``in_chat_scope``): ``new`` per op, new to either (an op new to both is
+    one change); and how many ops lie in neither (refused)."""
+    to_index = [op for op in ops if in_index(op, scope)]
+    indexed = {id(op) for op, new in zip(to_index, put_index(to_index), strict=True) if new}
+    kept = list(ops) if scope.is_full else [op for op in ops if in_chat_scope(op, scope)]
     applied = apply(kept)
-    flags = iter(applied.new)
-    out_ids = {id(r) for r in refused}
-    new = [False if id(op) in out_ids else next(flags) for op in ops]
-    return Applied(new, applied.changed, applied.stored), len(refused)
+    flags = dict(zip(map(id, kept), applied.new, strict=True))
+    new = [flags.get(id(op), False) or id(op) in indexed for op in ops]
+    only_indexed = sum(1 for op in ops if id(op) in indexed and not flags.get(id(op), False))
+    refused = sum(1 for op in ops if id(op) not in flags and not in_index(op, scope))
+    return Applied(new, applied.changed + only_indexed, applied.stored), refused
 
 
 def _bucket(record_id: bytes) -> int:
     return (record_id[0] << 8) | record_id[1]
 
 
-MESSAGES, MEMBERS, IDENTITY, DELETES = (
+MESSAGES, MEMBERS, IDENTITY, DELETES, INDEX = (
     Domain.MESSAGES,
     Domain.MEMBERS,
     Domain.IDENTITY,
     Domain.DELETES,
+    Domain.INDEX,
 )
 # domain -> bucket -> record ids; an id may stay after it left (readers check what is held)
 BucketIndex = dict[Domain, defaultdict[int, set[bytes]]]
@@ -165,6 +180,7 @@ class MemoryReplica(ScopedTrees):
         self.trees = trees if trees is not None else {d: MerkleTree() for d in Domain}
         self.messages: dict[bytes, MsgV1] = {}
         self.member_ops: dict[bytes, MembershipOp] = {}  # op id -> op: the MEMBERS domain
+        self.index: dict[bytes, MembershipOp] = {}  # op id -> op: the INDEX domain (by user)
         self.members: dict[tuple[bytes, bytes], MemberInfo] = {}  # rows, folded from the ops
         self.histories: dict[tuple[bytes, bytes], MemberHistory] = {}
         self.parties: dict[bytes, bytes] = {}  # chat -> its two parties (from a DmProof)
@@ -189,27 +205,29 @@ class MemoryReplica(ScopedTrees):
     def record_ids(self, domain: Domain) -> list[bytes]:
         if domain is MESSAGES:
             return list(self.messages)
-        if domain is DELETES:
-            return list(self.deletes)
-        return list(self.member_ops) if domain is MEMBERS else list(self._rows[domain])
+        return list(self._held(domain))
 
     def bucket_ids(
         self, domain: Domain, bucket: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
     ) -> list[bytes]:
         return self._keep_in_scope(domain, self._held_in_bucket(domain, bucket, cutoff_ms), scope)
 
+    def _held(self, domain: Domain) -> dict[bytes, Any]:
+        """A domain's records (identities: record id -> user) by record id."""
+        if domain is MESSAGES:
+            return self.messages
+        if domain is DELETES:
+            return self.deletes
+        if domain is MEMBERS:
+            return self.member_ops
+        return self.index if domain is INDEX else self._rows[domain]
+
     def _held_in_bucket(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]:
         known = self._buckets[domain].get(bucket, ())
-        if domain is MEMBERS:
-            return sorted(i for i in known if i in self.member_ops)
-        if domain is DELETES:
-            return sorted(i for i in known if i in self.deletes)
-        if domain is IDENTITY:
-            rows = self._rows[domain]
-            return sorted(i for i in known if i in rows)
+        held = self._held(domain)
+        if domain is not MESSAGES or cutoff_ms is None:
+            return sorted(i for i in known if i in held)
         msgs = self.messages
-        if cutoff_ms is None:
-            return sorted(i for i in known if i in msgs)
         return sorted(i for i in known if i in msgs and msgs[i].hlc.physical_ms > cutoff_ms)
 
     def ids_in_range(
@@ -220,13 +238,7 @@ class MemoryReplica(ScopedTrees):
         cutoff_ms: int | None,
         scope: Scope = EVERYTHING,
     ) -> bytes:
-        held: Container[bytes]
-        if domain is MESSAGES:
-            held = self.messages
-        elif domain is DELETES:
-            held = self.deletes
-        else:
-            held = self.member_ops if domain is MEMBERS else self._rows[domain]
+        held: Container[bytes] = self._held(domain)
         index = self._buckets[domain]
         out: list[bytes] = []
         for bucket in range(start, end):
@@ -237,13 +249,12 @@ class MemoryReplica(ScopedTrees):
             out = [i for i in out if self.messages[i].hlc.physical_ms > cutoff_ms]
         return b"".join(self._keep_in_scope(domain, out, scope))
 
-    def _chats_of(self, domain: Domain, ids: list[bytes]) -> list[bytes | None]:
-        held = self.messages if domain is MESSAGES else self.deletes
-        return [None if (m := held.get(i)) is None else m.chat_id for i in ids]
+    def _keys_of(self, domain: Domain, ids: list[bytes]) -> list[bytes | None]:
+        held = self._held(domain)
+        return [None if (r := held.get(i)) is None else placement_key(domain, r) for i in ids]
 
-    def _iter_chats(self, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
-        held = self.messages if domain is MESSAGES else self.deletes
-        return ((i, m.chat_id) for i, m in held.items())
+    def _iter_keys(self, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
+        return ((i, placement_key(domain, r)) for i, r in self._held(domain).items())
 
     def get_records(
         self,
@@ -263,8 +274,8 @@ class MemoryReplica(ScopedTrees):
                 old = cutoff_ms is not None and stamp <= cutoff_ms
                 new = settled_ms is not None and stamp > settled_ms
                 out.append(None if msg is None or old or new else msg.encoded)
-            elif domain is MEMBERS:
-                op = self.member_ops.get(record_id)
+            elif domain in (MEMBERS, INDEX):
+                op = self._held(domain).get(record_id)
                 out.append(None if op is None else op.encode())
             elif domain is DELETES:
                 delete = self.deletes.get(record_id)
@@ -280,11 +291,27 @@ class MemoryReplica(ScopedTrees):
         return self.apply_ops(records).changed
 
     def apply_ops(self, ops: Sequence[Op | Record]) -> Applied:
-        """Merge validated ops: plan them (``store.plan``), carry the plan out. Messages and
-        deletes outside the replica's scope are refused (counted), whatever brought them."""
-        applied, refused = _filter_applied(ops, self.scope, self._plan_and_carry_out)
+        """Merge validated ops: member ops naming a user the scope indexes into the index;
+        what lies in the scope's chats planned (``store.plan``) and carried out. What lies
+        in neither is refused (counted), whatever brought it."""
+        applied, refused = _filter_applied(
+            ops, self.scope, self._plan_and_carry_out, self._put_index
+        )
         self.refused_out_of_scope += refused
         return applied
+
+    def _put_index(self, ops: list[MembershipOp]) -> list[bool]:
+        """Add validated member ops to the index: per op, was it new."""
+        new = []
+        for op in ops:
+            op_id = member_op_id(op.encode())
+            fresh = op_id not in self.index
+            if fresh:
+                self.index[op_id] = op
+                self._index(INDEX, None, op_id, op_id)
+                self._shard_change(INDEX, op.user_id, None, op_id)
+            new.append(fresh)
+        return new
 
     def _plan_and_carry_out(self, ops: list[Any]) -> Applied:
         plan = plan_ops(ops, self, self.plan_rules)
@@ -301,15 +328,20 @@ class MemoryReplica(ScopedTrees):
             self._drop_message(msg_id)
         for delete_id in [i for i, d in self.deletes.items() if not scope.holds_chat(d.chat_id)]:
             self._drop_delete(delete_id)
+        for op_id in [i for i, o in self.member_ops.items() if not scope.holds_chat(o.chat_id)]:
+            self._drop_member_op(op_id)
+        for op_id in [i for i, o in self.index.items() if not scope.indexes_user(o.user_id)]:
+            op = self.index.pop(op_id)
+            self._index(INDEX, op_id, None, op_id)
+            self._shard_change(INDEX, op.user_id, op_id, None)
         self.waiting.discard(
             {m.msg_id for m in self.waiting.waiting() if not scope.holds_chat(m.chat_id)}
         )
 
     def apply_record(self, record: Record) -> bool:
-        """Merge one validated record; True if it changed the replica."""
-        plan = plan_ops([record], self, self.plan_rules)
-        self._carry_out(plan)
-        return plan.new[0]
+        """Merge one validated record (refused outside the scope, as ``apply_ops`` does);
+        True if it changed the replica."""
+        return self.apply_ops([record]).new[0]
 
     # --- the HeldView the planner reads ---
 
@@ -421,7 +453,19 @@ class MemoryReplica(ScopedTrees):
         """Store a new op and fold it into its row."""
         self.member_ops[op_id] = op
         self._index(MEMBERS, None, op_id, op_id)
+        self._shard_change(MEMBERS, op.chat_id, None, op_id)
         self._merge_member((op.chat_id, op.user_id), op.state())
+
+    def _drop_member_op(self, op_id: bytes) -> None:
+        """An op of a chat that left the scope, with the chat's rows folded from its ops:
+        a chat held again is decided afresh from the ops a session brings back."""
+        op = self.member_ops.pop(op_id)
+        self._index(MEMBERS, op_id, None, op_id)
+        self._shard_change(MEMBERS, op.chat_id, op_id, None)
+        key = (op.chat_id, op.user_id)
+        self.members.pop(key, None)
+        self.histories.pop(key, None)
+        self.admin_states.pop(op.chat_id, None)
 
     def _merge_member(self, key: tuple[bytes, bytes], info: MemberInfo) -> bool:
         before = self.members.get(key)
@@ -529,6 +573,29 @@ class Applied:
     stored: list[MsgV1] = field(default_factory=list)  # messages new to the store (DbReplica)
 
 
+_SYNC_INDEXES = {"seen_msg": MESSAGES, "seen_delete": DELETES, "seen_member": MEMBERS}
+
+
+def _fit_to_scope(db: ChatDb, scope: Scope) -> None:
+    """Open a store on ``scope``: it may hold no message or delete outside it (narrowing is
+    ``drop_shards``'s); member ops of other chats and index entries of other users, which
+    older versions held everywhere, leave."""
+    if any(not scope.holds_chat(chat) for d in (MESSAGES, DELETES) for _, chat in _chats(db, d)):
+        raise ScopeError(f"the store holds chats outside {scope}: narrowing is not built")
+    if any(not scope.holds_chat(chat) for _, chat in db.members.iter_op_chats()):
+        drop_chats(db, lambda chat: not scope.holds_chat(chat))
+    db.member_index.drop(lambda user: not scope.indexes_user(user))
+
+
+def _chats(db: ChatDb, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
+    return db.iter_msg_chats() if domain is MESSAGES else db.iter_delete_chats()
+
+
+def held_user_shards(db: ChatDb, num_shards: int) -> frozenset[int]:
+    """The user shards of the users a store's member index holds entries of."""
+    return frozenset(user_shard_of(user, num_shards) for _, user in db.member_index.iter_users())
+
+
 def held_shards(db: ChatDb, num_shards: int) -> frozenset[int]:
     """The shards of the chats a store holds messages or deletes of (a scan of both)."""
     chats = {chat for _, chat in db.iter_msg_chats()}
@@ -549,15 +616,13 @@ class DbReplica(ScopedTrees):
     ) -> None:
         """``admit_all``: store and show every message, members or not — the sync engine on
         its own, as protocol tests and the sync benchmark drive it (a node never does).
-        ``scope``: what the store holds; messages and deletes outside it are refused."""
+        ``scope``: what the store holds; records outside it are refused."""
         self.db = db
         self.scope = scope
         self.refused_out_of_scope = 0
         self._shard_leaves: tuple[int, dict[Domain, ShardLeaves]] | None = None
-        if not scope.is_full and any(
-            not scope.holds_chat(chat) for d in SCOPED for _, chat in self._iter_chats(d)
-        ):
-            raise ScopeError(f"the store holds chats outside {scope}: narrowing is not built")
+        if not scope.is_full:
+            _fit_to_scope(db, scope)
         self.plan_rules = ADMIT_ALL if admit_all else CHAT_RULES
         self.waiting = waiting if waiting is not None else WaitingRoom()
         # told of every message sync stored that was new here (from the applying thread)
@@ -567,6 +632,7 @@ class DbReplica(ScopedTrees):
             Domain.MEMBERS: MerkleTree.from_ids(db.iter_member_record_ids()),
             Domain.IDENTITY: MerkleTree.from_ids(db.iter_identity_record_ids()),
             Domain.DELETES: MerkleTree.from_ids(db.iter_delete_ids()),
+            Domain.INDEX: MerkleTree.from_ids(i for i, _ in db.member_index.iter_users()),
         }
         if held := db.load_waiting():  # what waited when the store was last open
             self.apply_ops(held)  # stored if admitted by now, else waits again
@@ -584,37 +650,45 @@ class DbReplica(ScopedTrees):
         self.scope = scope
 
     def drop_shards(self, shards: frozenset[int]) -> int:
-        """Leave ``shards``: from now on their messages and deletes are refused, and every
-        row of them leaves the store and the trees in this step (``store.leaving``); the
-        records dropped. Global records stay."""
+        """Leave the chat shards ``shards``: from now on their messages, deletes and member
+        ops are refused, and every row of them leaves the store and the trees in this step
+        (``store.leaving``); the records dropped. Identities and the member index stay."""
         if self.scope.shards is None:
             raise ScopeError("a full replica leaves no shard: give it a scope first")
         num = self.scope.num_shards
-        self.scope = Scope(self.scope.shards - shards, num)  # refuse first, then drop
+        # refuse first, then drop
+        self.scope = Scope(self.scope.shards - shards, num, self.scope.user_shards)
 
         def leaves(chat: bytes) -> bool:
             return shard_of(chat, num) in shards
 
-        msg_ids, delete_ids = drop_chats(self.db, leaves)
+        dropped = drop_chats(self.db, leaves)
         self._shard_leaves = None  # rebuilt from the store when next needed
-        for msg_id in msg_ids:
-            self.trees[Domain.MESSAGES].remove(msg_id)
-        for delete_id in delete_ids:
-            self.trees[Domain.DELETES].remove(delete_id)
+        for index, domain in _SYNC_INDEXES.items():
+            for record_id in dropped.ids[index]:
+                self.trees[domain].remove(record_id)
         gone = [m.msg_id for m in self.waiting.waiting() if leaves(m.chat_id)]
         self.waiting.discard(set(gone))
         self.db.save_waiting([], gone)
-        return len(msg_ids) + len(delete_ids)
+        return dropped.count
 
-    def _chats_of(self, domain: Domain, ids: list[bytes]) -> list[bytes | None]:
+    def _keys_of(self, domain: Domain, ids: list[bytes]) -> list[bytes | None]:
         if domain is Domain.MESSAGES:
             return self.db.msg_chats(ids)
-        return self.db.chats_of_deletes(ids)
+        if domain is Domain.DELETES:
+            return self.db.chats_of_deletes(ids)
+        if domain is Domain.MEMBERS:
+            return self.db.members.chats_of_ops(ids)
+        return self.db.member_index.users_of(ids)
 
-    def _iter_chats(self, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
+    def _iter_keys(self, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
         if domain is Domain.MESSAGES:
             return self.db.iter_msg_chats()
-        return self.db.iter_delete_chats()
+        if domain is Domain.DELETES:
+            return self.db.iter_delete_chats()
+        if domain is Domain.MEMBERS:
+            return self.db.members.iter_op_chats()
+        return self.db.member_index.iter_users()
 
     def expire_messages(self, cutoff_ms: int, batch: int = 10_000) -> list[bytes]:
         """Retention GC on the ChatDb, the tree kept in step, every step at once."""
@@ -649,6 +723,8 @@ class DbReplica(ScopedTrees):
             return self.db.get_bucket_member_ids(bucket)
         if domain is Domain.DELETES:
             return self.db.get_bucket_delete_ids(bucket)
+        if domain is Domain.INDEX:
+            return self.db.member_index.bucket_ids(bucket)
         return self.db.get_bucket_identity_ids(bucket)
 
     def ids_in_range(
@@ -665,6 +741,8 @@ class DbReplica(ScopedTrees):
             ids = self.db.get_range_member_ids(start, end)
         elif domain is Domain.DELETES:
             ids = self.db.get_range_delete_ids(start, end)
+        elif domain is Domain.INDEX:
+            ids = self.db.member_index.range_ids(start, end)
         else:
             ids = self.db.get_range_identity_ids(start, end)
         return b"".join(self._keep_in_scope(domain, ids, scope))
@@ -689,6 +767,8 @@ class DbReplica(ScopedTrees):
             return self.db.get_member_records_by_ids(ids)
         if domain is Domain.DELETES:
             return self.db.get_deletes_by_ids(ids)
+        if domain is Domain.INDEX:
+            return self.db.member_index.records_by_ids(ids)
         return self.db.get_identity_records_by_ids(ids)
 
     def apply(self, domain: Domain, records: Sequence[Record]) -> int:
@@ -707,10 +787,21 @@ class DbReplica(ScopedTrees):
         changed the store. The node's writer applies its batches here, sync (``apply``) its
         frames: one path from the store to the trees. The ChatDb plans the batch from what
         it holds (``store.plan``) and carries the plan out; the trees follow the plan.
-        Messages and deletes outside the store's scope are refused (counted)."""
-        applied, refused = _filter_applied(ops, self.scope, self._plan_and_carry_out)
+        Member ops naming a user the scope indexes go to the member index too; what lies
+        in neither the scope's chats nor its index is refused (counted)."""
+        applied, refused = _filter_applied(
+            ops, self.scope, self._plan_and_carry_out, self._put_index
+        )
         self.refused_out_of_scope += refused
         return applied
+
+    def _put_index(self, ops: list[MembershipOp]) -> list[bool]:
+        new, ids = self.db.member_index.put(ops)
+        for op, op_id, fresh in zip(ops, ids, new, strict=True):
+            if fresh:
+                self.trees[Domain.INDEX].replace(None, op_id)
+                self._shard_change(Domain.INDEX, op.user_id, None, op_id)
+        return new
 
     def _plan_and_carry_out(self, ops: list[Any]) -> Applied:
         plan = self.db.apply_ops(ops, self.waiting, self.plan_rules)
@@ -763,6 +854,8 @@ def tree_changes(plan: Plan) -> Iterator[tuple[Domain, bytes | None, bytes | Non
 
 def shard_changes(plan: Plan) -> Iterator[tuple[Domain, bytes, bytes | None, bytes | None]]:
     """The per-shard leaves' changes a plan makes: (domain, chat, id leaving, id entering)."""
+    for op_id, op in plan.member_ops.items():
+        yield MEMBERS, op.chat_id, None, op_id
     for delete_id, delete in plan.deletes.items():
         yield DELETES, delete.chat_id, None, delete_id
     for msg_id, msg in plan.erase.items():

@@ -1,15 +1,17 @@
 """What a replica holds and a session reconciles: a scope. Pure and deterministic.
 
-A chat's **shard** is ``int(BLAKE3(chat_id)[:4]) mod S``, ``S`` fixed per network. A scope
-is a set of shards, or every shard (``EVERYTHING``: a full node, today's default). Identity
-and member ops are *global*: every scope holds them (a node decides its chats, and which
-chats are its own, from them). Messages and deletes follow their chat's shard. A session
-reconciles the intersection of both sides' scopes (``Scope.__and__``); the store refuses a
-scoped record outside its scope (``split_by_scope``). SYNC.md, "Scopes", says why that still
-converges.
+A chat's **shard** is ``int(BLAKE3(chat_id)[:4]) mod S``, ``S`` fixed per network; a user's
+**user shard** is the same over a domain-tagged user id. A scope is a set of chat shards and
+a set of user shards, or every shard (``EVERYTHING``: a full node, today's default).
+Identities are *global*: every scope holds them. Messages, deletes and member ops follow
+their chat's shard; the member index (the same member ops again) follows its subject's user
+shard, so a node learns which chats its users are in without holding every chat's ops
+(docs/design/member-scopes.md). A session reconciles the intersection of both sides' scopes
+(``Scope.__and__``); the store refuses a scoped record outside its scope
+(``split_by_scope``). SYNC.md, "Scopes", says why that still converges.
 
 ``scope_for`` derives a node's scope from the users it serves (their signed home-node
-lists), the member ops that add them to chats, and what its operator pins. ``holders`` is
+lists), the member ops that add them to chats (its index), and what its operator pins. ``holders`` is
 the replication-factor rule (SYNC.md, "Replication factor"): which nodes hold a shard so
 that every chat is held by at least ``R`` live nodes; the simulator imports it to check R.
 """
@@ -30,11 +32,18 @@ DEFAULT_SHARDS = 256
 MAX_SHARDS = 4_096  # a scope's bitmap is at most 512 bytes; more is refused, from us or a peer
 DEFAULT_REPLICATION = 3  # R: every chat held by at least this many live nodes
 HOLDERS_DOMAIN = b"chatsync/holders/v1\x00"
+USER_SHARD_DOMAIN = b"chatsync/user-shard/v1\x00"
 
 
 def shard_of(chat_id: bytes, num_shards: int) -> int:
-    """The shard a chat's messages and deletes live in."""
+    """The shard a chat's messages, deletes and member ops live in."""
     return int.from_bytes(blake3.blake3(chat_id).digest(4), "big") % num_shards
+
+
+def user_shard_of(user_id: bytes, num_shards: int) -> int:
+    """The user shard a user's member-index entries live in: the same ``S`` as chat shards,
+    a namespace of its own (the domain tag), so a user's and a chat's shard are independent."""
+    return int.from_bytes(blake3.blake3(USER_SHARD_DOMAIN + user_id).digest(4), "big") % num_shards
 
 
 class ScopeError(LocalProtocolError):
@@ -47,18 +56,28 @@ class ScopeNotServed(LocalProtocolError):
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """A set of shards out of ``num_shards`` (``shards=None``: every shard, any ``num_shards``)."""
+    """A set of chat shards and a set of user shards out of ``num_shards`` each
+    (``shards=None``: every shard of both, any ``num_shards``; ``user_shards`` is then None
+    too). A scoped one holds the messages, deletes and member ops of its chat shards' chats
+    and the member-index entries of its user shards' users (docs/design/member-scopes.md)."""
 
     shards: frozenset[int] | None = None
     num_shards: int = DEFAULT_SHARDS
+    user_shards: frozenset[int] | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_shards <= MAX_SHARDS:
             raise ScopeError(f"{self.num_shards} shards: a network has 1..{MAX_SHARDS}")
-        if self.shards is not None and any(
-            type(s) is not int or not 0 <= s < self.num_shards for s in self.shards
-        ):
-            raise ScopeError(f"a shard out of range 0..{self.num_shards - 1}")
+        if self.shards is None:
+            if self.user_shards is not None:
+                raise ScopeError("a full scope holds every user shard: give no user shards")
+            return
+        if self.user_shards is None:  # a scope of chat shards only indexes no user
+            object.__setattr__(self, "user_shards", frozenset())
+        for named in (self.shards, self.user_shards):
+            assert named is not None
+            if any(type(s) is not int or not 0 <= s < self.num_shards for s in named):
+                raise ScopeError(f"a shard out of range 0..{self.num_shards - 1}")
 
     @property
     def is_full(self) -> bool:
@@ -70,13 +89,23 @@ class Scope:
     def holds_chat(self, chat_id: bytes) -> bool:
         return self.shards is None or shard_of(chat_id, self.num_shards) in self.shards
 
+    def holds_user_shard(self, shard: int) -> bool:
+        return self.user_shards is None or shard in self.user_shards
+
+    def indexes_user(self, user_id: bytes) -> bool:
+        """Holds the member-index entries of ``user_id``."""
+        return (
+            self.user_shards is None or user_shard_of(user_id, self.num_shards) in self.user_shards
+        )
+
     def covers(self, other: Scope) -> bool:
         if self.shards is None:
             return True
         if other.shards is None:
             return False
         _same_network(self, other)
-        return other.shards <= self.shards
+        assert self.user_shards is not None and other.user_shards is not None
+        return other.shards <= self.shards and other.user_shards <= self.user_shards
 
     def __and__(self, other: Scope) -> Scope:
         if self.shards is None:
@@ -84,37 +113,61 @@ class Scope:
         if other.shards is None:
             return self
         _same_network(self, other)
-        return Scope(self.shards & other.shards, self.num_shards)
+        assert self.user_shards is not None and other.user_shards is not None
+        return Scope(
+            self.shards & other.shards, self.num_shards, self.user_shards & other.user_shards
+        )
 
     def __repr__(self) -> str:
         if self.shards is None:
             return "Scope(full)"
-        return f"Scope({len(self.shards)} of {self.num_shards} shards)"
+        users = f", {len(self.user_shards)} user shards" if self.user_shards else ""
+        return f"Scope({len(self.shards)} of {self.num_shards} shards{users})"
 
-    # --- on the wire: [S, bitmap of S bits, MSB first] ---
+    # --- on the wire: [S, chat bitmap] or [S, chat bitmap, user bitmap]; S bits, MSB first ---
 
     def to_wire(self) -> list[object] | None:
         if self.shards is None:
             return None
-        bits = bytearray((self.num_shards + 7) // 8)
-        for s in self.shards:
-            bits[s >> 3] |= 0x80 >> (s & 7)
-        return [self.num_shards, bytes(bits)]
+        wire: list[object] = [self.num_shards, _bitmap(self.shards, self.num_shards)]
+        if self.user_shards:
+            wire.append(_bitmap(self.user_shards, self.num_shards))
+        return wire
 
     @classmethod
-    def from_bitmap(cls, num_shards: int, bitmap: bytes) -> Scope:
-        """The inverse of ``to_wire``; ``ScopeError`` for a size or padding that does not fit."""
+    def from_bitmap(cls, num_shards: int, bitmap: bytes, user_bitmap: bytes = b"") -> Scope:
+        """The inverse of ``to_wire`` (``user_bitmap`` b"": no user shards); ``ScopeError`` for
+        a size or padding that does not fit."""
         if not 1 <= num_shards <= MAX_SHARDS:
             raise ScopeError(f"{num_shards} shards: a network has 1..{MAX_SHARDS}")
-        if len(bitmap) != (num_shards + 7) // 8:
-            raise ScopeError(f"a bitmap of {len(bitmap)} bytes for {num_shards} shards")
-        shards = frozenset(i for i in range(len(bitmap) * 8) if bitmap[i >> 3] & (0x80 >> (i & 7)))
-        if any(s >= num_shards for s in shards):
-            raise ScopeError("bits set beyond the last shard")
-        return cls(shards, num_shards)
+        users = _shards_of_bitmap(user_bitmap, num_shards) if user_bitmap else frozenset()
+        return cls(_shards_of_bitmap(bitmap, num_shards), num_shards, users)
 
 
 EVERYTHING = Scope()
+
+
+def _bitmap(shards: frozenset[int], num_shards: int) -> bytes:
+    bits = bytearray((num_shards + 7) // 8)
+    for s in shards:
+        bits[s >> 3] |= 0x80 >> (s & 7)
+    return bytes(bits)
+
+
+def _shards_of_bitmap(bitmap: bytes, num_shards: int) -> frozenset[int]:
+    if len(bitmap) != (num_shards + 7) // 8:
+        raise ScopeError(f"a bitmap of {len(bitmap)} bytes for {num_shards} shards")
+    bits = int.from_bytes(bitmap, "big")  # one int, not a Python test per bit
+    shift = len(bitmap) * 8 - num_shards
+    if bits & ((1 << shift) - 1):
+        raise ScopeError("bits set beyond the last shard")
+    bits >>= shift
+    shards = []
+    while bits:  # one step per set bit (bit i from the right is shard S - 1 - i)
+        low = bits & -bits
+        shards.append(num_shards - low.bit_length())
+        bits ^= low
+    return frozenset(shards)
 
 
 def _same_network(a: Scope, b: Scope) -> None:
@@ -210,19 +263,30 @@ def replica_shards(
 T = TypeVar("T")
 
 
-def chat_of(record: object) -> bytes | None:
-    """The chat a record follows, or None for a global one (identity, member op)."""
-    return record.chat_id if isinstance(record, MsgV1) else None
+def in_chat_scope(record: object, scope: Scope) -> bool:
+    """A record the scope holds to decide its chats: messages, deletes and member ops of its
+    chats; identities always (global)."""
+    if isinstance(record, MsgV1 | MembershipOp):
+        return scope.holds_chat(record.chat_id)
+    return True
+
+
+def in_index(record: object, scope: Scope) -> bool:
+    """A member op the scope's member index holds: one naming a user it indexes."""
+    return isinstance(record, MembershipOp) and scope.indexes_user(record.user_id)
+
+
+def in_scope(record: object, scope: Scope) -> bool:
+    """A record this scope holds at all: in its chats' domains or in its member index."""
+    return in_chat_scope(record, scope) or in_index(record, scope)
 
 
 def split_by_scope(records: Sequence[T], scope: Scope) -> tuple[list[T], list[T]]:
-    """(kept, refused): messages and deletes outside ``scope`` are refused; global records
-    (identities, member ops) are always kept."""
+    """(kept, refused): what ``scope`` holds (``in_scope``) and what it does not."""
     if scope.shards is None:
         return list(records), []
     kept: list[T] = []
     refused: list[T] = []
     for record in records:
-        chat = chat_of(record)
-        (kept if chat is None or scope.holds_chat(chat) else refused).append(record)
+        (kept if in_scope(record, scope) else refused).append(record)
     return kept, refused

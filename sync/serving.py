@@ -3,9 +3,12 @@
 The node serves the users whose signed identity names it (its peer id) among their home
 nodes (``store.ops.IdentityDoc.home_nodes``). It holds the shards of the chats those users
 are members of now, the shards its operator pins, and the shards the replication-factor rule
-gives it (``sync.scope.replica_shards``). Identities and member ops are global (every node
-holds them: SYNC.md, "Scopes"), so the node decides from what it holds; the same identities
-and member rows give the same scope whatever order they came in.
+gives it (``sync.scope.replica_shards``). It learns its users' chats from its member index:
+it holds the user shards of the users it serves (and its R-rule shards as user shards too,
+so every user shard has holders), and identities are global (SYNC.md, "Scopes"), so the
+node decides from what it holds; the same identities and index entries give the same scope
+whatever order they came in. User shards are not released (the index is small: a user's
+member ops).
 
 A shard no longer needed (its served users removed, their home moved elsewhere, a pin
 dropped) is kept for a grace period (``grace_ms``, a day by default) before it leaves: a
@@ -18,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sync.scope import DEFAULT_SHARDS, Scope, shard_of
+from sync.scope import DEFAULT_SHARDS, Scope, shard_of, user_shard_of
 
 DEFAULT_GRACE_MS = 24 * 3600 * 1000
 
@@ -38,11 +41,13 @@ class ServedScope:
     # shard -> when it stopped being needed (dropped at that time + grace_ms)
     released_ms: dict[int, int] = field(default_factory=dict)
     _held: set[int] = field(default_factory=set)
+    _held_users: set[int] = field(default_factory=set)  # user shards: grow only
 
-    def hold(self, shards: Iterable[int]) -> None:
+    def hold(self, shards: Iterable[int], user_shards: Iterable[int] = ()) -> None:
         """Shards held already (a store opened with them): released at the next ``step``
         unless needed — after a restart the grace period starts again."""
         self._held.update(shards)
+        self._held_users.update(user_shards)
 
     def see_identity(self, user: bytes, home_nodes: Iterable[bytes]) -> bool:
         """A user's current home nodes; True when that starts or ends our serving it (the
@@ -72,6 +77,11 @@ class ServedScope:
         member = {shard_of(c, self.num_shards) for chats in self.chats.values() for c in chats}
         return frozenset(member) | self.pinned_shards | self.rule_shards
 
+    def needed_user_shards(self) -> frozenset[int]:
+        """The user shards of the served users, and ours by the R rule."""
+        served = {user_shard_of(u, self.num_shards) for u in self.served}
+        return frozenset(served) | self.rule_shards
+
     def step(self, now_ms: int) -> tuple[Scope, frozenset[int]]:
         """(what to hold now, the shards whose grace ended: drop their rows). A shard needed
         again within its grace is kept as if it had never been released."""
@@ -84,7 +94,9 @@ class ServedScope:
         for shard in expired:
             del self.released_ms[shard]
         self._held = set(needed) | set(self.released_ms)
-        return Scope(frozenset(self._held), self.num_shards), expired
+        self._held_users |= self.needed_user_shards()
+        scope = Scope(frozenset(self._held), self.num_shards, frozenset(self._held_users))
+        return scope, expired
 
     def next_deadline_ms(self) -> int | None:
         """When the next released shard's grace ends (None: nothing released)."""

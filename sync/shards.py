@@ -16,20 +16,28 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from store.keys import RECORD_ID_LEN
+from store.ops import MembershipOp
+from store.records import MsgV1
 from sync.frames import Domain
 from sync.merkle import DEPTH, FANOUT_BITS, MerkleTree, TreeReader, check_hash, node_hash
-from sync.scope import Scope, shard_of
+from sync.scope import Scope, shard_of, user_shard_of
 
 Leaf = list[int]  # [count, xor, check]
 
 
-class ShardLeaves:
-    """One domain's non-empty leaves, per shard."""
+LEVEL_CACHE = 64  # (shards, depth) levels kept per domain: a session reads a few, often
 
-    __slots__ = ("_shards",)
+
+class ShardLeaves:
+    """One domain's non-empty leaves, per shard, and the levels of the views read since the
+    last change (a session reads the same view's levels many times: summing the leaves anew
+    each time was most of a scoped session's cost)."""
+
+    __slots__ = ("_levels", "_shards")
 
     def __init__(self) -> None:
         self._shards: dict[int, dict[int, Leaf]] = {}
+        self._levels: dict[tuple[frozenset[int], int], dict[int, tuple[int, int]]] = {}
 
     def insert(self, shard: int, record_id: bytes) -> None:
         self._toggle(shard, record_id, +1)
@@ -40,6 +48,7 @@ class ShardLeaves:
     def _toggle(self, shard: int, record_id: bytes, delta: int) -> None:
         if len(record_id) != RECORD_ID_LEN:
             raise ValueError(f"record id must be {RECORD_ID_LEN} bytes, got {len(record_id)}")
+        self._levels.clear()  # every cached level may include this leaf
         leaves = self._shards.setdefault(shard, {})
         bucket = (record_id[0] << 8) | record_id[1]
         leaf = leaves.get(bucket)
@@ -78,6 +87,15 @@ class ShardView:
             yield from held.get(shard, {}).items()
 
     def _level(self, depth: int) -> dict[int, tuple[int, int]]:
+        cache = self._leaves._levels
+        found = cache.get((self._shards, depth))
+        if found is None:
+            if len(cache) >= LEVEL_CACHE:
+                cache.clear()
+            found = cache[self._shards, depth] = self._sum_level(depth)
+        return found
+
+    def _sum_level(self, depth: int) -> dict[int, tuple[int, int]]:
         shift = FANOUT_BITS * (DEPTH - depth)
         out: dict[int, tuple[int, int]] = {}
         for bucket, (count, xor, _) in self._each_leaf():
@@ -131,13 +149,42 @@ class ShardView:
         return count, xor, check
 
 
-SCOPED = frozenset({Domain.MESSAGES, Domain.DELETES})  # follow their chat's shard
+SCOPED = frozenset({Domain.MESSAGES, Domain.DELETES, Domain.MEMBERS, Domain.INDEX})
+BY_USER = Domain.INDEX  # placed by the subject's user shard; the others by the chat's shard
+
+
+def shard_in(domain: Domain, key: bytes, num_shards: int) -> int:
+    """The shard of a scoped domain's record whose placement key (chat, or the index's
+    subject user) is ``key``."""
+    return user_shard_of(key, num_shards) if domain is BY_USER else shard_of(key, num_shards)
+
+
+def domain_shards(domain: Domain, scope: Scope) -> frozenset[int] | None:
+    """The shards of ``scope`` a scoped domain is placed in (None: every one)."""
+    return scope.user_shards if domain is BY_USER else scope.shards
+
+
+def placement_key(domain: Domain, record: MsgV1 | MembershipOp) -> bytes:
+    return (
+        record.user_id if domain is BY_USER and isinstance(record, MembershipOp) else record.chat_id
+    )
+
+
+def in_domain_scope(domain: Domain, record: object, scope: Scope) -> bool:
+    """A record of ``domain`` lies in ``scope`` (global domains: always)."""
+    if domain not in SCOPED or scope.is_full:
+        return True
+    assert isinstance(record, MsgV1 | MembershipOp)
+    shards = domain_shards(domain, scope)
+    assert shards is not None
+    return shard_in(domain, placement_key(domain, record), scope.num_shards) in shards
 
 
 class ScopedTrees:
     """What the replicas share about scopes: the tree of a scope (the one tree when it is
     the replica's own, else summed from per-shard leaves, built when first needed), and
-    which listed ids lie in a scope. Subclasses give ``trees`` and how to find chats."""
+    which listed ids lie in a scope. Subclasses give ``trees`` and each record's placement
+    key (``_keys_of``, ``_iter_keys``: its chat, or for the index its subject user)."""
 
     scope: Scope
     trees: dict[Domain, MerkleTree]
@@ -148,15 +195,17 @@ class ScopedTrees:
         inner = self._within(domain, scope)
         if inner is None:
             return self.trees[domain]
-        assert inner.shards is not None
-        return self._leaves(inner.num_shards)[domain].view(inner.shards)
+        shards = domain_shards(domain, inner)
+        assert shards is not None
+        return self._leaves(inner.num_shards)[domain].view(shards)
 
     def _within(self, domain: Domain, scope: Scope) -> Scope | None:
         """The part of ``scope`` this replica holds, None when that is all it holds."""
         if domain not in SCOPED:
             return None
         inner = scope & self.scope
-        if inner.shards is None or inner.shards == self.scope.shards:
+        shards = domain_shards(domain, inner)
+        if shards is None or shards == domain_shards(domain, self.scope):
             return None
         return inner
 
@@ -164,7 +213,12 @@ class ScopedTrees:
         inner = self._within(domain, scope)
         if inner is None:
             return [True] * len(ids)
-        return [c is not None and inner.holds_chat(c) for c in self._chats_of(domain, ids)]
+        shards = domain_shards(domain, inner)
+        assert shards is not None
+        n = inner.num_shards
+        return [
+            k is not None and shard_in(domain, k, n) in shards for k in self._keys_of(domain, ids)
+        ]
 
     def _keep_in_scope(self, domain: Domain, ids: list[bytes], scope: Scope) -> list[bytes]:
         """The listed ``ids`` that lie in ``scope`` (all of them when it covers the replica)."""
@@ -176,25 +230,26 @@ class ScopedTrees:
         if self._shard_leaves is None or self._shard_leaves[0] != num_shards:
             leaves = {d: ShardLeaves() for d in SCOPED}
             for domain in SCOPED:
-                for record_id, chat in self._iter_chats(domain):
-                    leaves[domain].insert(shard_of(chat, num_shards), record_id)
+                for record_id, key in self._iter_keys(domain):
+                    leaves[domain].insert(shard_in(domain, key, num_shards), record_id)
             self._shard_leaves = (num_shards, leaves)
         return self._shard_leaves[1]
 
     def _shard_change(
-        self, domain: Domain, chat: bytes, old: bytes | None, new: bytes | None
+        self, domain: Domain, key: bytes, old: bytes | None, new: bytes | None
     ) -> None:
+        """Record ``old`` left and ``new`` entered ``domain`` with placement key ``key``."""
         if self._shard_leaves is None:
             return  # not built yet: built from what is held when first needed
         num_shards, by_domain = self._shard_leaves
-        leaves, shard = by_domain[domain], shard_of(chat, num_shards)
+        leaves, shard = by_domain[domain], shard_in(domain, key, num_shards)
         if old is not None:
             leaves.remove(shard, old)
         if new is not None:
             leaves.insert(shard, new)
 
-    def _chats_of(self, domain: Domain, ids: list[bytes]) -> list[bytes | None]:
+    def _keys_of(self, domain: Domain, ids: list[bytes]) -> list[bytes | None]:
         raise NotImplementedError
 
-    def _iter_chats(self, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
+    def _iter_keys(self, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
         raise NotImplementedError

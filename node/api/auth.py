@@ -24,6 +24,7 @@ from node.api.errors import ERRORS
 from node.api.interface import NodeApi, NodeDep
 from node.api.models import ChallengeIn, ChallengeOut, TokenIn, TokenOut, b64encode
 from node.auth import AuthRefused, Principal, check_admin
+from node.intake import outside_scope
 from store.signing import PUBLIC_KEY_LEN
 
 router = APIRouter()
@@ -84,3 +85,12 @@ async def as_reader(node: NodeApi, who: Principal, chat: bytes) -> None:
     """403 ``not_a_member`` unless the token's user may read the chat."""
     if not await trio.to_thread.run_sync(node.reads.may_read, chat, who.user_id):
         raise AuthRefused(403, "not_a_member", "only the chat's members read it")
+
+
+async def held_here(node: NodeApi, who: Principal, chat: bytes) -> None:
+    """421 (naming nodes that hold it) if the chat lies outside this node's scope — its
+    messages and member ops alike, so whether the token's user may read it is the holders'
+    to say — else as ``as_reader``."""
+    if not node.holds_chat(chat):
+        raise outside_scope(chat, node.config.network_shards)
+    await as_reader(node, who, chat)

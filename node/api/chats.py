@@ -12,7 +12,7 @@ from collections.abc import Callable
 import trio
 from fastapi import APIRouter, Query
 
-from node.api.auth import Signed, as_reader
+from node.api.auth import Signed, held_here
 from node.api.decode import chat_param, msg_id_param
 from node.api.errors import ERRORS, NotFound
 from node.api.interface import NodeApi, NodeDep
@@ -40,14 +40,6 @@ from store.records import MessageKind
 router = APIRouter()
 CURSOR = Query(None, max_length=128, description="next_cursor of a page")
 LIMIT = Query(DEFAULT_PAGE_LIMIT, description=f"1..{MAX_PAGE_LIMIT}")
-
-
-async def held_here(node: NodeApi, who: Principal, chat: bytes) -> None:
-    """403 unless the token's user may read the chat; 421 (naming nodes that hold it) if the
-    chat's messages lie outside this node's scope (its members are global: answered here)."""
-    await as_reader(node, who, chat)
-    if not node.holds_chat(chat):
-        raise outside_scope(chat, node.config.network_shards)
 
 
 @router.get("/chats/{chat_id}/messages", responses=ERRORS)
@@ -120,7 +112,7 @@ async def hidden_grants(chat_id: str, node: NodeDep, who: Signed) -> HistoryOut:
 async def members(chat_id: str, node: NodeDep, who: Signed) -> MembersOut:
     """The chat's active members (the CRDT rows whose last add beats their last remove)."""
     chat = chat_param(chat_id)
-    await as_reader(node, who, chat)
+    await held_here(node, who, chat)
     rows = await trio.to_thread.run_sync(node.reads.list_members_with_info, chat)
     return MembersOut(chat_id=chat.hex(), members=[member_out(user, info) for user, info in rows])
 
@@ -140,7 +132,7 @@ async def deletes(
 ) -> OriginalsOut:
     """The chat's signed DELETE messages (the history shows them as tombstones): what an
     export re-submits elsewhere."""
-    return await originals(node, who, chat_id, lambda db, chat: db.deletes_page(chat, cursor, limit), scoped=True)  # fmt: skip
+    return await originals(node, who, chat_id, lambda db, chat: db.deletes_page(chat, cursor, limit))  # fmt: skip
 
 
 async def originals(
@@ -148,12 +140,10 @@ async def originals(
     who: Principal,
     chat_id: str,
     read: Callable[[ChatReads, bytes], OriginalsPage],
-    *,
-    scoped: bool = False,
 ) -> OriginalsOut:
-    """``scoped``: what is read follows the chat's shard (deletes), not global (member ops)."""
+    """Member ops and deletes alike follow the chat's shard."""
     chat = chat_param(chat_id)
-    await (held_here if scoped else as_reader)(node, who, chat)
+    await held_here(node, who, chat)
     page = await trio.to_thread.run_sync(read, node.reads, chat)
     return OriginalsOut(
         chat_id=chat.hex(), ops=[b64encode(op) for op in page.originals],
@@ -164,8 +154,11 @@ async def originals(
 @router.get("/chats/{chat_id}/proof", responses=ERRORS)
 async def proof(chat_id: str, node: NodeDep) -> GroupProofOut | DmProofOut:
     """Who controls the chat (store.authz): the group's creator key and nonce, or the DM's two
-    users — what a client needs to sign member ops. 404 ``unknown_chat``: no member op here."""
+    users — what a client needs to sign member ops. 404 ``unknown_chat``: no member op here;
+    421 outside this node's scope (its member ops follow the chat)."""
     chat = chat_param(chat_id)
+    if not node.holds_chat(chat):
+        raise outside_scope(chat, node.config.network_shards)
     found = await trio.to_thread.run_sync(node.reads.chat_proof, chat)
     if found is None:
         raise NotFound("unknown_chat", f"this node holds no member op of chat {chat.hex()}")

@@ -37,7 +37,7 @@ import trio
 from fastapi import APIRouter, Query, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
-from node.api.auth import Signed, as_reader, as_user, principal_of
+from node.api.auth import Signed, as_user, held_here, principal_of
 from node.api.decode import b64decode, chat_param, msg_id_param, user_param
 from node.api.errors import ERRORS, NotFound
 from node.api.interface import NodeApi, NodeDep, node_of
@@ -112,7 +112,7 @@ async def message_delivery(
     """Per recipient: pending, delivered (a device of theirs acknowledged it on this node's
     stream), read (their signed receipt reaches it). For the chat's members."""
     chat, wanted = chat_param(chat_id), msg_id_param(msg_id)
-    await as_reader(node, who, chat)
+    await held_here(node, who, chat)
     await node.acks.flush()
     found = await trio.to_thread.run_sync(node.reads.delivery, wanted)
     if found is None or found[0].chat_id != chat:

@@ -153,7 +153,7 @@ async def test_every_endpoint_happy_path_with_pagination_and_unread(tmp_path: Pa
         status = (await http.get("/status")).json()
         assert status["peer_id"] == node.peer_id and status["connected_peers"] == []
         assert {k: v["count"] for k, v in status["domains"].items()} == {
-            "messages": 9, "members": 3, "identity": 2, "deletes": 0,
+            "messages": 9, "members": 3, "identity": 2, "deletes": 0, "index": 3,
         }  # fmt: skip
         assert all(len(d["root"]) == 64 for d in status["domains"].values())
         assert status["last_sync"] == {}

@@ -1,6 +1,7 @@
 """Gossip topics per shard (node/gossip/topics.py): off by default (one topic, as before
-scopes); on, messages and deletes travel on their shard's topic, global ops on the base one,
-and a node subscribes to the base topic and its scope's shards."""
+scopes); on, messages and deletes travel on their shard's topic, member ops on their chat's
+shard's topic and their subject's user-shard topic, identities on the base one, and a node
+subscribes to the base topic, its scope's shards and its user shards."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from node.clock import Clock
 from node.config import load_config
 from node.gossip import GossipService, GossipSettings, GossipValidator
 from node.gossip.settings import OPS_TOPIC
-from node.gossip.topics import shard_topic, split_by_topic, topics_for
+from node.gossip.topics import shard_topic, split_by_topic, topics_for, user_topic
 from node.metrics import Metrics
 from store import Hlc, MsgV1
 from store.ops import MembershipAction, MembershipOp, Op, decode_ops
 from store.signing import key_from_seed
-from sync.scope import EVERYTHING, Scope, shard_of
+from sync.scope import EVERYTHING, Scope, shard_of, user_shard_of
 
 S = 8
 KEY = key_from_seed(b"\x05" * 32)
@@ -39,21 +40,27 @@ def test_unsharded_gossip_is_one_topic_for_everything() -> None:
     assert load_config(None, {}).gossip_sharded is False
 
 
-def test_a_node_subscribes_to_the_base_topic_and_its_shards() -> None:
-    scoped = topics_for(OPS_TOPIC, Scope(frozenset({5, 2}), S), sharded=True)
-    assert scoped == [OPS_TOPIC, shard_topic(OPS_TOPIC, 2), shard_topic(OPS_TOPIC, 5)]
+def test_a_node_subscribes_to_the_base_topic_its_shards_and_its_user_shards() -> None:
+    scoped = topics_for(OPS_TOPIC, Scope(frozenset({5, 2}), S, frozenset({3})), sharded=True)
+    assert scoped == [
+        OPS_TOPIC, shard_topic(OPS_TOPIC, 2), shard_topic(OPS_TOPIC, 5), user_topic(OPS_TOPIC, 3)
+    ]  # fmt: skip
     full = topics_for(OPS_TOPIC, Scope(None, S), sharded=True)
-    assert full == [OPS_TOPIC, *(shard_topic(OPS_TOPIC, s) for s in range(S))]
-    assert len(topics_for(OPS_TOPIC, EVERYTHING, sharded=True)) == 1 + EVERYTHING.num_shards
+    assert full == [
+        OPS_TOPIC,
+        *(shard_topic(OPS_TOPIC, s) for s in range(S)),
+        *(user_topic(OPS_TOPIC, s) for s in range(S)),
+    ]
+    assert len(topics_for(OPS_TOPIC, EVERYTHING, sharded=True)) == 1 + 2 * EVERYTHING.num_shards
 
 
 def test_sharded_gossip_splits_a_batch_by_shard_keeping_each_order() -> None:
     a1, b1, a2, join = msg(A, 1), msg(B, 2), msg(A, 3), op(A)
     split = split_by_topic([a1, b1, join, a2], OPS_TOPIC, S, sharded=True)
     assert split == [
-        (OPS_TOPIC, [join]),  # global ops first
-        (shard_topic(OPS_TOPIC, shard_of(A, S)), [a1, a2]),
+        (shard_topic(OPS_TOPIC, shard_of(A, S)), [a1, join, a2]),  # the chat's ops in order
         (shard_topic(OPS_TOPIC, shard_of(B, S)), [b1]),
+        (user_topic(OPS_TOPIC, user_shard_of(join.user_id, S)), [join]),  # and the index's
     ]
 
 

@@ -1,14 +1,15 @@
 """A client asking a node for a chat outside its scope gets 421 ``out_of_scope`` naming the
-shard and nodes that hold it: the home nodes its members name (SYNC.md, "Scopes"). Against a
-real node over real HTTP."""
+shard and nodes that hold it: the home nodes its members name, as far as the node's member
+index knows them, then the R rule's holders (SYNC.md, "Scopes"). Against a real node over
+real HTTP, and the naming rule on a real store."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import base58
-
 from client.e2e import UserKey
+from node.scope_answer import nodes_holding
+from store import ChatDb, ChatDbConfig
 from store.authz import new_group
 from store.hlc import Hlc
 from store.ops import (
@@ -37,9 +38,16 @@ def add(user: UserKey, ms: int) -> MembershipOp:
     )
 
 
-async def test_a_chat_outside_the_scope_is_answered_421_naming_its_holders(
-    tmp_path: Path,
-) -> None:
+def remove(user: UserKey, ms: int) -> MembershipOp:
+    return MembershipOp.create(
+        ALICE.signing_key, GROUP, user.user_id, MembershipAction.REMOVE, Hlc(ms), proof=PROOF
+    )
+
+
+async def test_a_chat_outside_the_scope_is_answered_421_for_anyone(tmp_path: Path) -> None:
+    """Messages, deletes and member ops follow the chat: every read and write of a chat
+    outside the scope is 421 with its shard, member or not (membership is the holders' to
+    tell), and nothing of it is written."""
     elsewhere = (shard_of(GROUP, SHARDS) + 1) % SHARDS
     async with running_node(tmp_path, network_shards=SHARDS, scope_shards=(elsewhere,)) as (
         _,
@@ -47,29 +55,43 @@ async def test_a_chat_outside_the_scope_is_answered_421_naming_its_holders(
     ):
         base = now_ms() - 60_000
         bob_id = make_identity(BOB.signing_key, BOB.box_key, Hlc(base), [BOB_HOME])
-        r = await http.post("/ops", json=ops_body(add(ALICE, base), add(BOB, base), bob_id))
-        assert r.status_code == 201, r.text  # member ops and identities are global: held
-        http.headers.update(await sign_in(http, ALICE.signing_key))
-        expected_holders = [base58.b58encode(BOB_HOME).decode()]
-
-        for path in (f"/chats/{GROUP.hex()}/messages", f"/chats/{GROUP.hex()}/deletes"):
-            r = await http.get(path)
-            assert r.status_code == 421, (path, r.text)
-            body = r.json()
-            assert body["code"] == "out_of_scope" and body["shard"] == shard_of(GROUP, SHARDS)
-            assert body["holders"] == expected_holders and GROUP.hex() in body["message"]
-
+        assert (await http.post("/ops", json=ops_body(bob_id))).status_code == 201  # global
         msg = MsgV1.create(ALICE.signing_key, GROUP, Hlc(base + 10), b"hi")
-        r = await http.post("/ops", json=ops_body(msg))
-        assert r.status_code == 421 and r.json()["holders"] == expected_holders
-
-        r = await http.get(f"/chats/{GROUP.hex()}/members")  # global: answered here
-        assert r.status_code == 200 and len(r.json()["members"]) == 2
-
+        for ops in ((add(ALICE, base), add(BOB, base)), (msg,)):
+            r = await http.post("/ops", json=ops_body(*ops))
+            assert r.status_code == 421 and r.json()["code"] == "out_of_scope", r.text
         stranger = UserKey.from_seed(b"\x29" * 32)
-        http.headers.update(await sign_in(http, stranger.signing_key))
-        r = await http.get(f"/chats/{GROUP.hex()}/messages")
-        assert (r.status_code, r.json()["code"]) == (403, "not_a_member")  # no answer to guess
+        for user in (ALICE, stranger):
+            http.headers.update(await sign_in(http, user.signing_key))
+            for what in ("messages", "deletes", "members", "member-ops", "proof"):
+                r = await http.get(f"/chats/{GROUP.hex()}/{what}")
+                assert r.status_code == 421, (what, r.text)
+                body = r.json()
+                assert body["code"] == "out_of_scope" and body["shard"] == shard_of(GROUP, SHARDS)
+                assert body["holders"] == [] and GROUP.hex() in body["message"]  # none known
+
+
+def test_the_holders_named_are_the_home_nodes_of_the_members_the_index_knows(
+    tmp_path: Path,
+) -> None:
+    """A chat not held: its members' home nodes come from the member index (the users of
+    the node's user shards), then the shard's holders by the R rule among known peers."""
+    peer = b"\x00\x24some-known-peer"
+    with ChatDb(ChatDbConfig(block_cache_mb=8, memtable_mb=8), path=tmp_path / "db") as db:
+        base = now_ms() - 60_000
+        db.apply_ops([make_identity(BOB.signing_key, BOB.box_key, Hlc(base), [BOB_HOME])])
+
+        def named(r: int) -> list[bytes]:
+            return nodes_holding(
+                GROUP, db.reads, own=b"me", known=[peer], replication_factor=r, num_shards=SHARDS
+            )
+
+        assert named(0) == []  # no index entry of the chat: no member known
+        db.member_index.put([add(BOB, base)])
+        assert named(0) == [BOB_HOME]
+        assert named(3) == [BOB_HOME, peer]  # the R rule among {peer, me}, ourselves left out
+        db.member_index.put([remove(BOB, base + 1)])
+        assert named(0) == []  # removed: no longer a member
 
 
 async def test_a_chat_in_the_scope_is_served_as_before(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from node.agreement import LastSession, PeerAgreement, peer_rows, root_gauge
 from node.metrics import Metrics
 from node.node import RunningNode
 from node.series import Sampler, Series
+from sync.frames import Domain
 
 from node_support import identity, now_ms, ops_body, running_node
 
@@ -136,7 +137,7 @@ async def test_two_nodes_show_agreement_then_a_difference_and_the_metrics_say_so
 
         # both nodes export the same root digests; a's says how long since b agreed
         digests = await _root_digests(a_http, b_http)
-        assert digests[0] == digests[1] and len(digests[0]) == 4
+        assert digests[0] == digests[1] and len(digests[0]) == len(Domain)
         a_metrics = (await a_http.get("/metrics")).text
         assert f'{{peer="{b.peer_id}"}}' in _gauges(a_metrics, "chatsync_peer_agreed_seconds")
 

@@ -14,7 +14,7 @@ from store_support import AUTHOR_IDS, GROUP_CHAT, KEYS, group_op
 API_READS = {
     "range", "get_message", "folded_range", "hidden_grants", "read_user_chats", "read_position",
     "unread_count", "may_read", "feed", "log_page", "delivery", "delivered",
-    "shown_messages", "get_identity", "list_members_with_info", "chat_proof",
+    "shown_messages", "get_identity", "list_members_with_info", "chat_proof", "indexed_members",
     "member_ops_page", "deletes_page", "last_position",
 }  # fmt: skip
 ALICE, BOB = AUTHOR_IDS[:2]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -16,7 +17,9 @@ from store.signing import key_from_seed, public_key, user_id_from_key
 from sync.frames import Domain, Frame, Hello, Transfer, decode_frame
 from sync.merkle import MerkleTree
 from sync.protocol import SessionRole, State, SyncSession
-from sync.replica import MemoryReplica, Record
+from sync.replica import DbReplica, MemoryReplica, Record
+from sync.scope import Scope
+from sync.shards import domain_shards, placement_key, shard_in
 
 KEYS = [key_from_seed(bytes([i + 1]) * 32) for i in range(4)]
 USERS = [user_id_from_key(public_key(k)) for k in KEYS]
@@ -147,6 +150,33 @@ def contents(replica: MemoryReplica) -> tuple[object, ...]:
 
 def roots(replica: object) -> list[tuple[bytes, int]]:
     return [replica.tree(d).root() for d in Domain]  # type: ignore[attr-defined]
+
+
+def held_keys(replica: Any, domain: Domain) -> dict[bytes, bytes]:
+    """Record id -> placement key (its chat; the index's: its user) of what a memory or
+    RocksDB replica holds in a scoped domain."""
+    if isinstance(replica, DbReplica):
+        db = replica.db
+        pairs = {
+            Domain.MESSAGES: db.iter_msg_chats,
+            Domain.DELETES: db.iter_delete_chats,
+            Domain.MEMBERS: db.members.iter_op_chats,
+            Domain.INDEX: db.member_index.iter_users,
+        }[domain]()
+        return dict(pairs)
+    rows = {
+        Domain.MESSAGES: replica.messages,
+        Domain.DELETES: replica.deletes,
+        Domain.MEMBERS: replica.member_ops,
+        Domain.INDEX: replica.index,
+    }[domain]
+    return {i: placement_key(domain, r) for i, r in rows.items()}
+
+
+def in_domain(domain: Domain, key: bytes, scope: Scope) -> bool:
+    """A scoped domain's record with placement key ``key`` lies in ``scope``."""
+    shards = domain_shards(domain, scope)
+    return shards is None or shard_in(domain, key, scope.num_shards) in shards
 
 
 def assert_trees_match_contents(replica: MemoryReplica) -> None:

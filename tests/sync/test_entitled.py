@@ -5,7 +5,6 @@ or that the R rule gives it — whichever side opens the session."""
 from __future__ import annotations
 
 from sync.entitled import PeerScoped, entitled_shards
-from sync.frames import Domain
 from sync.loopback import run_session
 from sync.replica import MemoryReplica
 from sync.scope import Scope, shard_of
@@ -37,8 +36,9 @@ def held(replica: MemoryReplica) -> set[bytes]:
 
 def test_a_harvester_claiming_everything_gets_only_its_entitled_shards() -> None:
     ours = MemoryReplica(admit_all=True)
-    ours.apply_ops([member(0, 0, 990), *[message(n) for n in range(30)]])
+    ours.apply_ops([member(0, 0, 990), member(1, 0, 990), *[message(n) for n in range(30)]])
     assert held(ours) == set(CHATS)
+    assert SHARDS[0] != SHARDS[1]
     bound = Scope(frozenset({SHARDS[1]}), S)
     for we_open in (False, True):
         harvester = MemoryReplica(admit_all=True)  # claims every shard
@@ -46,8 +46,10 @@ def test_a_harvester_claiming_everything_gets_only_its_entitled_shards() -> None
         result = run_session(view, harvester) if we_open else run_session(harvester, view)
         assert result.converged and result.error is None
         assert held(harvester) == {CHATS[1]}  # nothing of the other shards
-        assert harvester.tree(Domain.MEMBERS).root() == ours.tree(Domain.MEMBERS).root()
-        assert harvester.tree(Domain.MEMBERS).count == 1  # global domains are not bounded
+        # member ops follow their chat: CHATS[1]'s only; the bound has no user shard, so
+        # the index ships nothing (the harvester indexes the op it took as MEMBERS)
+        assert {op.chat_id for op in harvester.member_ops.values()} == {CHATS[1]}
+        assert {op.chat_id for op in harvester.index.values()} == {CHATS[1]}
 
 
 def test_without_a_bound_the_same_harvester_gets_everything() -> None:

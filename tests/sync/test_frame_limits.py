@@ -72,6 +72,7 @@ def test_the_wire_numbers() -> None:
         ("MEMBERS", 1),
         ("IDENTITY", 2),
         ("DELETES", 3),
+        ("INDEX", 4),
     ]
 
 

@@ -24,6 +24,7 @@ from sync.scope import (
     shard_of,
     shards_scope,
     split_by_scope,
+    user_shard_of,
 )
 
 from sync_support import CHATS, USERS, identity, member, message
@@ -80,7 +81,48 @@ def test_the_wire_form_round_trips(case: tuple[int, frozenset[int]]) -> None:
     scope = Scope(shards, num_shards)
     wire = scope.to_wire()
     assert wire is not None and len(wire[1]) == (num_shards + 7) // 8  # type: ignore[arg-type]
+    assert len(wire) == 2  # no user shards: today's two fields
     assert Scope.from_bitmap(num_shards, wire[1]) == scope  # type: ignore[arg-type]
+
+
+@given(
+    st.integers(1, 300).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.frozensets(st.integers(0, n - 1)),
+            st.frozensets(st.integers(0, n - 1), min_size=1),
+        )
+    )
+)
+def test_the_wire_form_with_user_shards_round_trips(
+    case: tuple[int, frozenset[int], frozenset[int]],
+) -> None:
+    num_shards, shards, users = case
+    scope = Scope(shards, num_shards, users)
+    wire = scope.to_wire()
+    assert wire is not None and len(wire) == 3
+    assert Scope.from_bitmap(num_shards, wire[1], wire[2]) == scope  # type: ignore[arg-type]
+
+
+def test_user_shards_are_a_namespace_of_their_own_and_intersect_with_chat_shards() -> None:
+    users = [bytes([i]) * 32 for i in range(64)]
+    assert any(user_shard_of(u, DEFAULT_SHARDS) != shard_of(u, DEFAULT_SHARDS) for u in users)
+    assert all(0 <= user_shard_of(u, 7) < 7 for u in users)
+    mine = Scope(frozenset({1, 2}), DEFAULT_SHARDS, frozenset({user_shard_of(A, DEFAULT_SHARDS)}))
+    assert mine.indexes_user(A) and EVERYTHING.indexes_user(A)
+    assert not shards_scope({1, 2}).indexes_user(A)  # chat shards only: no user indexed
+    peer = Scope(frozenset({2, 3}), DEFAULT_SHARDS, frozenset(range(DEFAULT_SHARDS)))
+    both = mine & peer
+    assert both.shards == {2} and both.user_shards == mine.user_shards
+    assert peer.covers(Scope(frozenset({2}), DEFAULT_SHARDS, mine.user_shards))
+    assert not shards_scope({1, 2}).covers(mine)  # the same chats, fewer users indexed
+
+
+def test_a_full_scope_takes_no_user_shards_and_a_user_shard_out_of_range_is_refused() -> None:
+    with pytest.raises(ScopeError):
+        Scope(None, DEFAULT_SHARDS, frozenset({1}))
+    with pytest.raises(ScopeError):
+        Scope(frozenset(), 4, frozenset({4}))
 
 
 def test_a_bitmap_with_bits_past_the_last_shard_is_refused() -> None:
@@ -106,15 +148,18 @@ def test_served_users_are_those_whose_home_nodes_name_the_node() -> None:
     assert served_users(b"n1", homes) == {A} and served_users(b"n9", homes) == set()
 
 
-def test_split_by_scope_keeps_global_records_and_refuses_other_chats() -> None:
-    inside = message(0)  # CHATS[0]
-    outside = next(message(n) for n in (1, 2) if shard_of(CHATS[n], 64) != shard_of(CHATS[0], 64))
+def test_split_by_scope_keeps_identities_and_refuses_other_chats_and_users() -> None:
+    other = next(n for n in (1, 2) if shard_of(CHATS[n], 64) != shard_of(CHATS[0], 64))
+    inside, outside = message(0), message(other)  # CHATS[0], another shard's chat
     scope = shards_scope({shard_of(CHATS[0], 64)}, 64)
-    op = member(1, 1, 1_000)
+    op_inside, op_outside = member(0, 1, 1_000), member(other, 1, 1_000)
     ident = identity(1, 1, 1)
-    kept, refused = split_by_scope([inside, outside, op, ident], scope)
-    assert kept == [inside, op, ident] and refused == [outside]
+    kept, refused = split_by_scope([inside, outside, op_inside, op_outside, ident], scope)
+    assert kept == [inside, op_inside, ident] and refused == [outside, op_outside]
     assert split_by_scope([outside], EVERYTHING) == ([outside], [])
+    # a user shard indexed: every op naming that user is held, whatever its chat
+    indexing = Scope(scope.shards, 64, frozenset({user_shard_of(USERS[1], 64)}))
+    assert split_by_scope([op_outside, outside], indexing) == ([op_outside], [outside])
 
 
 # --- the replication factor: holders(shard, nodes, R) ------------------------------------

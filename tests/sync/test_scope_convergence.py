@@ -6,11 +6,13 @@ shards (or every shard). Records — messages, edits, deletes, reactions, member
 identities — reach them one by one, twice or never; any two run sessions, cut short at
 random; scopes change (grow, shrink, become full) between steps. Whatever happened:
 
-* at every step, no replica holds (stored, waiting or in a tree) a message or a delete of a
-  chat outside its scope, and its per-shard trees equal trees rebuilt from what it holds;
+* at every step, no replica holds (stored, waiting or in a tree) a message, delete or
+  member op of a chat outside its scope, nor an index entry of a user outside its user
+  shards, and its per-shard trees equal trees rebuilt from what it holds;
 * once scopes stop changing and every pair has synced until their sessions converge, every
   two replicas agree on every chat in both their scopes — the same messages, deletes,
-  shown messages and folded views — and on every member op and identity (global domains);
+  member ops and rows, shown messages and folded views — on the index entries of every
+  user shard both hold, and on every identity (the global domain);
 * and, against a fifth, full replica given every record any of them was given and synced
   last: each scoped replica holds exactly the full replica's records of its scope.
 """
@@ -31,17 +33,28 @@ from sync.frames import Domain
 from sync.loopback import run_session
 from sync.merkle import MerkleTree
 from sync.replica import DbReplica, MemoryReplica, Record
-from sync.scope import EVERYTHING, Scope, shard_of
+from sync.scope import EVERYTHING, Scope, shard_of, user_shard_of
 from sync.shards import SCOPED
 
-from sync_support import CHATS, RECORDS, assert_trees_match_contents, member, message
+from sync_support import (
+    CHATS,
+    RECORDS,
+    USERS,
+    assert_trees_match_contents,
+    held_keys,
+    in_domain,
+    member,
+    message,
+)
 
 NUM_SHARDS = 3  # one chat per shard (CHATS), so that scopes overlap and differ often
 SHARD = {chat: shard_of(chat, NUM_SHARDS) for chat in CHATS}
+SHARD_SUBSETS = st.frozensets(st.integers(0, NUM_SHARDS - 1))
 SCOPES: st.SearchStrategy[Scope] = st.one_of(
     st.just(EVERYTHING),
-    st.frozensets(st.integers(0, NUM_SHARDS - 1)).map(lambda s: Scope(s, NUM_SHARDS)),
+    st.builds(lambda s, u: Scope(s, NUM_SHARDS, u), SHARD_SUBSETS, SHARD_SUBSETS),
 )
+USER_SHARDS = {user_shard_of(u, NUM_SHARDS) for u in USERS}
 REPLICAS = 4
 
 # Any record, and more often plain messages, or the creator's adds of every user (stamped
@@ -67,41 +80,59 @@ STEPS: st.SearchStrategy[Step] = st.one_of(
 )
 
 
-def held_chats(replica: MemoryReplica) -> set[bytes]:
-    held = [*replica.messages.values(), *replica.deletes.values(), *replica.waiting.waiting()]
-    return {m.chat_id for m in held}
-
-
-def assert_within_scope(replica: MemoryReplica) -> None:
-    outside = {c for c in held_chats(replica) if not replica.scope.holds_chat(c)}
-    assert not outside, f"held outside {replica.scope}: {len(outside)} chats"
-    assert_trees_match_contents(replica)
-    for shards in ({0}, {1, 2}, set(range(NUM_SHARDS))):  # the tree of a scope, summed
-        scope = Scope(frozenset(shards), NUM_SHARDS)
-        for domain in SCOPED:
-            held = replica.messages if domain is Domain.MESSAGES else replica.deletes
-            ids = [i for i, m in held.items() if scope.holds_chat(m.chat_id)]
-            if replica.scope.covers(scope):
-                tree, expected = replica.scope_tree(domain, scope), MerkleTree.from_ids(ids)
+def assert_within_scope(replica: MemoryReplica | DbReplica) -> None:
+    """Nothing held outside the replica's scope, in any scoped domain or waiting; its trees
+    (and the trees of scopes within it, summed per shard) as rebuilt from what it holds."""
+    scope = replica.scope
+    for domain in SCOPED:
+        held = held_keys(replica, domain)
+        outside = [k for k in held.values() if not in_domain(domain, k, scope)]
+        assert not outside, f"{domain.name}: {len(outside)} held outside {scope}"
+        assert replica.tree(domain).root() == MerkleTree.from_ids(held).root(), domain
+        for shards in ({0}, {1, 2}, set(range(NUM_SHARDS))):
+            within = Scope(frozenset(shards), NUM_SHARDS, frozenset(shards))
+            if scope.covers(within):
+                ids = [i for i, k in held.items() if in_domain(domain, k, within)]
+                tree, expected = replica.scope_tree(domain, within), MerkleTree.from_ids(ids)
                 assert tree.root() == expected.root()
                 assert tree.root_check() == expected.root_check()  # the summed HELLO cell's
+    assert all(scope.holds_chat(m.chat_id) for m in replica.waiting.waiting())
+    if isinstance(replica, MemoryReplica):
+        assert_trees_match_contents(replica)
 
 
-def chat_state(replica: MemoryReplica, chat: bytes) -> tuple[object, ...]:
+def of_key(replica: MemoryReplica | DbReplica, domain: Domain, key: bytes) -> list[bytes]:
+    return sorted(i for i, k in held_keys(replica, domain).items() if k == key)
+
+
+def chat_state(replica: MemoryReplica | DbReplica, chat: bytes) -> tuple[object, ...]:
     return (
-        sorted(i for i, m in replica.messages.items() if m.chat_id == chat),
-        sorted(i for i, d in replica.deletes.items() if d.chat_id == chat),
+        *(of_key(replica, d, chat) for d in (Domain.MESSAGES, Domain.DELETES, Domain.MEMBERS)),
         sorted(replica.visible_ids(chat)),
         replica.view(chat),
     )
 
 
-def global_state(replica: MemoryReplica) -> tuple[object, ...]:
-    return (
-        sorted(replica.member_ops),
-        sorted(replica.members.items()),
-        sorted(replica.identities.items()),
-    )
+def index_state(replica: MemoryReplica | DbReplica, user_shard: int) -> list[bytes]:
+    held = held_keys(replica, Domain.INDEX)
+    return sorted(i for i, u in held.items() if user_shard_of(u, NUM_SHARDS) == user_shard)
+
+
+def rows_of(replica: MemoryReplica, chat: bytes) -> list[object]:
+    return sorted((k, v) for k, v in replica.members.items() if k[0] == chat)
+
+
+def assert_agree(a: MemoryReplica | DbReplica, b: MemoryReplica | DbReplica) -> None:
+    """On every chat and user shard both hold, and on the identities."""
+    assert a.tree(Domain.IDENTITY).root() == b.tree(Domain.IDENTITY).root()
+    for chat in CHATS:
+        if a.scope.holds_chat(chat) and b.scope.holds_chat(chat):
+            assert chat_state(a, chat) == chat_state(b, chat)
+            if isinstance(a, MemoryReplica) and isinstance(b, MemoryReplica):
+                assert rows_of(a, chat) == rows_of(b, chat)
+    for shard in USER_SHARDS:
+        if a.scope.holds_user_shard(shard) and b.scope.holds_user_shard(shard):
+            assert index_state(a, shard) == index_state(b, shard)
 
 
 def sync_until_converged(replicas: list[MemoryReplica], rounds: int = 4) -> None:
@@ -150,10 +181,8 @@ def test_scoped_replicas_converge_on_what_they_share_and_hold_nothing_else(
 
     sync_until_converged(replicas)
     for a, b in combinations(replicas, 2):
-        assert global_state(a) == global_state(b)
-        for chat in CHATS:
-            if a.scope.holds_chat(chat) and b.scope.holds_chat(chat):
-                assert chat_state(a, chat) == chat_state(b, chat)
+        assert_agree(a, b)
+        assert sorted(a.identities.items()) == sorted(b.identities.items())
 
     # a full replica given everything, synced last: each scoped replica holds its scope of it
     full = MemoryReplica(admit_all=admit_all)
@@ -161,10 +190,7 @@ def test_scoped_replicas_converge_on_what_they_share_and_hold_nothing_else(
     sync_until_converged([full, *replicas])
     for replica in replicas:
         assert_within_scope(replica)
-        assert global_state(replica) == global_state(full)
-        for chat in CHATS:
-            if replica.scope.holds_chat(chat):
-                assert chat_state(replica, chat) == chat_state(full, chat)
+        assert_agree(replica, full)
 
 
 def test_a_session_ships_only_the_intersection() -> None:
@@ -192,53 +218,24 @@ def test_a_session_ships_only_the_intersection() -> None:
 
 # --- the same on RocksDB: stores that leave shards (drop their rows) and join them again ---
 
-SHARD_SETS = st.frozensets(st.integers(0, NUM_SHARDS - 1)).map(lambda s: Scope(s, NUM_SHARDS))
+SHARD_SETS = st.builds(lambda s, u: Scope(s, NUM_SHARDS, u), SHARD_SUBSETS, SHARD_SUBSETS)
 
 
-def held_ids(replica: MemoryReplica | DbReplica, domain: Domain) -> dict[bytes, bytes]:
-    """Record id -> chat of what the replica holds in a scoped domain."""
-    if isinstance(replica, DbReplica):
-        db = replica.db
-        return dict(db.iter_msg_chats() if domain is Domain.MESSAGES else db.iter_delete_chats())
-    rows = replica.messages if domain is Domain.MESSAGES else replica.deletes
-    return {i: m.chat_id for i, m in rows.items()}
-
-
-def assert_store_within_scope(replica: MemoryReplica | DbReplica) -> None:
-    for domain in SCOPED:
-        held = held_ids(replica, domain)
-        assert all(replica.scope.holds_chat(c) for c in held.values()), domain
-        assert replica.tree(domain).root() == MerkleTree.from_ids(held).root(), domain
-    assert all(replica.scope.holds_chat(m.chat_id) for m in replica.waiting.waiting())
-
-
-def any_chat_state(replica: MemoryReplica | DbReplica, chat: bytes) -> tuple[object, ...]:
-    return (
-        sorted(i for i, c in held_ids(replica, Domain.MESSAGES).items() if c == chat),
-        sorted(i for i, c in held_ids(replica, Domain.DELETES).items() if c == chat),
-        sorted(replica.visible_ids(chat)),
-        replica.view(chat),
-    )
-
-
-def global_roots(replica: MemoryReplica | DbReplica) -> tuple[object, ...]:
-    return tuple(replica.tree(d).root() for d in (Domain.MEMBERS, Domain.IDENTITY))
-
-
-def rescope(replica: MemoryReplica | DbReplica, scope: Scope) -> None:
-    """What a node does when its scope changes: leave the shards it no longer needs (their
-    rows dropped), then hold the wider set (later sessions fill it)."""
+def rescope(replica: MemoryReplica | DbReplica, shards: frozenset[int]) -> None:
+    """What a node does when its chat shards change: leave the shards it no longer needs
+    (their rows dropped), then hold the wider set (later sessions fill it). Its user
+    shards stay (they follow the users it serves, not its chats)."""
+    users = replica.scope.user_shards
     if isinstance(replica, MemoryReplica):
-        replica.set_scope(scope)
+        replica.set_scope(Scope(shards, NUM_SHARDS, users))
         return
     old = replica.scope.shards or frozenset()
-    new = scope.shards or frozenset()
-    if old - new:
-        replica.drop_shards(old - new)
-    replica.widen_scope(Scope(new, NUM_SHARDS))
+    if old - shards:
+        replica.drop_shards(old - shards)
+    replica.widen_scope(Scope(shards, NUM_SHARDS, users))
 
 
-ALL_SHARDS = Scope(frozenset(range(NUM_SHARDS)), NUM_SHARDS)
+ALL_SHARDS = Scope(frozenset(range(NUM_SHARDS)), NUM_SHARDS, frozenset(range(NUM_SHARDS)))
 MESSAGES = [message(n) for n in range(0, 60, 3)]
 
 
@@ -286,29 +283,21 @@ def test_stores_leaving_and_joining_shards_converge_and_hold_nothing_else(
                 _, i, records = step
                 given_any.extend(records)
                 replicas[i].apply_ops(records)
-                assert_store_within_scope(replicas[i])
+                assert_within_scope(replicas[i])
             elif step[0] == "sync":
                 _, i, j, cut = step
                 if i != j:
                     assert run_session(replicas[i], replicas[j], cut_after=cut).error is None
-                    assert_store_within_scope(replicas[i])
-                    assert_store_within_scope(replicas[j])
+                    assert_within_scope(replicas[i])
+                    assert_within_scope(replicas[j])
             else:
                 _, i, scope = step
-                rescope(
-                    replicas[i],
-                    scope
-                    if scope.shards is not None
-                    else Scope(frozenset(range(NUM_SHARDS)), NUM_SHARDS),
-                )
-                assert_store_within_scope(replicas[i])
+                rescope(replicas[i], scope.shards or frozenset(range(NUM_SHARDS)))
+                assert_within_scope(replicas[i])
 
         full = MemoryReplica(admit_all=admit_all)
         full.apply_ops(given_any)
         sync_until_converged([full, *replicas])  # type: ignore[list-item]
         for replica in replicas:
-            assert_store_within_scope(replica)
-            assert global_roots(replica) == global_roots(full)
-            for chat in CHATS:
-                if replica.scope.holds_chat(chat):
-                    assert any_chat_state(replica, chat) == any_chat_state(full, chat)
+            assert_within_scope(replica)
+            assert_agree(replica, full)

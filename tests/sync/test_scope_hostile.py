@@ -77,7 +77,11 @@ def test_a_full_hello_carries_no_scope_and_a_scoped_one_round_trips() -> None:
         ([4, b"\x08"], "bad_scope"),  # shard 4 of a 4-shard network
         ([8, "\x01"], "malformed_frame"),  # a text bitmap
         ([8], "malformed_frame"),
-        ([8, b"\x01", 0], "too_many_items"),
+        ([8, b"\x01", 0], "malformed_frame"),  # a user bitmap that is no bytes
+        ([8, b"\x01", b"\x00"], "bad_scope"),  # an empty user bitmap: sent as none
+        ([8, b"\x01", b"\x01\x00"], "bad_scope"),  # a user bitmap one byte long
+        ([4, b"\x80", b"\x08"], "bad_scope"),  # user shard 4 of a 4-shard network
+        ([8, b"\x01", b"\x01", 0], "too_many_items"),
         (b"\x01", "malformed_frame"),
         (None, "malformed_frame"),
     ],

@@ -11,18 +11,23 @@ import pytest
 
 from store import ChatDb, ChatDbConfig, MsgV1
 from store.leaving import BY_CHAT
+from store.ops import MembershipOp
 from sync.frames import Domain
 from sync.loopback import run_session
 from sync.merkle import MerkleTree
 from sync.replica import DbReplica, MemoryReplica
-from sync.scope import EVERYTHING, Scope, ScopeError, shard_of
-from sync.shards import SCOPED
+from sync.scope import EVERYTHING, Scope, ScopeError, shard_of, user_shard_of
+from sync.shards import SCOPED, domain_shards, shard_in
 
-from sync_support import CHATS, delete_of, message
+from sync_support import CHATS, USERS, delete_of, held_keys, member, message
 
 S = 3  # one of CHATS per shard
 SHARDS = [shard_of(c, S) for c in CHATS]
-RECORDS: list[MsgV1] = [message(n) for n in range(24)] + [delete_of(n, 0, 3) for n in (0, 1, 5)]
+# member ops of every chat, naming users of every user shard
+OPS: list[MembershipOp] = [member(c, u, 990 + u) for c in range(3) for u in range(1, 4)]
+RECORDS: list[MsgV1 | MembershipOp] = (
+    [message(n) for n in range(24)] + [delete_of(n, 0, 3) for n in (0, 1, 5)] + OPS
+)
 
 
 @pytest.fixture
@@ -32,17 +37,16 @@ def store(tmp_path: Path) -> Iterator[ChatDb]:
     db.close()
 
 
-def scope_of(*chats: int) -> Scope:
-    return Scope(frozenset(SHARDS[c] for c in chats), S)
+def scope_of(*chats: int, users: tuple[int, ...] = ()) -> Scope:
+    """The shards of CHATS[c], and the user shards of USERS[u]."""
+    return Scope(
+        frozenset(SHARDS[c] for c in chats), S, frozenset(user_shard_of(USERS[u], S) for u in users)
+    )
 
 
-def ids_in(records: list[MsgV1], domain: Domain, scope: Scope) -> list[bytes]:
-    deletes = domain is Domain.DELETES
-    return [
-        r.msg_id
-        for r in records
-        if (r.kind.name == "DELETE") == deletes and scope.holds_chat(r.chat_id)
-    ]
+def in_scope(domain: Domain, key: bytes, scope: Scope) -> bool:
+    shards = domain_shards(domain, scope)
+    return shards is None or shard_in(domain, key, S) in shards
 
 
 def test_both_replicas_refuse_what_lies_outside_their_scope_alike(store: ChatDb) -> None:
@@ -51,7 +55,7 @@ def test_both_replicas_refuse_what_lies_outside_their_scope_alike(store: ChatDb)
     db = DbReplica(store, admit_all=True, scope=scope)
     applied = [r.apply_ops(RECORDS) for r in (memory, db)]
     assert applied[0].new == applied[1].new
-    outside = sum(not scope.holds_chat(r.chat_id) for r in RECORDS)
+    outside = sum(not scope.holds_chat(r.chat_id) for r in RECORDS)  # no user indexed
     assert memory.refused_out_of_scope == db.refused_out_of_scope == outside > 0
     for domain in Domain:
         assert memory.tree(domain).root() == db.tree(domain).root()
@@ -59,13 +63,7 @@ def test_both_replicas_refuse_what_lies_outside_their_scope_alike(store: ChatDb)
 
 
 def held_chats(replica: MemoryReplica | DbReplica, domain: Domain) -> dict[bytes, bytes]:
-    """Record id -> chat of what the replica holds in a scoped domain."""
-    if isinstance(replica, DbReplica):
-        db = replica.db
-        pairs = db.iter_msg_chats() if domain is Domain.MESSAGES else db.iter_delete_chats()
-        return dict(pairs)
-    rows = replica.messages if domain is Domain.MESSAGES else replica.deletes
-    return {i: m.chat_id for i, m in rows.items()}
+    return held_keys(replica, domain)
 
 
 @pytest.mark.parametrize("kind", ["memory", "db"])
@@ -82,8 +80,8 @@ def test_a_full_replica_answers_for_any_scope_as_if_it_held_only_that(
     for domain in SCOPED:
         held = held_chats(replica, domain)  # deletes erased some messages: what is held
         assert len(held) >= 3
-        for scope in (narrow, scope_of(0, 2), scope_of()):
-            ids = [i for i, chat in held.items() if scope.holds_chat(chat)]
+        for scope in (narrow, scope_of(0, 2, users=(1,)), scope_of(users=(2, 3)), scope_of()):
+            ids = [i for i, key in held.items() if in_scope(domain, key, scope)]
             tree, expected = replica.scope_tree(domain, scope), MerkleTree.from_ids(ids)
             assert tree.root() == expected.root()
             # what the sketch path reads: the root's check, the leaf counts, a range listing
@@ -103,7 +101,7 @@ def test_a_full_replica_answers_for_any_scope_as_if_it_held_only_that(
             assert {i for i, blob in zip(others, got, strict=True) if blob} == set(ids)
         assert replica.scope_tree(domain, EVERYTHING) is replica.tree(domain)
     # global domains are answered whole, whatever the scope
-    assert replica.scope_tree(Domain.MEMBERS, narrow) is replica.tree(Domain.MEMBERS)
+    assert replica.scope_tree(Domain.IDENTITY, narrow) is replica.tree(Domain.IDENTITY)
 
 
 def test_the_gc_keeps_the_trees_of_a_scope_true(store: ChatDb) -> None:
@@ -146,7 +144,9 @@ def rows_of(store: ChatDb, chat: bytes) -> dict[str, int]:
 
 
 def held_all_db(replica: DbReplica) -> dict[bytes, bytes]:
-    return held_chats(replica, Domain.MESSAGES) | held_chats(replica, Domain.DELETES)
+    """Id -> chat of every message, delete and member op held (what follows a chat)."""
+    by_chat = (Domain.MESSAGES, Domain.DELETES, Domain.MEMBERS)
+    return {i: c for d in by_chat for i, c in held_chats(replica, d).items()}
 
 
 def test_leaving_a_shard_drops_its_rows_and_trees_and_a_later_join_refills_it(
