@@ -15,7 +15,7 @@ replaying an author's old ops spends none of the author's budget.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from node.clock import Clock
@@ -30,7 +30,7 @@ from store.ingress import Limits, refuse_never_valid
 from store.kinds import Claims, claims_of, decode_receipt, delete_is_valid
 from store.ops import MembershipAction, MembershipOp, Op
 from store.records import MessageKind, MsgV1
-from sync.scope import EVERYTHING, Scope, in_chat_scope, shard_of
+from sync.scope import EVERYTHING, Scope, in_chat_scope, shard_of, user_shard_of
 
 
 def ops_not_held(db: ChatDb, ops: list[Op]) -> list[Op]:
@@ -60,6 +60,15 @@ def refuse_outside_scope(scope: Scope, ops: list[Op]) -> None:
         if not in_chat_scope(op, scope):
             assert isinstance(op, MsgV1 | MembershipOp)  # identities are global
             raise outside_scope(op.chat_id, scope.num_shards)
+
+
+def unindexed_user_shards(scope: Scope, ops: list[Op]) -> frozenset[int]:
+    """The user shards of the users ``ops``' member ops name that ``scope`` does not index."""
+    return frozenset(
+        user_shard_of(op.user_id, scope.num_shards)
+        for op in ops
+        if isinstance(op, MembershipOp) and not scope.indexes_user(op.user_id)
+    )
 
 
 def outside_scope(chat: bytes, num_shards: int) -> OutsideScope:
@@ -182,6 +191,9 @@ class OpIntake:
         scope: Scope = EVERYTHING,
     ) -> None:
         self.scope = scope  # what the store holds: ops of other chats are refused here
+        # told the user shards of a client's member ops that the scope does not index yet,
+        # before they are written: the node indexes what it writes (node/scopes.py)
+        self.index_users: Callable[[frozenset[int]], Awaitable[None]] | None = None
         self.db = db
         self.writer = writer
         self.gossip = gossip
@@ -200,6 +212,9 @@ class OpIntake:
         """
         now = self.clock.wall_ms()
         self.check(ops, now)
+        missing = unindexed_user_shards(self.scope, ops)
+        if missing and self.index_users is not None:
+            await self.index_users(missing)
         request = (
             await self.writer.enqueue(ops) if wait_for_room else self.writer.submit_nowait(ops)
         )

@@ -124,12 +124,18 @@ class ScopeKeeper:
         held, expired = self.served.step(self.clock.wall_ms())
         old = self.replica.scope
         if not old.covers(held):
-            wider = Scope(
-                frozenset(old.shards or ()) | frozenset(held.shards or ()),
-                old.num_shards,
-                frozenset(old.user_shards or ()) | frozenset(held.user_shards or ()),
-            )
-            await self.writer.call(lambda: self.replica.widen_scope(wider))
+
+            def widen() -> Scope:  # from the scope as the writer holds it (the intake widens too)
+                now = self.replica.scope
+                wider = Scope(
+                    frozenset(now.shards or ()) | frozenset(held.shards or ()),
+                    now.num_shards,
+                    frozenset(now.user_shards or ()) | frozenset(held.user_shards or ()),
+                )
+                self.replica.widen_scope(wider)
+                return wider
+
+            wider = await self.writer.call(widen)
             log.info(
                 "scope widened: %s -> %s", sorted(old.shards or ()), sorted(wider.shards or ())
             )

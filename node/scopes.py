@@ -47,6 +47,7 @@ class NodeScopes:
         cfg, services = self.config, self.services
         self._nursery = nursery
         await self._subscribe(topics_for(OPS_TOPIC, services.replica.scope, sharded=cfg.gossip_sharded))  # fmt: skip
+        services.intake.index_users = self._index_users
         if cfg.scope_auto or cfg.scope_authenticate:
             keeper = self._keeper()
             if cfg.scope_authenticate:
@@ -90,6 +91,25 @@ class NodeScopes:
         await self._subscribe(topics_for(OPS_TOPIC, new, sharded=self.config.gossip_sharded))
         for name in self.peers.connected():
             self.peers.rotation.go_on(name)
+
+    async def _index_users(self, user_shards: frozenset[int]) -> None:
+        """A client's member op names users of these user shards, which we do not index yet:
+        index them from now on (in one writer step, before the op is written), so the op is
+        in our index and sessions carry it to the other holders of its user shard even if
+        gossip loses it on the way (docs/design/member-scopes.md)."""
+        replica = self.services.replica
+
+        def widen() -> Scope:
+            held = replica.scope
+            wider = Scope(
+                held.shards, held.num_shards, (held.user_shards or frozenset()) | user_shards
+            )
+            replica.widen_scope(wider)
+            return wider
+
+        wider = await self.services.writer.call(widen)
+        self.services.intake.scope = wider
+        await self._subscribe(topics_for(OPS_TOPIC, wider, sharded=self.config.gossip_sharded))
 
     async def _leave(self, held: Scope, expired: Scope) -> None:
         """Shards whose grace ended: out of the scope, their rows off the disk, in one writer

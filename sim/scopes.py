@@ -2,21 +2,23 @@
 
 Issue 33 (SYNC.md, "Scopes"): a node holds the chats whose members include a user it serves,
 plus what its operator pins. The generator's model of that, written as ``scope`` events into
-the trace (``group`` = the node's shards and user shards from then on: ``join_group``),
+the trace (``group`` = the node's shards and user shards from then on: ``split_group``),
 which the replay applies with ``set_scope`` and the oracle reads as the nodes' final
 scopes:
 
 * a user's **home node** is node ``user % nodes`` (the node the generator makes its ops on);
 * **pins**: every shard is pinned on its ``R`` nearest nodes by rendezvous hashing
   (``rendezvous``: the holders rule), so each chat has ``R`` holders whatever its members do;
-* a node holds the **user shards** of the users it serves and its pins among users' shards,
-  for the whole run (its member index: docs/design/member-scopes.md);
+* a node holds the **user shards** of the users it serves, its pins among users' shards and
+  those of the users named by member ops it makes, for good (its member index:
+  docs/design/member-scopes.md);
 * a node **grows** by a chat's shard ``LEARN_MS`` after a member op adds a user it serves
   (the op reaches it on its user shard's topic), and **shrinks** ``GRACE_MS`` after the
   last such user left or was removed (the grace period before a shard's rows are dropped);
-* a node that makes a message of a chat holds the chat's shard from then on (a client asked
-  it to: it joins, as SYNC.md's joining step would), and keeps it: were it to drop the shard
-  before a peer took the message, the message would be gone, which the oracle does not model.
+* a node that makes a message or member op of a chat holds the chat's shard from then on (a
+  client asked it to: it joins, as SYNC.md's joining step would — a node refuses a client's
+  op of a chat it does not hold), and keeps it: were it to drop the shard before a peer took
+  the op, the op would be gone, which the oracle does not model.
 
 Pure and deterministic: a function of the plan's ops and the seed.
 """
@@ -54,14 +56,9 @@ class ScopeParams:
         return self.shards > 0
 
 
-def join_group(shards: Iterable[int], users: Iterable[int], num_shards: int) -> list[int]:
-    """A scope event's ``group``: the chat shards, then ``S + u`` for each user shard ``u``
-    (one list column in the trace for both sets)."""
-    return sorted(shards) + sorted(num_shards + u for u in users)
-
-
 def split_group(group: Iterable[int], num_shards: int) -> tuple[frozenset[int], frozenset[int]]:
-    """(chat shards, user shards) of a scope event's ``group`` (``join_group``)."""
+    """(chat shards, user shards) of a scope event's ``group``: its chat shards, and ``S + u``
+    for each user shard ``u`` (one list column in the trace for both sets)."""
     values = list(group)
     shards = frozenset(v for v in values if v < num_shards)
     return shards, frozenset(v - num_shards for v in values if v >= num_shards)
@@ -112,24 +109,28 @@ def plan_scopes(
     p: ScopeParams,
     user_shards: Sequence[int] = (),
 ) -> list[tuple[int, int, list[int]]]:
-    """``(t_ms, node, group)`` scope events (``join_group``): each node's scope at the start
-    (its pins), then every time it changes. ``user_shards[u]``: user ``u``'s user shard; a
-    node's user shards (in every event: they do not change) are its served users' and its
-    pins among the users' shards (the R rule over user shards too)."""
+    """``(t_ms, node, group)`` scope events (``split_group``: a user shard ``u`` is ``S + u``
+    throughout): each node's scope at the start (its pins), then every time it changes.
+    ``user_shards[u]``: user ``u``'s user shard. A node holds, for good, its served users'
+    user shards and its pins among the users' shards (the R rule over user shards too), and
+    the user shard of every user a member op it makes names (it indexes what it writes, so
+    the index holds the op even if gossip lost it on the way)."""
     pins = _pins(used_shards, nodes, p)
-    user_pins = _pins(set(user_shards), nodes, p)
-    users: list[set[int]] = [set(user_pins[n]) for n in range(nodes)]
+    for n, shards in enumerate(_pins(set(user_shards), nodes, p)):
+        pins[n].update(p.shards + u for u in shards)
     for user, shard in enumerate(user_shards):
-        users[home_node(user, nodes)].add(shard)
+        pins[home_node(user, nodes)].add(p.shards + shard)
     # reasons to hold a shard, as (node, shard) -> +1 at their start and -1 at their end
     changes: list[tuple[int, int, int, int]] = []  # (t, node, shard, +1/-1)
     member: set[tuple[int, int]] = set()  # (user, chat): added, as the plan goes
     start_ms = None
     for e in sorted(events, key=lambda e: e.t_ms):
         start_ms = e.t_ms if start_ms is None else start_ms
+        changes.append((e.t_ms, e.node, e.shard, +1))  # its origin, for good: the docstring
         if e.kind == tr.MSG:
-            changes.append((e.t_ms, e.node, e.shard, +1))  # for good: see the docstring
             continue
+        if 0 <= e.target < len(user_shards):  # the origin indexes the op's user, for good
+            changes.append((e.t_ms, e.node, p.shards + user_shards[e.target], +1))
         key = (e.target, e.chat)
         home = home_node(e.target, nodes)
         if e.kind == tr.MEMBER_ADD and key not in member:
@@ -141,7 +142,7 @@ def plan_scopes(
     t0 = 0 if start_ms is None else start_ms
     out = [(t0, n, sorted(pins[n])) for n in range(nodes)]
     out += _timeline(changes, pins)
-    return [(t, n, join_group(shards, users[n], p.shards)) for t, n, shards in out]
+    return out
 
 
 def _pins(shards: Iterable[int], nodes: int, p: ScopeParams) -> list[set[int]]:

@@ -20,7 +20,7 @@ from store.ops import (
     make_identity,
 )
 from store.records import IdentityRecord, MsgV1, canonical_cbor
-from sync.scope import shard_of
+from sync.scope import shard_of, user_shard_of
 
 from node_support import b64, now_ms, ops_body, running_node, sign_in
 
@@ -94,16 +94,26 @@ def test_the_holders_named_are_the_home_nodes_of_the_members_the_index_knows(
         assert named(0) == []  # removed: no longer a member
 
 
-async def test_a_chat_in_the_scope_is_served_as_before(tmp_path: Path) -> None:
+async def test_a_chat_in_the_scope_is_served_and_its_member_ops_indexed(tmp_path: Path) -> None:
+    """Served as before; and the node indexes what it writes: a member op naming a user of
+    a user shard it did not index widens its index first (so sessions carry the op to the
+    shard's other holders even if gossip loses it)."""
     async with running_node(
         tmp_path, network_shards=SHARDS, scope_shards=(shard_of(GROUP, SHARDS),)
-    ) as (_, http):
+    ) as (node, http):
+        replica = node.services.replica
+        assert replica.scope.user_shards == frozenset()  # a fixed scope indexes no one
         base = now_ms() - 60_000
         msg = MsgV1.create(ALICE.signing_key, GROUP, Hlc(base + 10), b"hi")
-        assert (await http.post("/ops", json=ops_body(add(ALICE, base), msg))).status_code == 201
+        ops = (add(ALICE, base), add(BOB, base), msg)
+        assert (await http.post("/ops", json=ops_body(*ops))).status_code == 201
         http.headers.update(await sign_in(http, ALICE.signing_key))
         r = await http.get(f"/chats/{GROUP.hex()}/messages")
         assert r.status_code == 200 and len(r.json()["messages"]) == 1
+        users = {user_shard_of(u.user_id, SHARDS) for u in (ALICE, BOB)}
+        assert replica.scope.user_shards == users and node.services.intake.scope == replica.scope
+        indexed = {user for _, user in replica.db.member_index.iter_users()}
+        assert indexed == {ALICE.user_id, BOB.user_id}
 
 
 async def test_a_forged_or_oversized_home_node_list_is_refused_by_the_api(tmp_path: Path) -> None:
