@@ -1502,16 +1502,15 @@ class SyncSession:
 
 
 def _runs(buckets: list[int]) -> Iterator[tuple[int, int]]:
-    """Ascending buckets as ranges ``[lo, hi)`` of consecutive ones."""
-    lo = hi = -1
-    for bucket in buckets:
-        if bucket != hi:
-            if hi > lo:
-                yield lo, hi
-            lo = bucket
-        hi = bucket + 1
-    if hi > lo:
-        yield lo, hi
+    """Ascending buckets as ranges ``[lo, hi)`` of consecutive ones (in numpy: a depth-3
+    region is ~14,000 buckets in ~900 runs)."""
+    if not buckets:
+        return iter(())
+    at = np.asarray(buckets, dtype=np.int64)
+    breaks = np.flatnonzero(np.diff(at) != 1) + 1
+    starts = at[np.concatenate(([0], breaks))]
+    ends = at[np.concatenate((breaks - 1, [len(at) - 1]))] + 1
+    return zip(starts.tolist(), ends.tolist(), strict=True)
 
 
 def _pushed_records(frame: Frame) -> dict[Domain, list[bytes]]:
