@@ -131,9 +131,10 @@ from sync.sketch import (
 )
 
 TOP_DEPTH = 2  # R's first NODES frame: every depth-2 node (256 hashes)
-# Bytes of the initiator's depth-3 hashes on the sketch path: 4,016 of them at d = 10^3 cost
-# 8 kB, not 16 (issue 35's byte goal); a differing node whose hashes collide (2^-16) is
-# found by the closing root comparison and reconciled in the next pass.
+# Bytes of the initiator's depth-3 hashes when it descends to keep a sketch's region small
+# (not when every depth-2 node differs): 4,016 of them at d = 10^3 cost 8 kB, not 16 (issue
+# 35's byte goal); a differing node whose hashes collide (2^-16) is found by the closing
+# root comparison and reconciled in the next pass.
 DESCENT_WIDTH = 2
 FETCH_CHUNK = 256  # ids looked up per replica call while filling a frame
 # What a record is refused for (store.ingress) — not its stamp: one too far ahead is skipped
@@ -838,11 +839,14 @@ class SyncSession:
         }
         return self._children_hashes(differs, depth)
 
-    def _children_hashes(self, differs: dict[Domain, list[int]], depth: int) -> Nodes:
-        """Flags over the peer's nodes at ``depth`` (``differs``), our hashes of their children."""
+    def _children_hashes(
+        self, differs: dict[Domain, list[int]], depth: int, *, narrow: bool = False
+    ) -> Nodes:
+        """Flags over the peer's nodes at ``depth`` (``differs``), our hashes of their children
+        (``narrow``: the initiator's depth-3 hashes, ``DESCENT_WIDTH`` bytes)."""
         out = {}
         width = self._width
-        if self.config.sketch and depth == TOP_DEPTH:
+        if narrow and depth == TOP_DEPTH:
             width = min(width, DESCENT_WIDTH)
         for domain, differ in differs.items():
             dp = self._domains[domain]
@@ -942,7 +946,9 @@ class SyncSession:
         )
         if depth < DEPTH and (saturated or self._descend_cheaper(differs, depth)):
             self.state = deeper
-            return self._children_hashes(differs, depth)
+            # narrow hashes where bytes are tight (d ≲ 1,500); saturated, d is large and a
+            # 2-byte collision among ~4,096 differing nodes (6 %) would cost a pass
+            return self._children_hashes(differs, depth, narrow=not saturated)
         # Another session of ours holds buckets: the peer would push into them as well, so
         # ask for its sketch and decode it here, claiming exactly the buckets it names.
         request = self._claims is not None and self._claims.others_hold(self)
