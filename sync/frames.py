@@ -147,6 +147,10 @@ class Transfer:
     idle: bool
     sections: dict[Domain, TransferSection]
     drained: bool = False  # after this frame the sender has nothing queued to push (it may ask)
+    # The responder's roots once it has nothing left to push or ask (a HELLO's digests and
+    # summed cell, over this pass's salt and scope): the initiator compares them with its
+    # own after writing this frame's records and may end the session with a one-way DONE.
+    roots: tuple[bytes, tuple[bytes, int, int]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,14 +211,17 @@ def encode_frame(frame: Frame) -> bytes:
                 body.append(scope.to_wire())
         case Cells(sections):
             body = [FrameType.CELLS, _tree_sections(sections)]
-        case Transfer(idle, sections, drained):
+        case Transfer(idle, sections, drained, roots):
             body = [
                 FrameType.TRANSFER,
                 idle,
                 [_encode_section(d, s) for d, s in sorted(sections.items())],
             ]
-            if drained:
+            if drained or roots is not None:
                 body.append(drained)
+            if roots is not None:
+                digests, (xor, count, check) = roots
+                body.append([digests, b"" if xor == ZERO_XOR else xor, count, check])
         case Sketches(sketch_sections, answer):
             body = [
                 FrameType.SKETCH,
@@ -357,10 +364,7 @@ def _decode_hello(v: list[Any], max_ids: int) -> Hello:
     if not MIN_HASH_WIDTH <= width <= MAX_HASH_WIDTH:
         raise _fail(f"hash width {width} outside {MIN_HASH_WIDTH}..{MAX_HASH_WIDTH}", "bad_width")
     digests = _bytes(digests, "root digests", length=ROOT_DIGEST_LEN * len(Domain))
-    xor = _bytes(xor, "root xor")
-    if len(xor) not in (0, 32):
-        raise _fail(f"root xor must be 32 bytes (or empty: zero), got {len(xor)}")
-    cell = (xor or ZERO_XOR, _uint(count, "root count"), _uint(check, "root check", 1 << 32))
+    cell = _root_cell(xor, count, check)
     records: dict[Domain, list[bytes]] = {}
     if len(v) > 10:
         for domain, rest in _sections(v[10], "HELLO records"):
@@ -408,7 +412,7 @@ def _decode_cells(v: list[Any], max_ids: int) -> Cells:
 
 
 def _decode_transfer(v: list[Any], max_ids: int) -> Transfer:
-    idle, sections, drained = _arity(v, 2, "TRANSFER", 1)
+    idle, sections, drained, roots = _arity(v, 2, "TRANSFER", 2)
     out: dict[Domain, TransferSection] = {}
     for domain, rest in _sections(sections, "TRANSFER"):
         records, wants, id_lists, prefix_wants, shorts = _arity(rest, 4, "TRANSFER section", 1)
@@ -438,7 +442,26 @@ def _decode_transfer(v: list[Any], max_ids: int) -> Transfer:
         if total_prefixes // ID_PREFIX_LEN > max_ids:
             raise _fail("too many id prefixes in one frame", "too_many_items")
         out[domain] = TransferSection(records, wants, lists, pwants, shorts)
-    return Transfer(_bool(idle, "idle"), out, drained is not None and _bool(drained, "drained"))
+    return Transfer(
+        _bool(idle, "idle"),
+        out,
+        drained is not None and _bool(drained, "drained"),
+        None if roots is None else _roots(roots),
+    )
+
+
+def _roots(value: Any) -> tuple[bytes, tuple[bytes, int, int]]:
+    """``[digests, xor, count, check]``: a HELLO's root digests and summed cell."""
+    digests, xor, count, check = _arity(_list(value, "roots", 4), 4, "roots")
+    digests = _bytes(digests, "root digests", length=ROOT_DIGEST_LEN * len(Domain))
+    return digests, _root_cell(xor, count, check)
+
+
+def _root_cell(xor: Any, count: Any, check: Any) -> tuple[bytes, int, int]:
+    xor = _bytes(xor, "root xor")
+    if len(xor) not in (0, 32):
+        raise _fail(f"root xor must be 32 bytes (or empty: zero), got {len(xor)}")
+    return xor or ZERO_XOR, _uint(count, "root count"), _uint(check, "root check", 1 << 32)
 
 
 def _decode_sketches(v: list[Any], max_ids: int) -> Sketches:

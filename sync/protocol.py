@@ -23,17 +23,23 @@ decode get an id list instead: R sends salted 8-byte prefixes of its ids there.
 
 That is the *cells path* (``SyncConfig(sketch=False)``). By default the descent
 stops as soon as the share of equal nodes estimates the difference d (at depth
-2 unless every node there differs): the side that read the hashes sends a
-SKETCH — an IBLT (``sync.sketch``) of salted short ids of its ids under the
-differing nodes, ~1.5 d cells — and the other subtracts its own, peels, pushes
-what only it holds and asks for the rest by short id (``short_wants``). A
+2 unless every node there differs, or the depth-3 nodes hold more than
+``descend_above`` ids each: hashing their children is then cheaper than reading
+every id under them, and the initiator's depth-3 hashes are 2 bytes wide): the
+side that read the hashes sends a SKETCH — an IBLT (``sync.sketch``) of salted
+short ids of its ids under the differing nodes, ~1.4 d cells — and the other
+subtracts its own, peels, pushes what only it holds and asks for the rest by
+short id (``short_wants``). A
 sketch that does not decode is answered once with a larger one from the other
 side. Summed roots that differ by exactly one id, in the one domain whose digest
 differs, name it without any descent. The side that opens a sketched region
 checks its listing against its tree, bucket by bucket (``_checked_listing``), and
 leaves out (announcing them in ``skip``) buckets that list more than the tree files. The
 initiator closes a pass with a HELLO that carries its last pushes, so the
-records and the root comparison share a round trip.
+records and the root comparison share a round trip. A responder TRANSFER that
+pushes its last records and asks nothing carries its roots; an initiator that
+then has nothing to push or ask compares them with its own and, equal, ends the
+session with a one-way DONE (no closing pass: 3 round trips after a descent).
 
 Then both sides exchange TRANSFER frames — records pushed to the side that
 lacks them, ``wants`` (exact ids), ``id_lists`` and ``prefix_wants`` — strictly
@@ -67,7 +73,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -125,6 +131,11 @@ from sync.sketch import (
 )
 
 TOP_DEPTH = 2  # R's first NODES frame: every depth-2 node (256 hashes)
+# Bytes of the initiator's depth-3 hashes when it descends to keep a sketch's region small
+# (not when every depth-2 node differs): 4,016 of them at d = 10^3 cost 8 kB, not 16 (issue
+# 35's byte goal); a differing node whose hashes collide (2^-16) is found by the closing
+# root comparison and reconciled in the next pass.
+DESCENT_WIDTH = 2
 FETCH_CHUNK = 256  # ids looked up per replica call while filling a frame
 # What a record is refused for (store.ingress) — not its stamp: one too far ahead is skipped
 # (``SyncConfig.max_offset_ms``), not refused, since our clock may be the one behind.
@@ -146,6 +157,10 @@ class SyncConfig:
     sketch: bool = True
     short_id_bytes: int = DEFAULT_SHORT_ID_LEN  # 1..8; tests shrink it to force collisions
     max_sketch_cells: int = 262_143  # a multiple of 3; 11 B a cell: one frame under 3 MB
+    # Descend one level rather than sketch when the nodes one level down hold more ids than
+    # this on average: hashing a node costs both sides ~2 us, a sketched id ~70 ns, so
+    # below ~30 ids a node the sketch is cheaper (SYNC.md, "CPU"). 0: always descend (tests).
+    descend_above: float = 32
     # A silent peer ends the session after this long while little is in flight (the node's
     # setting: sync_idle_timeout_s), plus the time the data in flight needs at
     # min_bytes_per_s: our last frame (the peer reads, checks and stores it before it can
@@ -241,6 +256,7 @@ TRANSITIONS: dict[tuple[SessionRole, State, type], str] = {
     (INIT, State.TRANSFER, Transfer): "_on_transfer",
     (RESP, State.TRANSFER, Transfer): "_on_transfer",
     (RESP, State.TRANSFER, Hello): "_on_hello",  # only after R went idle (checked there)
+    (RESP, State.TRANSFER, Done): "_on_closed",  # one-way: only after R sent its roots
 }
 
 KINDS = ("tree", "ids", "records", "control")
@@ -383,6 +399,7 @@ class SyncSession:
         self._taken: Transfer | None = None
         self._closing: Hello | None = None  # a HELLO with records: opened once they are written
         self._last_sent_drained = False
+        self._sent_roots = False  # our last TRANSFER carried our roots: the peer may close
         self._answer_due = False
         # what this session reconciles: our replica's scope, until the peer's narrows it
         self._scope: Scope = replica.scope
@@ -472,6 +489,9 @@ class SyncSession:
                 reply = self._answer_transfer(taken)
             elif closing is not None:  # a HELLO that brought records: roots compared now
                 reply = self._open_pass(closing)
+            if self.role is RESP and isinstance(reply, Transfer) and self._closes(reply):
+                # nothing left to push or ask: our roots let the peer end the session here
+                reply = replace(reply, roots=self._own_roots()) if self.config.sketch else reply
         except RemoteProtocolError as exc:
             self._abort(exc.reason)
             raise
@@ -549,11 +569,12 @@ class SyncSession:
         self._count(len(data), frame, self.stats.bytes_sent)
         self.stats.frames_sent += 1
         self._in_flight = len(data)  # the peer digests this before it answers
-        if self.role is INIT:
+        if self.role is INIT and not isinstance(frame, Done):  # a DONE is one way: no trip
             self.stats.round_trips += 1
         if isinstance(frame, Transfer):
             self._last_sent_idle = frame.idle
             self._last_sent_drained = frame.idle or frame.drained
+            self._sent_roots = frame.roots is not None
         return data
 
     def _count(self, size: int, frame: Frame, into: dict[str, int]) -> None:
@@ -768,6 +789,19 @@ class SyncSession:
         self.state, self.converged = State.DONE, done.converged
         return None
 
+    def _on_closed(self, done: Done) -> None:
+        """The initiator compared our roots with its own and ended the session (one way)."""
+        if not self._sent_roots:
+            raise RemoteProtocolError("DONE before we sent our roots", reason="unexpected_frame")
+        return self._on_done(done)
+
+    def _own_roots(self) -> tuple[bytes, tuple[bytes, int, int]]:
+        """What a HELLO of this pass would say of our roots: salted digests, summed cell."""
+        trees = {d: self._tree(d) for d in Domain}
+        roots = {d: t.root() for d, t in trees.items()}
+        digests = b"".join(root_digest(self._salt, d, *roots[d]) for d in Domain)
+        return digests, _sum_cell(roots, {d: t.root_check() for d, t in trees.items()})
+
     # --- descent: each step reads the peer's flags and hashes, answers with ours ---
 
     def _descend(self, domain: Domain, flags: bytes, hashes: bytes, depth: int) -> list[int]:
@@ -781,13 +815,15 @@ class SyncSession:
             theirs = list(range(FANOUT**TOP_DEPTH))
         else:
             theirs = children(depth - 1, read_flags(dp.sent, flags))
-        if len(hashes) != len(theirs) * self._width:
+        w = self._width
+        if depth == TOP_DEPTH + 1 and len(hashes) == len(theirs) * min(w, DESCENT_WIDTH):
+            w = min(w, DESCENT_WIDTH)  # the initiator's depth-3 hashes on the sketch path
+        if len(hashes) != len(theirs) * w:
             raise RemoteProtocolError(
                 f"{len(hashes)} hash bytes for {len(theirs)} nodes of width {self._width}",
                 reason="bad_hashes",
             )
-        mine = self._tree(domain).hashes(depth, theirs, self._salt, self._width)
-        w = self._width
+        mine = self._tree(domain).hashes(depth, theirs, self._salt, w)
         differ = [
             n
             for i, n in enumerate(theirs)
@@ -804,16 +840,22 @@ class SyncSession:
         }
         return self._children_hashes(differs, depth)
 
-    def _children_hashes(self, differs: dict[Domain, list[int]], depth: int) -> Nodes:
-        """Flags over the peer's nodes at ``depth`` (``differs``), our hashes of their children."""
+    def _children_hashes(
+        self, differs: dict[Domain, list[int]], depth: int, *, narrow: bool = False
+    ) -> Nodes:
+        """Flags over the peer's nodes at ``depth`` (``differs``), our hashes of their children
+        (``narrow``: the initiator's depth-3 hashes, ``DESCENT_WIDTH`` bytes)."""
         out = {}
+        width = self._width
+        if narrow and depth == TOP_DEPTH:
+            width = min(width, DESCENT_WIDTH)
         for domain, differ in differs.items():
             dp = self._domains[domain]
             reply_flags = write_flags(dp.sent, set(differ))
             dp.sent, dp.sent_depth = children(depth, differ), depth + 1
             out[domain] = (
                 reply_flags,
-                self._tree(domain).hashes(depth + 1, dp.sent, self._salt, self._width),
+                self._tree(domain).hashes(depth + 1, dp.sent, self._salt, width),
             )
         return Nodes(out)
 
@@ -903,9 +945,11 @@ class SyncSession:
         saturated = any(
             differ and len(differ) == len(self._domains[d].sent) for d, differ in differs.items()
         )
-        if depth < DEPTH and saturated:
+        if depth < DEPTH and (saturated or self._descend_cheaper(differs, depth)):
             self.state = deeper
-            return self._children_hashes(differs, depth)
+            # narrow hashes where bytes are tight (d ≲ 1,500); saturated, d is large and a
+            # 2-byte collision among ~4,096 differing nodes (6 %) would cost a pass
+            return self._children_hashes(differs, depth, narrow=not saturated)
         # Another session of ours holds buckets: the peer would push into them as well, so
         # ask for its sketch and decode it here, claiming exactly the buckets it names.
         request = self._claims is not None and self._claims.others_hold(self)
@@ -924,6 +968,17 @@ class SyncSession:
             sketches[domain] = SketchSection(flags, cells, width, blob, skip)
         self.state = State.AWAIT_DECODE
         return Sketches(sketches)
+
+    def _descend_cheaper(self, differs: dict[Domain, list[int]], depth: int) -> bool:
+        """Whether hashing the differing nodes' children costs less than sketching every id
+        under them: the children hold more than ``descend_above`` ids on average. At
+        n = 10^6, d = 10^3 ~98 % of depth-2 nodes differ, so a depth-2 sketch reads and hashes
+        ~980,000 ids a side; the differing depth-3 nodes hold ~22 % of that (issue 35)."""
+        below = FANOUT ** (depth + 1)
+        return any(
+            differ and self._tree(d).count / below > self.config.descend_above
+            for d, differ in differs.items()
+        )
 
     def _open_region(
         self,
@@ -1177,6 +1232,11 @@ class SyncSession:
                 dp.asked = 0
         reply = self._next_transfer()
         if self.role is INIT and (transfer.idle or transfer.drained) and self._closes(reply):
+            pushes = any(s.records for s in reply.sections.values())
+            if transfer.roots == self._own_roots() and not pushes:
+                # the peer's roots, after all it pushed, are ours: converged, no closing pass
+                self.state, self.converged = State.DONE, True
+                return Done(True)
             # The peer has nothing more to push and this reply answers all it asked: close
             # the pass with HELLO, carrying the reply's records (no round trip of its own).
             records = {d: s.records for d, s in reply.sections.items() if s.records}
@@ -1445,16 +1505,15 @@ class SyncSession:
 
 
 def _runs(buckets: list[int]) -> Iterator[tuple[int, int]]:
-    """Ascending buckets as ranges ``[lo, hi)`` of consecutive ones."""
-    lo = hi = -1
-    for bucket in buckets:
-        if bucket != hi:
-            if hi > lo:
-                yield lo, hi
-            lo = bucket
-        hi = bucket + 1
-    if hi > lo:
-        yield lo, hi
+    """Ascending buckets as ranges ``[lo, hi)`` of consecutive ones (in numpy: a depth-3
+    region is ~14,000 buckets in ~900 runs)."""
+    if not buckets:
+        return iter(())
+    at = np.asarray(buckets, dtype=np.int64)
+    breaks = np.flatnonzero(np.diff(at) != 1) + 1
+    starts = at[np.concatenate(([0], breaks))]
+    ends = at[np.concatenate((breaks - 1, [len(at) - 1]))] + 1
+    return zip(starts.tolist(), ends.tolist(), strict=True)
 
 
 def _pushed_records(frame: Frame) -> dict[Domain, list[bytes]]:

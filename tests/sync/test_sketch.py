@@ -119,4 +119,4 @@ def test_equal_sets_subtract_to_zero() -> None:
 def test_sizes_are_multiples_of_three() -> None:
     for d in (0, 1, 7, 1_000, 123_457):
         m = cells_for(d)
-        assert m % 3 == 0 and m >= 1.5 * d
+        assert m % 3 == 0 and m >= 1.4 * d

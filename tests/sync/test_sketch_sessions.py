@@ -17,7 +17,9 @@ from sync.errors import RemoteProtocolError
 from sync.frames import (
     SALT_LEN,
     Domain,
+    Done,
     Frame,
+    Nodes,
     Sketches,
     SketchSection,
     Transfer,
@@ -261,3 +263,67 @@ def test_a_request_for_the_peers_sketch_is_answered_at_the_size_asked() -> None:
     got = answer.sections[Domain.MESSAGES]
     assert got.cells == 30 and len(got.blob) == 30 * cell_len(section.width) and not got.flags
     assert session.state is State.AWAIT_DECODE
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_descent_to_depth_3_sketches_less_and_closes_in_three_round_trips(seed: int) -> None:
+    """The initiator descends from depth 2 (as at n = 10^6, where each depth-3 node holds
+    ~244 ids: here ``descend_above`` is scaled down to ~320 ids) with 2-byte depth-3 hashes; the responder sketches the
+    differing depth-3 nodes, the initiator decodes, the responder's last TRANSFER carries its
+    roots and the initiator ends with a one-way DONE: 3 round trips."""
+    rng = random.Random(seed)
+    universe = list(range(400))
+    a = fill(engine(), [message(n) for n in universe if rng.random() < 0.8])
+    b = fill(engine(), [message(n) for n in universe if rng.random() < 0.8])
+    config = SyncConfig(descend_above=0.02)  # 320 ids: 0.08 a depth-3 node, 0.005 a leaf
+    wire = Wire()
+    result = run_session(a, b, config=config, salt_seed=b"descent%d" % seed, on_frame=wire)
+    assert result.converged and set(a.messages) == set(b.messages)
+    if result.initiator.stats.passes == 1:  # no hash or short-id collision hid a difference
+        assert wire.frames[-1] == ("initiator", Done(True))
+        assert result.initiator.stats.round_trips <= 4  # 3 unless an answer sketch was needed
+    sender, depth3 = wire.frames[2]
+    assert sender == "initiator" and isinstance(depth3, Nodes)
+    _, hashes = depth3.sections[Domain.MESSAGES]
+    assert len(hashes) % 2 == 0 and len(hashes) // 2 % 16 == 0  # 16 children, 2 bytes each
+    again = run_session(a, b, config=config, salt_seed=b"again%d" % seed)
+    assert again.converged and again.initiator.stats.round_trips == 1
+
+
+def test_a_done_from_the_initiator_is_refused_before_the_responder_sent_its_roots() -> None:
+    a = fill(engine(), [message(n) for n in range(0, 30)])
+    b = fill(engine(), [message(n) for n in range(20, 50)])
+    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"early")
+    r = SyncSession(RESP, b, now_ms=0)
+    session, _ = advance(i, r, State.AWAIT_MIDDLE, RESP)
+    with pytest.raises(RemoteProtocolError) as info:
+        session.receive(encode_frame(Done(True)), 0)
+    assert info.value.reason == "unexpected_frame"
+
+
+def test_roots_that_differ_from_ours_open_the_closing_pass() -> None:
+    """A responder whose roots (lying, or a write that raced) are not ours: no one-way DONE,
+    the initiator closes with HELLO as before and the roots are compared there."""
+    a = fill(engine(), [message(n) for n in range(0, 40)])
+    b = fill(engine(), [message(n) for n in range(20, 60)])
+
+    # the initiator descends from depth 2, the responder sketches at depth 3: its last
+    # frame carries its roots
+    config = SyncConfig(descend_above=0.001)
+    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"lie", config=config)
+    r = SyncSession(RESP, b, now_ms=0, config=config)
+    frame: bytes | None = i.start(0)
+    lied = 0
+    while frame is not None:
+        reply = r.receive(frame, 0)
+        if reply is None:
+            break
+        theirs = decoded(reply)
+        if isinstance(theirs, Transfer) and theirs.roots is not None:
+            digests, (xor, count, check) = theirs.roots
+            reply = encode_frame(replace(theirs, roots=(digests, (xor, count + 1, check))))
+            lied += 1
+        frame = i.receive(reply, 0)
+    assert lied and i.converged and r.converged
+    assert set(a.messages) == set(b.messages)
+    assert i.stats.passes == 2  # the closing HELLO compared the roots
