@@ -285,27 +285,28 @@ def test_a_transfer_says_drained_only_when_sent_and_true() -> None:
 
 def test_a_transfer_carries_roots_after_drained_and_checks_them() -> None:
     """The responder's roots (issue 35's one-way close): a HELLO's digests and summed cell."""
-    roots = (bytes(16), (bytes(range(32)), 7, 9))
+    digests = bytes(4 * len(Domain))  # 4 bytes a domain
+    roots = (digests, (bytes(range(32)), 7, 9))
     frame = Transfer(True, {}, False, roots)
     assert encode_frame(frame) == cbor2.dumps(
-        [FrameType.TRANSFER, True, [], False, [bytes(16), bytes(range(32)), 7, 9]]
+        [FrameType.TRANSFER, True, [], False, [digests, bytes(range(32)), 7, 9]]
     )
     assert decode_frame(encode_frame(frame), max_frame=1 << 16, max_ids=10) == frame
-    zero = Transfer(True, {}, False, (bytes(16), (bytes(32), 0, 0)))
+    zero = Transfer(True, {}, False, (digests, (bytes(32), 0, 0)))
     assert decode_frame(encode_frame(zero), max_frame=1 << 16, max_ids=10) == zero
     assert decode([FrameType.TRANSFER, True, [], False]).roots is None
     for bad in (
-        [bytes(15), b"", 0, 0],  # digests one byte short
-        [bytes(16), bytes(31), 0, 0],  # a xor neither 32 bytes nor empty
-        [bytes(16), b"", -1, 0],  # a negative count
-        [bytes(16), b"", 0, 1 << 32],  # a check over 32 bits
-        [bytes(16), b"", 0],  # a field missing
+        [digests[1:], b"", 0, 0],  # digests one byte short
+        [digests, bytes(31), 0, 0],  # a xor neither 32 bytes nor empty
+        [digests, b"", -1, 0],  # a negative count
+        [digests, b"", 0, 1 << 32],  # a check over 32 bits
+        [digests, b"", 0],  # a field missing
         b"roots",  # not an array
     ):
         assert reason([FrameType.TRANSFER, True, [], False, bad]) == "malformed_frame", bad
-    assert reason([FrameType.TRANSFER, True, [], False, [bytes(16), b"", 0, 0, 0]]) == (
+    assert reason([FrameType.TRANSFER, True, [], False, [digests, b"", 0, 0, 0]]) == (
         "too_many_items"
     )
-    assert reason([FrameType.TRANSFER, True, [], False, [bytes(16), b"", 0, 0], 1]) == (
+    assert reason([FrameType.TRANSFER, True, [], False, [digests, b"", 0, 0], 1]) == (
         "malformed_frame"
     )
