@@ -292,12 +292,14 @@ _OTHER_TREES: dict[Domain, MerkleTree] = {}
 
 
 def _other_trees() -> dict[Domain, MerkleTree]:
-    """The trees of members, identity and deletes every bench replica starts from."""
+    """The trees of members, identity, deletes and the member index (a full node indexes
+    every member op: the members' ids) every bench replica starts from."""
     if not _OTHER_TREES:
         rng = random.Random("bench-sync:other-domains")
         for domain in (Domain.MEMBERS, Domain.IDENTITY, Domain.DELETES):
             ids = [rng.randbytes(RECORD_ID_LEN) for _ in range(OTHER_DOMAIN_IDS)]
             _OTHER_TREES[domain] = MerkleTree.from_ids(ids)
+        _OTHER_TREES[Domain.INDEX] = _OTHER_TREES[Domain.MEMBERS].copy()
     return _OTHER_TREES
 
 

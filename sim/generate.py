@@ -753,14 +753,21 @@ def generate(p: GenParams, out: str | Path) -> GenResult:
     return GenResult(out, header, len(specs), len(planner.faults), sorted(planner.poisoned))
 
 
+MAX_SCOPE_ROUNDS = 200
+
+
 def _scope_rounds(p: GenParams) -> int:
-    """Scoped: a node syncs its shards in turn (one a round, ``sim.scope_book``), so the
-    quiescence gets about one turn of a typical scope on top."""
+    """Scoped: a node syncs its shards and user shards in turn (one a round,
+    ``sim.scope_book``), so the quiescence gets about one turn of a typical scope on top:
+    the chats' shards (its members' and its pins), and the user shards of its served users,
+    its pins and the users its member ops name."""
     if not p.scope_shards:
         return 0
     members = (2 + max(2, min(p.users, 8))) / 2
-    per_node = (p.chats * members + min(p.chats, p.scope_shards) * p.replication) / p.nodes
-    return min(100, math.ceil(min(per_node, p.scope_shards)))
+    chats = p.chats * members + min(p.chats, p.scope_shards) * p.replication
+    users = p.users + min(p.users, p.scope_shards) * p.replication + p.chats * members
+    shards = min(chats / p.nodes, p.scope_shards) + min(users / p.nodes, p.scope_shards)
+    return min(MAX_SCOPE_ROUNDS, math.ceil(shards))
 
 
 def _scope_faults(p: GenParams, planner: _Planner, specs: list[OpSpec]) -> list[Fault]:
