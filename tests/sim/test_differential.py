@@ -32,7 +32,7 @@ from inprocess import InProcessResult, root_text, run_inprocess
 from sim_support import SPARK_WARNINGS, small_trace
 
 pytestmark = [pytest.mark.slow, *SPARK_WARNINGS]
-DOMAINS = ("messages", "members", "identity", "deletes")
+DOMAINS = ("messages", "members", "identity", "deletes", "index")  # Domain order
 # Every fault kind (partitions both ways, drop, dup, delay, crash, skew, far future, GC).
 TRACES: dict[str, dict[str, Any]] = {
     "5 nodes, seed 2": {"seed": 2},
