@@ -212,6 +212,10 @@ class SimReplica(MemoryReplica):
         super()._add_member_op(op_id, self.ctx.member_ops.setdefault(op_id, op))
         self._undo.append((self.t_ms, MEMBERS, op_id, None))
 
+    def _add_index_entry(self, op_id: bytes, op: MembershipOp) -> None:
+        super()._add_index_entry(op_id, self.ctx.member_ops.setdefault(op_id, op))
+        self._undo.append((self.t_ms, INDEX, op_id, None))
+
     def _mark_erased(self, msg_id: bytes) -> None:
         super()._mark_erased(msg_id)  # a crash takes it back out with the delete that erased it
         self._undo.append((self.t_ms, ERASED, msg_id, None))
@@ -289,6 +293,8 @@ class SimReplica(MemoryReplica):
                 op = self.member_ops[key]
                 self._drop_member_op(key)
                 refold.add((op.chat_id, op.user_id))
+            elif domain is INDEX:
+                self._drop_index_entry(key)
             else:
                 self._set_identity(key, self.identities.get(key), before)
             undone += 1

@@ -307,11 +307,19 @@ class MemoryReplica(ScopedTrees):
             op_id = member_op_id(op.encode())
             fresh = op_id not in self.index
             if fresh:
-                self.index[op_id] = op
-                self._index(INDEX, None, op_id, op_id)
-                self._shard_change(INDEX, op.user_id, None, op_id)
+                self._add_index_entry(op_id, op)
             new.append(fresh)
         return new
+
+    def _add_index_entry(self, op_id: bytes, op: MembershipOp) -> None:
+        self.index[op_id] = op
+        self._index(INDEX, None, op_id, op_id)
+        self._shard_change(INDEX, op.user_id, None, op_id)
+
+    def _drop_index_entry(self, op_id: bytes) -> None:
+        op = self.index.pop(op_id)
+        self._index(INDEX, op_id, None, op_id)
+        self._shard_change(INDEX, op.user_id, op_id, None)
 
     def _plan_and_carry_out(self, ops: list[Any]) -> Applied:
         plan = plan_ops(ops, self, self.plan_rules)
@@ -331,9 +339,7 @@ class MemoryReplica(ScopedTrees):
         for op_id in [i for i, o in self.member_ops.items() if not scope.holds_chat(o.chat_id)]:
             self._drop_member_op(op_id)
         for op_id in [i for i, o in self.index.items() if not scope.indexes_user(o.user_id)]:
-            op = self.index.pop(op_id)
-            self._index(INDEX, op_id, None, op_id)
-            self._shard_change(INDEX, op.user_id, op_id, None)
+            self._drop_index_entry(op_id)
         self.waiting.discard(
             {m.msg_id for m in self.waiting.waiting() if not scope.holds_chat(m.chat_id)}
         )
