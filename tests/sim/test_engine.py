@@ -20,6 +20,7 @@ from store.kinds import Claims
 from store.ops import MembershipAction, MembershipOp
 from store.records import MessageKind, MsgV1, Role
 from store.signing import key_from_seed, public_key, user_id_from_key
+from sync.frames import Domain
 from store.trace import TraceHeader, read_trace
 
 from sim_support import brute_force_expected, small_trace
@@ -79,7 +80,7 @@ def _distinct_roots(results: list[dict[str, object]]) -> int:
     for r in results:
         for row in r["nodes"]:  # type: ignore[attr-defined]
             if row["honest"] and row["alive"]:
-                acc = roots.setdefault(row["node"], [[0, 0] for _ in range(4)])
+                acc = roots.setdefault(row["node"], [[0, 0] for _ in Domain])
                 for d, (x, c) in enumerate(row["roots"]):
                     acc[d][0] ^= x
                     acc[d][1] += c
@@ -104,7 +105,7 @@ def test_a_faulty_trace_converges_to_the_expected_state(faulty: Path) -> None:
     for r in results:
         for row in r["nodes"]:  # type: ignore[attr-defined]
             if row["honest"]:
-                acc = roots.setdefault(row["node"], [[0, 0] for _ in range(4)])
+                acc = roots.setdefault(row["node"], [[0, 0] for _ in Domain])
                 for d, (x, c) in enumerate(row["roots"]):
                     acc[d][0] ^= x
                     acc[d][1] += c
