@@ -20,8 +20,8 @@ from store.kinds import Claims
 from store.ops import MembershipAction, MembershipOp
 from store.records import MessageKind, MsgV1, Role
 from store.signing import key_from_seed, public_key, user_id_from_key
-from sync.frames import Domain
 from store.trace import TraceHeader, read_trace
+from sync.frames import Domain
 
 from sim_support import brute_force_expected, small_trace
 
