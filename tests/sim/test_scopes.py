@@ -21,7 +21,16 @@ from sim.engine import ShardTask, run_shard
 from sim.hunt import SCOPED_SMALL, small_trace
 from sim.oracle import Oracle, compute_oracle
 from sim.runner import combine
-from sim.scopes import GRACE_MS, LEARN_MS, ChatEvent, ScopeParams, node_id, plan_scopes, rendezvous
+from sim.scopes import (
+    GRACE_MS,
+    LEARN_MS,
+    ChatEvent,
+    ScopeParams,
+    node_id,
+    plan_scopes,
+    rendezvous,
+    split_group,
+)
 from store import trace as tr
 from sync.scope import holders
 
@@ -68,14 +77,17 @@ def test_a_scope_grows_after_an_add_and_shrinks_after_the_grace_period() -> None
         ChatEvent(25_000, 6, tr.MSG, chat=2, shard=9),  # node 6 makes a message: holds for good
     ]
     out = plan_scopes(events, {5, 9}, nodes, ScopeParams(64, 1))
-    pins = {n: set(group) for t, n, group in out if t == 1_000}
-    assert sorted(pins) == list(range(nodes))
+    pins = {n: set(group) for _, n, group in out[:nodes]}  # each node's first event
+    assert sorted(pins) == list(range(nodes)) and {t for t, _, _ in out[:nodes]} == {1_000}
     assert sum(len(p) for p in pins.values()) == 2  # shards 5 and 9, R = 1 each
-    node3 = [(t, set(g) - pins[3]) for t, n, g in out if n == 3 and t > 1_000]
+    node3 = [(t, set(g) - pins[3]) for t, n, g in out[nodes:] if n == 3]
     # learned 2 s after the add; kept while chat 1 still has the user; dropped a grace later
     assert node3 == [(1_000 + LEARN_MS, {5}), (20_000 + GRACE_MS, set())]
-    node6 = [(t, set(g) - pins[6]) for t, n, g in out if n == 6 and t > 1_000]
+    node6 = [(t, set(g) - pins[6]) for t, n, g in out[nodes:] if n == 6]
     assert node6 == ([] if 9 in pins[6] else [(25_000, {9})])
+    # node 0 wrote the member ops: it holds their chat's shard from the first, for good
+    node0 = [(t, set(g) - pins[0]) for t, n, g in out[nodes:] if n == 0]
+    assert node0 == ([] if 5 in pins[0] else [(1_000, {5})])
 
 
 @pytest.fixture(scope="module")
@@ -143,3 +155,21 @@ def test_the_restated_holders_rule_is_the_nodes(nodes: int, r: int, shards: int)
     for shard in range(shards):
         ours = {node_id(n) for n in rendezvous(shard, nodes, r, shards)}
         assert ours == set(holders(shard, ids, r, shards)), shard
+
+
+def test_a_node_holds_its_served_users_user_shards_and_those_its_member_ops_name() -> None:
+    """``S + u`` in a scope event's group is user shard ``u``: a home node holds its users'
+    from the start, the node that writes a member op the named user's from then on."""
+    nodes, s = 4, 64
+    user_shards = [10, 11, 12, 13, 14]  # user u's user shard; user u's home node is u % 4
+    events = [ChatEvent(1_000, 2, tr.MEMBER_ADD, chat=0, shard=5, target=4)]
+    out = plan_scopes(events, {5}, nodes, ScopeParams(s, 0), user_shards)
+    first = {n: split_group(g, s) for _, n, g in out[:nodes]}
+    assert first[0][1] == {10, 14} and first[1][1] == {11} and first[3][1] == {13}
+    later = sorted((t, n, split_group(g, s)) for t, n, g in out[nodes:])
+    assert later == [
+        # node 2 wrote the add of user 4: the chat's shard and user 4's user shard, for good
+        (1_000, 2, (frozenset({5}), frozenset({12, 14}))),
+        # user 4's home node learns the add (its user shard it held from the start)
+        (1_000 + LEARN_MS, 0, (frozenset({5}), frozenset({10, 14}))),
+    ]
