@@ -203,8 +203,6 @@ class MemoryReplica(ScopedTrees):
         return self.trees[domain]
 
     def record_ids(self, domain: Domain) -> list[bytes]:
-        if domain is MESSAGES:
-            return list(self.messages)
         return list(self._held(domain))
 
     def bucket_ids(

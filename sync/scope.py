@@ -8,7 +8,7 @@ their chat's shard; the member index (the same member ops again) follows its sub
 shard, so a node learns which chats its users are in without holding every chat's ops
 (docs/design/member-scopes.md). A session reconciles the intersection of both sides' scopes
 (``Scope.__and__``); the store refuses a scoped record outside its scope
-(``split_by_scope``). SYNC.md, "Scopes", says why that still converges.
+(``in_chat_scope``, ``in_index``). SYNC.md, "Scopes", says why that still converges.
 
 ``scope_for`` derives a node's scope from the users it serves (their signed home-node
 lists), the member ops that add them to chats (its index), and what its operator pins. ``holders`` is
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 import blake3
 
@@ -260,9 +259,6 @@ def replica_shards(
     return frozenset(s for s in range(num_shards) if node_id in holders(s, known, r, num_shards))
 
 
-T = TypeVar("T")
-
-
 def in_chat_scope(record: object, scope: Scope) -> bool:
     """A record the scope holds to decide its chats: messages, deletes and member ops of its
     chats; identities always (global)."""
@@ -274,19 +270,3 @@ def in_chat_scope(record: object, scope: Scope) -> bool:
 def in_index(record: object, scope: Scope) -> bool:
     """A member op the scope's member index holds: one naming a user it indexes."""
     return isinstance(record, MembershipOp) and scope.indexes_user(record.user_id)
-
-
-def in_scope(record: object, scope: Scope) -> bool:
-    """A record this scope holds at all: in its chats' domains or in its member index."""
-    return in_chat_scope(record, scope) or in_index(record, scope)
-
-
-def split_by_scope(records: Sequence[T], scope: Scope) -> tuple[list[T], list[T]]:
-    """(kept, refused): what ``scope`` holds (``in_scope``) and what it does not."""
-    if scope.shards is None:
-        return list(records), []
-    kept: list[T] = []
-    refused: list[T] = []
-    for record in records:
-        (kept if in_scope(record, scope) else refused).append(record)
-    return kept, refused

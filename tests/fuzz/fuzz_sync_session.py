@@ -133,13 +133,14 @@ def check_replica(replica: MemoryReplica, config: SyncConfig, before: set[bytes]
         Domain.MEMBERS: {blake3_id(op.encode()) for op in replica.member_ops.values()},
         Domain.IDENTITY: {compute_identity_record_id(u, *v) for u, v in replica.identities.items()},
         Domain.DELETES: set(replica.deletes),
+        Domain.INDEX: {blake3_id(op.encode()) for op in replica.index.values()},
     }
     for domain in Domain:
         if set(replica.record_ids(domain)) != ids[domain]:
             raise AssertionError(f"{domain.name}: index and stored rows disagree")
         if replica.tree(domain) != MerkleTree.from_ids(ids[domain]):
             raise AssertionError(f"{domain.name}: tree differs from the tree of the stored ids")
-    if set(replica.member_ops) != ids[Domain.MEMBERS]:
+    if set(replica.member_ops) != ids[Domain.MEMBERS] or set(replica.index) != ids[Domain.INDEX]:
         raise AssertionError("a member op stored under another id")
     for msg_id, msg in replica.messages.items():
         if msg.msg_id != msg_id:

@@ -17,13 +17,14 @@ from sync.scope import (
     ScopeError,
     chat_holders,
     holders,
+    in_chat_scope,
+    in_index,
     rendezvous_score,
     replica_shards,
     scope_for,
     served_users,
     shard_of,
     shards_scope,
-    split_by_scope,
     user_shard_of,
 )
 
@@ -148,18 +149,18 @@ def test_served_users_are_those_whose_home_nodes_name_the_node() -> None:
     assert served_users(b"n1", homes) == {A} and served_users(b"n9", homes) == set()
 
 
-def test_split_by_scope_keeps_identities_and_refuses_other_chats_and_users() -> None:
+def test_a_scope_holds_its_chats_records_identities_and_its_users_index() -> None:
     other = next(n for n in (1, 2) if shard_of(CHATS[n], 64) != shard_of(CHATS[0], 64))
     inside, outside = message(0), message(other)  # CHATS[0], another shard's chat
     scope = shards_scope({shard_of(CHATS[0], 64)}, 64)
     op_inside, op_outside = member(0, 1, 1_000), member(other, 1, 1_000)
-    ident = identity(1, 1, 1)
-    kept, refused = split_by_scope([inside, outside, op_inside, op_outside, ident], scope)
-    assert kept == [inside, op_inside, ident] and refused == [outside, op_outside]
-    assert split_by_scope([outside], EVERYTHING) == ([outside], [])
-    # a user shard indexed: every op naming that user is held, whatever its chat
+    records = [inside, outside, op_inside, op_outside, identity(1, 1, 1)]
+    assert [in_chat_scope(r, scope) for r in records] == [True, False, True, False, True]
+    assert not any(in_index(r, scope) for r in records)  # chat shards only: no user indexed
+    assert all(in_chat_scope(r, EVERYTHING) and in_index(r, EVERYTHING) for r in records[2:4])
+    # a user shard indexed: every op naming that user is in the index, whatever its chat
     indexing = Scope(scope.shards, 64, frozenset({user_shard_of(USERS[1], 64)}))
-    assert split_by_scope([op_outside, outside], indexing) == ([op_outside], [outside])
+    assert [in_index(r, indexing) for r in records] == [False, False, True, True, False]
 
 
 # --- the replication factor: holders(shard, nodes, R) ------------------------------------
