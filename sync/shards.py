@@ -20,7 +20,7 @@ from store.ops import MembershipOp
 from store.records import MsgV1
 from sync.frames import Domain
 from sync.merkle import DEPTH, FANOUT_BITS, MerkleTree, TreeReader, check_hash, node_hash
-from sync.scope import Scope, shard_of, user_shard_of
+from sync.scope import Scope, in_chat_scope, in_index, shard_of, user_shard_of
 
 Leaf = list[int]  # [count, xor, check]
 
@@ -172,12 +172,9 @@ def placement_key(domain: Domain, record: MsgV1 | MembershipOp) -> bytes:
 
 def in_domain_scope(domain: Domain, record: object, scope: Scope) -> bool:
     """A record of ``domain`` lies in ``scope`` (global domains: always)."""
-    if domain not in SCOPED or scope.is_full:
+    if domain not in SCOPED:
         return True
-    assert isinstance(record, MsgV1 | MembershipOp)
-    shards = domain_shards(domain, scope)
-    assert shards is not None
-    return shard_in(domain, placement_key(domain, record), scope.num_shards) in shards
+    return in_index(record, scope) if domain is BY_USER else in_chat_scope(record, scope)
 
 
 class ScopedTrees:
