@@ -180,6 +180,28 @@ class MessageView:
         return _order(self.msg)
 
 
+_SET_VIEW = tuple(MessageView.__dict__[name].__set__ for name in MessageView.__slots__)
+assert MessageView.__slots__ == ("msg", "edit", "reply_state", "reactions")
+
+
+def message_view(
+    msg: MsgV1,
+    edit: MsgV1 | None,
+    reply_state: str | None,
+    reactions: dict[bytes, tuple[bytes, ...]],
+) -> MessageView:
+    """``MessageView(msg, edit, reply_state, reactions)`` built through its slots: a folded
+    page makes one per changed message, and a frozen dataclass's __init__ costs twice as
+    much (tests/store/test_views.py: equal)."""
+    view = object.__new__(MessageView)
+    set_msg, set_edit, set_reply_state, set_reactions = _SET_VIEW
+    set_msg(view, msg)
+    set_edit(view, edit)
+    set_reply_state(view, reply_state)
+    set_reactions(view, reactions)
+    return view
+
+
 @dataclass(frozen=True, slots=True)
 class ChatView:
     items: list[MessageView | Tombstone]  # in (hlc, id) order

@@ -482,31 +482,40 @@ class Messages:
             return self._whole_page(start, end, limit, backward)
         rows = self._rocks.items_in("messages", start, end, reverse=backward)  # ``end``: held
         items: list[StoredMessage] = []
-        append = items.append
-        for key, value in rows:
-            if backward and key < start:
-                break  # (a forward scan stops at ``end``: the upper bound)
-            if len(items) == limit:
-                return RangePage(items, encode_cursor(items[-1].key))
-            if kinds is not None:
-                kind = value[KIND_AT[value[STAMP_AT]]]  # kind_of, inlined
-                if kind not in kinds:
+        append, from_bytes, seq_at = items.append, int.from_bytes, MESSAGES_KEY_LEN - 4
+        while True:  # the rows a page still lacks (and one more) at a time, as _whole_page
+            want = limit + 1 - len(items)
+            chunk = list(islice(rows, want))
+            done = len(chunk) < want
+            while backward and chunk and chunk[-1][0] < start:  # below the chat
+                chunk.pop()
+                done = True
+            for key, value in chunk:
+                if kinds is not None:
+                    kind = value[KIND_AT[value[STAMP_AT]]]  # kind_of, inlined
+                    if kind not in kinds:
+                        continue
+                    if kind == REPLY and replies is not None:
+                        replies.append(len(items))  # (hidden: taken out again below)
+                if len(key) == MESSAGES_KEY_LEN:
+                    seq = from_bytes(key[seq_at:], "big")  # seq_of, inlined
+                else:
+                    seq = parse_key_messages(key)[2]  # raises: not a messages key
+                if hidden and seq in hidden:
+                    if replies and replies[-1] == len(items):
+                        replies.pop()
                     continue
-                if kind == REPLY and replies is not None:
-                    replies.append(len(items))  # (hidden: taken out again below)
-            if len(key) == MESSAGES_KEY_LEN:
-                seq = int.from_bytes(key[MESSAGES_KEY_LEN - 4 :], "big")  # seq_of, inlined
-            else:
-                seq = parse_key_messages(key)[2]  # raises: not a messages key
-            if hidden and seq in hidden:
-                if replies and replies[-1] == len(items):
+                # Our own rows, written by put_messages: decoded when a field is read
+                msg = _new(StoredMsg)
+                msg.__dict__["encoded"] = value  # = stored_msg(value), inlined
+                append(_new_tuple(StoredMessage, (key, seq, msg)))
+            if len(items) > limit:  # the one more: there are more
+                items.pop()
+                if replies and replies[-1] == limit:
                     replies.pop()
-                continue
-            # Our own rows, written by put_messages: decoded when a field is read (StoredMsg)
-            msg = _new(StoredMsg)
-            msg.__dict__["encoded"] = value  # = stored_msg(value), inlined
-            append(_new_tuple(StoredMessage, (key, seq, msg)))
-        return RangePage(items, None)
+                return RangePage(items, encode_cursor(items[-1].key))
+            if done:
+                return RangePage(items, None)
 
     def _whole_page(self, start: bytes, end: bytes | None, limit: int, backward: bool) -> RangePage:
         """``range`` of every row from ``start`` to ``end`` (no kinds asked for, nothing

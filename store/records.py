@@ -489,6 +489,20 @@ def stored_msg(data: bytes) -> StoredMsg:
     return msg
 
 
+def placed(msg: MsgV1) -> MsgV1:
+    """``msg`` with the fields a fold reads (``_IN_PLACE``) read now, if it is a ``StoredMsg``
+    that has not read them: a folded page reads them all, and the attribute miss that makes
+    ``__getattr__`` read them costs as much as reading them (~1 us a message)."""
+    fields = msg.__dict__
+    if (
+        type(msg) is StoredMsg
+        and "kind" not in fields
+        and (read := _read_in_place(fields["encoded"])) is not None
+    ):
+        fields.update(read)
+    return msg
+
+
 def decode_msg(
     data: bytes, *, max_payload: int = DEFAULT_MAX_PAYLOAD, trusted: bool = False
 ) -> MsgV1:

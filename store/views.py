@@ -25,6 +25,7 @@ from store.kinds import (
     claims_of,
     delete_is_valid,
     latest_edit,
+    message_view,
     reactions_of,
 )
 from store.messages import (
@@ -34,7 +35,7 @@ from store.messages import (
     RangePage,
     StoredMessage,
 )
-from store.records import MessageKind, MsgV1, decode_msg, stored_msg
+from store.records import MessageKind, MsgV1, decode_msg, placed, stored_msg
 from store.rocks import Rocks
 
 REPLY = MessageKind.REPLY
@@ -81,7 +82,7 @@ class Views:
             on_page = {key: msg for key, _, msg in items}
             for key, refs in referrers.items():
                 if (msg := on_page.get(key)) is not None:
-                    changed[key] = self._view(msg, refs, valid)
+                    changed[key] = self._view(placed(msg), refs, valid)
         for i in replies:
             key, _, msg = items[i]
             if key not in changed:
@@ -109,12 +110,13 @@ class Views:
         hidden = self._hidden.seqs(chat_id)  # a referrer whose sender was not a member then
         out: dict[bytes, list[MsgV1]] = {}
         unread: list[bytes] = []  # rows without the bytes
-        for row, value in self._rocks.iter_range("referred", low, referred_end(high)):
+        end = referred_end(high)  # (held while the rows are read: see Rocks.items)
+        for row, value in self._rocks.items_in("referred", low, end):
             if hidden and seq_of(row) in hidden:
                 continue
             target = row[:MESSAGES_KEY_LEN]
             if value:  # our own row: its fields read when the fold asks (StoredMsg)
-                out.setdefault(target, []).append(stored_msg(value))
+                out.setdefault(target, []).append(placed(stored_msg(value)))
             else:
                 unread.append(row)
         if unread:
@@ -122,11 +124,12 @@ class Views:
             for row, raw in zip(unread, held, strict=True):
                 if raw is not None:  # (None: erased or expired)
                     out.setdefault(row[:MESSAGES_KEY_LEN], []).append(decode_msg(raw, trusted=True))
+        del end
         return out
 
     def _view(self, msg: MsgV1, refs: list[MsgV1], valid: list[MsgV1]) -> MessageView:
         """``msg`` with the shown edits and reactions that refer to it, and its reply state."""
-        return MessageView(
+        return message_view(
             msg,
             latest_edit(msg, refs),
             self._reply_state(msg, valid) if msg.kind is REPLY else None,

@@ -31,6 +31,7 @@ from store.records import (
     decode_inbox_entry,
     decode_msg,
     make_chat_meta,
+    placed,
     stored_msg,
 )
 
@@ -266,6 +267,32 @@ def test_stored_msg_fields_equal_full_decode(msg: MsgV1, order: list[str]) -> No
     for name in order:
         assert getattr(got, name) == getattr(msg, name), name
     same_stored(got, msg)
+
+
+@settings(max_examples=200)
+@given(messages(chats=(*CHATS, bytes(range(32)))), st.permutations(sorted(MSG_FIELDS)))
+def test_placed_stored_msg_fields_equal_full_decode(msg: MsgV1, order: list[str]) -> None:
+    """A fold's fields read up front (``placed``) are the fields read when asked."""
+    got = placed(stored_msg(msg.encoded))
+    assert {"kind", "sender", "chat_id", "hlc", "payload"} <= set(got.__dict__)
+    for name in order:
+        assert getattr(got, name) == getattr(msg, name), name
+    same_stored(got, msg)
+    assert placed(msg) is msg and placed(got) is got  # a decoded message, a placed one: as is
+
+
+@settings(max_examples=200)
+@given(st.data())
+def test_placed_on_malformed_bytes_leaves_the_fields_to_the_decode(data: st.DataObject) -> None:
+    """Bytes not laid out as a message: ``placed`` reads nothing, and a field read raises
+    DecodeError or reads, as without it."""
+    raw = data.draw(_mutations(data.draw(messages()).encoded) | st.binary(max_size=400))
+    got = placed(stored_msg(raw))
+    for name in data.draw(st.permutations(sorted(MSG_FIELDS))):
+        try:
+            getattr(got, name)
+        except DecodeError:
+            continue
 
 
 @pytest.mark.parametrize("size", [0, 23, 24, 255, 256, 65_535, 65_536])

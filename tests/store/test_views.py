@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from store import ChatDb, ChatDbConfig, Hlc, MessageKind, MsgV1
-from store.kinds import Claims, MessageView, Tombstone, reaction_payload
+from store.kinds import Claims, MessageView, Tombstone, message_view, reaction_payload
 from store.messages import Direction
 from sync.replica import DbReplica
 
@@ -128,3 +128,11 @@ def test_a_reaction_stamped_before_its_target_folds_in_and_expires_first(
         db.range_delete_old_messages(GROUP_CHAT, early.hlc.physical_ms)  # not the target
         [view] = db.folded_range(GROUP_CHAT).views()
     assert view.msg == target and view.reactions == {b"ok": (AUTHOR_IDS[2],)}
+
+
+def test_a_view_built_through_its_slots_equals_the_constructed_one() -> None:
+    target = post(1)
+    edit = about(MessageKind.EDIT, target, b"edited", 1)
+    for args in [(target, None, None, {}), (target, edit, "present", {b"+1": (AUTHOR_IDS[1],)})]:
+        built, made = message_view(*args), MessageView(*args)
+        assert built == made and type(built) is MessageView and built.order == made.order
