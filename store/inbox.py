@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 
 from store.errors import InvalidInput
 from store.keys import (
@@ -291,12 +292,13 @@ class Inbox:
         if cursor is not None:
             after = decode_cursor(cursor, USER_INBOX_KEY_LEN, user_id)
             start = after + b"\x00"
-        rows: list[tuple[bytes, InboxEntry]] = []
-        for key, raw in self._rocks.iter_range("user_inbox", start, prefix_end(user_id)):
-            if len(rows) == limit:
-                return ChatListPage(self._with_unread(user_id, rows), encode_cursor(rows[-1][0]))
-            rows.append((key, decode_inbox_entry(raw, trusted=True)))  # our own rows
-        return ChatListPage(self._with_unread(user_id, rows), None)
+        end = prefix_end(user_id)  # (held while the rows are read: see Rocks.items)
+        # the page's rows and one more (are there more?), pulled by islice in C
+        stored = list(islice(self._rocks.items_in("user_inbox", start, end), limit + 1))
+        del end
+        rows = [(key, decode_inbox_entry(raw, trusted=True)) for key, raw in stored[:limit]]
+        cursor = encode_cursor(rows[-1][0]) if len(stored) > limit else None
+        return ChatListPage(self._with_unread(user_id, rows), cursor)
 
     def _with_unread(
         self, user_id: bytes, rows: list[tuple[bytes, InboxEntry]]
