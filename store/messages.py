@@ -155,6 +155,20 @@ def take_until(records: Iterable[bytes | None], max_bytes: int) -> tuple[list[by
     return out, False
 
 
+def _take(
+    rows: Iterator[tuple[bytes, bytes]], n: int, start: bytes, backward: bool
+) -> tuple[list[tuple[bytes, bytes]], bool]:
+    """Up to ``n`` of a page's ``rows``, pulled by ``islice`` in C (a loop checking each row
+    was a fifth of a page), none below ``start`` (a reverse scan has no lower bound: it runs
+    into the chat before); and whether the scan is done (fewer than ``n`` were left)."""
+    chunk = list(islice(rows, n))
+    done = len(chunk) < n
+    while backward and chunk and chunk[-1][0] < start:
+        chunk.pop()
+        done = True
+    return chunk, done
+
+
 class Messages:
     """The messages, their sync index and the indexes of what refers to what. Its setting:
     the retention cutoff (``expire_before_ms``), which the GC moves (``store.retention``)."""
@@ -483,13 +497,8 @@ class Messages:
         rows = self._rocks.items_in("messages", start, end, reverse=backward)  # ``end``: held
         items: list[StoredMessage] = []
         append, from_bytes, seq_at = items.append, int.from_bytes, MESSAGES_KEY_LEN - 4
-        while True:  # the rows a page still lacks (and one more) at a time, as _whole_page
-            want = limit + 1 - len(items)
-            chunk = list(islice(rows, want))
-            done = len(chunk) < want
-            while backward and chunk and chunk[-1][0] < start:  # below the chat
-                chunk.pop()
-                done = True
+        while True:  # the rows the page still lacks, and one more
+            chunk, done = _take(rows, limit + 1 - len(items), start, backward)
             for key, value in chunk:
                 if kinds is not None:
                     kind = value[KIND_AT[value[STAMP_AT]]]  # kind_of, inlined
@@ -519,16 +528,10 @@ class Messages:
 
     def _whole_page(self, start: bytes, end: bytes | None, limit: int, backward: bool) -> RangePage:
         """``range`` of every row from ``start`` to ``end`` (no kinds asked for, nothing
-        hidden): the page's rows (and one more, to know if there are more) pulled from
-        rocksdict's iterator by ``islice`` in C, then one pass over them — a loop that
-        checked the page's length and the chat's lower bound per row was a fifth of a page."""
-        rows = list(
-            islice(self._rocks.items_in("messages", start, end, reverse=backward), limit + 1)
-        )
+        hidden): the page's rows and one more (are there more?), then one pass over them."""
+        scan = self._rocks.items_in("messages", start, end, reverse=backward)
+        rows, _ = _take(scan, limit + 1, start, backward)
         del end  # (held to here: the iterator's upper bound, see Rocks.items)
-        if backward:  # below the chat, at its oldest page: a reverse scan has no lower bound
-            while rows and rows[-1][0] < start:
-                rows.pop()
         more = len(rows) > limit
         if more:
             rows.pop()
