@@ -3,12 +3,12 @@
 A chat's **shard** is ``int(BLAKE3(chat_id)[:4]) mod S``, ``S`` fixed per network; a user's
 **user shard** is the same over a domain-tagged user id. A scope is a set of chat shards and
 a set of user shards, or every shard (``EVERYTHING``: a full node, today's default).
-Identities are *global*: every scope holds them. Messages, deletes and member ops follow
-their chat's shard; the member index (the same member ops again) follows its subject's user
-shard, so a node learns which chats its users are in without holding every chat's ops
-(docs/design/member-scopes.md). A session reconciles the intersection of both sides' scopes
-(``Scope.__and__``); the store refuses a scoped record outside its scope
-(``in_chat_scope``, ``in_index``). SYNC.md, "Scopes", says why that still converges.
+Messages, deletes and member ops follow their chat's shard; identities follow their user's
+user shard, and so does the member index (the same member ops again, by their subject), so
+a node learns which chats its users are in, and who they are, without holding every chat's
+ops or every user's identity (docs/design/member-scopes.md). A session reconciles the
+intersection of both sides' scopes (``Scope.__and__``); the store refuses a record outside
+its scope (``in_chat_scope``, ``in_index``). SYNC.md, "Scopes", says why that still converges.
 
 ``scope_for`` derives a node's scope from the users it serves (their signed home-node
 lists), the member ops that add them to chats (its index), and what its operator pins. ``holders`` is
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import blake3
 
 from store.ops import MembershipAction, MembershipOp
-from store.records import MsgV1
+from store.records import IdentityRecord, MsgV1
 from sync.errors import LocalProtocolError
 
 DEFAULT_SHARDS = 256
@@ -92,7 +92,7 @@ class Scope:
         return self.user_shards is None or shard in self.user_shards
 
     def indexes_user(self, user_id: bytes) -> bool:
-        """Holds the member-index entries of ``user_id``."""
+        """Holds the identity and the member-index entries of ``user_id``."""
         return (
             self.user_shards is None or user_shard_of(user_id, self.num_shards) in self.user_shards
         )
@@ -260,10 +260,12 @@ def replica_shards(
 
 
 def in_chat_scope(record: object, scope: Scope) -> bool:
-    """A record the scope holds to decide its chats: messages, deletes and member ops of its
-    chats; identities always (global)."""
+    """A record the scope's rules decide on: messages, deletes and member ops of its chats,
+    identities of the users it indexes (a chat's rules read no identity: SYNC.md)."""
     if isinstance(record, MsgV1 | MembershipOp):
         return scope.holds_chat(record.chat_id)
+    if isinstance(record, IdentityRecord):
+        return scope.indexes_user(record.user_id)
     return True
 
 
