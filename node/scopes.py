@@ -93,10 +93,10 @@ class NodeScopes:
             self.peers.rotation.go_on(name)
 
     async def _index_users(self, user_shards: frozenset[int]) -> None:
-        """A client's member op names users of these user shards, which we do not index yet:
-        index them from now on (in one writer step, before the op is written), so the op is
-        in our index and sessions carry it to the other holders of its user shard even if
-        gossip loses it on the way (docs/design/member-scopes.md)."""
+        """A client's member op or identity names users of these user shards, which we do
+        not index yet: index them from now on (in one writer step, before the op is
+        written), so the op is held here and sessions carry it to the other holders of its
+        user shard even if gossip loses it on the way (docs/design/member-scopes.md)."""
         replica = self.services.replica
 
         def widen() -> Scope:

@@ -605,8 +605,10 @@ def _chats(db: ChatDb, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
 
 
 def held_user_shards(db: ChatDb, num_shards: int) -> frozenset[int]:
-    """The user shards of the users a store's member index holds entries of."""
-    return frozenset(user_shard_of(user, num_shards) for _, user in db.member_index.iter_users())
+    """The user shards of the users a store holds index entries or an identity of."""
+    users = {user for _, user in db.member_index.iter_users()}
+    users.update(user for _, user in db.iter_identity_users())
+    return frozenset(user_shard_of(user, num_shards) for user in users)
 
 
 def held_shards(db: ChatDb, num_shards: int) -> frozenset[int]:

@@ -116,6 +116,31 @@ async def test_a_chat_in_the_scope_is_served_and_its_member_ops_indexed(tmp_path
         assert indexed == {ALICE.user_id, BOB.user_id}
 
 
+async def test_a_users_identity_is_held_by_the_nodes_indexing_the_user(tmp_path: Path) -> None:
+    """Identities follow their user's user shard: one a client puts widens the node's index
+    to its user first (the node indexes what it writes); one arriving from a peer for a
+    user the node does not index is refused, and nothing of it is stored."""
+    async with running_node(
+        tmp_path, network_shards=SHARDS, scope_shards=(shard_of(GROUP, SHARDS),)
+    ) as (node, http):
+        replica = node.services.replica
+        assert replica.scope.user_shards == frozenset()
+        base = now_ms() - 60_000
+        alice = make_identity(ALICE.signing_key, ALICE.box_key, Hlc(base))
+        path = f"/identity/{ALICE.user_id.hex()}"
+        put = await http.put(path, json={"data": b64(alice.encode())})
+        assert put.status_code in (200, 201), put.text
+        assert replica.scope.user_shards == {user_shard_of(ALICE.user_id, SHARDS)}
+        assert (await http.get(path)).status_code == 200
+        # a peer's identity of a user of another user shard: refused, not stored
+        bob = make_identity(BOB.signing_key, BOB.box_key, Hlc(base))
+        assert not replica.scope.indexes_user(BOB.user_id)
+        refused = replica.refused_out_of_scope
+        assert replica.apply_ops([bob]).new == [False]
+        assert replica.refused_out_of_scope == refused + 1
+        assert replica.db.get_identity(BOB.user_id) is None
+
+
 async def test_a_forged_or_oversized_home_node_list_is_refused_by_the_api(tmp_path: Path) -> None:
     """PUT /identity: a home-node list not signed by the user (swapped after signing), or
     longer than 8, is refused and nothing is written."""
