@@ -43,14 +43,22 @@ def ops_not_held(db: ChatDb, ops: list[Op]) -> list[Op]:
 
 
 class OutsideScope(InvalidInput):
-    """A client's message or delete of a chat this node does not hold (SYNC.md, "Scopes");
-    the HTTP API answers 421 naming nodes that hold it."""
+    """A client's op or read of a chat this node does not hold, or a read of a user's
+    identity it does not index (SYNC.md, "Scopes"): ``chat_id`` and its shard, or
+    ``user_id`` and its user shard. The HTTP API answers 421 naming nodes that hold it."""
 
     reason = "out_of_scope"
 
-    def __init__(self, message: str, *, chat_id: bytes, shard: int) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        shard: int,
+        chat_id: bytes | None = None,
+        user_id: bytes | None = None,
+    ) -> None:
         super().__init__(message)
-        self.chat_id, self.shard = chat_id, shard
+        self.chat_id, self.user_id, self.shard = chat_id, user_id, shard
 
 
 def refuse_outside_scope(scope: Scope, ops: list[Op]) -> None:
@@ -78,6 +86,16 @@ def outside_scope(chat: bytes, num_shards: int) -> OutsideScope:
         f"chat {chat.hex()} is in shard {shard}, outside this node's scope: ask a node that "
         f"holds that shard",
         chat_id=chat,
+        shard=shard,
+    )
+
+
+def user_outside_scope(user: bytes, num_shards: int) -> OutsideScope:
+    shard = user_shard_of(user, num_shards)
+    return OutsideScope(
+        f"user {user.hex()} is in user shard {shard}, which this node does not index: ask a "
+        f"node that does (the user's home nodes)",
+        user_id=user,
         shard=shard,
     )
 

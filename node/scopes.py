@@ -17,7 +17,7 @@ from node.gossip.settings import OPS_TOPIC
 from node.gossip.topics import shard_topic, topics_for
 from node.p2p.host import Libp2pHost, Libp2pPubSub
 from node.peers import PeerManager
-from node.scope_answer import nodes_holding
+from node.scope_answer import nodes_holding, nodes_holding_user
 from node.scope_keeper import ScopeKeeper
 from node.services import Services
 from sync.scope import Scope
@@ -64,6 +64,18 @@ class NodeScopes:
             chat, self.services.db.reads, own=self.host.peer_id.to_bytes(),
             known=self._connected(), replication_factor=cfg.replication_factor,
             num_shards=cfg.network_shards,
+        )  # fmt: skip
+        return [base58.b58encode(n).decode() for n in found]
+
+    def indexes_user(self, user: bytes) -> bool:
+        return self.services.replica.scope.indexes_user(user)
+
+    def user_holders_of(self, user: bytes) -> list[str]:
+        """Peer ids (base58) of nodes holding a user shard we do not index."""
+        cfg = self.config
+        found = nodes_holding_user(
+            user, own=self.host.peer_id.to_bytes(), known=self._connected(),
+            replication_factor=cfg.replication_factor, num_shards=cfg.network_shards,
         )  # fmt: skip
         return [base58.b58encode(n).decode() for n in found]
 
