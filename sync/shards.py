@@ -33,11 +33,12 @@ class ShardLeaves:
     last change (a session reads the same view's levels many times: summing the leaves anew
     each time was most of a scoped session's cost)."""
 
-    __slots__ = ("_levels", "_shards")
+    __slots__ = ("_checks", "_levels", "_shards")
 
     def __init__(self) -> None:
         self._shards: dict[int, dict[int, Leaf]] = {}
         self._levels: dict[tuple[frozenset[int], int], dict[int, tuple[int, int]]] = {}
+        self._checks: dict[frozenset[int], int] = {}  # each view's root check, as levels
 
     def insert(self, shard: int, record_id: bytes) -> None:
         self._toggle(shard, record_id, +1)
@@ -48,7 +49,8 @@ class ShardLeaves:
     def _toggle(self, shard: int, record_id: bytes, delta: int) -> None:
         if len(record_id) != RECORD_ID_LEN:
             raise ValueError(f"record id must be {RECORD_ID_LEN} bytes, got {len(record_id)}")
-        self._levels.clear()  # every cached level may include this leaf
+        self._levels.clear()  # every cached level (and check) may include this leaf
+        self._checks.clear()
         leaves = self._shards.setdefault(shard, {})
         bucket = (record_id[0] << 8) | record_id[1]
         leaf = leaves.get(bucket)
@@ -98,10 +100,13 @@ class ShardView:
     def _sum_level(self, depth: int) -> dict[int, tuple[int, int]]:
         shift = FANOUT_BITS * (DEPTH - depth)
         out: dict[int, tuple[int, int]] = {}
-        for bucket, (count, xor, _) in self._each_leaf():
-            index = bucket >> shift
-            c, x = out.get(index, (0, 0))
-            out[index] = (c + count, x ^ xor)
+        get, empty = out.get, (0, 0)
+        held = self._leaves._shards
+        for shard in self._shards:  # (loops, not _each_leaf's generator: a hot path)
+            for bucket, (count, xor, _) in held.get(shard, {}).items():
+                index = bucket >> shift
+                c, x = get(index, empty)
+                out[index] = (c + count, x ^ xor)
         return out
 
     @property
@@ -113,9 +118,15 @@ class ShardView:
         return xor.to_bytes(32, "big"), count
 
     def root_check(self) -> int:
-        check = 0
-        for _, leaf in self._each_leaf():
-            check ^= leaf[2]
+        checks = self._leaves._checks
+        check = checks.get(self._shards)
+        if check is None:
+            if len(checks) >= LEVEL_CACHE:
+                checks.clear()
+            check = 0
+            for _, leaf in self._each_leaf():
+                check ^= leaf[2]
+            checks[self._shards] = check
         return check
 
     def leaf_counts(self, buckets: Iterable[int]) -> list[int]:

@@ -80,8 +80,10 @@ def test_a_full_replica_answers_for_any_scope_as_if_it_held_only_that(
     )
     replica.apply_ops(RECORDS[:12])
     narrow = scope_of(1)
-    replica.scope_tree(Domain.MESSAGES, narrow)  # builds the per-shard leaves
-    replica.apply_ops(RECORDS[12:])  # kept in step from here
+    for domain in Domain:  # builds the per-shard leaves, and caches levels and checks
+        replica.scope_tree(domain, narrow).root_check()
+        replica.scope_tree(domain, narrow).root()
+    replica.apply_ops(RECORDS[12:])  # kept in step from here (the caches emptied)
     for domain in Domain:
         held = held_chats(replica, domain)  # deletes erased some messages: what is held
         assert len(held) >= 3
