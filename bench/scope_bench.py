@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from cluster.scenario import wall_ms
 from store import HlcClock, MsgV1
 from store.authz import new_group
 from store.ops import MembershipAction, MembershipOp, Op
-from store.records import Role
+from store.records import IdentityRecord, Role
 from store.signing import key_from_seed, public_key, user_id_from_key
 from sync.scope import holders, replica_shards, shard_of
 
@@ -112,6 +113,13 @@ def run_scope_bench(params: ScopeBenchParams) -> dict[str, Any]:
     return report
 
 
+def _of_shards(ops: Sequence[Op], shards: frozenset[int], n: int) -> int:
+    """How many of ``ops`` (messages, member ops) lie in chats of ``shards``."""
+    return sum(
+        1 for op in ops if not isinstance(op, IdentityRecord) and shard_of(op.chat_id, n) in shards
+    )
+
+
 def _run(
     params: ScopeBenchParams, load: Load, base: Path, mode: str, console: Any
 ) -> dict[str, Any]:
@@ -138,15 +146,14 @@ def _run(
         if partial:  # each node took the rule's shards and dropped what it took while alone
             _wait(lambda: _scopes_settled(cluster, shards_of), params.timeout_s, "scopes")
         cluster.post_ops(0, load.setup)
-        _wait(lambda: all(cluster.roots(i)["members"][1] == len(load.setup) for i in range(params.nodes)), params.timeout_s, "member ops")  # fmt: skip
+        # member ops follow their chat: each node holds those of its shards' chats
+        want_ops = [_of_shards(load.setup, shards, params.shards) for shards in shards_of]
+        _wait(lambda: [cluster.roots(i)["members"][1] for i in range(params.nodes)] == want_ops, params.timeout_s, "member ops")  # fmt: skip
         cpu0 = [process_cpu_s(_pid(n)) for n in cluster.nodes]
         bytes0 = _socket_bytes(cluster)
         t0 = time.monotonic()
         _post(cluster, load, params, ids, partial)
-        expected = [
-            sum(1 for m in load.messages if shard_of(m.chat_id, params.shards) in shards)
-            for shards in shards_of
-        ]
+        expected = [_of_shards(load.messages, shards, params.shards) for shards in shards_of]
         _wait(
             lambda: [cluster.roots(i)["messages"][1] for i in range(params.nodes)] == expected,
             params.timeout_s, f"{mode}: every node holding its shards' messages",

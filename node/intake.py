@@ -29,8 +29,8 @@ from store.errors import InvalidInput
 from store.ingress import Limits, refuse_never_valid
 from store.kinds import Claims, claims_of, decode_receipt, delete_is_valid
 from store.ops import MembershipAction, MembershipOp, Op
-from store.records import MessageKind, MsgV1
-from sync.scope import EVERYTHING, Scope, in_chat_scope, shard_of, user_shard_of
+from store.records import IdentityRecord, MessageKind, MsgV1
+from sync.scope import EVERYTHING, Scope, shard_of, user_shard_of
 
 
 def ops_not_held(db: ChatDb, ops: list[Op]) -> list[Op]:
@@ -43,31 +43,40 @@ def ops_not_held(db: ChatDb, ops: list[Op]) -> list[Op]:
 
 
 class OutsideScope(InvalidInput):
-    """A client's message or delete of a chat this node does not hold (SYNC.md, "Scopes");
-    the HTTP API answers 421 naming nodes that hold it."""
+    """A client's op or read of a chat this node does not hold, or a read of a user's
+    identity it does not index (SYNC.md, "Scopes"): ``chat_id`` and its shard, or
+    ``user_id`` and its user shard. The HTTP API answers 421 naming nodes that hold it."""
 
     reason = "out_of_scope"
 
-    def __init__(self, message: str, *, chat_id: bytes, shard: int) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        shard: int,
+        chat_id: bytes | None = None,
+        user_id: bytes | None = None,
+    ) -> None:
         super().__init__(message)
-        self.chat_id, self.shard = chat_id, shard
+        self.chat_id, self.user_id, self.shard = chat_id, user_id, shard
 
 
 def refuse_outside_scope(scope: Scope, ops: list[Op]) -> None:
     """Refuse, rather than drop unsaid, a client's op of a chat outside the node's scope:
-    its messages, deletes and member ops are decided by the nodes holding it."""
+    its messages, deletes and member ops are decided by the nodes holding it. (A user's
+    identity is taken: the node indexes its user first, ``unindexed_user_shards``.)"""
     for op in ops:
-        if not in_chat_scope(op, scope):
-            assert isinstance(op, MsgV1 | MembershipOp)  # identities are global
+        if isinstance(op, MsgV1 | MembershipOp) and not scope.holds_chat(op.chat_id):
             raise outside_scope(op.chat_id, scope.num_shards)
 
 
 def unindexed_user_shards(scope: Scope, ops: list[Op]) -> frozenset[int]:
-    """The user shards of the users ``ops``' member ops name that ``scope`` does not index."""
+    """The user shards of the users ``ops``' member ops name, and of the identities' users,
+    that ``scope`` does not index."""
     return frozenset(
         user_shard_of(op.user_id, scope.num_shards)
         for op in ops
-        if isinstance(op, MembershipOp) and not scope.indexes_user(op.user_id)
+        if isinstance(op, MembershipOp | IdentityRecord) and not scope.indexes_user(op.user_id)
     )
 
 
@@ -77,6 +86,16 @@ def outside_scope(chat: bytes, num_shards: int) -> OutsideScope:
         f"chat {chat.hex()} is in shard {shard}, outside this node's scope: ask a node that "
         f"holds that shard",
         chat_id=chat,
+        shard=shard,
+    )
+
+
+def user_outside_scope(user: bytes, num_shards: int) -> OutsideScope:
+    shard = user_shard_of(user, num_shards)
+    return OutsideScope(
+        f"user {user.hex()} is in user shard {shard}, which this node does not index: ask a "
+        f"node that does (the user's home nodes)",
+        user_id=user,
         shard=shard,
     )
 
@@ -191,7 +210,7 @@ class OpIntake:
         scope: Scope = EVERYTHING,
     ) -> None:
         self.scope = scope  # what the store holds: ops of other chats are refused here
-        # told the user shards of a client's member ops that the scope does not index yet,
+        # told the user shards of a client's member ops and identities not indexed yet,
         # before they are written: the node indexes what it writes (node/scopes.py)
         self.index_users: Callable[[frozenset[int]], Awaitable[None]] | None = None
         self.db = db

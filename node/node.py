@@ -302,6 +302,12 @@ class RunningNode:
     def holders_of(self, chat: bytes) -> list[str]:
         return self.scopes.holders_of(chat)
 
+    def indexes_user(self, user: bytes) -> bool:
+        return self.scopes.indexes_user(user)
+
+    def user_holders_of(self, user: bytes) -> list[str]:
+        return self.scopes.user_holders_of(user)
+
     # --- sync over libp2p streams ---
 
     async def _initiate_sync(self, peer: PeerId) -> bool:

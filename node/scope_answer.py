@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from store.chat_reads import ChatReads
 from store.ops import decode_identity_doc
-from sync.scope import holders, shard_of
+from sync.scope import holders, shard_of, user_shard_of
 
 MAX_NAMED = 16
 MAX_MEMBERS_READ = 1_000
@@ -40,3 +40,16 @@ def nodes_holding(
         )
     unique = [n for n in dict.fromkeys(named) if n != own]
     return unique[:MAX_NAMED]
+
+
+def nodes_holding_user(
+    user: bytes, *, own: bytes, known: list[bytes], replication_factor: int, num_shards: int
+) -> list[bytes]:
+    """Peer ids of nodes holding ``user``'s user shard by the R rule among the peers we know
+    (ourselves left out): an `--scope auto` node holds its R-rule shards as user shards too.
+    Its home nodes hold it as well, but they are named in the identity we do not hold."""
+    if replication_factor <= 0:
+        return []
+    shard = user_shard_of(user, num_shards)
+    found = holders(shard, [*known, own], replication_factor, num_shards)
+    return [n for n in found if n != own][:MAX_NAMED]

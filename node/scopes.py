@@ -17,7 +17,7 @@ from node.gossip.settings import OPS_TOPIC
 from node.gossip.topics import shard_topic, topics_for
 from node.p2p.host import Libp2pHost, Libp2pPubSub
 from node.peers import PeerManager
-from node.scope_answer import nodes_holding
+from node.scope_answer import nodes_holding, nodes_holding_user
 from node.scope_keeper import ScopeKeeper
 from node.services import Services
 from sync.scope import Scope
@@ -67,6 +67,18 @@ class NodeScopes:
         )  # fmt: skip
         return [base58.b58encode(n).decode() for n in found]
 
+    def indexes_user(self, user: bytes) -> bool:
+        return self.services.replica.scope.indexes_user(user)
+
+    def user_holders_of(self, user: bytes) -> list[str]:
+        """Peer ids (base58) of nodes holding a user shard we do not index."""
+        cfg = self.config
+        found = nodes_holding_user(
+            user, own=self.host.peer_id.to_bytes(), known=self._connected(),
+            replication_factor=cfg.replication_factor, num_shards=cfg.network_shards,
+        )  # fmt: skip
+        return [base58.b58encode(n).decode() for n in found]
+
     def _connected(self) -> list[bytes]:
         return [p.to_bytes() for p in self.host.get_connected_peers()]
 
@@ -93,10 +105,10 @@ class NodeScopes:
             self.peers.rotation.go_on(name)
 
     async def _index_users(self, user_shards: frozenset[int]) -> None:
-        """A client's member op names users of these user shards, which we do not index yet:
-        index them from now on (in one writer step, before the op is written), so the op is
-        in our index and sessions carry it to the other holders of its user shard even if
-        gossip loses it on the way (docs/design/member-scopes.md)."""
+        """A client's member op or identity names users of these user shards, which we do
+        not index yet: index them from now on (in one writer step, before the op is
+        written), so the op is held here and sessions carry it to the other holders of its
+        user shard even if gossip loses it on the way (docs/design/member-scopes.md)."""
         replica = self.services.replica
 
         def widen() -> Scope:

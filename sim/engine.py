@@ -334,11 +334,15 @@ class ShardSim:
             self.stats["posts_waiting_at_origin"] += record.msg_id in rep.waiting
         rep.flush()
         self.stats["ops_applied"] += 1
-        subscribed = None  # scoped: a message to its shard's topic, a member op to its two
+        # scoped: a message to its shard's topic, a member op to its two, an identity to its
+        # user shard's
+        subscribed = None
         if self.book is not None and isinstance(record, MsgV1):
             subscribed = self.book.subscribed(record.chat_id)
         elif self.book is not None and isinstance(record, MembershipOp):
             subscribed = self.book.subscribed_op(record.chat_id, record.user_id)
+        elif self.book is not None and isinstance(record, IdentityRecord):
+            subscribed = self.book.subscribed_user(record.user_id)
         fanout = self.schedule.publish(key, i, node, t, subscribed)
         self.stats["gossip_dropped"] += fanout.dropped
         self.stats["gossip_duplicated"] += fanout.duplicated

@@ -760,12 +760,13 @@ def _scope_rounds(p: GenParams) -> int:
     """Scoped: a node syncs its shards and user shards in turn (one a round,
     ``sim.scope_book``), so the quiescence gets about one turn of a typical scope on top:
     the chats' shards (its members' and its pins), and the user shards of its served users,
-    its pins and the users its member ops name."""
+    its pins, the users its member ops name and the users whose identities it put."""
     if not p.scope_shards:
         return 0
     members = (2 + max(2, min(p.users, 8))) / 2
     chats = p.chats * members + min(p.chats, p.scope_shards) * p.replication
     users = p.users + min(p.users, p.scope_shards) * p.replication + p.chats * members
+    users += p.ops * OP_WEIGHTS[tr.IDENTITY]
     shards = min(chats / p.nodes, p.scope_shards) + min(users / p.nodes, p.scope_shards)
     return min(MAX_SCOPE_ROUNDS, math.ceil(shards))
 
@@ -781,6 +782,9 @@ def _scope_faults(p: GenParams, planner: _Planner, specs: list[OpSpec]) -> list[
         ChatEvent(s.t_ms, s.node, s.kind, s.chat, shards[s.chat], s.target)
         for s in specs
         if s.chat >= 0 and (s.kind == tr.MSG or s.kind in tr.MEMBER_KINDS)
+    ]
+    events += [  # an identity's origin indexes its user
+        ChatEvent(s.t_ms, s.node, s.kind, -1, -1, s.author) for s in specs if s.kind == tr.IDENTITY
     ]
     params = ScopeParams(p.scope_shards, p.replication)
     users = [user_shard_of(_user_id(p.seed, u), p.scope_shards) for u in range(p.users)]

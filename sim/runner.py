@@ -40,7 +40,6 @@ from sim.scope_check import WANT_DOMAINS
 from sim.spark import LOOPBACK, ProgressServer, is_local_master
 from store import trace as tr
 from sync.frames import Domain
-from sync.shards import SCOPED
 
 DEFAULT_SHARDS = 4
 
@@ -288,7 +287,7 @@ def combine(
     for d in Domain:
         distinct = {tuple(roots[i][d]) for i in checked}
         oracle_root = oracle_roots[d]
-        if scoped and d in SCOPED:  # each node on its own scope
+        if scoped:  # each node on its own scope
             w = WANT_DOMAINS.index(d)
             equal = all(roots[i][d] == want[i][w] for i in checked)
         else:

@@ -70,9 +70,13 @@ class ScopeBook:
             found = self._user_shard[user] = user_shard_of(user, self.num_shards)
         return found
 
+    def subscribed_user(self, user: bytes) -> np.ndarray:
+        """The nodes on a user's user-shard topic (the user's identity and index entries)."""
+        return self._topic(("user", self.user_shard(user)))
+
     def subscribed_op(self, chat: bytes, user: bytes) -> np.ndarray:
         """The nodes on either topic of a member op: its chat's shard, its user's shard."""
-        return self.subscribed(chat) | self._topic(("user", self.user_shard(user)))
+        return self.subscribed(chat) | self.subscribed_user(user)
 
     def peer_of(self, fallback: Callable[[int, int], int]) -> Callable[[int, int], int]:
         def peer(round_no: int, node: int) -> int:

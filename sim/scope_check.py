@@ -3,11 +3,11 @@
 The oracle's expected state (``sim.shards.Expected``) covers every chat of the task; a
 node is compared with the part of it that lies in its final scope (the trace's last scope
 event for it, as the oracle read it): the messages, deletes, member ops and rows of the
-chats of its shards, the member ops naming users of its user shards (its index), the
-identities whole. On top of the usual counters:
+chats of its shards, the member ops naming users of its user shards (its index) and those
+users' identities. On top of the usual counters:
 
 * ``out_of_scope_held``: messages, deletes and member ops a node holds of a chat outside its
-  scope, and index entries of users outside its user shards;
+  scope, and index entries and identities of users outside its user shards;
 * ``chats_diverged``: chats on which some honest live holder differs from the oracle
   (a record lost or extra, or another view);
 * ``under_replicated``: chats held in full (converged) by fewer than R honest live nodes.
@@ -30,7 +30,7 @@ from sync.frames import Domain
 
 Compare = Callable[[SimReplica, Expected, set[bytes]], dict[str, int]]
 Shard = Callable[[bytes], int]
-WANT_DOMAINS = (Domain.MESSAGES, Domain.DELETES, Domain.MEMBERS, Domain.INDEX)
+WANT_DOMAINS = (Domain.MESSAGES, Domain.DELETES, Domain.MEMBERS, Domain.INDEX, Domain.IDENTITY)
 
 
 @dataclass
@@ -94,7 +94,7 @@ def check_scopes(
             visible=visible.within(scope),
             member_ops=member_ops.within(scope),
             members={k: v for k, v in exp.members.items() if shard(k[0]) in scope},
-            identities=exp.identities,
+            identities={u: i for u, i in exp.identities.items() if user_shard(u) in users},
             deletes=deletes.within(scope),
             erased=erased.within(scope),
             views={c: d for s in scope for c, d in views.get(s, {}).items()},
@@ -110,8 +110,15 @@ def check_scopes(
             sum(1 for c in held.values() if shard(c) not in scope)
             + sum(1 for op in rep.member_ops.values() if shard(op.chat_id) not in scope)
             + sum(1 for op in rep.index.values() if user_shard(op.user_id) not in users)
+            + sum(1 for u in rep.identities if user_shard(u) not in users)
         )
-        wanted = (mine.messages, mine.deletes, mine.member_ops, want_index)
+        wanted = (
+            mine.messages,
+            mine.deletes,
+            mine.member_ops,
+            want_index,
+            mine.identities.values(),
+        )
         counts["want_roots"] = [_root(ids) for ids in wanted]  # WANT_DOMAINS' order
         out.per_node.append(counts)
         if not live[node]:

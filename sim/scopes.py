@@ -96,10 +96,10 @@ class ChatEvent:
 
     t_ms: int
     node: int  # the op's origin
-    kind: str  # a member kind or tr.MSG
-    chat: int
+    kind: str  # a member kind, tr.MSG or tr.IDENTITY
+    chat: int  # -1 for an identity
     shard: int  # the chat's shard
-    target: int = -1  # a member op's user
+    target: int = -1  # a member op's user, an identity's
 
 
 def plan_scopes(
@@ -113,8 +113,8 @@ def plan_scopes(
     throughout): each node's scope at the start (its pins), then every time it changes.
     ``user_shards[u]``: user ``u``'s user shard. A node holds, for good, its served users'
     user shards and its pins among the users' shards (the R rule over user shards too), and
-    the user shard of every user a member op it makes names (it indexes what it writes, so
-    the index holds the op even if gossip lost it on the way)."""
+    the user shard of every user a member op or an identity it makes names (it indexes what
+    it writes, so its index holds the op even if gossip lost it on the way)."""
     pins = _pins(used_shards, nodes, p)
     for n, shards in enumerate(_pins(set(user_shards), nodes, p)):
         pins[n].update(p.shards + u for u in shards)
@@ -126,6 +126,9 @@ def plan_scopes(
     start_ms = None
     for e in sorted(events, key=lambda e: e.t_ms):
         start_ms = e.t_ms if start_ms is None else start_ms
+        if e.kind == tr.IDENTITY:  # its user's: ``target``
+            changes.append((e.t_ms, e.node, p.shards + user_shards[e.target], +1))
+            continue
         changes.append((e.t_ms, e.node, e.shard, +1))  # its origin, for good: the docstring
         if e.kind == tr.MSG:
             continue

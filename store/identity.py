@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from store.errors import DecodeError
 from store.hlc import Hlc
-from store.keys import bucket_prefix, bucket_range_keys, key_identity
+from store.keys import USER_ID_LEN, bucket_prefix, bucket_range_keys, key_identity
 from store.merge import identity_wins
 from store.messages import take_until
 from store.ops import decode_identity_doc
@@ -112,6 +113,30 @@ class Identities:
         for record_id, _ in self._rocks.iter_all("seen_identity"):
             yield record_id
 
+    def iter_identity_users(self) -> Iterator[tuple[bytes, bytes]]:
+        """(record id, user) of every stored identity: a scoped replica places it by user."""
+        for record_id, user in self._rocks.iter_all("seen_identity"):
+            yield record_id, _user(user)
+
+    def users_of(self, record_ids: list[bytes]) -> list[bytes | None]:
+        """The user of each identity record id (None: not a current record id)."""
+        users = self._rocks.multi_get("seen_identity", record_ids)
+        return [None if user is None else _user(user) for user in users]
+
+    def drop_identities(self, leaves: Callable[[bytes], bool]) -> list[bytes]:
+        """Delete the identities of the users ``leaves`` names (a scope that no longer
+        indexes them); their record ids."""
+        rocks = self._rocks
+        gone = [(rid, user) for rid, user in self.iter_identity_users() if leaves(user)]
+        if gone:
+            batch = rocks.new_batch()
+            identity_cf, seen_cf = rocks.handle["identity"], rocks.handle["seen_identity"]
+            for record_id, user in gone:
+                batch.delete(record_id, seen_cf)
+                batch.delete(user, identity_cf)
+            rocks.write(batch)
+        return [rid for rid, _ in gone]
+
     def for_each_identity_record_id(self, callback: Callable[[bytes], None]) -> None:
         for record_id in self.iter_identity_record_ids():
             callback(record_id)
@@ -141,3 +166,10 @@ class Identities:
             else:
                 out.append(None)
         return out
+
+
+def _user(stored: bytes) -> bytes:
+    """A ``seen_identity`` row's user: a stored row of another length is corrupt."""
+    if len(stored) != USER_ID_LEN:
+        raise DecodeError(f"a seen_identity row of {len(stored)} bytes, not a user id")
+    return stored

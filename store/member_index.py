@@ -56,10 +56,10 @@ class MemberIndex:
 
     def records_by_ids(self, ids: list[bytes]) -> list[bytes | None]:
         """The encoded op per op id (None: not held)."""
-        return [None if v is None else v[USER_ID_LEN:] for v in self._rocks.multi_get(CF, ids)]
+        return [None if v is None else _op(v) for v in self._rocks.multi_get(CF, ids)]
 
     def users_of(self, ids: list[bytes]) -> list[bytes | None]:
-        return [None if v is None else v[:USER_ID_LEN] for v in self._rocks.multi_get(CF, ids)]
+        return [None if v is None else _user(v) for v in self._rocks.multi_get(CF, ids)]
 
     def iter_users(self) -> Iterator[tuple[bytes, bytes]]:
         """(op id, the user it names) of every op held."""
@@ -75,7 +75,7 @@ class MemberIndex:
         for _, value in self._rocks.iter_all(CF):
             if wanted is not None and _user(value) not in wanted:
                 continue
-            op = decode_membership_op(value[USER_ID_LEN:])
+            op = decode_membership_op(_op(value))
             key = (op.chat_id, op.user_id)
             merged = merge_member_states(rows.get(key), op.state())
             assert merged is not None
@@ -100,6 +100,15 @@ class MemberIndex:
 
 
 def _user(value: bytes) -> bytes:
+    _check_row(value)
+    return value[:USER_ID_LEN]
+
+
+def _op(value: bytes) -> bytes:
+    _check_row(value)
+    return value[USER_ID_LEN:]
+
+
+def _check_row(value: bytes) -> None:
     if len(value) <= USER_ID_LEN:
         raise DecodeError(f"a member-index row of {len(value)} bytes: no op after its user")
-    return value[:USER_ID_LEN]

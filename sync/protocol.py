@@ -117,7 +117,7 @@ from sync.frames import (
 from sync.merkle import DEPTH, FANOUT, FANOUT_BITS, TreeReader, check_hash, children
 from sync.replica import Record, Replica
 from sync.scope import EVERYTHING, Scope, ScopeError
-from sync.shards import SCOPED, in_domain_scope
+from sync.shards import in_domain_scope
 from sync.sketch import (
     DEFAULT_SHORT_ID_LEN,
     HASHES,
@@ -1356,7 +1356,7 @@ class SyncSession:
         return decoded, problem
 
     def _check_scope(self, domain: Domain, record: Record) -> None:
-        if domain in SCOPED and not in_domain_scope(domain, record, self._scope):
+        if not in_domain_scope(domain, record, self._scope):
             raise RemoteProtocolError(
                 "a record of a chat or user outside the session's scope", reason="out_of_scope"
             )

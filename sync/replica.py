@@ -57,7 +57,7 @@ from sync.scope import (
     shard_of,
     user_shard_of,
 )
-from sync.shards import SCOPED, ScopedTrees, ShardLeaves, placement_key
+from sync.shards import ScopedTrees, ShardLeaves, placement_key
 
 if TYPE_CHECKING:  # a ChatDb is passed in; sync never imports rocksdict itself
     from store.chatdb import ChatDb
@@ -132,6 +132,11 @@ def _filter_applied(
 
 def _bucket(record_id: bytes) -> int:
     return (record_id[0] << 8) | record_id[1]
+
+
+def _key(domain: Domain, row: Any) -> bytes:
+    """A held row's placement key: an identity's row is its user; the others are records."""
+    return row if domain is Domain.IDENTITY else placement_key(domain, row)
 
 
 MESSAGES, MEMBERS, IDENTITY, DELETES, INDEX = (
@@ -249,10 +254,10 @@ class MemoryReplica(ScopedTrees):
 
     def _keys_of(self, domain: Domain, ids: list[bytes]) -> list[bytes | None]:
         held = self._held(domain)
-        return [None if (r := held.get(i)) is None else placement_key(domain, r) for i in ids]
+        return [None if (r := held.get(i)) is None else _key(domain, r) for i in ids]
 
     def _iter_keys(self, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
-        return ((i, placement_key(domain, r)) for i, r in self._held(domain).items())
+        return ((i, _key(domain, r)) for i, r in self._held(domain).items())
 
     def get_records(
         self,
@@ -338,6 +343,8 @@ class MemoryReplica(ScopedTrees):
             self._drop_member_op(op_id)
         for op_id in [i for i, o in self.index.items() if not scope.indexes_user(o.user_id)]:
             self._drop_index_entry(op_id)
+        for user in [u for u in self.identities if not scope.indexes_user(u)]:
+            self._set_identity(user, self.identities[user], None)
         self.waiting.discard(
             {m.msg_id for m in self.waiting.waiting() if not scope.holds_chat(m.chat_id)}
         )
@@ -525,6 +532,7 @@ class MemoryReplica(ScopedTrees):
         old = None if before is None else compute_identity_record_id(user, *before)
         new = None if after is None else compute_identity_record_id(user, *after)
         self._index(IDENTITY, old, new, user)
+        self._shard_change(IDENTITY, user, old, new)
 
     def _index(self, domain: Domain, old: bytes | None, new: bytes | None, row: Any) -> None:
         if old == new:
@@ -582,13 +590,14 @@ _SYNC_INDEXES = {"seen_msg": MESSAGES, "seen_delete": DELETES, "seen_member": ME
 
 def _fit_to_scope(db: ChatDb, scope: Scope) -> None:
     """Open a store on ``scope``: it may hold no message or delete outside it (narrowing is
-    ``drop_shards``'s); member ops of other chats and index entries of other users, which
-    older versions held everywhere, leave."""
+    ``drop_shards``'s); member ops of other chats, index entries and identities of other
+    users, which older versions held everywhere, leave."""
     if any(not scope.holds_chat(chat) for d in (MESSAGES, DELETES) for _, chat in _chats(db, d)):
         raise ScopeError(f"the store holds chats outside {scope}: narrowing is not built")
     if any(not scope.holds_chat(chat) for _, chat in db.members.iter_op_chats()):
         drop_chats(db, lambda chat: not scope.holds_chat(chat))
     db.member_index.drop(lambda user: not scope.indexes_user(user))
+    db.drop_identities(lambda user: not scope.indexes_user(user))
 
 
 def _chats(db: ChatDb, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
@@ -596,8 +605,10 @@ def _chats(db: ChatDb, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
 
 
 def held_user_shards(db: ChatDb, num_shards: int) -> frozenset[int]:
-    """The user shards of the users a store's member index holds entries of."""
-    return frozenset(user_shard_of(user, num_shards) for _, user in db.member_index.iter_users())
+    """The user shards of the users a store holds index entries or an identity of."""
+    users = {user for _, user in db.member_index.iter_users()}
+    users.update(user for _, user in db.iter_identity_users())
+    return frozenset(user_shard_of(user, num_shards) for user in users)
 
 
 def held_shards(db: ChatDb, num_shards: int) -> frozenset[int]:
@@ -683,6 +694,8 @@ class DbReplica(ScopedTrees):
             return self.db.chats_of_deletes(ids)
         if domain is Domain.MEMBERS:
             return self.db.members.chats_of_ops(ids)
+        if domain is Domain.IDENTITY:
+            return self.db.identity_users_of(ids)
         return self.db.member_index.users_of(ids)
 
     def _iter_keys(self, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
@@ -692,6 +705,8 @@ class DbReplica(ScopedTrees):
             return self.db.iter_delete_chats()
         if domain is Domain.MEMBERS:
             return self.db.members.iter_op_chats()
+        if domain is Domain.IDENTITY:
+            return self.db.iter_identity_users()
         return self.db.member_index.iter_users()
 
     def expire_messages(self, cutoff_ms: int, batch: int = 10_000) -> list[bytes]:
@@ -759,7 +774,7 @@ class DbReplica(ScopedTrees):
         settled_ms: int | None = None,
         scope: Scope = EVERYTHING,
     ) -> list[bytes | None]:
-        if domain in SCOPED and self._within(domain, scope) is not None:
+        if self._within(domain, scope) is not None:
             # ask the store only for what lies in the scope: the rest is answered None
             mask = self._in_scope(domain, ids, scope)
             inside = [i for i, ok in zip(ids, mask, strict=True) if ok]
@@ -812,8 +827,8 @@ class DbReplica(ScopedTrees):
         for domain, old, new in tree_changes(plan):
             self.trees[domain].replace(old, new)
         if self._shard_leaves is not None:
-            for domain, chat, old, new in shard_changes(plan):
-                self._shard_change(domain, chat, old, new)
+            for domain, key, old, new in shard_changes(plan):
+                self._shard_change(domain, key, old, new)
         return Applied(plan.new, plan.changed, plan.stored)
 
     # --- what readers see ---
@@ -857,9 +872,13 @@ def tree_changes(plan: Plan) -> Iterator[tuple[Domain, bytes | None, bytes | Non
 
 
 def shard_changes(plan: Plan) -> Iterator[tuple[Domain, bytes, bytes | None, bytes | None]]:
-    """The per-shard leaves' changes a plan makes: (domain, chat, id leaving, id entering)."""
+    """The per-shard leaves' changes a plan makes: (domain, placement key, id leaving, id
+    entering)."""
     for op_id, op in plan.member_ops.items():
         yield MEMBERS, op.chat_id, None, op_id
+    for user, (before, record) in plan.identities.items():
+        old = None if before is None else compute_identity_record_id(user, *before)
+        yield IDENTITY, user, old, record.record_id
     for delete_id, delete in plan.deletes.items():
         yield DELETES, delete.chat_id, None, delete_id
     for msg_id, msg in plan.erase.items():

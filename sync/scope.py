@@ -3,12 +3,12 @@
 A chat's **shard** is ``int(BLAKE3(chat_id)[:4]) mod S``, ``S`` fixed per network; a user's
 **user shard** is the same over a domain-tagged user id. A scope is a set of chat shards and
 a set of user shards, or every shard (``EVERYTHING``: a full node, today's default).
-Identities are *global*: every scope holds them. Messages, deletes and member ops follow
-their chat's shard; the member index (the same member ops again) follows its subject's user
-shard, so a node learns which chats its users are in without holding every chat's ops
-(docs/design/member-scopes.md). A session reconciles the intersection of both sides' scopes
-(``Scope.__and__``); the store refuses a scoped record outside its scope
-(``in_chat_scope``, ``in_index``). SYNC.md, "Scopes", says why that still converges.
+Messages, deletes and member ops follow their chat's shard; identities follow their user's
+user shard, and so does the member index (the same member ops again, by their subject), so
+a node learns which chats its users are in, and who they are, without holding every chat's
+ops or every user's identity (docs/design/member-scopes.md). A session reconciles the
+intersection of both sides' scopes (``Scope.__and__``); the store refuses a record outside
+its scope (``in_chat_scope``, ``in_index``). SYNC.md, "Scopes", says why that still converges.
 
 ``scope_for`` derives a node's scope from the users it serves (their signed home-node
 lists), the member ops that add them to chats (its index), and what its operator pins. ``holders`` is
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import blake3
 
 from store.ops import MembershipAction, MembershipOp
-from store.records import MsgV1
+from store.records import IdentityRecord, MsgV1
 from sync.errors import LocalProtocolError
 
 DEFAULT_SHARDS = 256
@@ -58,7 +58,8 @@ class Scope:
     """A set of chat shards and a set of user shards out of ``num_shards`` each
     (``shards=None``: every shard of both, any ``num_shards``; ``user_shards`` is then None
     too). A scoped one holds the messages, deletes and member ops of its chat shards' chats
-    and the member-index entries of its user shards' users (docs/design/member-scopes.md)."""
+    and the identities and member-index entries of its user shards' users
+    (docs/design/member-scopes.md)."""
 
     shards: frozenset[int] | None = None
     num_shards: int = DEFAULT_SHARDS
@@ -92,7 +93,7 @@ class Scope:
         return self.user_shards is None or shard in self.user_shards
 
     def indexes_user(self, user_id: bytes) -> bool:
-        """Holds the member-index entries of ``user_id``."""
+        """Holds the identity and the member-index entries of ``user_id``."""
         return (
             self.user_shards is None or user_shard_of(user_id, self.num_shards) in self.user_shards
         )
@@ -113,7 +114,7 @@ class Scope:
             return self
         _same_network(self, other)
         assert self.user_shards is not None and other.user_shards is not None
-        return Scope(
+        return _valid(
             self.shards & other.shards, self.num_shards, self.user_shards & other.user_shards
         )
 
@@ -167,6 +168,17 @@ def _shards_of_bitmap(bitmap: bytes, num_shards: int) -> frozenset[int]:
         shards.append(num_shards - low.bit_length())
         bits ^= low
     return frozenset(shards)
+
+
+def _valid(shards: frozenset[int], num_shards: int, user_shards: frozenset[int]) -> Scope:
+    """A scope of parts already checked (an intersection of two scopes), built without the
+    check again: sessions intersect scopes many times a frame, and the check was a tenth of
+    a scoped simulation's time."""
+    scope = object.__new__(Scope)
+    object.__setattr__(scope, "shards", shards)
+    object.__setattr__(scope, "num_shards", num_shards)
+    object.__setattr__(scope, "user_shards", user_shards)
+    return scope
 
 
 def _same_network(a: Scope, b: Scope) -> None:
@@ -260,10 +272,12 @@ def replica_shards(
 
 
 def in_chat_scope(record: object, scope: Scope) -> bool:
-    """A record the scope holds to decide its chats: messages, deletes and member ops of its
-    chats; identities always (global)."""
+    """A record the scope's rules decide on: messages, deletes and member ops of its chats,
+    identities of the users it indexes (a chat's rules read no identity: SYNC.md)."""
     if isinstance(record, MsgV1 | MembershipOp):
         return scope.holds_chat(record.chat_id)
+    if isinstance(record, IdentityRecord):
+        return scope.indexes_user(record.user_id)
     return True
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 
 from store.keys import RECORD_ID_LEN
 from store.ops import MembershipOp
-from store.records import MsgV1
+from store.records import IdentityRecord, MsgV1
 from sync.frames import Domain
 from sync.merkle import DEPTH, FANOUT_BITS, MerkleTree, TreeReader, check_hash, node_hash
 from sync.scope import Scope, in_chat_scope, in_index, shard_of, user_shard_of
@@ -33,11 +33,12 @@ class ShardLeaves:
     last change (a session reads the same view's levels many times: summing the leaves anew
     each time was most of a scoped session's cost)."""
 
-    __slots__ = ("_levels", "_shards")
+    __slots__ = ("_checks", "_levels", "_shards")
 
     def __init__(self) -> None:
         self._shards: dict[int, dict[int, Leaf]] = {}
         self._levels: dict[tuple[frozenset[int], int], dict[int, tuple[int, int]]] = {}
+        self._checks: dict[frozenset[int], int] = {}  # each view's root check, as levels
 
     def insert(self, shard: int, record_id: bytes) -> None:
         self._toggle(shard, record_id, +1)
@@ -48,7 +49,8 @@ class ShardLeaves:
     def _toggle(self, shard: int, record_id: bytes, delta: int) -> None:
         if len(record_id) != RECORD_ID_LEN:
             raise ValueError(f"record id must be {RECORD_ID_LEN} bytes, got {len(record_id)}")
-        self._levels.clear()  # every cached level may include this leaf
+        self._levels.clear()  # every cached level (and check) may include this leaf
+        self._checks.clear()
         leaves = self._shards.setdefault(shard, {})
         bucket = (record_id[0] << 8) | record_id[1]
         leaf = leaves.get(bucket)
@@ -98,10 +100,13 @@ class ShardView:
     def _sum_level(self, depth: int) -> dict[int, tuple[int, int]]:
         shift = FANOUT_BITS * (DEPTH - depth)
         out: dict[int, tuple[int, int]] = {}
-        for bucket, (count, xor, _) in self._each_leaf():
-            index = bucket >> shift
-            c, x = out.get(index, (0, 0))
-            out[index] = (c + count, x ^ xor)
+        get, empty = out.get, (0, 0)
+        held = self._leaves._shards
+        for shard in self._shards:  # (loops, not _each_leaf's generator: a hot path)
+            for bucket, (count, xor, _) in held.get(shard, {}).items():
+                index = bucket >> shift
+                c, x = get(index, empty)
+                out[index] = (c + count, x ^ xor)
         return out
 
     @property
@@ -113,9 +118,15 @@ class ShardView:
         return xor.to_bytes(32, "big"), count
 
     def root_check(self) -> int:
-        check = 0
-        for _, leaf in self._each_leaf():
-            check ^= leaf[2]
+        checks = self._leaves._checks
+        check = checks.get(self._shards)
+        if check is None:
+            if len(checks) >= LEVEL_CACHE:
+                checks.clear()
+            check = 0
+            for _, leaf in self._each_leaf():
+                check ^= leaf[2]
+            checks[self._shards] = check
         return check
 
     def leaf_counts(self, buckets: Iterable[int]) -> list[int]:
@@ -149,32 +160,31 @@ class ShardView:
         return count, xor, check
 
 
-SCOPED = frozenset({Domain.MESSAGES, Domain.DELETES, Domain.MEMBERS, Domain.INDEX})
-BY_USER = Domain.INDEX  # placed by the subject's user shard; the others by the chat's shard
+# placed by their user's user shard (the index: its subject's); the others by the chat's shard
+BY_USER = frozenset({Domain.IDENTITY, Domain.INDEX})
 
 
 def shard_in(domain: Domain, key: bytes, num_shards: int) -> int:
-    """The shard of a scoped domain's record whose placement key (chat, or the index's
-    subject user) is ``key``."""
-    return user_shard_of(key, num_shards) if domain is BY_USER else shard_of(key, num_shards)
+    """The shard of a scoped domain's record whose placement key (chat, or user) is ``key``."""
+    return user_shard_of(key, num_shards) if domain in BY_USER else shard_of(key, num_shards)
 
 
 def domain_shards(domain: Domain, scope: Scope) -> frozenset[int] | None:
     """The shards of ``scope`` a scoped domain is placed in (None: every one)."""
-    return scope.user_shards if domain is BY_USER else scope.shards
+    return scope.user_shards if domain in BY_USER else scope.shards
 
 
-def placement_key(domain: Domain, record: MsgV1 | MembershipOp) -> bytes:
-    return (
-        record.user_id if domain is BY_USER and isinstance(record, MembershipOp) else record.chat_id
-    )
+def placement_key(domain: Domain, record: MsgV1 | MembershipOp | IdentityRecord) -> bytes:
+    if isinstance(record, IdentityRecord) or (
+        domain is Domain.INDEX and isinstance(record, MembershipOp)
+    ):
+        return record.user_id
+    return record.chat_id
 
 
 def in_domain_scope(domain: Domain, record: object, scope: Scope) -> bool:
-    """A record of ``domain`` lies in ``scope`` (global domains: always)."""
-    if domain not in SCOPED:
-        return True
-    return in_index(record, scope) if domain is BY_USER else in_chat_scope(record, scope)
+    """A record of ``domain`` lies in ``scope``."""
+    return in_index(record, scope) if domain is Domain.INDEX else in_chat_scope(record, scope)
 
 
 class ScopedTrees:
@@ -198,8 +208,6 @@ class ScopedTrees:
 
     def _within(self, domain: Domain, scope: Scope) -> Scope | None:
         """The part of ``scope`` this replica holds, None when that is all it holds."""
-        if domain not in SCOPED:
-            return None
         inner = scope & self.scope
         shards = domain_shards(domain, inner)
         if shards is None or shards == domain_shards(domain, self.scope):
@@ -225,8 +233,8 @@ class ScopedTrees:
 
     def _leaves(self, num_shards: int) -> dict[Domain, ShardLeaves]:
         if self._shard_leaves is None or self._shard_leaves[0] != num_shards:
-            leaves = {d: ShardLeaves() for d in SCOPED}
-            for domain in SCOPED:
+            leaves = {d: ShardLeaves() for d in Domain}
+            for domain in Domain:
                 for record_id, key in self._iter_keys(domain):
                     leaves[domain].insert(shard_in(domain, key, num_shards), record_id)
             self._shard_leaves = (num_shards, leaves)

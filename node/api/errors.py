@@ -20,7 +20,8 @@ the URL's, or misstates its message's stamp 422 (``not_a_receipt``, ``wrong_chat
 ``bad_position``); one not ahead of the reader's known position 409 (``receipt_backwards``). An
 author over its rate 429, other bad input 400, a full write queue 503 (dm3: -32005 Limit
 exceeded), a full disk 507. A message, delete or history of a chat outside this node's scope is
-421 ``out_of_scope`` with ``shard`` and ``holders`` (peer ids of nodes that hold it). A 500 means a bug: it is logged with its traceback. Each
+421 ``out_of_scope`` with ``shard`` and ``holders`` (peer ids of nodes that hold it), and so is
+the identity of a user this node does not index (``shard`` is then the user shard). A 500 means a bug: it is logged with its traceback. Each
 refusal is counted (``api_errors{code}``; bugs ``api_bugs``).
 """
 
@@ -122,9 +123,14 @@ async def auth_refused(request: Request, exc: AuthRefused) -> JSONResponse:
 
 
 async def misdirected(request: Request, exc: OutsideScope) -> JSONResponse:
-    """421: the chat is outside this node's scope; ``holders`` names nodes that hold it."""
+    """421: the chat (or the user's identity) is outside this node's scope; ``holders``
+    names nodes that hold it."""
     node = node_of(request)
-    found = await trio.to_thread.run_sync(node.holders_of, exc.chat_id)
+    if exc.chat_id is not None:
+        found = await trio.to_thread.run_sync(node.holders_of, exc.chat_id)
+    else:
+        assert exc.user_id is not None
+        found = node.user_holders_of(exc.user_id)
     node.metrics.inc("api_errors", code=exc.reason, help="HTTP requests refused, by code")
     body = {"code": exc.reason, "message": str(exc), "shard": exc.shard, "holders": found}
     return JSONResponse(body, status_code=421)

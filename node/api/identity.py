@@ -10,14 +10,18 @@ from node.api.decode import decode_identity_in, user_param
 from node.api.errors import ERRORS
 from node.api.interface import NodeDep
 from node.api.models import HlcOut, IdentityIn, IdentityOut, IdentityPutOut, b64encode
+from node.intake import user_outside_scope
 
 router = APIRouter()
 
 
 @router.get("/identity/{user_id}", responses=ERRORS)
 async def get_identity(user_id: str, node: NodeDep) -> IdentityOut:
-    """The user's current identity record (verify it: ``store.ops.verify_identity``)."""
+    """The user's current identity record (verify it: ``store.ops.verify_identity``); 421
+    naming nodes that hold it if this node does not index the user (SYNC.md, "Scopes")."""
     user = user_param(user_id)
+    if not node.indexes_user(user):
+        raise user_outside_scope(user, node.config.network_shards)
     found = await trio.to_thread.run_sync(node.reads.get_identity, user)
     if found is None:
         raise StarletteHTTPException(404, f"no identity for user {user.hex()}")

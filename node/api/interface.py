@@ -84,6 +84,15 @@ class NodeApi(Protocol):
         read: node/scope_answer.py)."""
         ...
 
+    def indexes_user(self, user: bytes) -> bool:
+        """Whether the user's identity and index entries lie in this node's scope."""
+        ...
+
+    def user_holders_of(self, user: bytes) -> list[str]:
+        """Peer ids (base58) of nodes holding a user shard outside our scope (by the R rule
+        among our peers: node/scope_answer.py)."""
+        ...
+
     def network(self) -> dict[str, Any]:
         """Our roots, and per known peer the roots it last agreed on (node/agreement.py)."""
         ...

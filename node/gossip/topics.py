@@ -1,11 +1,11 @@
 """Gossip topics per shard (SYNC.md, "Scopes"). Pure.
 
-Identities (every node holds them) travel on the base topic, which every node subscribes
-to. With ``sharded`` (the network setting ``gossip_sharded``, off by default: one topic for
+With ``sharded`` (the network setting ``gossip_sharded``, off by default: one topic for
 everything, as before scopes) a chat's messages, deletes and member ops travel on its
-shard's topic instead, and a member op also on its subject's user-shard topic (the member
-index); a node subscribes to the topics of the shards and user shards it holds — a full
-node to all of them. A node then receives and forwards only what it holds.
+shard's topic, a member op also on its subject's user-shard topic (the member index), and
+an identity on its user's user-shard topic; a node subscribes to the base topic and the
+topics of the shards and user shards it holds — a full node to all of them. A node then
+receives and forwards only what it holds.
 """
 
 from __future__ import annotations
@@ -53,9 +53,7 @@ def split_by_topic(
 def _topics_of(op: Op, base: str, num_shards: int) -> list[str]:
     if isinstance(op, MsgV1):
         return [shard_topic(base, shard_of(op.chat_id, num_shards))]
+    user = user_topic(base, user_shard_of(op.user_id, num_shards))
     if isinstance(op, MembershipOp):
-        return [
-            shard_topic(base, shard_of(op.chat_id, num_shards)),
-            user_topic(base, user_shard_of(op.user_id, num_shards)),
-        ]
-    return [base]
+        return [shard_topic(base, shard_of(op.chat_id, num_shards)), user]
+    return [user]  # an identity

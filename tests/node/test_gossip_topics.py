@@ -1,7 +1,7 @@
 """Gossip topics per shard (node/gossip/topics.py): off by default (one topic, as before
 scopes); on, messages and deletes travel on their shard's topic, member ops on their chat's
-shard's topic and their subject's user-shard topic, identities on the base one, and a node
-subscribes to the base topic, its scope's shards and its user shards."""
+shard's topic and their subject's user-shard topic, identities on their user's user-shard
+topic, and a node subscribes to the base topic, its scope's shards and its user shards."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from node.gossip.settings import OPS_TOPIC
 from node.gossip.topics import shard_topic, split_by_topic, topics_for, user_topic
 from node.metrics import Metrics
 from store import Hlc, MsgV1
-from store.ops import MembershipAction, MembershipOp, Op, decode_ops
+from store.ops import MembershipAction, MembershipOp, Op, decode_ops, make_identity
 from store.signing import key_from_seed
 from sync.scope import EVERYTHING, Scope, shard_of, user_shard_of
 
@@ -61,6 +61,10 @@ def test_sharded_gossip_splits_a_batch_by_shard_keeping_each_order() -> None:
         (shard_topic(OPS_TOPIC, shard_of(A, S)), [a1, join, a2]),  # the chat's ops in order
         (shard_topic(OPS_TOPIC, shard_of(B, S)), [b1]),
         (user_topic(OPS_TOPIC, user_shard_of(join.user_id, S)), [join]),  # and the index's
+    ]
+    me = make_identity(KEY, b"\x02" * 32, Hlc(5))  # on its user's user-shard topic
+    assert split_by_topic([me], OPS_TOPIC, S, sharded=True) == [
+        (user_topic(OPS_TOPIC, user_shard_of(me.user_id, S)), [me])
     ]
 
 

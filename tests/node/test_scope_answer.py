@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from client.e2e import UserKey
-from node.scope_answer import nodes_holding
+from node.scope_answer import nodes_holding, nodes_holding_user
 from store import ChatDb, ChatDbConfig
 from store.authz import new_group
 from store.hlc import Hlc
@@ -20,7 +20,7 @@ from store.ops import (
     make_identity,
 )
 from store.records import IdentityRecord, MsgV1, canonical_cbor
-from sync.scope import shard_of, user_shard_of
+from sync.scope import holders, shard_of, user_shard_of
 
 from node_support import b64, now_ms, ops_body, running_node, sign_in
 
@@ -114,6 +114,50 @@ async def test_a_chat_in_the_scope_is_served_and_its_member_ops_indexed(tmp_path
         assert replica.scope.user_shards == users and node.services.intake.scope == replica.scope
         indexed = {user for _, user in replica.db.member_index.iter_users()}
         assert indexed == {ALICE.user_id, BOB.user_id}
+
+
+async def test_a_users_identity_is_held_by_the_nodes_indexing_the_user(tmp_path: Path) -> None:
+    """Identities follow their user's user shard: one a client puts widens the node's index
+    to its user first (the node indexes what it writes); one arriving from a peer for a
+    user the node does not index is refused, and nothing of it is stored."""
+    async with running_node(
+        tmp_path, network_shards=SHARDS, scope_shards=(shard_of(GROUP, SHARDS),)
+    ) as (node, http):
+        replica = node.services.replica
+        assert replica.scope.user_shards == frozenset()
+        base = now_ms() - 60_000
+        alice = make_identity(ALICE.signing_key, ALICE.box_key, Hlc(base))
+        path = f"/identity/{ALICE.user_id.hex()}"
+        put = await http.put(path, json={"data": b64(alice.encode())})
+        assert put.status_code in (200, 201), put.text
+        assert replica.scope.user_shards == {user_shard_of(ALICE.user_id, SHARDS)}
+        assert (await http.get(path)).status_code == 200
+        # a peer's identity of a user of another user shard: refused, not stored
+        bob = make_identity(BOB.signing_key, BOB.box_key, Hlc(base))
+        assert not replica.scope.indexes_user(BOB.user_id)
+        refused = replica.refused_out_of_scope
+        assert replica.apply_ops([bob]).new == [False]
+        assert replica.refused_out_of_scope == refused + 1
+        assert replica.db.get_identity(BOB.user_id) is None
+        # and a client asking for it is told where to go, not that it does not exist
+        r = await http.get(f"/identity/{BOB.user_id.hex()}")
+        assert r.status_code == 421, r.text
+        body = r.json()
+        assert body["code"] == "out_of_scope" and body["holders"] == []  # no peer: R rule empty
+        assert body["shard"] == user_shard_of(BOB.user_id, SHARDS)
+
+
+def test_a_users_holders_are_named_by_the_replication_rule_over_user_shards() -> None:
+    peers = [bytes([0x30 + i]) * 20 for i in range(6)]
+    shard = user_shard_of(BOB.user_id, SHARDS)
+    want = holders(shard, [*peers, b"me"], 3, SHARDS)
+    named = nodes_holding_user(
+        BOB.user_id, own=b"me", known=peers, replication_factor=3, num_shards=SHARDS
+    )
+    assert named == [n for n in want if n != b"me"] and len(named) >= 2
+    assert not nodes_holding_user(
+        BOB.user_id, own=b"me", known=peers, replication_factor=0, num_shards=SHARDS
+    )
 
 
 async def test_a_forged_or_oversized_home_node_list_is_refused_by_the_api(tmp_path: Path) -> None:

@@ -62,5 +62,12 @@ def test_a_row_with_no_op_after_its_user_is_a_decode_error(db: ChatDb, row: byte
     batch = db.rocks.new_batch()
     batch.put(b"\x02" * 32, row, db.rocks.handle["member_index"])
     db.rocks.write(batch)
-    with pytest.raises(DecodeError):
-        list(db.member_index.iter_users())
+    reads = (
+        lambda: list(db.member_index.iter_users()),
+        lambda: db.member_index.users_of([b"\x02" * 32]),  # what a session's scope check reads
+        lambda: db.member_index.records_by_ids([b"\x02" * 32]),  # what a session ships
+        lambda: list(db.member_index.rows_of(None)),
+    )
+    for read in reads:
+        with pytest.raises(DecodeError):
+            read()

@@ -13,6 +13,7 @@ from store import Hlc, IdentityRecord, MessageKind, MsgV1, Role
 from store.authz import new_group
 from store.kinds import Claims, reaction_payload
 from store.ops import MembershipAction, MembershipOp
+from store.records import compute_identity_record_id
 from store.signing import key_from_seed, public_key, user_id_from_key
 from sync.frames import Domain, Frame, Hello, Transfer, decode_frame
 from sync.merkle import MerkleTree
@@ -153,17 +154,20 @@ def roots(replica: object) -> list[tuple[bytes, int]]:
 
 
 def held_keys(replica: Any, domain: Domain) -> dict[bytes, bytes]:
-    """Record id -> placement key (its chat; the index's: its user) of what a memory or
-    RocksDB replica holds in a scoped domain."""
+    """Record id -> placement key (its chat; an identity's and the index's: its user) of
+    what a memory or RocksDB replica holds in a domain."""
     if isinstance(replica, DbReplica):
         db = replica.db
         pairs = {
             Domain.MESSAGES: db.iter_msg_chats,
             Domain.DELETES: db.iter_delete_chats,
             Domain.MEMBERS: db.members.iter_op_chats,
+            Domain.IDENTITY: db.iter_identity_users,
             Domain.INDEX: db.member_index.iter_users,
         }[domain]()
         return dict(pairs)
+    if domain is Domain.IDENTITY:
+        return {compute_identity_record_id(u, *v): u for u, v in replica.identities.items()}
     rows = {
         Domain.MESSAGES: replica.messages,
         Domain.DELETES: replica.deletes,

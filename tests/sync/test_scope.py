@@ -149,18 +149,25 @@ def test_served_users_are_those_whose_home_nodes_name_the_node() -> None:
     assert served_users(b"n1", homes) == {A} and served_users(b"n9", homes) == set()
 
 
-def test_a_scope_holds_its_chats_records_identities_and_its_users_index() -> None:
+def test_a_scope_holds_its_chats_records_and_its_users_identities_and_index() -> None:
     other = next(n for n in (1, 2) if shard_of(CHATS[n], 64) != shard_of(CHATS[0], 64))
     inside, outside = message(0), message(other)  # CHATS[0], another shard's chat
     scope = shards_scope({shard_of(CHATS[0], 64)}, 64)
     op_inside, op_outside = member(0, 1, 1_000), member(other, 1, 1_000)
     records = [inside, outside, op_inside, op_outside, identity(1, 1, 1)]
-    assert [in_chat_scope(r, scope) for r in records] == [True, False, True, False, True]
-    assert not any(in_index(r, scope) for r in records)  # chat shards only: no user indexed
-    assert all(in_chat_scope(r, EVERYTHING) and in_index(r, EVERYTHING) for r in records[2:4])
-    # a user shard indexed: every op naming that user is in the index, whatever its chat
+    # chat shards only: no user indexed, so no identity held
+    assert [in_chat_scope(r, scope) for r in records] == [True, False, True, False, False]
+    assert not any(in_index(r, scope) for r in records)
+    assert all(in_chat_scope(r, EVERYTHING) for r in records)
+    assert all(in_index(r, EVERYTHING) for r in records[2:4])
+    # a user shard indexed: every op naming that user is in the index, whatever its chat,
+    # and the user's identity is held
     indexing = Scope(scope.shards, 64, frozenset({user_shard_of(USERS[1], 64)}))
     assert [in_index(r, indexing) for r in records] == [False, False, True, True, False]
+    assert [in_chat_scope(r, indexing) for r in records] == [True, False, True, False, True]
+    assert not in_chat_scope(identity(2, 1, 1), indexing) or (
+        user_shard_of(USERS[2], 64) == user_shard_of(USERS[1], 64)
+    )
 
 
 # --- the replication factor: holders(shard, nodes, R) ------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from store import ChatDb, ChatDbConfig, MsgV1
+from store import ChatDb, ChatDbConfig, IdentityRecord, MsgV1
 from store.leaving import BY_CHAT
 from store.ops import MembershipOp
 from sync.frames import Domain
@@ -17,16 +17,17 @@ from sync.loopback import run_session
 from sync.merkle import MerkleTree
 from sync.replica import DbReplica, MemoryReplica
 from sync.scope import EVERYTHING, Scope, ScopeError, shard_of, user_shard_of
-from sync.shards import SCOPED, domain_shards, shard_in
+from sync.shards import domain_shards, shard_in
 
-from sync_support import CHATS, USERS, delete_of, held_keys, member, message
+from sync_support import CHATS, USERS, delete_of, held_keys, identity, member, message
 
 S = 3  # one of CHATS per shard
 SHARDS = [shard_of(c, S) for c in CHATS]
 # member ops of every chat, naming users of every user shard
 OPS: list[MembershipOp] = [member(c, u, 990 + u) for c in range(3) for u in range(1, 4)]
-RECORDS: list[MsgV1 | MembershipOp] = (
-    [message(n) for n in range(24)] + [delete_of(n, 0, 3) for n in (0, 1, 5)] + OPS
+IDENTITIES = [identity(u, 1_000 + u, u) for u in range(len(USERS))]  # placed by user shard
+RECORDS: list[MsgV1 | MembershipOp | IdentityRecord] = (
+    [message(n) for n in range(24)] + [delete_of(n, 0, 3) for n in (0, 1, 5)] + OPS + IDENTITIES
 )
 
 
@@ -55,7 +56,11 @@ def test_both_replicas_refuse_what_lies_outside_their_scope_alike(store: ChatDb)
     db = DbReplica(store, admit_all=True, scope=scope)
     applied = [r.apply_ops(RECORDS) for r in (memory, db)]
     assert applied[0].new == applied[1].new
-    outside = sum(not scope.holds_chat(r.chat_id) for r in RECORDS)  # no user indexed
+    # no user indexed: other chats' records and every identity
+    outside = sum(
+        not scope.holds_chat(r.chat_id) for r in RECORDS if not isinstance(r, IdentityRecord)
+    )
+    outside += len(IDENTITIES)
     assert memory.refused_out_of_scope == db.refused_out_of_scope == outside > 0
     for domain in Domain:
         assert memory.tree(domain).root() == db.tree(domain).root()
@@ -75,9 +80,11 @@ def test_a_full_replica_answers_for_any_scope_as_if_it_held_only_that(
     )
     replica.apply_ops(RECORDS[:12])
     narrow = scope_of(1)
-    replica.scope_tree(Domain.MESSAGES, narrow)  # builds the per-shard leaves
-    replica.apply_ops(RECORDS[12:])  # kept in step from here
-    for domain in SCOPED:
+    for domain in Domain:  # builds the per-shard leaves, and caches levels and checks
+        replica.scope_tree(domain, narrow).root_check()
+        replica.scope_tree(domain, narrow).root()
+    replica.apply_ops(RECORDS[12:])  # kept in step from here (the caches emptied)
+    for domain in Domain:
         held = held_chats(replica, domain)  # deletes erased some messages: what is held
         assert len(held) >= 3
         for scope in (narrow, scope_of(0, 2, users=(1,)), scope_of(users=(2, 3)), scope_of()):
@@ -100,8 +107,6 @@ def test_a_full_replica_answers_for_any_scope_as_if_it_held_only_that(
             got = replica.get_records(domain, others, None, None, scope)
             assert {i for i, blob in zip(others, got, strict=True) if blob} == set(ids)
         assert replica.scope_tree(domain, EVERYTHING) is replica.tree(domain)
-    # global domains are answered whole, whatever the scope
-    assert replica.scope_tree(Domain.IDENTITY, narrow) is replica.tree(Domain.IDENTITY)
 
 
 def test_the_gc_keeps_the_trees_of_a_scope_true(store: ChatDb) -> None:
