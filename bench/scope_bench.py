@@ -39,7 +39,7 @@ from cluster.scenario import wall_ms
 from store import HlcClock, MsgV1
 from store.authz import new_group
 from store.ops import MembershipAction, MembershipOp, Op
-from store.records import IdentityRecord, Role
+from store.records import Role
 from store.signing import key_from_seed, public_key, user_id_from_key
 from sync.scope import holders, replica_shards, shard_of
 
@@ -62,14 +62,14 @@ class ScopeBenchParams:
 class Load:
     """The chats (each created by its own key, its creator its one member) and messages."""
 
-    setup: list[Op]
+    setup: list[MembershipOp]
     messages: list[MsgV1]
     chats: list[bytes]
 
 
 def make_load(params: ScopeBenchParams) -> Load:
     clock = HlcClock()
-    setup: list[Op] = []
+    setup: list[MembershipOp] = []
     chats, keys = [], []
     for i in range(params.chats):
         key = key_from_seed(i.to_bytes(2, "big") * 16)
@@ -113,11 +113,9 @@ def run_scope_bench(params: ScopeBenchParams) -> dict[str, Any]:
     return report
 
 
-def _of_shards(ops: Sequence[Op], shards: frozenset[int], n: int) -> int:
-    """How many of ``ops`` (messages, member ops) lie in chats of ``shards``."""
-    return sum(
-        1 for op in ops if not isinstance(op, IdentityRecord) and shard_of(op.chat_id, n) in shards
-    )
+def _of_shards(ops: Sequence[MsgV1 | MembershipOp], shards: frozenset[int], n: int) -> int:
+    """How many of ``ops`` lie in chats of ``shards``."""
+    return sum(1 for op in ops if shard_of(op.chat_id, n) in shards)
 
 
 def _run(
@@ -145,8 +143,10 @@ def _run(
         ]
         if partial:  # each node took the rule's shards and dropped what it took while alone
             _wait(lambda: _scopes_settled(cluster, shards_of), params.timeout_s, "scopes")
-        cluster.post_ops(0, load.setup)
-        # member ops follow their chat: each node holds those of its shards' chats
+        # member ops follow their chat: each posted to a node holding it (another answers
+        # 421), and each node holds those of its shards' chats
+        for node, batch in _by_holder(load.setup, params, ids, partial).items():
+            cluster.post_ops(node, batch)
         want_ops = [_of_shards(load.setup, shards, params.shards) for shards in shards_of]
         _wait(lambda: [cluster.roots(i)["members"][1] for i in range(params.nodes)] == want_ops, params.timeout_s, "member ops")  # fmt: skip
         cpu0 = [process_cpu_s(_pid(n)) for n in cluster.nodes]
@@ -179,20 +179,29 @@ def _run(
 def _post(
     cluster: Cluster, load: Load, params: ScopeBenchParams, ids: list[bytes], partial: bool
 ) -> None:
+    for node, ops in _by_holder(load.messages, params, ids, partial).items():
+        for i in range(0, len(ops), POST_BATCH):
+            cluster.post_ops(node, ops[i : i + POST_BATCH])
+
+
+def _by_holder(
+    ops: Sequence[MsgV1 | MembershipOp], params: ScopeBenchParams, ids: list[bytes], partial: bool
+) -> dict[int, list[Op]]:
+    """Each chat's ops, in turn, to the nodes holding it (partial: its shard's holders by the
+    R rule; full: every node, from the chat's own)."""
+    chats = {chat: n for n, chat in enumerate(dict.fromkeys(op.chat_id for op in ops))}
     by_node: dict[int, list[Op]] = {}
     turn: dict[bytes, int] = {}
-    for msg in load.messages:
-        k = turn[msg.chat_id] = turn.get(msg.chat_id, -1) + 1
+    for op in ops:
+        k = turn[op.chat_id] = turn.get(op.chat_id, -1) + 1
         if partial:
-            shard = shard_of(msg.chat_id, params.shards)
+            shard = shard_of(op.chat_id, params.shards)
             held_by = holders(shard, ids, params.replication, params.shards)
             target = ids.index(held_by[k % len(held_by)])
         else:
-            target = (load.chats.index(msg.chat_id) + k) % params.nodes
-        by_node.setdefault(target, []).append(msg)
-    for node, ops in by_node.items():
-        for i in range(0, len(ops), POST_BATCH):
-            cluster.post_ops(node, ops[i : i + POST_BATCH])
+            target = (chats[op.chat_id] + k) % params.nodes
+        by_node.setdefault(target, []).append(op)
+    return by_node
 
 
 def _meshed(cluster: Cluster, nodes: int) -> bool:
