@@ -161,7 +161,7 @@ class SyncConfig:
     # bytes of a short id, 3..8; None: sized by the estimate (``short_id_width``). Tests
     # shrink it to force collisions.
     short_id_bytes: int | None = None
-    max_sketch_cells: int = 262_143  # a multiple of 3; <= 10 B a cell: one frame under 3 MB
+    max_sketch_cells: int = 262_140  # a multiple of 4; <= 10 B a cell: one frame under 3 MB
     # Descend one level rather than sketch when the nodes one level down hold more ids than
     # this on average: hashing a node costs both sides ~2 us, a sketched id ~70 ns, so
     # below ~30 ids a node the sketch is cheaper (SYNC.md, "CPU"). 0: always descend (tests).
@@ -958,7 +958,7 @@ class SyncSession:
             dp = self._domains[domain]
             flags = write_flags(dp.sent, set(differ))
             estimate = estimate_difference(depth, len(dp.sent), len(differ))
-            cells = min(cells_for(estimate), self.config.max_sketch_cells)
+            cells = min(cells_for(estimate), self._max_sketch_cells)
             per_bucket = self._tree(domain).count / NUM_BUCKETS
             width = self.config.short_id_bytes or short_id_width(estimate, per_bucket)
             region, skip = self._open_region(
@@ -1046,6 +1046,11 @@ class SyncSession:
         self.stats.inconsistent_buckets += len(over)
         return kept.tobytes(), set(over.tolist())
 
+    @property
+    def _max_sketch_cells(self) -> int:
+        """``max_sketch_cells`` rounded down to a whole number of cells per hash."""
+        return self.config.max_sketch_cells - self.config.max_sketch_cells % HASHES
+
     def _sketch_of(self, region: _Region, cells: int) -> Sketch:
         region.cells = cells
         return Sketch.of(region.key, cells, region.shorts)
@@ -1077,7 +1082,7 @@ class SyncSession:
             limit = 2 * dp.region.cells if frame.answer and dp.region else None
             region = self._region_for(domain, dp, section, frame.answer)
             cells = section.cells
-            if cells < HASHES or cells % HASHES or cells > (limit or self.config.max_sketch_cells):
+            if cells < HASHES or cells % HASHES or cells > (limit or self._max_sketch_cells):
                 raise RemoteProtocolError(f"a sketch of {cells} cells", reason="bad_cells")
             if not section.blob:  # a request: our sketch, for the peer to decode
                 answers[domain] = SketchSection(
@@ -1086,7 +1091,7 @@ class SyncSession:
                 continue
             theirs = Sketch.decode(region.key, cells, section.blob)  # frames checked the length
             peeled = self._sketch_of(region, cells).subtract(theirs).peel()
-            larger = min(2 * cells, self.config.max_sketch_cells)
+            larger = min(2 * cells, self._max_sketch_cells)
             if not peeled.complete and not frame.answer and larger > cells:
                 blob = self._sketch_of(region, larger).encode()
                 answers[domain] = SketchSection(b"", larger, region.key.width, blob)

@@ -7,8 +7,9 @@ Each id of a region (the buckets a Merkle descent found different) becomes a **s
 from the pass's salt, so nobody can choose ids that collide before the salt is drawn, and a
 collision that happens by chance is not repeated in the next pass (SYNC.md, "Security"). The
 bucket tells the decoder where a short id it lacks lives: it asks only in buckets it
-reconciles (``sync.claims``), and ignores a decoded id outside the region. A sketch of ``m`` cells (``m`` a multiple of 3) puts
-every short id into one cell of each third of the table. A cell holds two sums, each
+reconciles (``sync.claims``), and ignores a decoded id outside the region. A sketch of ``m``
+cells (``m`` a multiple of 4) puts every short id into one cell of each quarter of the table.
+A cell holds two sums, each
 invertible: ``keys`` (the sum of the short ids, mod ``2^(8 width)``) and ``check`` (the sum of
 a 16-bit keyed hash of each short id, mod ``2^16``): ``width + 2`` bytes on the wire. Sums
 rather than XORs: numpy adds into cells with a fast indexed loop (``np.add.at``), and XOR has
@@ -19,11 +20,11 @@ whose ``check`` equals the hash of its ``keys``, and which is one of the cells t
 placed in, is *pure* with sign +1; one whose negated sums pass the same test, with sign -1. A
 pure cell holds exactly one id of the difference, and the sign says whose. No count is sent:
 a cell of several ids passes either test by chance with probability ``2^-16`` times the chance
-that the sum lands in that very cell (``1/(m/3)``), ~10^-7 a test at d = 1,000. Peeling a pure cell removes that id
-from its other two cells, which may make them pure in turn. When every cell is zero the
+that the sum lands in that very cell (``4/m``), ~10^-7 a test at d = 1,000. Peeling a pure
+cell removes that id from its other three cells, which may make them pure in turn. When every cell is zero the
 difference is decoded completely; otherwise the sketch was too small for it, and ``peel`` says
 so (``Peeled.complete`` is False) — never a silent partial answer. With ``m ≈ 1.4 d`` cells the
-peeling succeeds with high probability (the threshold for three hashes is ``1.22 d``).
+peeling succeeds with high probability (the threshold for four hashes is ``1.30 d``).
 
 Short ids are computed in bulk with numpy (a region can hold a million ids); peeling walks
 only the ``m`` cells in Python. The keyed hash is multilinear over the id's four 64-bit words,
@@ -45,7 +46,10 @@ import numpy.typing as npt
 
 from store.keys import RECORD_ID_LEN
 
-HASHES = 3  # cells per id, one in each third of the table
+# Cells per id, one in each quarter of the table. Four, not three: with three, two ids of a
+# difference placed in the same three cells never peel — (d^2/2)(3/m)^3, ~0.4 % of decodes at
+# d = 10^3 whatever the size — and each such failure cost an answer sketch and a round trip.
+HASHES = 4
 CHECK_LEN = 2  # bytes of a cell's check sum
 MIN_SHORT_ID_LEN, MAX_SHORT_ID_LEN = 3, 8
 SIZED_SHORT_ID_LEN = 4  # the narrowest width ``short_id_width`` picks: the bucket, 2 bytes
@@ -82,7 +86,7 @@ def short_id_width(estimate: float, per_bucket: float) -> int:
 
 def cells_for(estimate: float) -> int:
     """Cells for an estimated difference: 1.4x the estimate plus slack for small ones (the
-    peeling threshold is 1.22x; 1.4x failed 0 of 300 decodes at d = 1,000, 1.5x 1)."""
+    peeling threshold of four hashes is 1.30x; SYNC.md, "Sketches", has the failure rates)."""
     m = max(MIN_CELLS, int(1.4 * estimate) + 12)
     return m + (-m) % HASHES
 
@@ -164,41 +168,41 @@ def short_id(key: SketchKey, record_id: bytes) -> int:
     return int(short_ids(key, record_id)[0])
 
 
-def _place(key: SketchKey, s: int, third: int) -> tuple[int, int, int, int]:
-    """Cells (one per third of a table of ``3 * third`` cells) and check of short id ``s``:
-    each cell index is a 32-bit slice of a mixed hash scaled to ``third`` (multiply-shift)."""
-    h = _mix(s ^ key.cells)
+def _first(key: SketchKey, s: int) -> int:
+    """The first mixed hash of short id ``s``: its check is the top ``CHECK_LEN`` bytes."""
+    return _mix(s ^ key.cells)
+
+
+def _cells(h: int, part: int) -> tuple[int, ...]:
+    """The cells (one per part of a table of ``HASHES * part``) of the short id whose first
+    hash is ``h``: each a 32-bit slice of a mixed hash scaled to ``part`` (multiply-shift)."""
     g = _mix((h + _STEP) & _M64)
-    return (
-        ((h & _M32) * third) >> 32,
-        third + (((g & _M32) * third) >> 32),
-        2 * third + (((g >> 32) * third) >> 32),
-        h >> (64 - 8 * CHECK_LEN),
-    )
+    f = _mix((g + _STEP) & _M64)
+    slices = (h & _M32, g & _M32, g >> 32, f & _M32)
+    return tuple(j * part + ((x * part) >> 32) for j, x in enumerate(slices))
 
 
-def _place_np(key: SketchKey, s: U64, third: int) -> tuple[U64, U64, U64, U64]:
-    """``_place`` of every short id, with as few fresh arrays as it can (see ``_mix_np``)."""
+def _place_np(key: SketchKey, s: U64, part: int) -> tuple[U64, ...]:
+    """``_cells`` and the check of every short id, with as few fresh arrays as it can (see
+    ``_mix_np``)."""
     scratch = np.empty_like(s)
     h = np.bitwise_xor(s, np.uint64(key.cells))
     _mix_np(h, scratch)
     with np.errstate(over="ignore"):
         g = h + np.uint64(_STEP)
-    _mix_np(g, scratch)
-    t, mask, shift = np.uint64(third), np.uint64(_M32), np.uint64(32)
-    first = np.bitwise_and(h, mask)
-    first *= t
-    first >>= shift
+        _mix_np(g, scratch)
+        f = g + np.uint64(_STEP)
+    _mix_np(f, scratch)
+    mask, shift = np.uint64(_M32), np.uint64(32)
+    cells = []
+    for j, (x, high) in enumerate(((h, False), (g, False), (g, True), (f, False))):
+        cell = np.right_shift(x, shift) if high else np.bitwise_and(x, mask)
+        cell *= np.uint64(part)
+        cell >>= shift
+        cell += np.uint64(j * part)
+        cells.append(cell)
     h >>= np.uint64(64 - 8 * CHECK_LEN)  # the check
-    second = np.bitwise_and(g, mask, out=scratch)
-    second *= t
-    second >>= shift
-    second += t
-    g >>= shift
-    g *= t
-    g >>= shift
-    g += np.uint64(2) * t  # the third
-    return first, second, g, h
+    return (*cells, h)
 
 
 @dataclass(frozen=True)
@@ -279,7 +283,7 @@ class Sketch:
         than the cells allow (each pure cell peeled empties at least itself)."""
         keys = [int(k) for k in self.keys]
         checks = [int(c) for c in self.checks]
-        third = self.m // HASHES
+        part = self.m // HASHES
         mask = _key_mask(self.key.width)
         limit = self.m if max_items is None else min(max_items, self.m)
         mine: list[int] = []
@@ -289,9 +293,12 @@ class Sketch:
             i = stack.pop()
             for sign in (1, -1):  # one id of ours, or (its sums negated) one of the peer's
                 s = sign * keys[i] & mask
-                *cells, check = _place(self.key, s, third)
-                if sign * checks[i] & _CHECK_MASK == check and i in cells:
-                    break
+                h = _first(self.key, s)
+                check = h >> (64 - 8 * CHECK_LEN)
+                if sign * checks[i] & _CHECK_MASK == check:
+                    cells = _cells(h, part)  # only now: most cells fail the check
+                    if i in cells:
+                        break
             else:
                 continue  # empty, or not pure (or not yet): several ids sum here
             (mine if sign == 1 else theirs).append(s)

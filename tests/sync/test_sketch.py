@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sync.sketch import (
+    HASHES,
     Sketch,
     SketchKey,
     bucket_of_short,
@@ -117,10 +118,10 @@ def test_equal_sets_subtract_to_zero() -> None:
     assert peeled.complete and not peeled.mine and not peeled.theirs
 
 
-def test_sizes_are_multiples_of_three() -> None:
+def test_sizes_are_multiples_of_the_hashes() -> None:
     for d in (0, 1, 7, 1_000, 123_457):
         m = cells_for(d)
-        assert m % 3 == 0 and m >= 1.4 * d
+        assert m % HASHES == 0 and m >= 1.4 * d
 
 
 def test_short_ids_are_sized_by_the_estimate_and_the_buckets() -> None:

@@ -244,7 +244,7 @@ def test_an_undersized_sketch_is_answered_once_with_a_larger_one() -> None:
     and answers with its own, twice as large; the initiator decodes that and both converge."""
     a = fill(engine(), [message(n) for n in range(0, 10)])
     b = fill(engine(), [message(n) for n in range(4, 12)])  # d = 6
-    small = SyncConfig(max_sketch_cells=6)
+    small = SyncConfig(max_sketch_cells=8)
     wire = Wire()
     result = run_session(a, b, config=small, responder_config=SyncConfig(), on_frame=wire)
     assert result.converged and set(a.messages) == set(b.messages)
@@ -265,11 +265,11 @@ def test_a_request_for_the_peers_sketch_is_answered_at_the_size_asked() -> None:
     sketch = decoded(frame)
     assert isinstance(sketch, Sketches)
     section = sketch.sections[Domain.MESSAGES]
-    request = Sketches({Domain.MESSAGES: SketchSection(section.flags, 30, section.width, b"")})
+    request = Sketches({Domain.MESSAGES: SketchSection(section.flags, 32, section.width, b"")})
     answer = decoded(session.receive(encode_frame(request), 0) or b"")
     assert isinstance(answer, Sketches) and answer.answer
     got = answer.sections[Domain.MESSAGES]
-    assert got.cells == 30 and len(got.blob) == 30 * cell_len(section.width) and not got.flags
+    assert got.cells == 32 and len(got.blob) == 32 * cell_len(section.width) and not got.flags
     assert session.state is State.AWAIT_DECODE
 
 
