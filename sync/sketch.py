@@ -178,8 +178,12 @@ def _cells(h: int, part: int) -> tuple[int, ...]:
     hash is ``h``: each a 32-bit slice of a mixed hash scaled to ``part`` (multiply-shift)."""
     g = _mix((h + _STEP) & _M64)
     f = _mix((g + _STEP) & _M64)
-    slices = (h & _M32, g & _M32, g >> 32, f & _M32)
-    return tuple(j * part + ((x * part) >> 32) for j, x in enumerate(slices))
+    return (
+        ((h & _M32) * part) >> 32,
+        part + (((g & _M32) * part) >> 32),
+        2 * part + (((g >> 32) * part) >> 32),
+        3 * part + (((f & _M32) * part) >> 32),
+    )
 
 
 def _place_np(key: SketchKey, s: U64, part: int) -> tuple[U64, ...]:
