@@ -254,6 +254,21 @@ def test_an_undersized_sketch_is_answered_once_with_a_larger_one() -> None:
     assert answer.sections[Domain.MESSAGES].cells == 2 * first.sections[Domain.MESSAGES].cells
 
 
+def test_a_cap_that_is_no_whole_number_of_cells_a_hash_is_rounded_down() -> None:
+    """``max_sketch_cells`` = 30 with four cells an id: sketches of at most 28 cells, never a
+    local error for a size no sketch can have."""
+    a = fill(engine(), [message(n) for n in range(0, 16)])
+    b = fill(engine(), [message(n) for n in range(10, 20)])  # d = 14: 32 cells, capped
+    capped = SyncConfig(max_sketch_cells=30)
+    wire = Wire()
+    result = run_session(a, b, config=capped, on_frame=wire)
+    assert result.converged and set(a.messages) == set(b.messages)
+    cells = [
+        s.cells for _, f in wire.frames if isinstance(f, Sketches) for s in f.sections.values()
+    ]
+    assert cells and all(c <= 28 and c % 4 == 0 for c in cells)
+
+
 def test_a_request_for_the_peers_sketch_is_answered_at_the_size_asked() -> None:
     """A sender whose buckets another session holds asks for the peer's sketch (an empty
     blob) and decodes it itself; the answer keeps the region and the size."""
