@@ -138,6 +138,7 @@ TOP_DEPTH = 2  # R's first NODES frame: every depth-2 node (256 hashes)
 # sessions costs a second pass: the closing root comparison finds the hidden node): at
 # d = 10^3, 4,016 hashes of 21 bits are 10.5 kB, not 16 (issue 35's byte goal).
 DESCENT_SAFETY_BITS = 10
+ESTIMATE_DEVIATIONS = 2  # standard deviations of the equal-node count taken off an estimate
 MIN_DESCENT_BITS = 16
 FETCH_CHUNK = 256  # ids looked up per replica call while filling a frame
 # What a record is refused for (store.ingress) — not its stamp: one too far ahead is skipped
@@ -1571,12 +1572,15 @@ def estimate_difference(depth: int, compared: int, differing: int) -> float:
     """The difference d implied by how many of the compared nodes at ``depth`` differ.
 
     d ids scattered over ``16^depth`` nodes leave ``16^depth e^(-d/16^depth)`` of them equal
-    in expectation; nodes not compared (children of equal parents) are equal. One standard
-    deviation of the equal count is taken off first: an overestimate costs a few cells, an
-    underestimate a retry."""
+    in expectation; nodes not compared (children of equal parents) are equal. Two standard
+    deviations of the equal count are taken off first: an overestimate costs a few cells, an
+    underestimate an answer sketch twice the size. Four cells an id peel above 1.30 d, so
+    1.4 d̂ leaves less room than three did (1.22 d): with one deviation a depth-2 estimate
+    (~5 equal nodes of 256 at d = 10^3) left 2.8 % of simulated decodes short, with two 0.2 %;
+    at depth 3 (~3,100 equal) two cost ~4 % more cells (SYNC.md, "Sizing by the tree")."""
     nodes = FANOUT**depth
     equal = compared - differing
-    low = max(0.0, equal - min(math.sqrt(equal), math.sqrt(differing)))
+    low = max(0.0, equal - ESTIMATE_DEVIATIONS * min(math.sqrt(equal), math.sqrt(differing)))
     return nodes * math.log(nodes / (low + nodes - compared + 0.5))
 
 
