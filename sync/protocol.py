@@ -136,7 +136,7 @@ TOP_DEPTH = 2  # R's first NODES frame: every depth-2 node (256 hashes)
 # The initiator's depth-3 hashes on the sketch path are cut to as many bits as keep the chance
 # that a differing node's hashes collide under 2^-DESCENT_SAFETY_BITS a pass (one in ~1,000
 # sessions costs a second pass: the closing root comparison finds the hidden node): at
-# d = 10^3, 4,016 hashes of 21 bits are 10.5 kB, not 16 (issue 35's byte goal).
+# d = 10^3, ~3,970 hashes of 21 bits are 10.4 kB, not 16 (issue 35's byte goal).
 DESCENT_SAFETY_BITS = 10
 ESTIMATE_DEVIATIONS = 2  # standard deviations of the equal-node count taken off an estimate
 MIN_DESCENT_BITS = 16

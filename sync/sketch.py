@@ -9,22 +9,23 @@ collision that happens by chance is not repeated in the next pass (SYNC.md, "Sec
 bucket tells the decoder where a short id it lacks lives: it asks only in buckets it
 reconciles (``sync.claims``), and ignores a decoded id outside the region. A sketch of ``m``
 cells (``m`` a multiple of 4) puts every short id into one cell of each quarter of the table.
-A cell holds two sums, each
-invertible: ``keys`` (the sum of the short ids, mod ``2^(8 width)``) and ``check`` (the sum of
-a 16-bit keyed hash of each short id, mod ``2^16``): ``width + 2`` bytes on the wire. Sums
-rather than XORs: numpy adds into cells with a fast indexed loop (``np.add.at``), and XOR has
-none (10x slower); a peeled id is subtracted with its sign.
+A cell holds two sums, each invertible: ``keys`` (the sum of the short ids, mod
+``2^(8 width)``) and ``check`` (the sum of a 16-bit keyed hash of each short id, mod
+``2^16``): ``width + 2`` bytes on the wire. Sums rather than XORs: numpy adds into cells with
+a fast indexed loop (``np.add.at``), and XOR has none (10x slower); a peeled id is subtracted
+with its sign.
 
 Subtracting the peer's sketch from ours, cell by cell, cancels every id both sides hold. A cell
 whose ``check`` equals the hash of its ``keys``, and which is one of the cells that key is
 placed in, is *pure* with sign +1; one whose negated sums pass the same test, with sign -1. A
 pure cell holds exactly one id of the difference, and the sign says whose. No count is sent:
 a cell of several ids passes either test by chance with probability ``2^-16`` times the chance
-that the sum lands in that very cell (``4/m``), ~10^-7 a test at d = 1,000. Peeling a pure
-cell removes that id from its other three cells, which may make them pure in turn. When every cell is zero the
-difference is decoded completely; otherwise the sketch was too small for it, and ``peel`` says
-so (``Peeled.complete`` is False) — never a silent partial answer. With ``m ≈ 1.4 d`` cells the
-peeling succeeds with high probability (the threshold for four hashes is ``1.30 d``).
+that the sum lands in that very cell (``4/m``), ~4·10^-8 a test at d = 1,000. Peeling a pure
+cell removes that id from its other three cells, which may make them pure in turn. When every
+cell is zero the difference is decoded completely; otherwise the sketch was too small for it,
+and ``peel`` says so (``Peeled.complete`` is False) — never a silent partial answer. With
+``m ≈ 1.4 d`` cells the peeling succeeds with high probability (the threshold for four hashes
+is ``1.30 d``).
 
 Short ids are computed in bulk with numpy (a region can hold a million ids); peeling walks
 only the ``m`` cells in Python. The keyed hash is multilinear over the id's four 64-bit words,
