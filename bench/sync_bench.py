@@ -854,7 +854,7 @@ def _print_anchors(console: Console, report: dict[str, Any]) -> None:
     for c in ours:
         table.add_row(
             f"[bold]chatsync, {c['placement']}[/]",
-            f"measured: {p['hash_width']} B salted depth-2 hashes, an IBLT of 6 B salted short ids",
+            f"measured: {p['hash_width']} B salted depth-2 hashes, an IBLT of salted short ids (sized by the estimate)",
             f"[bold]{c['floor_ratio']:.2f}x ({byte_size(c['reconciliation_bytes'])})[/]",
             f"[bold]{c['round_trips']} ({c['round_trips_before_fetch']} to fetch)[/]",
         )

@@ -201,7 +201,7 @@ class Deletes:
             yield delete_id
 
     def get_range_delete_ids(self, start: int, end: int) -> list[bytes]:
-        return [i for i, _ in self._rocks.iter_range("seen_delete", *bucket_range_keys(start, end))]
+        return self._rocks.range_keys("seen_delete", *bucket_range_keys(start, end))
 
     def chats_of_deletes(self, ids: list[bytes]) -> list[bytes | None]:
         """The chat of each held delete (None: not held): its deletes key starts with it."""

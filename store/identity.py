@@ -142,8 +142,7 @@ class Identities:
             callback(record_id)
 
     def get_range_identity_ids(self, start: int, end: int) -> list[bytes]:
-        keys = bucket_range_keys(start, end)
-        return [rid for rid, _ in self._rocks.iter_range("seen_identity", *keys)]
+        return self._rocks.range_keys("seen_identity", *bucket_range_keys(start, end))
 
     def get_bucket_identity_ids(self, bucket: int) -> list[bytes]:
         return [rid for rid, _ in self._rocks.iter_prefix("seen_identity", bucket_prefix(bucket))]

@@ -52,7 +52,7 @@ class MemberIndex:
         return [i for i, _ in self._rocks.iter_prefix(CF, bucket_prefix(bucket))]
 
     def range_ids(self, start: int, end: int) -> list[bytes]:
-        return [i for i, _ in self._rocks.iter_range(CF, *bucket_range_keys(start, end))]
+        return self._rocks.range_keys(CF, *bucket_range_keys(start, end))
 
     def records_by_ids(self, ids: list[bytes]) -> list[bytes | None]:
         """The encoded op per op id (None: not held)."""

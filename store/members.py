@@ -297,9 +297,7 @@ class Members:
             yield op_id, key[:CHAT_ID_LEN]
 
     def get_range_member_ids(self, start: int, end: int) -> list[bytes]:
-        return [
-            rid for rid, _ in self._rocks.iter_range("seen_member", *bucket_range_keys(start, end))
-        ]
+        return self._rocks.range_keys("seen_member", *bucket_range_keys(start, end))
 
     def get_bucket_member_ids(self, bucket: int) -> list[bytes]:
         return [rid for rid, _ in self._rocks.iter_prefix("seen_member", bucket_prefix(bucket))]

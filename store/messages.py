@@ -593,9 +593,9 @@ class Messages:
     def get_range_msg_ids(self, start: int, end: int, cutoff_ts: int | None) -> list[bytes]:
         """Ids in buckets ``start <= b < end`` (newer than ``cutoff_ts``): one range scan."""
         low, high = bucket_range_keys(start, end)
-        rows = self._rocks.iter_range("seen_msg", low, high)
         if cutoff_ts is None:
-            return [msg_id for msg_id, _ in rows]
+            return self._rocks.range_keys("seen_msg", low, high)
+        rows = self._rocks.iter_range("seen_msg", low, high)
         return [
             msg_id
             for msg_id, key in rows

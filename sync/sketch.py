@@ -7,21 +7,25 @@ Each id of a region (the buckets a Merkle descent found different) becomes a **s
 from the pass's salt, so nobody can choose ids that collide before the salt is drawn, and a
 collision that happens by chance is not repeated in the next pass (SYNC.md, "Security"). The
 bucket tells the decoder where a short id it lacks lives: it asks only in buckets it
-reconciles (``sync.claims``), and ignores a decoded id outside the region. A sketch of ``m`` cells (``m`` a multiple of 3) puts
-every short id into one cell of each third of the table. A cell holds three sums, each
-invertible: ``count`` (mod 256), ``keys`` (the sum of the short ids, mod ``2^(8 width)``)
-and ``check`` (the sum of a 32-bit keyed hash of each short id, mod ``2^32``). Sums rather than
-XORs: numpy adds into cells with a fast indexed loop (``np.add.at``), and XOR has none (10x
-slower); a peeled id is subtracted with its sign.
+reconciles (``sync.claims``), and ignores a decoded id outside the region. A sketch of ``m``
+cells (``m`` a multiple of 4) puts every short id into one cell of each quarter of the table.
+A cell holds two sums, each invertible: ``keys`` (the sum of the short ids, mod
+``2^(8 width)``) and ``check`` (the sum of a 16-bit keyed hash of each short id, mod
+``2^16``): ``width + 2`` bytes on the wire. Sums rather than XORs: numpy adds into cells with
+a fast indexed loop (``np.add.at``), and XOR has none (10x slower); a peeled id is subtracted
+with its sign.
 
 Subtracting the peer's sketch from ours, cell by cell, cancels every id both sides hold. A cell
-left with ``count`` = ±1 whose ``check`` equals the hash of its ``keys`` (both negated for
--1) is *pure*: it holds
-exactly one id of the difference, and the sign says whose. Peeling a pure cell removes that id
-from its other two cells, which may make them pure in turn. When every cell is zero the
-difference is decoded completely; otherwise the sketch was too small for it, and ``peel`` says
-so (``Peeled.complete`` is False) — never a silent partial answer. With ``m ≈ 1.4 d`` cells the
-peeling succeeds with high probability (the threshold for three hashes is ``1.22 d``).
+whose ``check`` equals the hash of its ``keys``, and which is one of the cells that key is
+placed in, is *pure* with sign +1; one whose negated sums pass the same test, with sign -1. A
+pure cell holds exactly one id of the difference, and the sign says whose. No count is sent:
+a cell of several ids passes either test by chance with probability ``2^-16`` times the chance
+that the sum lands in that very cell (``4/m``), ~4·10^-8 a test at d = 1,000. Peeling a pure
+cell removes that id from its other three cells, which may make them pure in turn. When every
+cell is zero the difference is decoded completely; otherwise the sketch was too small for it,
+and ``peel`` says so (``Peeled.complete`` is False) — never a silent partial answer. With
+``m ≈ 1.4 d`` cells the peeling succeeds with high probability (the threshold for four hashes
+is ``1.30 d``).
 
 Short ids are computed in bulk with numpy (a region can hold a million ids); peeling walks
 only the ``m`` cells in Python. The keyed hash is multilinear over the id's four 64-bit words,
@@ -43,10 +47,16 @@ import numpy.typing as npt
 
 from store.keys import RECORD_ID_LEN
 
-HASHES = 3  # cells per id, one in each third of the table
-CHECK_LEN = 4  # bytes of a cell's check sum
-DEFAULT_SHORT_ID_LEN = 6  # bytes of a short id on the wire: the bucket, 4 bytes of keyed hash
+# Cells per id, one in each quarter of the table. Four, not three: with three, two ids of a
+# difference placed in the same three cells never peel — (d^2/2)(3/m)^3, ~0.4 % of decodes at
+# d = 10^3 whatever the size — and each such failure cost an answer sketch and a round trip.
+HASHES = 4
+CHECK_LEN = 2  # bytes of a cell's check sum
 MIN_SHORT_ID_LEN, MAX_SHORT_ID_LEN = 3, 8
+SIZED_SHORT_ID_LEN = 4  # the narrowest width ``short_id_width`` picks: the bucket, 2 bytes
+# The chance a pass may take that a differing id shares its short id with another id of its
+# bucket on the same side: that side then pushes (or is sent) one record too many.
+SPARE_RECORD_CHANCE = 2.0**-8
 BUCKET_BITS = 16
 MIN_CELLS = 12
 _FILTER_BITS = 20  # lookup's candidate table (1 MiB): a short id passes it by chance at k/2^20
@@ -59,13 +69,25 @@ U64 = npt.NDArray[np.uint64]
 
 
 def cell_len(width: int) -> int:
-    """Bytes per cell on the wire: count, short id, check."""
-    return 1 + width + CHECK_LEN
+    """Bytes per cell on the wire: short id, check."""
+    return width + CHECK_LEN
+
+
+def short_id_width(estimate: float, per_bucket: float) -> int:
+    """The narrowest short id (bytes) with which ~``estimate`` differing ids, in buckets of
+    ~``per_bucket`` ids, share a short id with another id of their side's bucket less than
+    ``SPARE_RECORD_CHANCE`` of the passes: the bucket, then ``8 width - 16`` salted bits. (Two
+    differing ids of opposite sides sharing one cancel and cost a pass; that takes two of
+    them in one bucket, ``d^2 / 2^18`` pairs, far rarer.)"""
+    for width in range(SIZED_SHORT_ID_LEN, MAX_SHORT_ID_LEN):
+        if estimate * max(1.0, per_bucket) * 2.0 ** (16 - 8 * width) <= SPARE_RECORD_CHANCE:
+            return width
+    return MAX_SHORT_ID_LEN
 
 
 def cells_for(estimate: float) -> int:
     """Cells for an estimated difference: 1.4x the estimate plus slack for small ones (the
-    peeling threshold is 1.22x; 1.4x failed 0 of 300 decodes at d = 1,000, 1.5x 1)."""
+    peeling threshold of four hashes is 1.30x; SYNC.md, "Sketches", has the failure rates)."""
     m = max(MIN_CELLS, int(1.4 * estimate) + 12)
     return m + (-m) % HASHES
 
@@ -80,7 +102,7 @@ class SketchKey:
     width: int  # bytes of a short id
 
     @classmethod
-    def derive(cls, salt: bytes, domain: int, width: int = DEFAULT_SHORT_ID_LEN) -> SketchKey:
+    def derive(cls, salt: bytes, domain: int, width: int) -> SketchKey:
         if not MIN_SHORT_ID_LEN <= width <= MAX_SHORT_ID_LEN:
             raise ValueError(
                 f"short id width {width} outside {MIN_SHORT_ID_LEN}..{MAX_SHORT_ID_LEN}"
@@ -147,41 +169,45 @@ def short_id(key: SketchKey, record_id: bytes) -> int:
     return int(short_ids(key, record_id)[0])
 
 
-def _place(key: SketchKey, s: int, third: int) -> tuple[int, int, int, int]:
-    """Cells (one per third of a table of ``3 * third`` cells) and check of short id ``s``:
-    each cell index is a 32-bit slice of a mixed hash scaled to ``third`` (multiply-shift)."""
-    h = _mix(s ^ key.cells)
+def _first(key: SketchKey, s: int) -> int:
+    """The first mixed hash of short id ``s``: its check is the top ``CHECK_LEN`` bytes."""
+    return _mix(s ^ key.cells)
+
+
+def _cells(h: int, part: int) -> tuple[int, ...]:
+    """The cells (one per part of a table of ``HASHES * part``) of the short id whose first
+    hash is ``h``: each a 32-bit slice of a mixed hash scaled to ``part`` (multiply-shift)."""
     g = _mix((h + _STEP) & _M64)
+    f = _mix((g + _STEP) & _M64)
     return (
-        ((h & _M32) * third) >> 32,
-        third + (((g & _M32) * third) >> 32),
-        2 * third + (((g >> 32) * third) >> 32),
-        h >> 32,
+        ((h & _M32) * part) >> 32,
+        part + (((g & _M32) * part) >> 32),
+        2 * part + (((g >> 32) * part) >> 32),
+        3 * part + (((f & _M32) * part) >> 32),
     )
 
 
-def _place_np(key: SketchKey, s: U64, third: int) -> tuple[U64, U64, U64, U64]:
-    """``_place`` of every short id, with as few fresh arrays as it can (see ``_mix_np``)."""
+def _place_np(key: SketchKey, s: U64, part: int) -> tuple[U64, ...]:
+    """``_cells`` and the check of every short id, with as few fresh arrays as it can (see
+    ``_mix_np``)."""
     scratch = np.empty_like(s)
     h = np.bitwise_xor(s, np.uint64(key.cells))
     _mix_np(h, scratch)
     with np.errstate(over="ignore"):
         g = h + np.uint64(_STEP)
-    _mix_np(g, scratch)
-    t, mask, shift = np.uint64(third), np.uint64(_M32), np.uint64(32)
-    first = np.bitwise_and(h, mask)
-    first *= t
-    first >>= shift
-    h >>= shift  # the check
-    second = np.bitwise_and(g, mask, out=scratch)
-    second *= t
-    second >>= shift
-    second += t
-    g >>= shift
-    g *= t
-    g >>= shift
-    g += np.uint64(2) * t  # the third
-    return first, second, g, h
+        _mix_np(g, scratch)
+        f = g + np.uint64(_STEP)
+    _mix_np(f, scratch)
+    mask, shift = np.uint64(_M32), np.uint64(32)
+    cells = []
+    for j, (x, high) in enumerate(((h, False), (g, False), (g, True), (f, False))):
+        cell = np.right_shift(x, shift) if high else np.bitwise_and(x, mask)
+        cell *= np.uint64(part)
+        cell >>= shift
+        cell += np.uint64(j * part)
+        cells.append(cell)
+    h >>= np.uint64(64 - 8 * CHECK_LEN)  # the check
+    return (*cells, h)
 
 
 @dataclass(frozen=True)
@@ -197,13 +223,12 @@ class Peeled:
 class Sketch:
     """An IBLT of ``m`` cells over short ids of width ``key.width``."""
 
-    __slots__ = ("checks", "counts", "key", "keys", "m")
+    __slots__ = ("checks", "key", "keys", "m")
 
     def __init__(self, key: SketchKey, m: int) -> None:
         if m < HASHES or m % HASHES:
             raise ValueError(f"a sketch needs a positive multiple of {HASHES} cells, got {m}")
         self.key, self.m = key, m
-        self.counts = np.zeros(m, dtype=np.uint8)
         self.keys = np.zeros(m, dtype=np.uint64)
         self.checks = np.zeros(m, dtype=np.uint64)
 
@@ -220,7 +245,6 @@ class Sketch:
         *cells, check = _place_np(self.key, shorts, self.m // HASHES)
         for cell in cells:
             index = cell.view(np.int64)  # cell indexes < m: the same bits, no copy
-            self.counts += np.bincount(index, minlength=self.m).astype(np.uint8)
             np.add.at(self.keys, index, shorts)  # sums wrap mod 2^64: the wire keeps the low bits
             np.add.at(self.checks, index, check)
 
@@ -229,19 +253,18 @@ class Sketch:
         if other.m != self.m or other.key != self.key:
             raise ValueError("sketches of different sizes or keys do not subtract")
         out = Sketch(self.key, self.m)
-        out.counts = self.counts - other.counts  # uint8 wraps: counts mod 256
         out.keys = (self.keys - other.keys) & np.uint64(_key_mask(self.key.width))
-        out.checks = (self.checks - other.checks) & np.uint64(_M32)
+        out.checks = (self.checks - other.checks) & np.uint64(_CHECK_MASK)
         return out
 
     # --- the wire ---
 
     def encode(self) -> bytes:
-        """counts (1 B each), short ids (``width`` B each, big-endian), checks (4 B each)."""
+        """short ids (``width`` B each, big-endian), then checks (2 B each)."""
         w = self.key.width
         keys = self.keys.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - w :]
-        checks = (self.checks & np.uint64(_M32)).astype(">u4")
-        return self.counts.tobytes() + keys.tobytes() + checks.tobytes()
+        checks = (self.checks & np.uint64(_CHECK_MASK)).astype(">u2")
+        return keys.tobytes() + checks.tobytes()
 
     @classmethod
     def decode(cls, key: SketchKey, m: int, blob: bytes) -> Sketch:
@@ -250,53 +273,50 @@ class Sketch:
         if len(blob) != m * cell_len(w):
             raise ValueError(f"{len(blob)} bytes for {m} cells of {cell_len(w)}")
         sketch = cls(key, m)
-        sketch.counts = np.frombuffer(blob[:m], dtype=np.uint8).copy()
         padded = np.zeros((m, 8), dtype=np.uint8)
-        padded[:, 8 - w :] = np.frombuffer(blob[m : m + m * w], dtype=np.uint8).reshape(m, w)
+        padded[:, 8 - w :] = np.frombuffer(blob[: m * w], dtype=np.uint8).reshape(m, w)
         sketch.keys = padded.view(">u8").reshape(m).astype(np.uint64)
-        checks = np.frombuffer(blob[m + m * w :], dtype=">u4")
-        sketch.checks = checks.astype(np.uint64)
+        sketch.checks = np.frombuffer(blob[m * w :], dtype=">u2").astype(np.uint64)
         return sketch
 
     # --- decoding a difference ---
 
     def peel(self, max_items: int | None = None) -> Peeled:
-        """Decode a subtracted sketch: +1 cells are ours, -1 (255) cells the peer's.
+        """Decode a subtracted sketch: cells pure with sign +1 hold ours, -1 the peer's.
 
         Stops, incomplete, after ``max_items`` ids: a lying peer cannot make us peel more
         than the cells allow (each pure cell peeled empties at least itself)."""
-        counts = [int(c) for c in self.counts]
         keys = [int(k) for k in self.keys]
         checks = [int(c) for c in self.checks]
-        third = self.m // HASHES
+        part = self.m // HASHES
         mask = _key_mask(self.key.width)
         limit = self.m if max_items is None else min(max_items, self.m)
         mine: list[int] = []
         theirs: list[int] = []
-        stack = [i for i in range(self.m) if counts[i] in (1, 255)]
+        stack = [i for i in range(self.m) if keys[i] or checks[i]]
         while stack and len(mine) + len(theirs) < limit:
             i = stack.pop()
-            count = counts[i]
-            if count == 1:
-                s, check_sum = keys[i] & mask, checks[i] & _M32
-            elif count == 255:  # one id of the peer's: its sums are negated
-                s, check_sum = -keys[i] & mask, -checks[i] & _M32
+            for sign in (1, -1):  # one id of ours, or (its sums negated) one of the peer's
+                s = sign * keys[i] & mask
+                h = _first(self.key, s)
+                check = h >> (64 - 8 * CHECK_LEN)
+                if sign * checks[i] & _CHECK_MASK == check:
+                    cells = _cells(h, part)  # only now: most cells fail the check
+                    if i in cells:
+                        break
             else:
-                continue
-            *cells, check = _place(self.key, s, third)
-            if check_sum != check or i not in cells:
-                continue  # not pure (or not yet): several ids sum here
-            (mine if count == 1 else theirs).append(s)
-            sign = 1 if count == 1 else -1
+                continue  # empty, or not pure (or not yet): several ids sum here
+            (mine if sign == 1 else theirs).append(s)
             for j in cells:
-                counts[j] = (counts[j] - count) & 0xFF
                 keys[j] = (keys[j] - sign * s) & mask
-                checks[j] = (checks[j] - sign * check) & _M32
-                if counts[j] in (1, 255):
+                checks[j] = (checks[j] - sign * check) & _CHECK_MASK
+                if keys[j] or checks[j]:
                     stack.append(j)
-        complete = not any(counts) and not any(k & mask for k in keys)
-        complete = complete and not any(c & _M32 for c in checks)
+        complete = not any(keys) and not any(checks)
         return Peeled(mine, theirs, complete)
+
+
+_CHECK_MASK = (1 << (8 * CHECK_LEN)) - 1
 
 
 def _key_mask(width: int) -> int:

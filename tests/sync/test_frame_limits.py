@@ -236,13 +236,13 @@ def test_a_hello_or_nodes_without_a_cutoff_means_none_and_not_final() -> None:
 
 
 def sketch(flags: Any = b"", cells: Any = 3, width: Any = 6, blob: Any = None) -> list[Any]:
-    blob = bytes(3 * (1 + 6 + 4)) if blob is None else blob
+    blob = bytes(3 * (6 + 2)) if blob is None else blob
     return [FrameType.SKETCH, [[0, flags, cells, width, blob, b""]], False]
 
 
 @pytest.mark.parametrize("width", [3, 8])
 def test_short_id_widths_3_to_8_are_accepted(width: int) -> None:
-    frame = decode(sketch(width=width, blob=bytes(3 * (1 + width + 4))))
+    frame = decode(sketch(width=width, blob=bytes(3 * (width + 2))))
     assert frame.sections[Domain.MESSAGES].width == width
 
 
@@ -254,10 +254,12 @@ def test_other_short_id_widths_are_refused(width: int) -> None:
 
 
 def test_a_sketch_blob_is_exactly_its_cells_or_empty() -> None:
-    assert decode(sketch(cells=6, blob=bytes(6 * 11))).sections[Domain.MESSAGES].cells == 6
+    """A cell is a short id and a 2-byte check: 8 bytes at width 6."""
+    assert decode(sketch(cells=6, blob=bytes(6 * 8))).sections[Domain.MESSAGES].cells == 6
     assert decode(sketch(cells=6, blob=b"")).sections[Domain.MESSAGES].blob == b""  # a request
-    assert reason(sketch(cells=6, blob=bytes(6 * 11 + 1))) == "bad_cells"
-    assert reason(sketch(cells=6, blob=bytes(6 * 11 - 1))) == "bad_cells"
+    assert reason(sketch(cells=6, blob=bytes(6 * 8 + 1))) == "bad_cells"
+    assert reason(sketch(cells=6, blob=bytes(6 * 8 - 1))) == "bad_cells"
+    assert reason(sketch(cells=6, blob=bytes(6 * 9))) == "bad_cells"  # the old cell, with a count
     assert decode(sketch(cells=(1 << 32) - 1, blob=b"")).sections[Domain.MESSAGES].blob == b""
     assert reason(sketch(cells=1 << 32, blob=b"")) == "malformed_frame"
     assert reason([FrameType.SKETCH, [[0, b"", 3, 6, bytes(33)]], False]) == "malformed_frame"

@@ -301,8 +301,8 @@ def test_the_defaults_are_the_bounds_the_documents_promise() -> None:
         idle_timeout_ms=5_000,
         min_bytes_per_s=256 * 1024,
         sketch=True,
-        short_id_bytes=6,
-        max_sketch_cells=262_143,  # SYNC.md ("Costs": the bound per pass)
+        short_id_bytes=None,  # sized by the estimate (sync.sketch.short_id_width)
+        max_sketch_cells=262_140,  # SYNC.md ("Costs": the bound per pass)
     )
 
 

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sync.sketch import (
+    HASHES,
     Sketch,
     SketchKey,
     bucket_of_short,
@@ -16,10 +17,11 @@ from sync.sketch import (
     cells_for,
     lookup,
     short_id,
+    short_id_width,
     short_ids,
 )
 
-KEY = SketchKey.derive(b"s" * 16, 0)
+KEY = SketchKey.derive(b"s" * 16, 0, 5)
 
 
 def _ids(count: int, seed: int) -> list[bytes]:
@@ -35,7 +37,7 @@ def test_short_ids_match_one_by_one_and_depend_on_the_salt() -> None:
     ids = _ids(50, 1)
     bulk = short_ids(KEY, b"".join(ids))
     assert [short_id(KEY, i) for i in ids] == bulk.tolist()
-    other = short_ids(SketchKey.derive(b"t" * 16, 0), b"".join(ids))
+    other = short_ids(SketchKey.derive(b"t" * 16, 0, KEY.width), b"".join(ids))
     assert bulk.tolist() != other.tolist()
     assert [bucket_of_short(s, KEY.width) for s in bulk.tolist()] == [
         (i[0] << 8) | i[1] for i in ids
@@ -111,12 +113,34 @@ def test_equal_sets_subtract_to_zero() -> None:
     ids = _ids(500, 6)
     m = cells_for(10)
     diff = _sketch(ids, m).subtract(_sketch(list(reversed(ids)), m))
-    assert not diff.counts.any() and not diff.keys.any() and not diff.checks.any()
+    assert not diff.keys.any() and not diff.checks.any()
     peeled = diff.peel()
     assert peeled.complete and not peeled.mine and not peeled.theirs
 
 
-def test_sizes_are_multiples_of_three() -> None:
+def test_sizes_are_multiples_of_the_hashes() -> None:
     for d in (0, 1, 7, 1_000, 123_457):
         m = cells_for(d)
-        assert m % 3 == 0 and m >= 1.4 * d
+        assert m % HASHES == 0 and m >= 1.4 * d
+
+
+def test_short_ids_are_sized_by_the_estimate_and_the_buckets() -> None:
+    """The bucket and as many salted bits as keep a differing id sharing its short id with
+    another of its bucket under 2^-8 a pass: wider for more differences or fuller buckets."""
+    assert short_id_width(1, 1.5) == 4  # 2^-16 of a spare record
+    assert short_id_width(1_000, 15.3) == 5  # n = 10^6, d = 10^3: 2^-16 x 15,300 = 0.23
+    assert short_id_width(100_000, 15.3) == 6
+    assert short_id_width(1e12, 1e6) == 8  # never wider than 8 bytes
+    widths = [short_id_width(d, 15.3) for d in (1, 10, 100, 1_000, 10**4, 10**5, 10**6)]
+    assert widths == sorted(widths)
+
+
+def test_one_id_on_either_side_peels_with_its_sign() -> None:
+    """No count on the wire: a pure cell's sign is whichever of its sums, as they are or
+    negated, passes the check."""
+    ids = _ids(101, 7)
+    m = cells_for(1)
+    mine = _sketch(ids, m).subtract(_sketch(ids[:100], m)).peel()
+    theirs = _sketch(ids[:100], m).subtract(_sketch(ids, m)).peel()
+    assert mine.complete and mine.mine == [short_id(KEY, ids[100])] and not mine.theirs
+    assert theirs.complete and theirs.theirs == [short_id(KEY, ids[100])] and not theirs.mine

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import blake3
+import numpy as np
 import pytest
 
 from store.keys import RECORD_ID_LEN, bucket_of
@@ -28,8 +29,15 @@ from sync.frames import (
     encode_frame,
 )
 from sync.loopback import run_session
-from sync.merkle import MerkleTree
-from sync.protocol import SessionRole, State, SyncConfig, SyncSession
+from sync.merkle import MerkleTree, children
+from sync.protocol import (
+    MIN_DESCENT_BITS,
+    SessionRole,
+    State,
+    SyncConfig,
+    SyncSession,
+    descent_bits,
+)
 from sync.replica import MemoryReplica
 from sync.scope import EVERYTHING, Scope
 from sync.sketch import SketchKey, cell_len, short_id
@@ -236,7 +244,7 @@ def test_an_undersized_sketch_is_answered_once_with_a_larger_one() -> None:
     and answers with its own, twice as large; the initiator decodes that and both converge."""
     a = fill(engine(), [message(n) for n in range(0, 10)])
     b = fill(engine(), [message(n) for n in range(4, 12)])  # d = 6
-    small = SyncConfig(max_sketch_cells=6)
+    small = SyncConfig(max_sketch_cells=8)
     wire = Wire()
     result = run_session(a, b, config=small, responder_config=SyncConfig(), on_frame=wire)
     assert result.converged and set(a.messages) == set(b.messages)
@@ -244,6 +252,21 @@ def test_an_undersized_sketch_is_answered_once_with_a_larger_one() -> None:
     assert [(s, f.answer) for s, f in sketches][:2] == [("initiator", False), ("responder", True)]
     first, answer = sketches[0][1], sketches[1][1]
     assert answer.sections[Domain.MESSAGES].cells == 2 * first.sections[Domain.MESSAGES].cells
+
+
+def test_a_cap_that_is_no_whole_number_of_cells_a_hash_is_rounded_down() -> None:
+    """``max_sketch_cells`` = 30 with four cells an id: sketches of at most 28 cells, never a
+    local error for a size no sketch can have."""
+    a = fill(engine(), [message(n) for n in range(0, 16)])
+    b = fill(engine(), [message(n) for n in range(10, 20)])  # d = 14: 32 cells, capped
+    capped = SyncConfig(max_sketch_cells=30)
+    wire = Wire()
+    result = run_session(a, b, config=capped, on_frame=wire)
+    assert result.converged and set(a.messages) == set(b.messages)
+    cells = [
+        s.cells for _, f in wire.frames if isinstance(f, Sketches) for s in f.sections.values()
+    ]
+    assert cells and all(c <= 28 and c % 4 == 0 for c in cells)
 
 
 def test_a_request_for_the_peers_sketch_is_answered_at_the_size_asked() -> None:
@@ -257,18 +280,19 @@ def test_a_request_for_the_peers_sketch_is_answered_at_the_size_asked() -> None:
     sketch = decoded(frame)
     assert isinstance(sketch, Sketches)
     section = sketch.sections[Domain.MESSAGES]
-    request = Sketches({Domain.MESSAGES: SketchSection(section.flags, 30, section.width, b"")})
+    request = Sketches({Domain.MESSAGES: SketchSection(section.flags, 32, section.width, b"")})
     answer = decoded(session.receive(encode_frame(request), 0) or b"")
     assert isinstance(answer, Sketches) and answer.answer
     got = answer.sections[Domain.MESSAGES]
-    assert got.cells == 30 and len(got.blob) == 30 * cell_len(section.width) and not got.flags
+    assert got.cells == 32 and len(got.blob) == 32 * cell_len(section.width) and not got.flags
     assert session.state is State.AWAIT_DECODE
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_a_descent_to_depth_3_sketches_less_and_closes_in_three_round_trips(seed: int) -> None:
     """The initiator descends from depth 2 (as at n = 10^6, where each depth-3 node holds
-    ~244 ids: here ``descend_above`` is scaled down to ~320 ids) with 2-byte depth-3 hashes; the responder sketches the
+    ~244 ids: here ``descend_above`` is scaled down to ~320 ids) with depth-3 hashes cut to
+    ``descent_bits`` (16 bits a child of each differing node here); the responder sketches the
     differing depth-3 nodes, the initiator decodes, the responder's last TRANSFER carries its
     roots and the initiator ends with a one-way DONE: 3 round trips."""
     rng = random.Random(seed)
@@ -284,10 +308,82 @@ def test_a_descent_to_depth_3_sketches_less_and_closes_in_three_round_trips(seed
         assert result.initiator.stats.round_trips <= 4  # 3 unless an answer sketch was needed
     sender, depth3 = wire.frames[2]
     assert sender == "initiator" and isinstance(depth3, Nodes)
-    _, hashes = depth3.sections[Domain.MESSAGES]
-    assert len(hashes) % 2 == 0 and len(hashes) // 2 % 16 == 0  # 16 children, 2 bytes each
+    flags, hashes = depth3.sections[Domain.MESSAGES]
+    differing = sum(bin(byte).count("1") for byte in flags)  # of the 256 depth-2 nodes
+    bits = descent_bits(256, differing)
+    assert MIN_DESCENT_BITS <= bits < 32
+    assert len(hashes) == 16 * differing * bits // 8  # 16 children each, packed
     again = run_session(a, b, config=config, salt_seed=b"again%d" % seed)
     assert again.converged and again.initiator.stats.round_trips == 1
+
+
+DESCENDS = SyncConfig(descend_above=0.02)  # the initiator sends narrowed depth-3 hashes
+
+
+def _depth3(seed: bytes) -> tuple[SyncSession, Nodes]:
+    """The responder, about to read the initiator's narrowed depth-3 hashes, and that frame."""
+    a = fill(engine(), [message(n) for n in range(0, 300)])
+    b = fill(engine(), [message(n) for n in range(20, 320)])
+    i = SyncSession(INIT, a, now_ms=0, salt_seed=seed, config=DESCENDS)
+    r = SyncSession(RESP, b, now_ms=0, config=DESCENDS)
+    session, frame = advance(i, r, State.AWAIT_MIDDLE, RESP)
+    nodes = decoded(frame)
+    assert isinstance(nodes, Nodes)
+    return session, nodes
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        lambda h, k: h[: k // 2],  # 8 bits a hash: below MIN_DESCENT_BITS
+        lambda h, k: h + b"\0",  # no whole number of bits a hash
+        lambda h, k: h[:-1],
+        lambda h, k: bytes(5 * k),  # wider than the pass's 4-byte hashes
+        lambda h, k: b"",
+    ],
+    ids=["8-bits", "one-more-byte", "one-less-byte", "40-bits", "empty"],
+)
+def test_narrowed_depth3_hashes_of_no_allowed_width_are_refused(
+    cut: Callable[[bytes, int], bytes],
+) -> None:
+    """The receiver tells the width by the length (16 children a flagged node, so a whole
+    number of bits each): anything from 16 bits to the pass's width, nothing else."""
+    session, nodes = _depth3(b"narrow")
+    flags, hashes = nodes.sections[Domain.MESSAGES]
+    count = 16 * sum(bin(byte).count("1") for byte in flags)
+    lied = Nodes({Domain.MESSAGES: (flags, cut(hashes, count))})
+    with pytest.raises(RemoteProtocolError) as info:
+        session.receive(encode_frame(lied), 0)
+    assert info.value.reason == "bad_hashes"
+
+
+def test_depth3_hashes_that_collide_on_purpose_hide_nothing_for_good() -> None:
+    """A liar whose depth-3 hashes copy the responder's (every node looks equal): its
+    sketch region is empty, the roots still differ at every close, and the honest side ends
+    after ``max_passes`` with DONE(False) — bounded frames, never a false convergence."""
+    a = fill(engine(), [message(n) for n in range(0, 300)])
+    b = fill(engine(), [message(n) for n in range(20, 320)])
+    liar = SyncSession(INIT, a, now_ms=0, salt_seed=b"copycat", config=DESCENDS)
+    honest = SyncSession(RESP, b, now_ms=0, config=DESCENDS)
+    copied = 0
+
+    def lie(frame: Frame) -> Frame:
+        nonlocal copied
+        if not isinstance(frame, Nodes) or liar.state is not State.AWAIT_LEAVES:
+            return frame
+        flags, hashes = frame.sections[Domain.MESSAGES]
+        nodes = children(2, [n for n in range(256) if flags[n >> 3] & (0x80 >> (n & 7))])
+        bits = 8 * len(hashes) // len(nodes)
+        theirs = b.tree(Domain.MESSAGES).hashes(3, nodes, liar._salt, 4)
+        rows = np.unpackbits(np.frombuffer(theirs, dtype=np.uint8).reshape(-1, 4), axis=1)
+        copied += 1
+        return Nodes({Domain.MESSAGES: (flags, np.packbits(rows[:, :bits]).tobytes())})
+
+    frames, largest, error = _drive(liar, honest, lie)
+    assert copied == DESCENDS.max_passes
+    assert error is None and honest.finished and honest.converged is False
+    assert frames <= 8 * DESCENDS.max_passes + 2 and largest <= DESCENDS.max_frame
+    assert set(a.messages) != set(b.messages)
 
 
 def test_a_done_from_the_initiator_is_refused_before_the_responder_sent_its_roots() -> None:
