@@ -173,3 +173,14 @@ def test_a_node_holds_its_served_users_user_shards_and_those_its_member_ops_name
         # user 4's home node learns the add (its user shard it held from the start)
         (1_000 + LEARN_MS, 0, (frozenset({5}), frozenset({10, 14}))),
     ]
+
+
+def test_the_node_that_puts_an_identity_holds_its_users_user_shard_from_then_on() -> None:
+    """An identity's origin indexes its user (as the node does: node/intake.py), so the
+    identity is in an index even if its gossip is lost; an identity is in no chat's shard."""
+    nodes, s = 4, 64
+    user_shards = [10, 11, 12, 13, 14]  # user u's home node is u % 4
+    events = [ChatEvent(2_000, 3, tr.IDENTITY, chat=-1, shard=-1, target=1)]
+    out = plan_scopes(events, set(), nodes, ScopeParams(s, 0), user_shards)
+    later = sorted((t, n, split_group(g, s)) for t, n, g in out[nodes:])
+    assert later == [(2_000, 3, (frozenset(), frozenset({11, 13})))]
