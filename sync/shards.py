@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 
 from store.keys import RECORD_ID_LEN
 from store.ops import MembershipOp
-from store.records import IdentityRecord, MsgV1
+from store.records import MsgV1
 from sync.frames import Domain
 from sync.merkle import DEPTH, FANOUT_BITS, MerkleTree, TreeReader, check_hash, node_hash
 from sync.scope import Scope, in_chat_scope, in_index, shard_of, user_shard_of
@@ -174,12 +174,13 @@ def domain_shards(domain: Domain, scope: Scope) -> frozenset[int] | None:
     return scope.user_shards if domain in BY_USER else scope.shards
 
 
-def placement_key(domain: Domain, record: MsgV1 | MembershipOp | IdentityRecord) -> bytes:
-    if isinstance(record, IdentityRecord) or (
-        domain is Domain.INDEX and isinstance(record, MembershipOp)
-    ):
-        return record.user_id
-    return record.chat_id
+def placement_key(domain: Domain, record: MsgV1 | MembershipOp) -> bytes:
+    """A held record's placement key (an identity's row is its user: ``sync.replica``)."""
+    return (
+        record.user_id
+        if domain is Domain.INDEX and isinstance(record, MembershipOp)
+        else record.chat_id
+    )
 
 
 def in_domain_scope(domain: Domain, record: object, scope: Scope) -> bool:
