@@ -13,7 +13,8 @@ writes are in the next HELLO's roots) and costs memory only for the leaves.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 from store.keys import RECORD_ID_LEN
 from store.ops import MembershipOp
@@ -23,6 +24,8 @@ from sync.merkle import DEPTH, FANOUT_BITS, MerkleTree, TreeReader, check_hash, 
 from sync.scope import Scope, in_chat_scope, in_index, shard_of, user_shard_of
 
 Leaf = list[int]  # [count, xor, check]
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 LEVEL_CACHE = 64  # (shards, depth) levels kept per domain: a session reads a few, often
@@ -74,6 +77,17 @@ class ShardLeaves:
         return ShardView(self, frozenset(shards))
 
 
+def _kept(cache: dict[K, V], key: K, compute: Callable[[], V]) -> V:
+    """``cache[key]``, computed when missing; a full cache is emptied first (the views a
+    session reads are few, and every change empties it anyway)."""
+    found = cache.get(key)
+    if found is None:
+        if len(cache) >= LEVEL_CACHE:
+            cache.clear()
+        found = cache[key] = compute()
+    return found
+
+
 class ShardView:
     """The tree of a set of shards, read as a ``MerkleTree`` is (root, hashes, cell)."""
 
@@ -89,13 +103,8 @@ class ShardView:
             yield from held.get(shard, {}).items()
 
     def _level(self, depth: int) -> dict[int, tuple[int, int]]:
-        cache = self._leaves._levels
-        found = cache.get((self._shards, depth))
-        if found is None:
-            if len(cache) >= LEVEL_CACHE:
-                cache.clear()
-            found = cache[self._shards, depth] = self._sum_level(depth)
-        return found
+        key = (self._shards, depth)
+        return _kept(self._leaves._levels, key, lambda: self._sum_level(depth))
 
     def _sum_level(self, depth: int) -> dict[int, tuple[int, int]]:
         shift = FANOUT_BITS * (DEPTH - depth)
@@ -118,15 +127,12 @@ class ShardView:
         return xor.to_bytes(32, "big"), count
 
     def root_check(self) -> int:
-        checks = self._leaves._checks
-        check = checks.get(self._shards)
-        if check is None:
-            if len(checks) >= LEVEL_CACHE:
-                checks.clear()
-            check = 0
-            for _, leaf in self._each_leaf():
-                check ^= leaf[2]
-            checks[self._shards] = check
+        return _kept(self._leaves._checks, self._shards, self._sum_checks)
+
+    def _sum_checks(self) -> int:
+        check = 0
+        for _, leaf in self._each_leaf():
+            check ^= leaf[2]
         return check
 
     def leaf_counts(self, buckets: Iterable[int]) -> list[int]:
