@@ -1035,13 +1035,14 @@ class SyncSession:
             return ids, set()
         listed = np.frombuffer(ids, dtype=">u2")[:: RECORD_ID_LEN // 2].astype(np.intp)
         per_bucket = np.bincount(listed, minlength=NUM_BUCKETS)
-        region = np.asarray(buckets, dtype=np.intp)
-        filed = np.asarray(self._tree(domain).leaf_counts(buckets), dtype=np.int64)
-        over = region[per_bucket[region] > filed]
-        if not len(over) and int(per_bucket[region].sum()) == len(listed):
-            return ids, set()
         keep = np.zeros(NUM_BUCKETS, dtype=bool)
-        keep[region] = True
+        keep[np.asarray(buckets, dtype=np.intp)] = True
+        named = np.flatnonzero(per_bucket)  # only a bucket the listing names can list too many
+        named = named[keep[named]]
+        filed = np.asarray(self._tree(domain).leaf_counts(named.tolist()), dtype=np.int64)
+        over = named[per_bucket[named] > filed]
+        if not len(over) and int(per_bucket[named].sum()) == len(listed):
+            return ids, set()
         keep[over] = False
         kept = np.frombuffer(ids, dtype=np.uint8).reshape(-1, RECORD_ID_LEN)[keep[listed]]
         self.stats.inconsistent_buckets += len(over)

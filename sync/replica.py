@@ -23,8 +23,7 @@ returned (a session leaves them to gossip, which is still carrying them).
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable, Container, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -46,6 +45,7 @@ from store.plan import (
 from store.records import IdentityRecord, MemberInfo, MsgV1, compute_identity_record_id
 from store.retention import Expiry
 from store.waiting import WaitingRoom
+from sync.buckets import Buckets
 from sync.frames import Domain
 from sync.merkle import MerkleTree, TreeReader
 from sync.scope import (
@@ -130,10 +130,6 @@ def _filter_applied(
     return Applied(new, applied.changed + only_indexed, applied.stored), refused
 
 
-def _bucket(record_id: bytes) -> int:
-    return (record_id[0] << 8) | record_id[1]
-
-
 def _key(domain: Domain, row: Any) -> bytes:
     """A held row's placement key: an identity's row is its user; the others are records."""
     return row if domain is Domain.IDENTITY else placement_key(domain, row)
@@ -146,12 +142,12 @@ MESSAGES, MEMBERS, IDENTITY, DELETES, INDEX = (
     Domain.DELETES,
     Domain.INDEX,
 )
-# domain -> bucket -> record ids; an id may stay after it left (readers check what is held)
-BucketIndex = dict[Domain, defaultdict[int, set[bytes]]]
+# domain -> its ids by bucket; an id may stay after it left (readers check what is held)
+BucketIndex = dict[Domain, Buckets]
 
 
 def new_bucket_index() -> BucketIndex:
-    return {d: defaultdict(set) for d in Domain}
+    return {d: Buckets() for d in Domain}
 
 
 class MemoryReplica(ScopedTrees):
@@ -226,7 +222,7 @@ class MemoryReplica(ScopedTrees):
         return self.index if domain is INDEX else self._rows[domain]
 
     def _held_in_bucket(self, domain: Domain, bucket: int, cutoff_ms: int | None) -> list[bytes]:
-        known = self._buckets[domain].get(bucket, ())
+        known = self._buckets[domain].of(bucket)
         held = self._held(domain)
         if domain is not MESSAGES or cutoff_ms is None:
             return sorted(i for i in known if i in held)
@@ -241,13 +237,10 @@ class MemoryReplica(ScopedTrees):
         cutoff_ms: int | None,
         scope: Scope = EVERYTHING,
     ) -> bytes:
-        held: Container[bytes] = self._held(domain)
-        index = self._buckets[domain]
+        is_held = self._held(domain).__contains__
         out: list[bytes] = []
-        for bucket in range(start, end):
-            known = index.get(bucket)
-            if known:
-                out.extend(i for i in known if i in held)
+        for known in self._buckets[domain].in_range(start, end):
+            out += filter(is_held, known)
         if domain is MESSAGES and cutoff_ms is not None:
             out = [i for i in out if self.messages[i].hlc.physical_ms > cutoff_ms]
         return b"".join(self._keep_in_scope(domain, out, scope))
@@ -559,10 +552,10 @@ class MemoryReplica(ScopedTrees):
         return self.plan_rules.visible(msg, self.access(msg.chat_id, msg.sender))
 
     def _listed(self, domain: Domain, record_id: bytes) -> None:
-        self._buckets[domain][_bucket(record_id)].add(record_id)
+        self._buckets[domain].add(record_id)
 
     def _unlisted(self, domain: Domain, record_id: bytes) -> None:
-        self._buckets[domain][_bucket(record_id)].discard(record_id)
+        self._buckets[domain].discard(record_id)
 
     def _wrote(self, domain: Domain, key: Any, before: Any) -> None:
         """After a change to row ``key`` of ``domain``, which held ``before`` (None: nothing)."""

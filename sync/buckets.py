@@ -1,0 +1,49 @@
+"""Record ids filed by their bucket (the first two bytes), for reading a run of buckets.
+
+A session reads the ids of runs of buckets (``ids_in_range``): thousands of buckets a run
+where a shard holds a few thousand ids, so walking the run bucket by bucket spends its time
+on empty ones. The filled buckets are kept in order beside the map, and a run is read from
+them alone.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterator
+
+from store.keys import bucket_of
+
+
+class Buckets:
+    """bucket -> ids. An id may stay after its record left (readers check what is held);
+    an emptied bucket stays in the order (reading it costs one empty set)."""
+
+    __slots__ = ("_filled", "_ids")
+
+    def __init__(self) -> None:
+        self._ids: dict[int, set[bytes]] = {}
+        self._filled: list[int] = []
+
+    def add(self, record_id: bytes) -> None:
+        bucket = bucket_of(record_id)
+        ids = self._ids.get(bucket)
+        if ids is None:
+            ids = self._ids[bucket] = set()
+            insort(self._filled, bucket)
+        ids.add(record_id)
+
+    def discard(self, record_id: bytes) -> None:
+        ids = self._ids.get(bucket_of(record_id))
+        if ids is not None:
+            ids.discard(record_id)
+
+    def of(self, bucket: int) -> set[bytes] | tuple[()]:
+        return self._ids.get(bucket, ())
+
+    def in_range(self, start: int, end: int) -> Iterator[set[bytes]]:
+        """The id sets of the filled buckets in ``[start, end)``, in bucket order."""
+        filled = self._filled
+        lo = bisect_left(filled, start)
+        hi = bisect_left(filled, end, lo)
+        ids = self._ids
+        return (ids[b] for b in filled[lo:hi])
