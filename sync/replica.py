@@ -120,6 +120,8 @@ def _filter_applied(
     in its chats (``in_chat_scope``): ``new`` per op, new to either (an op new to both is
     one change); and how many ops lie in neither (refused)."""
     to_index = [op for op in ops if in_index(op, scope)]
+    if not to_index and scope.is_full:  # gossip's common case: what follows reduces to this
+        return apply(list(ops)), 0
     indexed = {id(op) for op, new in zip(to_index, put_index(to_index), strict=True) if new}
     kept = list(ops) if scope.is_full else [op for op in ops if in_chat_scope(op, scope)]
     applied = apply(kept)
