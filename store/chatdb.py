@@ -42,6 +42,7 @@ from store.originals import Originals
 from store.reads import Receipts
 from store.rocks import ChatDbConfig, Rocks
 from store.unread import UnreadCounters
+from store.view_rows import ViewRows
 from store.views import Views
 
 
@@ -66,16 +67,18 @@ class ChatDb:
         self.hidden = hidden = Hidden(rocks)
         self.receipts = receipts = Receipts(rocks, metas, hidden)
         self.unread = unread = UnreadCounters(rocks, receipts)
-        self.messages = messages = Messages(rocks, metas, events, hidden, unread)
+        self.view_rows = view_rows = ViewRows(rocks, hidden)
+        self.messages = messages = Messages(rocks, metas, events, hidden, unread, view_rows)
         self.members = members = Members(rocks, metas, events)
         self.member_index = MemberIndex(rocks)
-        self.deletes = deletes = Deletes(rocks, events, unread)
+        self.deletes = deletes = Deletes(rocks, events, unread, view_rows)
         self.inbox = inbox = Inbox(rocks, metas, receipts, unread)
         self.identities = identities = Identities(rocks)
         self.admission = Admission(
-            rocks, metas, events, hidden, messages, members, deletes, inbox, identities, unread
-        )
-        self.views = views = Views(rocks, messages, hidden, deletes)
+            rocks, metas, events, hidden, messages, members, deletes, inbox, identities, unread,
+            view_rows,
+        )  # fmt: skip
+        self.views = views = Views(rocks, messages, deletes)
         self.feeds = feeds = Feeds(rocks, metas, events, members, hidden, receipts)
         self.originals = originals = Originals(rocks)
         self.reads = ChatReads(
@@ -86,6 +89,8 @@ class ChatDb:
         if {"referred", "receipts"} & rocks.created_families:  # written by an earlier version
             messages.rebuild_reference_indexes()
             self.admission.refresh_previews(set(metas.chat_ids()))
+        if "views" in rocks.created_families:  # written before the view rows
+            view_rows.rebuild()
 
     def _bind(self) -> None:
         """The row stores' methods the rest of the code base calls on a ChatDb."""
