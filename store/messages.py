@@ -396,10 +396,11 @@ class Messages:
         referred = self._handle["referred"]
         targets: dict[bytes, MsgV1 | None] = {}  # whose view rows the batch changes
         added: Added = {}
-        fresh: set[bytes] = set()  # of those, the ones stored now
-        if referrers:
+        fresh: set[bytes] = set()  # of those, the ones without rows yet: stored now, or
+        if referrers:  # never referred to before (no ``ref_targets`` mark)
             missing = [ref for _, ref in referrers if ref not in new_keys]
             held = dict(zip(missing, self._multi_get("seen_msg", missing), strict=True))
+            marked = dict(zip(missing, self._multi_get("ref_targets", missing), strict=True))
             for m, ref in referrers:
                 target = new_keys.get(ref) or (held.get(ref) or b"")[:MESSAGES_KEY_LEN]
                 if target is not None and target[:CHAT_ID_LEN] == m.chat_id:
@@ -408,7 +409,7 @@ class Messages:
                     if m.msg_id not in hidden:
                         added.setdefault(target, []).append((key, m))
                         targets[target] = None
-                        if ref in new_keys:
+                        if ref in new_keys or marked.get(ref) is None:
                             fresh.add(target)
         marks = self._multi_get("ref_targets", [m.msg_id for m in contents])
         for m, mark in zip(contents, marks, strict=True):

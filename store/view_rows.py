@@ -57,8 +57,8 @@ class ViewRows:
     ) -> None:
         """Put in ``batch`` the row of each target (messages key -> its message, or None:
         read here; not content: no row) as it will be once the batch is written: the rule
-        over its shown referrers — the held ones (``referred``; none for a key in ``fresh``,
-        stored by this batch), less ``gone`` (referrer keys the batch removes), plus
+        over its shown referrers — the held ones (``referred``; none for a key in ``fresh``:
+        stored by this batch, or referred to by none before), less ``gone`` (referrer keys the batch removes), plus
         ``added`` (the rows the batch adds). ``hidden``: chat -> its hidden seqs once the
         batch is written, where the batch changes them (else the index's)."""
         views = self._handle["views"]

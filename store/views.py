@@ -95,7 +95,9 @@ class Views:
         view rows (``store.view_rows``, keyed like the messages), read by one scan over the
         page's key interval (most pages have few). A row of a key the page does not show (a
         hidden message's) is not looked at."""
-        low, high = sorted((items[0].key, items[-1].key))
+        low, high = items[0].key, items[-1].key
+        if low > high:  # (a backward page)
+            low, high = high, low
         end = high + b"\x00"  # (held while the rows are read: see Rocks.items)
         rows = list(self._rocks.items_in("views", low, end))
         del end
