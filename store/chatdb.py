@@ -9,6 +9,8 @@ One object per concern, each owning its state, each given what it needs when it 
   something readable write through it;
 - ``unread`` (``store.unread``): the chat list's unread counters, kept by the writes that
   change what they count;
+- ``view_rows`` (``store.view_rows``): what a page shows of each message its edits and
+  reactions change, kept by the writes that change what they fold;
 - ``hidden``, ``messages``, ``receipts`` (``store.reads``), ``members``, ``deletes``,
   ``inbox``, ``identities``, ``views``, ``feeds``, ``originals``: the row stores;
 - ``member_index`` (``store.member_index``): member ops by the user they name (sync's INDEX);
@@ -50,7 +52,8 @@ class ChatDb:
     """Seed 002's column families (its read progress gave way to signed receipts) and more:
     the member ops, the hidden index, the messages waiting for their member op, the
     deletes and their sync index, references and the messages referred to, the erased ids,
-    the edits and reactions of each held message (``referred``), the receipts, this
+    the edits and reactions of each held message (``referred``) and what they change of it
+    (``views``), the receipts, this
     node's event log (``events``, read as users' feeds: ``store.feed``), the delivered
     positions and the chat list's unread counters (``store.unread``).
 
