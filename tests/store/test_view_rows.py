@@ -243,6 +243,11 @@ def test_any_bytes_decode_to_a_valid_row_or_a_decode_error(raw: bytes) -> None:
     assert all(1 <= len(key) <= 64 for key in reactions)
     assert all(users and list(users) == sorted(set(users)) for users in reactions.values())
 
+    class Edit:  # (an edit's bytes: what encode_view reads of it)
+        encoded = edit
+
+    assert encode_view(None if edit is None else Edit(), reactions) == raw  # type: ignore[arg-type]
+
 
 @pytest.mark.parametrize(
     "raw",
