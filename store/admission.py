@@ -28,8 +28,16 @@ from store.hidden import Hidden
 from store.hlc import LOGICAL_BITS, Hlc
 from store.identity import Identities
 from store.inbox import ZERO_MSG_ID, Inbox
-from store.keys import CHAT_ID_LEN, MSG_ID_LEN, key_hidden, key_messages, prefix_end, seq_of
-from store.kinds import CONTENT
+from store.keys import (
+    CHAT_ID_LEN,
+    MESSAGES_KEY_LEN,
+    MSG_ID_LEN,
+    key_hidden,
+    key_messages,
+    prefix_end,
+    seq_of,
+)
+from store.kinds import CHANGES_TARGET, CONTENT
 from store.members import MemberOpsApplied, Members
 from store.messages import Direction, Messages
 from store.metas import Metas
@@ -38,6 +46,7 @@ from store.plan import CHAT_RULES, AdminState, MessageRule, Plan, RuleSet, plan_
 from store.records import MessageKind, MsgV1, decode_msg, make_chat_meta
 from store.rocks import Rocks
 from store.unread import UnreadCounters
+from store.view_rows import ViewRows
 from store.waiting import WaitingRoom
 
 
@@ -125,10 +134,12 @@ class Admission:
         inbox: Inbox,
         identities: Identities,
         unread: UnreadCounters,
+        views: ViewRows,
     ) -> None:
         self._rocks, self._metas, self._log, self._hidden = rocks, metas, log, hidden
         self._messages, self._members, self._deletes = messages, members, deletes
         self._inbox, self._identities, self._unread = inbox, identities, unread
+        self._views = views
 
     def apply_member_ops(self, ops: list[MembershipOp]) -> MemberOpsApplied:
         """``Members.apply_member_ops``, and the chat lists follow (``_follow_toggles``)."""
@@ -283,6 +294,8 @@ class Admission:
         added: list[bytes] = []
         events: list[Event] = []  # shown after all, or hidden now: for this node's event log
         hidden_cf = self._rocks.handle["hidden"]
+        now_hidden = set(hidden)  # once the batch is written
+        toggled_refs: list[bytes] = []  # what the edits and reactions shown or hidden refer to
         for key, value in self._rocks.iter_range("messages", start, prefix_end(chat_id)):
             msg = decode_msg(value, trusted=True)
             since = senders.get(msg.sender)
@@ -293,13 +306,27 @@ class Admission:
             if shown and seq in hidden:
                 batch.delete(key_hidden(chat_id, seq), hidden_cf)
                 events.append((EventKind.MESSAGE, key, msg.msg_id))  # seen_msg: its position
+                now_hidden.discard(seq)
             elif not shown and seq not in hidden:
                 added.append(key_hidden(chat_id, seq))
                 batch.put(added[-1], key, hidden_cf)
                 events.append((EventKind.HIDDEN, key))
+                now_hidden.add(seq)
+            else:
+                continue
+            if msg.kind in CHANGES_TARGET and msg.ref is not None:
+                toggled_refs.append(msg.ref)
         if batch.len() == 0:
             return False
         self._unread.void(batch, [chat_id])  # messages hidden or shown: recounted when next listed
+        if toggled_refs:  # their targets' view rows: folded again with the new hidden set
+            seen = self._rocks.multi_get("seen_msg", toggled_refs)
+            targets: dict[bytes, MsgV1 | None] = {
+                value[:MESSAGES_KEY_LEN]: None
+                for value in seen
+                if value is not None and value[:CHAT_ID_LEN] == chat_id
+            }
+            self._views.refresh(batch, targets, hidden={chat_id: now_hidden})
         try:
             self._log.write(batch, events)
         except BaseException:

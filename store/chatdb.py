@@ -9,6 +9,8 @@ One object per concern, each owning its state, each given what it needs when it 
   something readable write through it;
 - ``unread`` (``store.unread``): the chat list's unread counters, kept by the writes that
   change what they count;
+- ``view_rows`` (``store.view_rows``): what a page shows of each message its edits and
+  reactions change, kept by the writes that change what they fold;
 - ``hidden``, ``messages``, ``receipts`` (``store.reads``), ``members``, ``deletes``,
   ``inbox``, ``identities``, ``views``, ``feeds``, ``originals``: the row stores;
 - ``member_index`` (``store.member_index``): member ops by the user they name (sync's INDEX);
@@ -42,6 +44,7 @@ from store.originals import Originals
 from store.reads import Receipts
 from store.rocks import ChatDbConfig, Rocks
 from store.unread import UnreadCounters
+from store.view_rows import ViewRows
 from store.views import Views
 
 
@@ -49,7 +52,8 @@ class ChatDb:
     """Seed 002's column families (its read progress gave way to signed receipts) and more:
     the member ops, the hidden index, the messages waiting for their member op, the
     deletes and their sync index, references and the messages referred to, the erased ids,
-    the edits and reactions of each held message (``referred``), the receipts, this
+    the edits and reactions of each held message (``referred``) and what they change of it
+    (``views``), the receipts, this
     node's event log (``events``, read as users' feeds: ``store.feed``), the delivered
     positions and the chat list's unread counters (``store.unread``).
 
@@ -66,16 +70,18 @@ class ChatDb:
         self.hidden = hidden = Hidden(rocks)
         self.receipts = receipts = Receipts(rocks, metas, hidden)
         self.unread = unread = UnreadCounters(rocks, receipts)
-        self.messages = messages = Messages(rocks, metas, events, hidden, unread)
+        self.view_rows = view_rows = ViewRows(rocks, hidden)
+        self.messages = messages = Messages(rocks, metas, events, hidden, unread, view_rows)
         self.members = members = Members(rocks, metas, events)
         self.member_index = MemberIndex(rocks)
-        self.deletes = deletes = Deletes(rocks, events, unread)
+        self.deletes = deletes = Deletes(rocks, events, unread, view_rows)
         self.inbox = inbox = Inbox(rocks, metas, receipts, unread)
         self.identities = identities = Identities(rocks)
         self.admission = Admission(
-            rocks, metas, events, hidden, messages, members, deletes, inbox, identities, unread
-        )
-        self.views = views = Views(rocks, messages, hidden, deletes)
+            rocks, metas, events, hidden, messages, members, deletes, inbox, identities, unread,
+            view_rows,
+        )  # fmt: skip
+        self.views = views = Views(rocks, messages, deletes)
         self.feeds = feeds = Feeds(rocks, metas, events, members, hidden, receipts)
         self.originals = originals = Originals(rocks)
         self.reads = ChatReads(
@@ -86,6 +92,8 @@ class ChatDb:
         if {"referred", "receipts"} & rocks.created_families:  # written by an earlier version
             messages.rebuild_reference_indexes()
             self.admission.refresh_previews(set(metas.chat_ids()))
+        if "views" in rocks.created_families:  # written before the view rows
+            view_rows.rebuild()
 
     def _bind(self) -> None:
         """The row stores' methods the rest of the code base calls on a ChatDb."""

@@ -44,14 +44,17 @@ from store.plan import AdminState, admin_rule, admin_state_of
 from store.records import MsgV1, decode_msg
 from store.rocks import Rocks
 from store.unread import UnreadCounters
+from store.view_rows import ViewRows
 
 
 class Deletes:
     """The deletes, the erasures they make, and their state: the chats with a delete, each
     chat's admins (cached), the erased keys not compacted yet."""
 
-    def __init__(self, rocks: Rocks, log: EventLog, unread: UnreadCounters) -> None:
-        self._rocks, self._log, self._unread = rocks, log, unread
+    def __init__(
+        self, rocks: Rocks, log: EventLog, unread: UnreadCounters, views: ViewRows
+    ) -> None:
+        self._rocks, self._log, self._unread, self._views = rocks, log, unread, views
         self._handle = rocks.handle
         self._admin_cache: dict[bytes, AdminState] | None = None
         self._delete_chats: set[bytes] | None = None  # chats with a delete (loaded on first use)
@@ -122,12 +125,14 @@ class Deletes:
 
     def _erase(self, msgs: list[MsgV1], batch: WriteBatch) -> list[bytes]:
         """Add to ``batch`` the erasure of these held messages; returns the messages keys
-        whose rows (in ``messages`` and ``referred``) held what went: ``compact_erased``
-        rewrites them."""
+        whose rows (in ``messages``, ``referred`` and ``views``) held what went:
+        ``compact_erased`` rewrites them. The view rows of the targets of erased edits and
+        reactions are folded again without them (``store.view_rows``)."""
         seen = self._rocks.multi_get("seen_msg", [m.msg_id for m in msgs])
         self._unread.void(batch, {m.chat_id for m in msgs})  # what they count may go
         referred = self._handle["referred"]
         rewrite: list[bytes] = []
+        refold: dict[bytes, None] = {}  # targets of erased referrers
         for msg, value in zip(msgs, seen, strict=True):
             assert value is not None, "erasing a message not held"
             key = value[:MESSAGES_KEY_LEN]  # (then a shown one's event position: store.events)
@@ -143,6 +148,11 @@ class Deletes:
                     target = target[:MESSAGES_KEY_LEN]
                     batch.delete(target + key, referred)
                     rewrite.append(target)
+                    refold[target] = None
+        if refold:
+            gone = {value[:MESSAGES_KEY_LEN] for value in seen if value is not None}
+            kept: dict[bytes, MsgV1 | None] = {t: None for t in refold if t not in gone}
+            self._views.refresh(batch, kept, gone=gone)
         return rewrite
 
     def _erase_one(self, msg: MsgV1, key: bytes, batch: WriteBatch) -> None:
@@ -154,6 +164,7 @@ class Deletes:
         seq = seq_of(key)
         batch.delete(key_hidden(msg.chat_id, seq), handle["hidden"])
         batch.delete(key, handle["event_at"])
+        batch.delete(key, handle["views"])
         batch.put(msg.msg_id, msg.chat_id, handle["erased"])
 
     def _note_erased(self, keys: list[bytes]) -> None:
@@ -171,7 +182,8 @@ class Deletes:
         to the last level untouched, beside the deletion.) One flush and one compaction for
         all the erasures since the last call — they cost ~0.1 s, so the node runs this in a
         task of its own (``node/erasure.py``), never in the writer. ``referred`` rows are keyed
-        by their target's messages key: the same range, to its last row. Returns how many
+        by their target's messages key: the same range, to its last row; ``views`` rows (an
+        erased edit's bytes, folded again) by it alone. Returns how many
         messages keys the range had."""
         with self._uncompacted_lock:
             keys, self._uncompacted = sorted(set(self._uncompacted)), []
@@ -182,6 +194,7 @@ class Deletes:
         options.set_bottommost_level_compaction(BottommostLevelCompaction.force())
         self._rocks.cf["messages"].compact_range(keys[0], keys[-1] + b"\x00", options)
         self._rocks.cf["referred"].compact_range(keys[0], referred_end(keys[-1]), options)
+        self._rocks.cf["views"].compact_range(keys[0], keys[-1] + b"\x00", options)
         return len(keys)
 
     def deletes_of(self, chat_id: bytes, ref: bytes = b"") -> list[MsgV1]:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # a ChatDb is passed in; this module imports no rocksdict its
 
 BY_CHAT = (
     "messages", "hidden", "deletes", "member_ops", "members", "refs", "referred", "receipts",
-    "event_at",
+    "event_at", "views",
 )  # fmt: skip
 # sync indexes: record id -> the record's key, which starts with its chat
 BY_ID = ("seen_msg", "seen_delete", "seen_member")

@@ -56,10 +56,12 @@ from store.records import (
     StoredMsg,
     check_payload_size,
     decode_msg,
+    stored_msg,
 )
 from store.rocks import Rocks
 from store.unread import UnreadCounters
 from store.unread_counter import Shown
+from store.view_rows import Added, ViewRows
 
 MESSAGE = EventKind.MESSAGE
 REPLY = MessageKind.REPLY.value
@@ -179,10 +181,16 @@ class Messages:
     the retention cutoff (``expire_before_ms``), which the GC moves (``store.retention``)."""
 
     def __init__(
-        self, rocks: Rocks, metas: Metas, log: EventLog, hidden: Hidden, unread: UnreadCounters
+        self,
+        rocks: Rocks,
+        metas: Metas,
+        log: EventLog,
+        hidden: Hidden,
+        unread: UnreadCounters,
+        views: ViewRows,
     ) -> None:
         self.config = rocks.config
-        self._rocks, self._hidden, self._unread = rocks, hidden, unread
+        self._rocks, self._hidden, self._unread, self._views = rocks, hidden, unread, views
         self._cf, self._handle = rocks.cf, rocks.handle  # the dicts themselves: emptied by close
         self._get, self._multi_get = rocks.get, rocks.multi_get
         self._iter_prefix, self._iter_all = rocks.iter_prefix, rocks.iter_all
@@ -342,7 +350,7 @@ class Messages:
                 for chat, (seq, packed, msg_id, _, _) in chats.items()
             }
             self._put_metas(batch, metas)
-            self._mark_referred_split(batch, new_keys, contents, referrers)
+            self._mark_referred_split(batch, new_keys, contents, referrers, hidden)
             shown = {chat: state[4] for chat, state in chats.items() if state[4]}
             followed = self._unread.follow(batch, shown) if shown else None
             self._write(batch, events)
@@ -375,30 +383,51 @@ class Messages:
         new_keys: dict[bytes, bytes],
         contents: list[MsgV1],
         referrers: list[tuple[MsgV1, bytes]],
+        hidden: frozenset[bytes] | set[bytes] = frozenset(),
     ) -> None:
         """``referred[target key | referrer key]`` for the edits and reactions stored now
         (``referrers``: with their refs) whose target in their chat is held, and for the
         held ones that refer to a content message stored now (``contents``; ``ref_targets``
         says which have any, ``refs`` gives their keys). Keyed like the messages, it is read
         in step with a page of the folded history (``store.views``); its value is the
-        referrer's bytes (``_referred_value``), so that page needs no second read."""
+        referrer's bytes (``_referred_value``), so that page needs no second read. The
+        targets' view rows follow (``store.view_rows``; ``hidden``: the ids of the messages
+        stored here hidden, which they leave out)."""
         referred = self._handle["referred"]
-        if referrers:
+        targets: dict[bytes, MsgV1 | None] = {}  # whose view rows the batch changes
+        added: Added = {}
+        fresh: set[bytes] = set()  # of those, the ones without rows yet: stored now, or
+        if referrers:  # never referred to before (no ``ref_targets`` mark)
             missing = [ref for _, ref in referrers if ref not in new_keys]
             held = dict(zip(missing, self._multi_get("seen_msg", missing), strict=True))
+            marked = dict(zip(missing, self._multi_get("ref_targets", missing), strict=True))
             for m, ref in referrers:
                 target = new_keys.get(ref) or (held.get(ref) or b"")[:MESSAGES_KEY_LEN]
                 if target is not None and target[:CHAT_ID_LEN] == m.chat_id:
                     key = new_keys[m.msg_id]
                     batch.put(target + key, _referred_value(target, key, m.encoded), referred)
+                    if m.msg_id not in hidden:
+                        added.setdefault(target, []).append((key, m))
+                        targets[target] = None
+                        if ref in new_keys or marked.get(ref) is None:
+                            fresh.add(target)
         marks = self._multi_get("ref_targets", [m.msg_id for m in contents])
         for m, mark in zip(contents, marks, strict=True):
+            target = new_keys[m.msg_id]
+            if target in fresh:
+                targets[target] = m  # (given: it is not in the messages yet)
             if mark is not None:  # referred to before it arrived
-                target = new_keys[m.msg_id]
                 keys = [key for _, key in self._iter_prefix("refs", m.chat_id + m.msg_id)]
+                rows = added.setdefault(target, [])
                 for key, held_bytes in zip(keys, self._multi_get("messages", keys), strict=True):
                     value = _referred_value(target, key, held_bytes or b"")
                     batch.put(target + key, value, referred)
+                    if held_bytes is not None:
+                        rows.append((key, stored_msg(held_bytes)))
+                targets[target] = m
+                fresh.add(target)
+        if targets:
+            self._views.refresh(batch, targets, added=added, fresh=fresh)
 
     def rebuild_reference_indexes(self, rows_per_batch: int = 10_000) -> None:
         """Index every held message that refers to another (``refs``, ``ref_targets``,
@@ -654,6 +683,8 @@ class Messages:
         batch.delete_range(begin, end, self._handle["messages"])
         batch.delete_range(begin, end, self._handle["referred"])  # keyed like the messages
         batch.delete_range(begin, end, self._handle["event_at"])  # so is this
+        batch.delete_range(begin, end, self._handle["views"])  # and this
+        self._refold_expired(batch, chat_id, end)
         receipts = self._handle["receipts"]
         for row, receipt_key in self._iter_prefix("receipts", chat_id):
             if begin <= receipt_key < end:  # the receipt expired with the messages
@@ -664,6 +695,21 @@ class Messages:
         except BaseException:
             self._unread.forget()
             raise
+
+    def _refold_expired(self, batch: WriteBatch, chat_id: bytes, end: bytes) -> None:
+        """The view rows of the chat's targets kept (from ``end``) that a referrer stamped
+        before ``end`` changed: folded again without it (it expires with the batch). Its
+        ``referred`` row holds no bytes (``_referred_value``), one scan finds them."""
+        targets: dict[bytes, MsgV1 | None] = {}
+        gone: set[bytes] = set()
+        chat_end = prefix_end(chat_id)  # (held while the rows are read: see Rocks.items)
+        for row, value in self._rocks.items_in("referred", end, chat_end):
+            if not value and (referrer := row[MESSAGES_KEY_LEN:]) < end:
+                targets[row[:MESSAGES_KEY_LEN]] = None
+                gone.add(referrer)
+        del chat_end
+        if targets:
+            self._views.refresh(batch, targets, gone=gone)
 
     def scan_seen_msg_aged(self, cutoff_ts: int, limit: int) -> list[bytes]:
         """Up to ``limit`` msg ids whose HLC physical_ms <= cutoff_ts (or unreadable/legacy)."""

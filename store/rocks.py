@@ -64,6 +64,7 @@ COLUMN_FAMILIES: dict[str, int | None] = {
     "ref_targets": None,  # message id -> b"": some held message refers to it (a page's check)
     "erased": None,
     "referred": CHAT_ID_LEN,  # target key | referrer key: a held edit or reaction (views)
+    "views": CHAT_ID_LEN,  # a changed message's key -> what a page shows of it (view_rows)
     "receipts": CHAT_ID_LEN + USER_ID_LEN,  # a chat's receipts by reader (store.reads)
     "events": None,  # position -> kind | a record's key: this node's event log (store.events)
     "event_at": CHAT_ID_LEN,  # a shown message's key -> its event position (store.events)

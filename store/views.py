@@ -4,9 +4,10 @@ payload, edit mark, reactions and reply state, and the tombstones of deleted one
 ``folded_range`` pages like ``range`` but over content messages (NEW, REPLY) only, and
 gives the views of the page's messages that the fold changes — edited, reacted to, or a
 reply — beside them: every other message is shown as stored, at no cost beyond ``range``.
-The edits and reactions of a page's messages come from one scan of ``referred`` (keyed
-target key | referrer key, so in the messages' order, and holding the referrers' bytes)
-over the page's key interval; most pages have few. Tombstones are given with the page
+What the edits and reactions of a page's messages change of them is read, not folded: one
+scan of their view rows (``store.view_rows``: keyed like the messages, kept by every write
+that changes what they fold) over the page's key interval; most pages have few. A reply's
+state (its target held, deleted or unknown) is looked up per page. Tombstones are given with the page
 whose HLC interval holds the deleted message's claimed stamp.
 """
 
@@ -15,18 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from store.deletes import Deletes
-from store.hidden import Hidden
 from store.hlc import Hlc
-from store.keys import CHAT_ID_LEN, MESSAGES_KEY_LEN, decode_cursor, referred_end, seq_of
+from store.keys import CHAT_ID_LEN, MESSAGES_KEY_LEN, decode_cursor
 from store.kinds import (
     CONTENT,
     MessageView,
     Tombstone,
     claims_of,
     delete_is_valid,
-    latest_edit,
     message_view,
-    reactions_of,
 )
 from store.messages import (
     DEFAULT_PAGE_LIMIT,
@@ -35,10 +33,9 @@ from store.messages import (
     RangePage,
     StoredMessage,
 )
-from store.records import MessageKind, MsgV1, decode_msg, placed, stored_msg
+from store.records import MsgV1, stored_msg
 from store.rocks import Rocks
-
-REPLY = MessageKind.REPLY
+from store.view_row import decode_view
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +53,11 @@ class FoldedPage:
 
 
 class Views:
-    """Folded pages of a chat's history (reads only, of the messages, the hidden index and
-    the deletes)."""
+    """Folded pages of a chat's history (reads only, of the messages, the view rows and the
+    deletes)."""
 
-    def __init__(self, rocks: Rocks, messages: Messages, hidden: Hidden, deletes: Deletes) -> None:
-        self._rocks, self._messages, self._hidden, self._deletes = rocks, messages, hidden, deletes
+    def __init__(self, rocks: Rocks, messages: Messages, deletes: Deletes) -> None:
+        self._rocks, self._messages, self._deletes = rocks, messages, deletes
 
     def folded_range(
         self,
@@ -75,18 +72,12 @@ class Views:
         )
         valid = self._valid_deletes(chat_id)
         items = page.items
-        referrers = self._referrers(chat_id, items)
         # only the messages the fold changes are looked at: no work per plain message
-        changed: dict[bytes, MessageView] = {}
-        if referrers:
-            on_page = {key: msg for key, _, msg in items}
-            for key, refs in referrers.items():
-                if (msg := on_page.get(key)) is not None:
-                    changed[key] = self._view(placed(msg), refs, valid)
+        changed = self._changed(items, {items[i].key for i in replies}, valid) if items else {}
         for i in replies:
             key, _, msg = items[i]
             if key not in changed:
-                changed[key] = self._view(msg, [], valid)
+                changed[key] = message_view(msg, None, self._reply_state(msg, valid), {})
         tombstones = self._tombstones(chat_id, valid, cursor, page, direction) if valid else []
         return FoldedPage(page.items, changed, tombstones, page.next_cursor)
 
@@ -97,44 +88,32 @@ class Views:
         is_admin = deletes.admins(chat_id)
         return [d for d in deletes.deletes_of(chat_id) if delete_is_valid(d, is_admin)]
 
-    def _referrers(self, chat_id: bytes, items: list[StoredMessage]) -> dict[bytes, list[MsgV1]]:
-        """The page's messages' key -> the shown edits and reactions that refer to them
-        (and maybe other keys of the page's interval — a hidden message's, or one the fold
-        skips — which the page never looks up). ``referred`` is keyed by target key, then
-        referrer key, and holds the referrer's bytes: one scan over the page's key interval
-        finds them all (most pages have few). A row without them (a referrer sorting before
-        its target) is read from ``messages``."""
-        if not items:
-            return {}
-        low, high = sorted((items[0].key, items[-1].key))
-        hidden = self._hidden.seqs(chat_id)  # a referrer whose sender was not a member then
-        out: dict[bytes, list[MsgV1]] = {}
-        unread: list[bytes] = []  # rows without the bytes
-        end = referred_end(high)  # (held while the rows are read: see Rocks.items)
-        for row, value in self._rocks.items_in("referred", low, end):
-            if hidden and seq_of(row) in hidden:
-                continue
-            target = row[:MESSAGES_KEY_LEN]
-            if value:  # our own row: its fields read when the fold asks (StoredMsg)
-                out.setdefault(target, []).append(placed(stored_msg(value)))
-            else:
-                unread.append(row)
-        if unread:
-            held = self._rocks.multi_get("messages", [row[MESSAGES_KEY_LEN:] for row in unread])
-            for row, raw in zip(unread, held, strict=True):
-                if raw is not None:  # (None: erased or expired)
-                    out.setdefault(row[:MESSAGES_KEY_LEN], []).append(decode_msg(raw, trusted=True))
+    def _changed(
+        self, items: list[StoredMessage], replies: set[bytes], valid: list[MsgV1]
+    ) -> dict[bytes, MessageView]:
+        """The views of the page's messages that their edits and reactions change: their
+        view rows (``store.view_rows``, keyed like the messages), read by one scan over the
+        page's key interval (most pages have few). A row of a key the page does not show (a
+        hidden message's) is not looked at."""
+        low, high = items[0].key, items[-1].key
+        if low > high:  # (a backward page)
+            low, high = high, low
+        end = high + b"\x00"  # (held while the rows are read: see Rocks.items)
+        rows = list(self._rocks.items_in("views", low, end))
         del end
-        return out
-
-    def _view(self, msg: MsgV1, refs: list[MsgV1], valid: list[MsgV1]) -> MessageView:
-        """``msg`` with the shown edits and reactions that refer to it, and its reply state."""
-        return message_view(
-            msg,
-            latest_edit(msg, refs),
-            self._reply_state(msg, valid) if msg.kind is REPLY else None,
-            reactions_of(r for r in refs if r.kind is MessageKind.REACTION),
-        )
+        changed: dict[bytes, MessageView] = {}
+        if not rows:
+            return changed
+        on_page = {key: msg for key, _, msg in items}
+        for key, row in rows:
+            if (msg := on_page.get(key)) is None:
+                continue
+            edit, reactions = decode_view(row)
+            state = self._reply_state(msg, valid) if key in replies else None
+            changed[key] = message_view(
+                msg, None if edit is None else stored_msg(edit), state, reactions
+            )
+        return changed
 
     def _reply_state(self, reply: MsgV1, valid: list[MsgV1]) -> str:
         ref = reply.ref
