@@ -1,0 +1,47 @@
+"""sync.buckets: a run of buckets read from the filled ones lists what a walk of every bucket
+in the run lists."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from store.keys import NUM_BUCKETS, bucket_of
+from sync.buckets import Buckets
+
+ids = st.binary(min_size=32, max_size=32)
+
+
+@given(
+    added=st.lists(ids, max_size=60),
+    removed=st.lists(st.integers(0, 59), max_size=20),
+    start=st.integers(0, NUM_BUCKETS),
+    length=st.integers(0, NUM_BUCKETS),
+)
+def test_a_range_lists_what_every_bucket_in_it_holds(
+    added: list[bytes], removed: list[int], start: int, length: int
+) -> None:
+    index, held = Buckets(), set()
+    for record_id in added:
+        index.add(record_id)
+        held.add(record_id)
+    for k in removed:
+        if k < len(added):
+            index.discard(added[k])
+            held.discard(added[k])
+    end = min(NUM_BUCKETS, start + length)
+    listed = [i for ids_ in index.in_range(start, end) for i in ids_]
+    assert sorted(listed) == sorted(i for i in held if start <= bucket_of(i) < end)
+    assert [bucket_of(i) for i in listed] == sorted(bucket_of(i) for i in listed)  # in order
+    for record_id in held:
+        assert record_id in index.of(bucket_of(record_id))
+
+
+def test_an_emptied_bucket_lists_nothing_and_an_unknown_one_reads_empty() -> None:
+    index = Buckets()
+    record_id = bytes([1, 2]) + bytes(30)
+    index.add(record_id)
+    index.discard(record_id)
+    index.discard(bytes(32))  # never added: nothing to do
+    assert [set(s) for s in index.in_range(0, NUM_BUCKETS)] == [set()]
+    assert index.of(0) == ()
