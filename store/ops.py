@@ -18,7 +18,7 @@ what makes py-libp2p's ~2 ms per message per hop affordable).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from itertools import pairwise
 from typing import Any
@@ -83,6 +83,9 @@ class MembershipOp:
     sig: bytes
     proof: ChatProof | None = None  # required by a node (store.authz)
     grant: AdminGrant | None = None  # when the actor is an admin, not the creator
+    # its bytes, once encoded: an op's id is taken from them wherever it goes (the planner,
+    # the member index, every replica of a simulation), and a frozen op's bytes never change
+    _encoded: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_len(self.chat_id, CHAT_ID_LEN, "chat_id")
@@ -99,7 +102,11 @@ class MembershipOp:
         ]  # fmt: skip
 
     def encode(self) -> bytes:
-        return canonical_cbor([*self._body(), self.sig])
+        encoded = self._encoded
+        if encoded is None:
+            encoded = canonical_cbor([*self._body(), self.sig])
+            object.__setattr__(self, "_encoded", encoded)
+        return encoded
 
     @property
     def actor(self) -> bytes:

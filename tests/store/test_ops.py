@@ -349,3 +349,14 @@ def test_a_member_row_is_refused_unless_each_stamp_has_its_own_valid_proof() -> 
                 CHAT, USERS[1], MemberInfo(Role.PARTICIPANT, forged.hlc, None, forged.encode())
             )
         )
+
+
+def test_a_member_op_s_kept_bytes_are_its_own_and_never_a_copy_s() -> None:
+    op = MembershipOp.create(KEYS[0], CHAT, USERS[1], MembershipAction.ADD, Hlc(7), proof=PROOF)
+    first = op.encode()
+    assert op.encode() is first  # kept: encoded once
+    other = dataclasses.replace(op, role=Role.ADMIN)  # a new op: its own bytes
+    assert other.encode() != first
+    assert decode_membership_op(other.encode()) == other
+    assert other == dataclasses.replace(op, role=Role.ADMIN)  # kept bytes are no part of ==
+    assert decode_membership_op(first) == op
