@@ -47,7 +47,8 @@ from store.records import IdentityRecord, MemberInfo, MsgV1, compute_identity_re
 from store.retention import Expiry
 from store.waiting import WaitingRoom
 from sync.frames import Domain
-from sync.merkle import MerkleTree, TreeReader
+from sync.listing_cache import DEFAULT_MAX_IDS, ListingCache
+from sync.merkle import MerkleTree, TreeReader, VersionedTree
 from sync.scope import (
     EVERYTHING,
     Scope,
@@ -628,10 +629,13 @@ class DbReplica(ScopedTrees):
         *,
         admit_all: bool = False,
         scope: Scope = EVERYTHING,
+        listing_cache_ids: int = DEFAULT_MAX_IDS,
     ) -> None:
         """``admit_all``: store and show every message, members or not — the sync engine on
         its own, as protocol tests and the sync benchmark drive it (a node never does).
-        ``scope``: what the store holds; records outside it are refused."""
+        ``scope``: what the store holds; records outside it are refused.
+        ``listing_cache_ids``: ids of sketched regions kept in memory per domain (32 B each),
+        0 to read every listing from the store."""
         self.db = db
         self.scope = scope
         self.refused_out_of_scope = 0
@@ -643,12 +647,14 @@ class DbReplica(ScopedTrees):
         # told of every message sync stored that was new here (from the applying thread)
         self.on_new_messages: Callable[[list[MsgV1]], None] | None = None
         self.trees = {
-            Domain.MESSAGES: MerkleTree.from_ids(i for i, _ in db.iter_msg_ids()),
-            Domain.MEMBERS: MerkleTree.from_ids(db.iter_member_record_ids()),
-            Domain.IDENTITY: MerkleTree.from_ids(db.iter_identity_record_ids()),
-            Domain.DELETES: MerkleTree.from_ids(db.iter_delete_ids()),
-            Domain.INDEX: MerkleTree.from_ids(i for i, _ in db.member_index.iter_users()),
+            Domain.MESSAGES: VersionedTree.from_ids(i for i, _ in db.iter_msg_ids()),
+            Domain.MEMBERS: VersionedTree.from_ids(db.iter_member_record_ids()),
+            Domain.IDENTITY: VersionedTree.from_ids(db.iter_identity_record_ids()),
+            Domain.DELETES: VersionedTree.from_ids(db.iter_delete_ids()),
+            Domain.INDEX: VersionedTree.from_ids(i for i, _ in db.member_index.iter_users()),
         }
+        # sketch regions' listings, kept while their leaves do not change (sync.listing_cache)
+        self._listings = {domain: ListingCache(listing_cache_ids) for domain in Domain}
         if held := db.load_waiting():  # what waited when the store was last open
             self.apply_ops(held)  # stored if admitted by now, else waits again
             db.save_waiting([], [m.msg_id for m in held if m.msg_id not in self.waiting])
@@ -754,17 +760,30 @@ class DbReplica(ScopedTrees):
         cutoff_ms: int | None,
         scope: Scope = EVERYTHING,
     ) -> bytes:
-        if domain is Domain.MESSAGES:
-            ids = self.db.get_range_msg_ids(start, end, cutoff_ms)
-        elif domain is Domain.MEMBERS:
-            ids = self.db.get_range_member_ids(start, end)
-        elif domain is Domain.DELETES:
-            ids = self.db.get_range_delete_ids(start, end)
-        elif domain is Domain.INDEX:
-            ids = self.db.member_index.range_ids(start, end)
-        else:
-            ids = self.db.get_range_identity_ids(start, end)
+        tree = self.trees[domain]
+        if isinstance(tree, VersionedTree) and self._within(domain, scope) is None:
+            return self._listings[domain].read(  # all we hold there: the kept listings
+                tree.versions,
+                start,
+                end,
+                cutoff_ms,
+                lambda lo, hi: b"".join(self._range_ids(domain, lo, hi, cutoff_ms)),
+            )
+        ids = self._range_ids(domain, start, end, cutoff_ms)
         return b"".join(self._keep_in_scope(domain, ids, scope))
+
+    def _range_ids(
+        self, domain: Domain, start: int, end: int, cutoff_ms: int | None
+    ) -> list[bytes]:
+        if domain is Domain.MESSAGES:
+            return self.db.get_range_msg_ids(start, end, cutoff_ms)
+        if domain is Domain.MEMBERS:
+            return self.db.get_range_member_ids(start, end)
+        if domain is Domain.DELETES:
+            return self.db.get_range_delete_ids(start, end)
+        if domain is Domain.INDEX:
+            return self.db.member_index.range_ids(start, end)
+        return self.db.get_range_identity_ids(start, end)
 
     def get_records(
         self,
