@@ -39,6 +39,7 @@ class ListingCache:
     def _clear(self) -> None:
         self._blobs: list[bytes] = [b""] * NUM_BUCKETS
         self._versions: list[int] = [-1] * NUM_BUCKETS
+        self._filled = np.zeros(NUM_BUCKETS, dtype=bool)  # buckets whose blob is not empty
         self._kept = 0
 
     def read(
@@ -62,8 +63,11 @@ class ListingCache:
                 return b"".join(self._blobs[start:end])
             if self._kept >= self.max_ids:
                 return read_store(start, end)
-            stale = [k for k, (a, b) in enumerate(zip(kept, seen, strict=True)) if a != b]
-            for lo, hi in _runs(stale):
+            if self._versions[start] == -1 and kept == [-1] * len(kept):  # none kept yet
+                runs = [(0, end - start)]
+            else:
+                runs = _runs([k for k, (a, b) in enumerate(zip(kept, seen, strict=True)) if a != b])
+            for lo, hi in runs:
                 blob = read_store(start + lo, start + hi)
                 self.ids_read += len(blob) // RECORD_ID_LEN
                 self._keep(start + lo, start + hi, blob, seen[lo:hi])
@@ -71,20 +75,23 @@ class ListingCache:
 
     def _keep(self, lo: int, hi: int, blob: bytes, versions: list[int]) -> None:
         """Keep a run's listing, split by bucket (the store lists by id: by bucket)."""
-        if hi - lo == 1:  # one bucket, most re-reads: nothing to split
-            bounds = [0, len(blob)]
-        else:
-            buckets = np.frombuffer(blob, dtype=">u2")[:: RECORD_ID_LEN // 2].astype(np.int64)
-            if len(buckets) > 1 and bool((buckets[1:] < buckets[:-1]).any()):
-                order = np.argsort(buckets, kind="stable")
-                rows = np.frombuffer(blob, dtype=np.uint8).reshape(-1, RECORD_ID_LEN)
-                blob, buckets = rows[order].tobytes(), buckets[order]
-            at = np.searchsorted(buckets, np.arange(lo, hi + 1))
-            bounds = (at * RECORD_ID_LEN).tolist()
-        for k in range(hi - lo):
-            old = self._blobs[lo + k]
+        if hi - lo == 1:  # one bucket, most re-reads: nothing to split, no numpy calls
+            self._kept += (len(blob) - len(self._blobs[lo])) // RECORD_ID_LEN
+            self._blobs[lo], self._filled[lo], self._versions[lo] = blob, bool(blob), versions[0]
+            return
+        buckets = np.frombuffer(blob, dtype=">u2")[:: RECORD_ID_LEN // 2].astype(np.int64)
+        if len(buckets) > 1 and bool((buckets[1:] < buckets[:-1]).any()):
+            order = np.argsort(buckets, kind="stable")
+            rows = np.frombuffer(blob, dtype=np.uint8).reshape(-1, RECORD_ID_LEN)
+            blob, buckets = rows[order].tobytes(), buckets[order]
+        at = np.searchsorted(buckets, np.arange(lo, hi + 1)) * RECORD_ID_LEN
+        sizes, bounds = np.diff(at), at.tolist()
+        # only the buckets listing ids now or before: a store of few ids, read whole when
+        # the replica opens, is not 65,536 steps
+        for k in np.flatnonzero((sizes > 0) | self._filled[lo:hi]).tolist():
+            self._kept += (int(sizes[k]) - len(self._blobs[lo + k])) // RECORD_ID_LEN
             self._blobs[lo + k] = blob[bounds[k] : bounds[k + 1]]
-            self._kept += (bounds[k + 1] - bounds[k] - len(old)) // RECORD_ID_LEN
+        self._filled[lo:hi] = sizes > 0
         self._versions[lo:hi] = versions
 
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from store.access import NO_HISTORY, Access, MemberHistory
 from store.hlc import Hlc
+from store.keys import NUM_BUCKETS
 from store.kinds import ChatView, IsAdmin, fold_chat
 from store.leaving import drop_chats
 from store.merge import merge_member_states
@@ -655,6 +656,10 @@ class DbReplica(ScopedTrees):
         }
         # sketch regions' listings, kept while their leaves do not change (sync.listing_cache)
         self._listings = {domain: ListingCache(listing_cache_ids) for domain in Domain}
+        for domain in Domain:  # listed once now (~0.3 us an id), not by the first sessions
+            if 0 < self.trees[domain].count <= listing_cache_ids:
+                cutoff = self.cutoff_ms if domain is Domain.MESSAGES else None
+                self.ids_in_range(domain, 0, NUM_BUCKETS, cutoff)
         if held := db.load_waiting():  # what waited when the store was last open
             self.apply_ops(held)  # stored if admitted by now, else waits again
             db.save_waiting([], [m.msg_id for m in held if m.msg_id not in self.waiting])
