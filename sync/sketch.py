@@ -204,15 +204,18 @@ def _place_np(key: SketchKey, s: U64, part: int) -> tuple[U64, ...]:
         f = g + np.uint64(_STEP)
     _mix_np(f, scratch)
     mask, shift = np.uint64(_M32), np.uint64(32)
-    cells = []
-    for j, (x, high) in enumerate(((h, False), (g, False), (g, True), (f, False))):
-        cell = np.right_shift(x, shift) if high else np.bitwise_and(x, mask)
+    # each cell written into an array its hash no longer needs (g's high half first, into
+    # the scratch): five fresh arrays in all, where one a cell made eight
+    np.right_shift(g, shift, out=scratch)
+    first = np.bitwise_and(h, mask)
+    for j, cell in enumerate((first, g, scratch, f)):
+        if j in (1, 3):
+            cell &= mask
         cell *= np.uint64(part)
         cell >>= shift
         cell += np.uint64(j * part)
-        cells.append(cell)
     h >>= np.uint64(64 - 8 * CHECK_LEN)  # the check
-    return (*cells, h)
+    return first, g, scratch, f, h
 
 
 @dataclass(frozen=True)
@@ -406,7 +409,7 @@ def lookup(shorts: U64, ids: bytes, wanted: Sequence[int]) -> list[bytes]:
     low = np.uint64((1 << _FILTER_BITS) - 1)
     table = np.zeros(1 << _FILTER_BITS, dtype=bool)
     table[(want & low).astype(np.intp)] = True
-    candidates = np.flatnonzero(table[(shorts & low).astype(np.intp)])
+    candidates = np.flatnonzero(table[(shorts & low).view(np.intp)])  # < 2^20: same bits
     at = np.minimum(np.searchsorted(want, shorts[candidates]), len(want) - 1)
     found = candidates[want[at] == shorts[candidates]]
     pairs = sorted(  # by short id, then id: not the listing's order, which may vary by process
