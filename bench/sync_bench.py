@@ -261,6 +261,15 @@ class BenchReplica:
         )
         return b"".join([self.shared.range_blob(start, end), *extras[lo:hi]])
 
+    def ids_in_runs(
+        self,
+        domain: Domain,
+        runs: Sequence[tuple[int, int]],
+        cutoff_ms: int | None,
+        scope: Scope = EVERYTHING,
+    ) -> bytes:
+        return b"".join(self.ids_in_range(domain, lo, hi, cutoff_ms, scope) for lo, hi in runs)
+
     def get_records(
         self,
         domain: Domain,

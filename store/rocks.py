@@ -17,7 +17,7 @@ own module.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -273,6 +273,30 @@ class Rocks:
             opts.set_iterate_upper_bound(end)
         keys = self.cf[cf].keys(from_key=start, read_opt=opts)
         return list(cast(Iterator[bytes], keys))  # raw mode: bytes
+
+    def ranges_keys(self, cf: str, bounds: Sequence[tuple[bytes, bytes | None]]) -> list[bytes]:
+        """Per range ``(start, end)`` of ``bounds`` (ascending, disjoint; end None: to the last
+        key) its keys concatenated, in key order: one iterator moving forward, a seek a range.
+        A sync region's changed buckets are ~1,000 ranges of ~16 keys: a ``range_keys`` each
+        (options, iterator, seek) cost ~11 us a range in a session, the seek alone ~2."""
+        opts = ReadOptions()
+        opts.set_total_order_seek(True)
+        if bounds and bounds[-1][1] is not None:
+            opts.set_iterate_upper_bound(bounds[-1][1])
+        it = self.cf[cf].iter(opts)
+        seek, valid, key, step = it.seek, it.valid, it.key, it.next
+        out: list[bytes] = []
+        for start, end in bounds:
+            seek(start)
+            got: list[bytes] = []
+            while valid():
+                k = key()
+                if end is not None and k >= end:
+                    break
+                got.append(k)
+                step()
+            out.append(b"".join(got))
+        return out
 
     def iter_all(self, cf: str) -> Iterator[tuple[bytes, bytes]]:
         return self.iter_range(cf, b"", None)

@@ -98,6 +98,17 @@ class Replica(Protocol):
         covers (one range read, where ``bucket_ids`` would be thousands)."""
         ...
 
+    def ids_in_runs(
+        self,
+        domain: Domain,
+        runs: Sequence[tuple[int, int]],
+        cutoff_ms: int | None,
+        scope: Scope = EVERYTHING,
+    ) -> bytes:
+        """``ids_in_range`` of each run ``(start, end)`` (ascending, disjoint), concatenated:
+        a sketch region in one call (``sync.shards.ScopedTrees`` asks ``ids_in_range`` a run)."""
+        ...
+
     def get_records(
         self,
         domain: Domain,
@@ -776,6 +787,31 @@ class DbReplica(ScopedTrees):
             )
         ids = self._range_ids(domain, start, end, cutoff_ms)
         return b"".join(self._keep_in_scope(domain, ids, scope))
+
+    def ids_in_runs(
+        self,
+        domain: Domain,
+        runs: Sequence[tuple[int, int]],
+        cutoff_ms: int | None,
+        scope: Scope = EVERYTHING,
+    ) -> bytes:
+        tree = self.trees[domain]
+        if isinstance(tree, VersionedTree) and self._within(domain, scope) is None:
+            # the kept listings; the changed buckets of every run read in one store call
+            return self._listings[domain].read_runs(
+                tree.versions,
+                runs,
+                cutoff_ms,
+                lambda stale: self._runs_ids(domain, stale, cutoff_ms),
+            )
+        return super().ids_in_runs(domain, runs, cutoff_ms, scope)
+
+    def _runs_ids(
+        self, domain: Domain, runs: list[tuple[int, int]], cutoff_ms: int | None
+    ) -> list[bytes]:
+        if domain is Domain.MESSAGES:
+            return self.db.get_ranges_msg_ids(runs, cutoff_ms)
+        return [b"".join(self._range_ids(domain, lo, hi, cutoff_ms)) for lo, hi in runs]
 
     def _range_ids(
         self, domain: Domain, start: int, end: int, cutoff_ms: int | None

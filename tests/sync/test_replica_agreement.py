@@ -139,6 +139,17 @@ def check_agreement(
                     }
                     assert ranged(memory, domain, lo, hi, cutoff) == listed, domain
                     assert ranged(replica, domain, lo, hi, cutoff) == listed, domain
+            runs = [(0, 3), (1_000, 1_200), (5_000, 5_001), (40_000, NUM_BUCKETS)]
+            for cutoff in (None, 1_500) if domain is Domain.MESSAGES else (None,):
+                listed = {
+                    i for lo, hi in runs for b in range(lo, hi)
+                    for i in memory.bucket_ids(domain, b, cutoff)
+                }  # fmt: skip
+                for r in (memory, replica):  # a region's runs at once (one store iterator)
+                    blob = r.ids_in_runs(domain, runs, cutoff)
+                    assert sorted(blob[i : i + 32] for i in range(0, len(blob), 32)) == sorted(
+                        listed
+                    ), domain
         waiting = {m.msg_id for m in memory.waiting.waiting()}
         assert {m.msg_id for m in replica.waiting.waiting()} == waiting
         assert {m.msg_id for m in reopened.waiting.waiting()} == waiting  # kept in the store
