@@ -284,17 +284,16 @@ class Rocks:
         if bounds and bounds[-1][1] is not None:
             opts.set_iterate_upper_bound(bounds[-1][1])
         it = self.cf[cf].iter(opts)
-        seek, valid, key, step = it.seek, it.valid, it.key, it.next
+        seek, key, step = it.seek, it.key, it.next  # key(): None once past the last
         out: list[bytes] = []
         for start, end in bounds:
             seek(start)
             got: list[bytes] = []
-            while valid():
-                k = key()
-                if end is not None and k >= end:
-                    break
+            k = key()
+            while k is not None and (end is None or k < end):
                 got.append(k)
                 step()
+                k = key()
             out.append(b"".join(got))
         return out
 
