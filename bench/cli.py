@@ -90,6 +90,12 @@ def sync(
     negentropy: Annotated[
         bool, typer.Option(help="Also run negentropy's reference code on each case (node).")
     ] = True,
+    cpu_pairs: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Alternating sketch/cells sessions judging a goal case's CPU (median)."
+        ),
+    ] = 7,
 ) -> None:
     """Merkle anti-entropy per session: bytes and round trips against d x 32 B, naive lists, anchors."""
     try:
@@ -100,6 +106,7 @@ def sync(
             seed=seed,
             out=out,
             negentropy=negentropy,
+            cpu_pairs=cpu_pairs,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

@@ -14,7 +14,7 @@ mixin class called its own methods, with no extra attribute hop.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from itertools import islice
@@ -630,6 +630,15 @@ class Messages:
             for msg_id, key in rows
             if (extract_hlc_physical_from_seen_value(key) or 0) > cutoff_ts
         ]
+
+    def get_ranges_msg_ids(
+        self, runs: Sequence[tuple[int, int]], cutoff_ts: int | None
+    ) -> list[bytes]:
+        """Per run ``(start, end)`` of buckets (ascending, disjoint) its ids concatenated
+        (newer than ``cutoff_ts``): one iterator for all runs (``Rocks.ranges_keys``)."""
+        if cutoff_ts is None:
+            return self._rocks.ranges_keys("seen_msg", [bucket_range_keys(*run) for run in runs])
+        return [b"".join(self.get_range_msg_ids(lo, hi, cutoff_ts)) for lo, hi in runs]
 
     def get_bucket_msg_ids_filtered(self, bucket: int, cutoff_ts: int) -> list[bytes]:
         """Ids in ``bucket`` newer than ``cutoff_ts`` (the retention soft-filter)."""

@@ -17,7 +17,7 @@ own module.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -274,6 +274,29 @@ class Rocks:
             opts.set_iterate_upper_bound(end)
         keys = self.cf[cf].keys(from_key=start, read_opt=opts)
         return list(cast(Iterator[bytes], keys))  # raw mode: bytes
+
+    def ranges_keys(self, cf: str, bounds: Sequence[tuple[bytes, bytes | None]]) -> list[bytes]:
+        """Per range ``(start, end)`` of ``bounds`` (ascending, disjoint; end None: to the last
+        key) its keys concatenated, in key order: one iterator moving forward, a seek a range.
+        A sync region's changed buckets are ~1,000 ranges of ~16 keys: a ``range_keys`` each
+        (options, iterator, seek) cost ~11 us a range in a session, the seek alone ~2."""
+        opts = ReadOptions()
+        opts.set_total_order_seek(True)
+        if bounds and bounds[-1][1] is not None:
+            opts.set_iterate_upper_bound(bounds[-1][1])
+        it = self.cf[cf].iter(opts)
+        seek, key, step = it.seek, it.key, it.next  # key(): None once past the last
+        out: list[bytes] = []
+        for start, end in bounds:
+            seek(start)
+            got: list[bytes] = []
+            k = key()
+            while k is not None and (end is None or k < end):
+                got.append(k)
+                step()
+                k = key()
+            out.append(b"".join(got))
+        return out
 
     def iter_all(self, cf: str) -> Iterator[tuple[bytes, bytes]]:
         return self.iter_range(cf, b"", None)

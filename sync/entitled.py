@@ -78,6 +78,15 @@ class PeerScoped:
     ) -> bytes:
         return self._replica.ids_in_range(domain, start, end, cutoff_ms, scope & self.scope)
 
+    def ids_in_runs(
+        self,
+        domain: Domain,
+        runs: Sequence[tuple[int, int]],
+        cutoff_ms: int | None,
+        scope: Scope = EVERYTHING,
+    ) -> bytes:
+        return self._replica.ids_in_runs(domain, runs, cutoff_ms, scope & self.scope)
+
     def get_records(
         self,
         domain: Domain,

@@ -21,7 +21,7 @@ collision in one pass is not repeated in the next.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import blake3
 
@@ -32,6 +32,7 @@ FANOUT = 1 << FANOUT_BITS
 DEPTH = 4  # 16**4 == 65,536 leaves
 CHECK_LEN = 4
 assert FANOUT**DEPTH == NUM_BUCKETS
+_Tree = TypeVar("_Tree", bound="MerkleTree")
 
 
 def check_hash(record_id: bytes) -> int:
@@ -101,7 +102,9 @@ class MerkleTree:
         return tree
 
     def copy(self) -> MerkleTree:
-        tree = MerkleTree()
+        return self._copy_into(MerkleTree())
+
+    def _copy_into(self, tree: _Tree) -> _Tree:
         tree._xor = [level[:] for level in self._xor]
         tree._count = [level[:] for level in self._count]
         tree._check = self._check[:]
@@ -191,3 +194,25 @@ class MerkleTree:
 def children(depth: int, parents: Iterable[int]) -> list[int]:
     """Indexes at ``depth + 1`` of the children of ``parents`` (at ``depth``), in order."""
     return [(p << FANOUT_BITS) | c for p in parents for c in range(FANOUT)]
+
+
+class VersionedTree(MerkleTree):
+    """A tree that also counts the changes of each leaf: a listing of a bucket read from the
+    store stays the bucket's listing while its count is unchanged (``sync.listing_cache``).
+    A counter, not the leaf's (xor, count): ids can be ground to XOR alike, a count cannot
+    be made to repeat."""
+
+    __slots__ = ("versions",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.versions = [0] * NUM_BUCKETS
+
+    def copy(self) -> VersionedTree:
+        tree = self._copy_into(VersionedTree())
+        tree.versions = self.versions[:]
+        return tree
+
+    def _toggle(self, record_id: bytes, delta: int) -> None:
+        super()._toggle(record_id, delta)
+        self.versions[(record_id[0] << 8) | record_id[1]] += 1

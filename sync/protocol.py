@@ -1018,9 +1018,9 @@ class SyncSession:
         return dp.region, skip
 
     def _read_region(self, domain: Domain, buckets: list[int]) -> bytes:
-        cutoff, scope = self._cutoff(domain), self._scope
-        runs = _runs(buckets)
-        return b"".join(self.replica.ids_in_range(domain, lo, hi, cutoff, scope) for lo, hi in runs)
+        return self.replica.ids_in_runs(
+            domain, list(_runs(buckets)), self._cutoff(domain), self._scope
+        )
 
     def _checked_listing(
         self, domain: Domain, buckets: list[int], ids: bytes

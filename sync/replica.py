@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from store.access import NO_HISTORY, Access, MemberHistory
 from store.hlc import Hlc
+from store.keys import NUM_BUCKETS
 from store.kinds import ChatView, IsAdmin, fold_chat
 from store.leaving import drop_chats
 from store.merge import merge_member_states
@@ -47,7 +48,8 @@ from store.retention import Expiry
 from store.waiting import WaitingRoom
 from sync.buckets import Buckets
 from sync.frames import Domain
-from sync.merkle import MerkleTree, TreeReader
+from sync.listing_cache import DEFAULT_MAX_IDS, ListingCache
+from sync.merkle import MerkleTree, TreeReader, VersionedTree
 from sync.scope import (
     EVERYTHING,
     Scope,
@@ -94,6 +96,17 @@ class Replica(Protocol):
     ) -> bytes:
         """The ids of buckets ``start <= b < end``, concatenated, in any order: what a sketch
         covers (one range read, where ``bucket_ids`` would be thousands)."""
+        ...
+
+    def ids_in_runs(
+        self,
+        domain: Domain,
+        runs: Sequence[tuple[int, int]],
+        cutoff_ms: int | None,
+        scope: Scope = EVERYTHING,
+    ) -> bytes:
+        """``ids_in_range`` of each run ``(start, end)`` (ascending, disjoint), concatenated:
+        a sketch region in one call (``sync.shards.ScopedTrees`` asks ``ids_in_range`` a run)."""
         ...
 
     def get_records(
@@ -623,10 +636,13 @@ class DbReplica(ScopedTrees):
         *,
         admit_all: bool = False,
         scope: Scope = EVERYTHING,
+        listing_cache_ids: int = DEFAULT_MAX_IDS,
     ) -> None:
         """``admit_all``: store and show every message, members or not — the sync engine on
         its own, as protocol tests and the sync benchmark drive it (a node never does).
-        ``scope``: what the store holds; records outside it are refused."""
+        ``scope``: what the store holds; records outside it are refused.
+        ``listing_cache_ids``: ids of sketched regions kept in memory per domain (32 B each),
+        0 to read every listing from the store."""
         self.db = db
         self.scope = scope
         self.refused_out_of_scope = 0
@@ -638,12 +654,18 @@ class DbReplica(ScopedTrees):
         # told of every message sync stored that was new here (from the applying thread)
         self.on_new_messages: Callable[[list[MsgV1]], None] | None = None
         self.trees = {
-            Domain.MESSAGES: MerkleTree.from_ids(i for i, _ in db.iter_msg_ids()),
-            Domain.MEMBERS: MerkleTree.from_ids(db.iter_member_record_ids()),
-            Domain.IDENTITY: MerkleTree.from_ids(db.iter_identity_record_ids()),
-            Domain.DELETES: MerkleTree.from_ids(db.iter_delete_ids()),
-            Domain.INDEX: MerkleTree.from_ids(i for i, _ in db.member_index.iter_users()),
+            Domain.MESSAGES: VersionedTree.from_ids(i for i, _ in db.iter_msg_ids()),
+            Domain.MEMBERS: VersionedTree.from_ids(db.iter_member_record_ids()),
+            Domain.IDENTITY: VersionedTree.from_ids(db.iter_identity_record_ids()),
+            Domain.DELETES: VersionedTree.from_ids(db.iter_delete_ids()),
+            Domain.INDEX: VersionedTree.from_ids(i for i, _ in db.member_index.iter_users()),
         }
+        # sketch regions' listings, kept while their leaves do not change (sync.listing_cache)
+        self._listings = {domain: ListingCache(listing_cache_ids) for domain in Domain}
+        for domain in Domain:  # listed once now (~0.3 us an id), not by the first sessions
+            if 0 < self.trees[domain].count <= listing_cache_ids:
+                cutoff = self.cutoff_ms if domain is Domain.MESSAGES else None
+                self.ids_in_range(domain, 0, NUM_BUCKETS, cutoff)
         if held := db.load_waiting():  # what waited when the store was last open
             self.apply_ops(held)  # stored if admitted by now, else waits again
             db.save_waiting([], [m.msg_id for m in held if m.msg_id not in self.waiting])
@@ -749,17 +771,55 @@ class DbReplica(ScopedTrees):
         cutoff_ms: int | None,
         scope: Scope = EVERYTHING,
     ) -> bytes:
-        if domain is Domain.MESSAGES:
-            ids = self.db.get_range_msg_ids(start, end, cutoff_ms)
-        elif domain is Domain.MEMBERS:
-            ids = self.db.get_range_member_ids(start, end)
-        elif domain is Domain.DELETES:
-            ids = self.db.get_range_delete_ids(start, end)
-        elif domain is Domain.INDEX:
-            ids = self.db.member_index.range_ids(start, end)
-        else:
-            ids = self.db.get_range_identity_ids(start, end)
+        tree = self.trees[domain]
+        if isinstance(tree, VersionedTree) and self._within(domain, scope) is None:
+            return self._listings[domain].read(  # all we hold there: the kept listings
+                tree.versions,
+                start,
+                end,
+                cutoff_ms,
+                lambda lo, hi: b"".join(self._range_ids(domain, lo, hi, cutoff_ms)),
+            )
+        ids = self._range_ids(domain, start, end, cutoff_ms)
         return b"".join(self._keep_in_scope(domain, ids, scope))
+
+    def ids_in_runs(
+        self,
+        domain: Domain,
+        runs: Sequence[tuple[int, int]],
+        cutoff_ms: int | None,
+        scope: Scope = EVERYTHING,
+    ) -> bytes:
+        tree = self.trees[domain]
+        if isinstance(tree, VersionedTree) and self._within(domain, scope) is None:
+            # the kept listings; the changed buckets of every run read in one store call
+            return self._listings[domain].read_runs(
+                tree.versions,
+                runs,
+                cutoff_ms,
+                lambda stale: self._runs_ids(domain, stale, cutoff_ms),
+            )
+        return super().ids_in_runs(domain, runs, cutoff_ms, scope)
+
+    def _runs_ids(
+        self, domain: Domain, runs: list[tuple[int, int]], cutoff_ms: int | None
+    ) -> list[bytes]:
+        if domain is Domain.MESSAGES:
+            return self.db.get_ranges_msg_ids(runs, cutoff_ms)
+        return [b"".join(self._range_ids(domain, lo, hi, cutoff_ms)) for lo, hi in runs]
+
+    def _range_ids(
+        self, domain: Domain, start: int, end: int, cutoff_ms: int | None
+    ) -> list[bytes]:
+        if domain is Domain.MESSAGES:
+            return self.db.get_range_msg_ids(start, end, cutoff_ms)
+        if domain is Domain.MEMBERS:
+            return self.db.get_range_member_ids(start, end)
+        if domain is Domain.DELETES:
+            return self.db.get_range_delete_ids(start, end)
+        if domain is Domain.INDEX:
+            return self.db.member_index.range_ids(start, end)
+        return self.db.get_range_identity_ids(start, end)
 
     def get_records(
         self,

@@ -13,7 +13,7 @@ writes are in the next HELLO's roots) and costs memory only for the leaves.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 from store.keys import RECORD_ID_LEN
@@ -21,7 +21,7 @@ from store.ops import MembershipOp
 from store.records import MsgV1
 from sync.frames import Domain
 from sync.merkle import DEPTH, FANOUT_BITS, MerkleTree, TreeReader, check_hash, node_hash
-from sync.scope import Scope, in_chat_scope, in_index, shard_of, user_shard_of
+from sync.scope import EVERYTHING, Scope, in_chat_scope, in_index, shard_of, user_shard_of
 
 Leaf = list[int]  # [count, xor, check]
 K = TypeVar("K")
@@ -231,6 +231,21 @@ class ScopedTrees:
         return [
             k is not None and shard_in(domain, k, n) in shards for k in self._keys_of(domain, ids)
         ]
+
+    def ids_in_range(
+        self, domain: Domain, start: int, end: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
+    ) -> bytes:
+        raise NotImplementedError  # each replica's own
+
+    def ids_in_runs(
+        self,
+        domain: Domain,
+        runs: Sequence[tuple[int, int]],
+        cutoff_ms: int | None,
+        scope: Scope = EVERYTHING,
+    ) -> bytes:
+        """``ids_in_range`` a run (a replica that reads a region at once overrides it)."""
+        return b"".join(self.ids_in_range(domain, lo, hi, cutoff_ms, scope) for lo, hi in runs)
 
     def _keep_in_scope(self, domain: Domain, ids: list[bytes], scope: Scope) -> list[bytes]:
         """The listed ``ids`` that lie in ``scope`` (all of them when it covers the replica)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -144,3 +145,21 @@ def test_one_id_on_either_side_peels_with_its_sign() -> None:
     theirs = _sketch(ids[:100], m).subtract(_sketch(ids, m)).peel()
     assert mine.complete and mine.mine == [short_id(KEY, ids[100])] and not mine.theirs
     assert theirs.complete and theirs.theirs == [short_id(KEY, ids[100])] and not theirs.mine
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 3_000), st.floats(0.3, 2.0), st.integers(0, 2**32))
+def test_peeling_in_rounds_decodes_what_one_by_one_does(d: int, load: float, seed: int) -> None:
+    """The numpy rounds are a faster order of the same peeling: the same ids, the same verdict
+    (an undersized sketch stops short in both)."""
+    ids = _ids(200 + d, seed)
+    m = max(HASHES, int(d * load) // HASHES * HASHES)
+    mine = ids[: 200 + d // 3]
+    diff = _sketch(mine, m).subtract(_sketch(ids[:200] + ids[200 + d // 3 :], m))
+    rounds = diff.peel()
+    every = np.flatnonzero(diff.keys | diff.checks)
+    one_by_one = diff._peel_one_by_one(diff.keys, diff.checks, every, m)
+    assert rounds.complete == one_by_one.complete
+    if rounds.complete:
+        assert sorted(rounds.mine) == sorted(one_by_one.mine)
+        assert sorted(rounds.theirs) == sorted(one_by_one.theirs)
