@@ -60,6 +60,7 @@ from sync.merkle import DEPTH, FANOUT, MerkleTree
 from sync.protocol import KINDS, TOP_DEPTH, SyncConfig
 from sync.replica import Record
 from sync.scope import EVERYTHING, Scope, ScopeNotServed
+from sync.shards import ids_run_by_run
 
 SPAN_MS = 30 * 24 * 3600 * 1000  # the shared records' notional time range
 PAYLOAD = 200  # bytes per differing message
@@ -268,7 +269,7 @@ class BenchReplica:
         cutoff_ms: int | None,
         scope: Scope = EVERYTHING,
     ) -> bytes:
-        return b"".join(self.ids_in_range(domain, lo, hi, cutoff_ms, scope) for lo, hi in runs)
+        return ids_run_by_run(self.ids_in_range, domain, runs, cutoff_ms, scope)
 
     def get_records(
         self,

@@ -194,6 +194,17 @@ def in_domain_scope(domain: Domain, record: object, scope: Scope) -> bool:
     return in_index(record, scope) if domain is Domain.INDEX else in_chat_scope(record, scope)
 
 
+def ids_run_by_run(
+    ids_in_range: Callable[[Domain, int, int, int | None, Scope], bytes],
+    domain: Domain,
+    runs: Sequence[tuple[int, int]],
+    cutoff_ms: int | None,
+    scope: Scope,
+) -> bytes:
+    """``Replica.ids_in_runs`` for a replica that reads one run at a time."""
+    return b"".join(ids_in_range(domain, lo, hi, cutoff_ms, scope) for lo, hi in runs)
+
+
 class ScopedTrees:
     """What the replicas share about scopes: the tree of a scope (the one tree when it is
     the replica's own, else summed from per-shard leaves, built when first needed), and
@@ -245,7 +256,7 @@ class ScopedTrees:
         scope: Scope = EVERYTHING,
     ) -> bytes:
         """``ids_in_range`` a run (a replica that reads a region at once overrides it)."""
-        return b"".join(self.ids_in_range(domain, lo, hi, cutoff_ms, scope) for lo, hi in runs)
+        return ids_run_by_run(self.ids_in_range, domain, runs, cutoff_ms, scope)
 
     def _keep_in_scope(self, domain: Domain, ids: list[bytes], scope: Scope) -> list[bytes]:
         """The listed ``ids`` that lie in ``scope`` (all of them when it covers the replica)."""
