@@ -19,10 +19,15 @@ the newest position after each write (``add_listener``), from the writing thread
 
 from __future__ import annotations
 
+import struct
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import IntEnum
+from itertools import repeat
+from operator import concat
+from typing import NamedTuple
 
 from rocksdict import WriteBatch
 
@@ -47,6 +52,18 @@ _KINDS = {kind.value: kind for kind in EventKind}
 # an event's head in a segment: kind, the key's length (every key is shorter than 256)
 # (indexed by the kind's value: an IntEnum hashes through Python, indexes through C)
 _HEADS = tuple(tuple(bytes((kind, n)) for n in range(256)) for kind in range(max(EventKind) + 1))
+_SHOWN_HEAD = _HEADS[EventKind.MESSAGE][MESSAGES_KEY_LEN]
+_PACK_POSITION = struct.Struct(">Q").pack  # = position.to_bytes(POSITION_LEN, "big")
+_SINK: deque[object] = deque(maxlen=0)
+_consume = _SINK.extend  # runs an iterator to its end, keeping nothing
+
+
+class ShownRun(NamedTuple):
+    """Shown messages of one write, in order: their messages keys (each ``MESSAGES_KEY_LEN``
+    long) and ids — the events ``(MESSAGE, key, id)``, as two lists (``EventLog.write_shown``)."""
+
+    keys: list[bytes]
+    ids: list[bytes]
 
 
 def seen_value(messages_key: bytes, position: int) -> bytes:
@@ -90,7 +107,8 @@ class EventLog:
         self._handle = rocks.handle
         self._event_lock = threading.Lock()
         self._listeners: list[Callable[[int], None]] = []
-        self._deferred: list[Event] | None = None  # the events of a one_write block
+        # the events of a one_write block, as the stores gave them
+        self._deferred: list[Sequence[Event] | ShownRun] | None = None
         last = next(rocks.iter_range("events", b"", None, reverse=True), None)
         self._last_position = 0
         if last is not None:
@@ -119,32 +137,67 @@ class EventLog:
         finally:
             self._rocks.unshare_batch()
             deferred, self._deferred = self._deferred, None
-        self.write(batch, deferred)
+        self._write_chunks(batch, deferred)
 
     def write(self, batch: WriteBatch, events: Sequence[Event] = ()) -> None:
         """Write ``batch``, with ``events`` logged in it after the last position."""
         if self._deferred is not None and self._rocks.is_shared(batch):
-            self._deferred.extend(events)  # written with the block's batch (one_write)
+            if events:  # written with the block's batch (one_write)
+                self._deferred.append(tuple(events))
             return
-        if not events:
+        self._write_chunks(batch, [events] if events else [])
+
+    def write_shown(self, batch: WriteBatch, run: ShownRun) -> None:
+        """``write(batch, [(MESSAGE, key, id) for key, id in zip(*run)])`` for a run of shown
+        messages whose keys are all messages keys (``MESSAGES_KEY_LEN``): their seen_msg rows
+        and events built a run at a time (``put_messages``' fast path), not an event at a time."""
+        if self._deferred is not None and self._rocks.is_shared(batch):
+            if run.keys:
+                self._deferred.append(run)
+            return
+        self._write_chunks(batch, [run] if run.keys else [])
+
+    def _write_chunks(self, batch: WriteBatch, chunks: list[Sequence[Event] | ShownRun]) -> None:
+        """Write ``batch`` with the events of ``chunks`` (each events or a run of shown
+        messages) logged in it, in order, after the last position: one events row."""
+        if not chunks:
             self._rocks.write(batch)
             return
-        events_cf, seen_cf = self._handle["events"], self._handle["seen_msg"]
-        heads = _HEADS
         with self._event_lock:
             first = position = self._last_position + 1
             parts = [SEGMENT]
-            for event in events:
-                kind, ref = event[0], event[1]
-                parts += (heads[kind][len(ref)], ref)
-                if len(event) == 3:  # a shown message: its id -> its key and position
-                    batch.put(event[2], ref + position.to_bytes(POSITION_LEN, "big"), seen_cf)
-                position += 1
-            batch.put(first.to_bytes(POSITION_LEN, "big"), b"".join(parts), events_cf)
+            for chunk in chunks:
+                if isinstance(chunk, ShownRun):
+                    position = self._log_run(batch, position, chunk, parts)
+                else:
+                    position = self._log_events(batch, position, chunk, parts)
+            batch.put(first.to_bytes(POSITION_LEN, "big"), b"".join(parts), self._handle["events"])
             self._rocks.write(batch)
             self._last_position = position = position - 1
         for listener in self._listeners:
             listener(position)
+
+    def _log_events(
+        self, batch: WriteBatch, position: int, events: Sequence[Event], parts: list[bytes]
+    ) -> int:
+        """Log ``events`` from ``position`` (their heads and keys into ``parts``, a shown
+        message's seen_msg row into ``batch``); the position after them."""
+        seen_cf, heads, put = self._handle["seen_msg"], _HEADS, batch.put
+        for at, event in enumerate(events, position):
+            ref = event[1]
+            parts += (heads[event[0]][len(ref)], ref)
+            if len(event) == 3:  # a shown message: its id -> its key and position
+                put(event[2], ref + _PACK_POSITION(at), seen_cf)
+        return position + len(events)
+
+    def _log_run(self, batch: WriteBatch, position: int, run: ShownRun, parts: list[bytes]) -> int:
+        """``_log_events`` of a run of shown messages: every call made by ``map`` (in C)."""
+        keys, ids = run
+        after = position + len(keys)
+        seen = map(concat, keys, map(_PACK_POSITION, range(position, after)))
+        _consume(map(batch.put, ids, seen, repeat(self._handle["seen_msg"])))
+        parts += (_SHOWN_HEAD, _SHOWN_HEAD.join(keys))
+        return after
 
     def event_position(self, seen: bytes) -> int | None:
         """Where the message whose seen_msg value is ``seen`` entered the log as shown (None:
