@@ -77,8 +77,11 @@ class Direction(Enum):
     FORWARD = "forward"  # newer messages, oldest first
 
 
-@dataclass(frozen=True, slots=True)
-class PutResult:
+class PutResult(NamedTuple):
+    """What ``put_message(s)`` did with a message. A tuple (immutable, as the frozen dataclass
+    it was): a batch makes one per message, and ``tuple.__new__`` through ``map`` builds them
+    in C, where setting a dataclass's four slots took five calls a message."""
+
     msg_id: bytes
     seq: int  # 0 when the message was a duplicate or expired
     duplicate: bool
@@ -86,26 +89,16 @@ class PutResult:
 
 
 _new = object.__new__
+_new_tuple = tuple.__new__
 _PACK_KEY = struct.Struct(f">{CHAT_ID_LEN}sQI").pack  # chat | packed HLC | seq: key_messages
 _SINK: deque[object] = deque(maxlen=0)
 _consume = _SINK.extend  # runs an iterator (of puts) to its end, keeping nothing
-_SET_RESULT = tuple(PutResult.__dict__[name].__set__ for name in PutResult.__slots__)
-assert PutResult.__slots__ == ("msg_id", "seq", "duplicate", "expired")
 
 
 def _put_result(msg_id: bytes, seq: int, duplicate: bool, expired: bool = False) -> PutResult:
-    """``PutResult(msg_id, seq, duplicate, expired)``, built through its slots.
-
-    A frozen dataclass's __init__ sets each field with object.__setattr__, which is most of
-    a put's per-message cost outside RocksDB (tests/store/test_fast_codecs.py: equal).
-    """
-    result = _new(PutResult)
-    set_msg_id, set_seq, set_duplicate, set_expired = _SET_RESULT
-    set_msg_id(result, msg_id)
-    set_seq(result, seq)
-    set_duplicate(result, duplicate)
-    set_expired(result, expired)
-    return result
+    """``PutResult(msg_id, seq, duplicate, expired)`` without the NamedTuple's Python-level
+    ``__new__`` (tests/store/test_fast_codecs.py: equal)."""
+    return _new_tuple(PutResult, (msg_id, seq, duplicate, expired))
 
 
 def _shown(msg: MsgV1, packed: int) -> Shown:
@@ -132,7 +125,6 @@ class StoredMessage(NamedTuple):
     msg: MsgV1
 
 
-_new_tuple = tuple.__new__
 # a messages key's seq (its last 4 bytes): one C call, a third less than int.from_bytes of a
 # slice, per row of a page
 _SEQ_OF_KEY = struct.Struct(">I").unpack_from
@@ -302,7 +294,6 @@ class Messages:
         hidden_keys: list[bytes] = []
         events: list[Event] = []  # the shown ones, for this node's event log
         expire = self.expire_before_ms
-        set_msg_id, set_seq, set_duplicate, set_expired = _SET_RESULT
         unread_of = self._unread.of_chat
         for msg, msg_id, seen in zip(msgs, ids, already, strict=True):
             if seen is not None or msg_id in new_keys:
@@ -347,12 +338,7 @@ class Messages:
             put(key, msg.encoded, messages_cf)
             if ref is not None:
                 self._index_ref(msg, msg_id, key, seq, batch)
-            result = _new(PutResult)  # _put_result(msg_id, seq, False), inlined
-            set_msg_id(result, msg_id)
-            set_seq(result, seq)
-            set_duplicate(result, False)
-            set_expired(result, False)
-            append(result)
+            append(_new_tuple(PutResult, (msg_id, seq, False, False)))  # = _put_result(...)
         if chats:
             metas = {
                 chat: meta_after_messages(bases[chat], seq, packed, msg_id)
@@ -432,7 +418,8 @@ class Messages:
         self._remember_meta(metas)
         if followed:
             self._unread.remember(followed)
-        return [_put_result(msg_id, seq, False) for msg_id, seq in zip(ids, seq_list, strict=True)]
+        fields = zip(ids, seq_list, repeat(False, n), repeat(False, n), strict=True)
+        return list(map(_new_tuple, repeat(PutResult), fields))  # = _put_result(id, seq, False)
 
     def _mark_referred(
         self, batch: WriteBatch, msgs: list[MsgV1], new_keys: dict[bytes, bytes]

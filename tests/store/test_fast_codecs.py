@@ -172,10 +172,12 @@ def test_make_chat_meta_equals_the_constructor(meta: ChatMeta) -> None:
 @given(bin32, u32s, st.booleans(), st.booleans())
 def test_put_result_built_through_slots(msg_id: bytes, seq: int, dup: bool, exp: bool) -> None:
     built = _put_result(msg_id, seq, dup, exp)
+    assert type(built) is PutResult
     assert built == PutResult(msg_id, seq, dup, exp)
     assert hash(built) == hash(PutResult(msg_id, seq, dup, exp))
     assert _put_result(msg_id, seq, dup) == PutResult(msg_id, seq, dup)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    assert (built.msg_id, built.seq, built.duplicate, built.expired) == (msg_id, seq, dup, exp)
+    with pytest.raises(AttributeError):
         built.seq = 1  # type: ignore[misc]
 
 
