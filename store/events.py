@@ -53,6 +53,7 @@ _KINDS = {kind.value: kind for kind in EventKind}
 # (indexed by the kind's value: an IntEnum hashes through Python, indexes through C)
 _HEADS = tuple(tuple(bytes((kind, n)) for n in range(256)) for kind in range(max(EventKind) + 1))
 _SHOWN_HEAD = _HEADS[EventKind.MESSAGE][MESSAGES_KEY_LEN]
+_ONE_SHOWN = tuple(SEGMENT + head for head in _HEADS[EventKind.MESSAGE])  # a row of one
 _PACK_POSITION = struct.Struct(">Q").pack  # = position.to_bytes(POSITION_LEN, "big")
 _SINK: deque[object] = deque(maxlen=0)
 _consume = _SINK.extend  # runs an iterator to its end, keeping nothing
@@ -156,6 +157,23 @@ class EventLog:
                 self._deferred.append(run)
             return
         self._write_chunks(batch, [run] if run.keys else [])
+
+    def write_one_shown(self, batch: WriteBatch, key: bytes, msg_id: bytes) -> None:
+        """``write(batch, [(MESSAGE, key, msg_id)])``: one shown message (``put_message``),
+        without the lists and the loop of a write of many."""
+        if self._deferred is not None and self._rocks.is_shared(batch):
+            self._deferred.append(((EventKind.MESSAGE, key, msg_id),))
+            return
+        handle = self._handle
+        with self._event_lock:
+            position = self._last_position + 1
+            at = _PACK_POSITION(position)
+            batch.put(msg_id, key + at, handle["seen_msg"])
+            batch.put(at, _ONE_SHOWN[len(key)] + key, handle["events"])
+            self._rocks.write(batch)
+            self._last_position = position
+        for listener in self._listeners:
+            listener(position)
 
     def _write_chunks(self, batch: WriteBatch, chunks: list[Sequence[Event] | ShownRun]) -> None:
         """Write ``batch`` with the events of ``chunks`` (each events or a run of shown

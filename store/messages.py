@@ -194,6 +194,7 @@ class Messages:
         self._load_meta, self._put_metas = metas.load, metas.put
         self._remember_meta, self._remember_one_meta = metas.remember, metas.remember_one
         self._write, self._write_shown = log.write, log.write_shown
+        self._write_one_shown = log.write_one_shown
         # Retention cutoff (RETENTION.md): messages with hlc.physical_ms <= this are refused.
         # Set by the GC (store.retention); None keeps everything.
         self.expire_before_ms: int | None = None
@@ -218,7 +219,7 @@ class Messages:
         chat = msg.chat_id
         base = self._load_meta(chat)
         seq = base.last_seq + 1
-        packed = hlc.pack()
+        packed = hlc.physical_ms << LOGICAL_BITS | hlc.logical  # = hlc.pack(), inlined
         if (
             type(chat) is bytes
             and len(chat) == CHAT_ID_LEN
@@ -246,11 +247,11 @@ class Messages:
         counted = None
         if self._unread.of_chat(chat) is not None:
             counted = self._unread.follow(batch, {chat: [_shown(msg, packed)]})
-        self._write(batch, [(EventKind.MESSAGE, key, msg_id)])  # and seen_msg (store.events)
+        self._write_one_shown(batch, key, msg_id)  # and seen_msg (store.events)
         self._remember_one_meta(chat, meta)
         if counted:
             self._unread.remember(counted)
-        return _put_result(msg_id, seq, False)
+        return _new_tuple(PutResult, (msg_id, seq, False, False))  # = _put_result(...)
 
     def put_messages(
         self,
