@@ -4,10 +4,13 @@ Writes (msgs/s; every store in a fresh directory; opening and closing are not ti
   ChatDb   ``put_messages`` per batch of B, and ``put_message`` one at a time;
   raw      the same writes as bare rocksdict WriteBatches on ChatDb's own Rdict,
            column families and WriteOptions: messages[key] = MsgV1 bytes and
-           seen_msg[id] = key per message, chats_meta[chat] = ChatMeta bytes once
-           per chat per WriteBatch (exactly what put_messages writes) — the
-           machine's limit for these writes. Batched, also with the chats_meta put
-           repeated for every message (3 puts per message);
+           seen_msg[id] = key | event position per message, chats_meta[chat] =
+           ChatMeta bytes once per chat per WriteBatch, and the WriteBatch's one
+           events row (the same bytes: exactly what put_messages and put_message
+           write) — the machine's limit for these writes. Batched, also with the
+           chats_meta put repeated for every message (3 puts per message);
+           ``raw_no_log``: without the events row and the positions (seen_msg[id] =
+           key: the entries ChatDb wrote before its event log, this baseline before);
   SQLite   RFC-0005's schema with all its indexes; one transaction per batch / per message.
 Reads (on the batched runs' ChatDb and SQLite databases, reopened):
   range    whole chats walked backward in pages of 50 with cursors (pages/s), against
@@ -45,14 +48,17 @@ from bench.console import bench_console, bench_progress, save_report, tracked
 from bench.machine import loadavg
 from bench.store_data import Rate, Rates, StoreBenchParams
 from bench.store_report import build_report, machine_info, print_report
-from bench.workload import RawRow, Workload, about, about_messages, keys_by_user, make_workload
+from bench.workload import Workload, about, about_messages, keys_by_user, make_workload
 from store import ChatDb, ChatKind, Direction, InboxEntry, MessageKind, MsgV1
+from store.events import POSITION_LEN, SEGMENT, EventKind
 from store.hlc import VIRTUAL_EPOCH_MS
+from store.keys import MESSAGES_KEY_LEN
 from store.kinds import Claims
 from store.plan import ADMIT_ALL
 from sync.replica import DbReplica
 
 T = TypeVar("T")
+_SHOWN_HEAD = bytes((EventKind.MESSAGE, MESSAGES_KEY_LEN))  # a shown message's event head
 SQLITE_FILE = "messages.sqlite"
 SINGLE_STEP = 100  # one-at-a-time writes per turn: the order rotates often enough to even out
 Step = Callable[[T], tuple[int, int]]  # one timed step on one item -> (counted units, items)
@@ -147,41 +153,60 @@ class ChatDbWriter:
 class RawWriter:
     """put_messages' writes as bare WriteBatches on a ChatDb's Rdict, CF handles and options.
 
+    The bytes are made before the timed steps: a message's seen_msg value holds the event
+    position ChatDb gives it in a fresh store (the n-th message written: n), its events
+    part the head and key ``store.events`` logs, joined into the WriteBatch's one events row.
     ``meta_each``: put chats_meta for every message, not once per chat per WriteBatch.
+    ``log``: False writes no events row and seen_msg[id] = key (the entries before the log).
     """
 
-    def __init__(self, path: Path, wl: Workload, *, meta_each: bool = False) -> None:
+    def __init__(
+        self, path: Path, wl: Workload, *, meta_each: bool = False, log: bool = True
+    ) -> None:
         self.db = ChatDb(path=path)
         rocks = self.db.rocks
         self.rdict, self.opts = rocks._db, rocks._write_opts
         handle = rocks.handle
-        self.cfs = (handle["messages"], handle["seen_msg"], handle["chats_meta"])
-        self.rows, self.metas, self.meta_each = wl.raw_rows, wl.meta_bytes, meta_each
+        self.cfs = (handle["messages"], handle["seen_msg"], handle["chats_meta"], handle["events"])
+        self.rows, self.metas, self.meta_each, self.log = wl.raw_rows, wl.meta_bytes, meta_each, log
+        self.seen = [
+            key + seen_position(n) if log else key for n, (key, *_) in enumerate(self.rows, 1)
+        ]
+        self.parts = [_SHOWN_HEAD + key for key, *_ in self.rows] if log else []
 
     def put(self, lo: int, hi: int, *, each: bool) -> None:
         if not each:
-            self.rdict.write(self._batch(self.rows[lo:hi]), self.opts)
+            self.rdict.write(self._batch(lo, hi), self.opts)
             return
-        for row in self.rows[lo:hi]:
-            self.rdict.write(self._batch([row]), self.opts)
+        for n in range(lo, hi):
+            self.rdict.write(self._batch(n, n + 1), self.opts)
 
-    def _batch(self, rows: Sequence[RawRow]) -> WriteBatch:
-        messages_cf, seen_cf, meta_cf = self.cfs
+    def _batch(self, lo: int, hi: int) -> WriteBatch:
+        messages_cf, seen_cf, meta_cf, events_cf = self.cfs
         batch = WriteBatch(raw_mode=True)
         chats = set()
-        for key, value, msg_id, chat in rows:
+        for (key, value, msg_id, chat), seen in zip(
+            self.rows[lo:hi], self.seen[lo:hi], strict=True
+        ):
             batch.put(key, value, messages_cf)
-            batch.put(msg_id, key, seen_cf)
+            batch.put(msg_id, seen, seen_cf)
             if self.meta_each:
                 batch.put(chat, self.metas[chat], meta_cf)
             else:
                 chats.add(chat)
         for chat in chats:
             batch.put(chat, self.metas[chat], meta_cf)
+        if self.log:  # the WriteBatch's events row: its first position -> its events
+            batch.put(seen_position(lo + 1), SEGMENT + b"".join(self.parts[lo:hi]), events_cf)
         return batch
 
     def close(self) -> None:
         self.db.close()
+
+
+def seen_position(position: int) -> bytes:
+    """An event position as ``store.events`` writes it (8 bytes, big-endian)."""
+    return position.to_bytes(POSITION_LEN, "big")
 
 
 class SqliteWriter:
@@ -231,6 +256,7 @@ WRITERS: dict[str, Callable[[Path, Workload], Writer]] = {
     "node_checked": partial(NodePathWriter, check=True),
     "chatdb": ChatDbWriter,
     "raw": RawWriter,
+    "raw_no_log": partial(RawWriter, log=False),
     "raw_3_per_msg": partial(RawWriter, meta_each=True),
     "sqlite": SqliteWriter,
 }
@@ -244,7 +270,7 @@ def _measure_writes(
     node_path = ["node_open", "node_checked"]
     runs = (
         ("write_batched", params.messages, False, [w for w in WRITERS if w not in node_path]),
-        ("write_single", single, True, ["chatdb", "raw", "sqlite"]),  # raw_3: same as raw
+        ("write_single", single, True, ["chatdb", "raw", "raw_no_log", "sqlite"]),  # raw_3 = raw
         ("node_batched", params.messages, False, node_path),
         ("node_single", single, True, node_path),
     )

@@ -29,9 +29,11 @@ def _ratios(rates: Rates) -> dict[str, float]:
 
     return {
         "write_batched_vs_raw": ratio("write_batched", "raw"),
+        "write_batched_vs_raw_no_log": ratio("write_batched", "raw_no_log"),
         "write_batched_vs_raw_3_per_msg": ratio("write_batched", "raw_3_per_msg"),
         "write_batched_vs_sqlite": ratio("write_batched", "sqlite"),
         "write_single_vs_raw": ratio("write_single", "raw"),
+        "write_single_vs_raw_no_log": ratio("write_single", "raw_no_log"),
         "write_single_vs_sqlite": ratio("write_single", "sqlite"),
         "range_vs_sqlite": ratio("range", "sqlite"),
         "range_vs_sqlite_by_timestamp": ratio("range", "sqlite_by_timestamp"),
@@ -124,6 +126,8 @@ def print_report(console: Console, params: StoreBenchParams, report: dict[str, A
     )
     raw3 = _mark(ratios["write_batched_vs_raw_3_per_msg"], RAW_GOAL, "%")
     table.add_row("  raw: chats_meta put per msg", "", _fmt(w["raw_3_per_msg"]), "", raw3, "")
+    no_log = _mark(ratios["write_batched_vs_raw_no_log"], RAW_GOAL, "%")
+    table.add_row("  raw: no events row, no positions", "", _fmt(w["raw_no_log"]), "", no_log, "")
     w = r["write_single"]
     table.add_row(
         f"write, one at a time ({single:,}), msgs/s",
@@ -131,6 +135,8 @@ def print_report(console: Console, params: StoreBenchParams, report: dict[str, A
         _mark(ratios["write_single_vs_raw"], SINGLE_RAW_GOAL, "%"),
         _mark(ratios["write_single_vs_sqlite"], SQLITE_GOAL, "x"),
     )
+    no_log = _mark(ratios["write_single_vs_raw_no_log"], SINGLE_RAW_GOAL, "%")
+    table.add_row("  raw: no events row, no positions", "", _fmt(w["raw_no_log"]), "", no_log, "")
     rng, lst = r["range"], r["list_user_chats"]
     table.add_row(
         f"range backward, {params.page}/page, pages/s",

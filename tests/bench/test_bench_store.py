@@ -7,11 +7,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from bench.store_bench import StoreBenchParams, run_store_bench
+from bench.store_bench import ChatDbWriter, RawWriter, StoreBenchParams, run_store_bench
+from bench.workload import make_workload
+from store.rocks import COLUMN_FAMILIES
 
 STORES = {
-    "write_batched": {"chatdb", "raw", "raw_3_per_msg", "sqlite"},
-    "write_single": {"chatdb", "raw", "sqlite"},
+    "write_batched": {"chatdb", "raw", "raw_no_log", "raw_3_per_msg", "sqlite"},
+    "write_single": {"chatdb", "raw", "raw_no_log", "sqlite"},
     "range": {"chatdb", "sqlite", "sqlite_by_timestamp"},
     # the hidden-index check: the same walk with it and without, on their own
     "range_check": {"checked", "unchecked"},
@@ -74,9 +76,11 @@ def test_bench_store_tiny(tmp_path: Path) -> None:
 
     assert set(saved["ratios"]) == {
         "write_batched_vs_raw",
+        "write_batched_vs_raw_no_log",
         "write_batched_vs_raw_3_per_msg",
         "write_batched_vs_sqlite",
         "write_single_vs_raw",
+        "write_single_vs_raw_no_log",
         "write_single_vs_sqlite",
         "range_vs_sqlite",
         "range_vs_sqlite_by_timestamp",
@@ -89,3 +93,26 @@ def test_bench_store_tiny(tmp_path: Path) -> None:
     assert all(ratio > 0 for ratio in saved["ratios"].values())
     assert all(isinstance(goal["met"], bool) for goal in saved["goals"].values())
     assert "chatsync bench store" in (tmp_path / "log.txt").read_text()
+
+
+def test_raw_writes_the_entries_chatdb_writes(tmp_path: Path) -> None:
+    """The raw contender writes what ChatDb writes, byte for byte: every column family of the
+    two stores equal after the same messages, in batches and one at a time (``raw_no_log``:
+    the same without the events row and the positions)."""
+    wl = make_workload(300, 3, 20)
+    for each, step in ((False, 100), (True, 1)):
+        chatdb = ChatDbWriter(tmp_path / f"chatdb-{each}", wl)
+        raw = RawWriter(tmp_path / f"raw-{each}", wl)
+        no_log = RawWriter(tmp_path / f"no-log-{each}", wl, log=False)
+        try:
+            for lo in range(0, 300, step):
+                for writer in (chatdb, raw, no_log):
+                    writer.put(lo, lo + step, each=each)
+            rows = [{cf: list(w.db.iter_all(cf)) for cf in COLUMN_FAMILIES} for w in (chatdb, raw)]
+            assert rows[0] == rows[1]
+            assert len(rows[0]["events"]) == (300 if each else 3)
+            assert list(no_log.db.iter_all("events")) == []
+            assert list(no_log.db.iter_all("messages")) == rows[0]["messages"]
+        finally:
+            for writer in (chatdb, raw, no_log):
+                writer.close()
