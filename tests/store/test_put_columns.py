@@ -10,9 +10,12 @@ delivery both return the same results and hold the same rows in every column fam
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+import store.messages as messages
 from store import ChatDb, Hlc, MessageKind, MsgV1
 from store.plan import ADMIT_ALL
 from store.rocks import COLUMN_FAMILIES
@@ -83,7 +86,8 @@ def _deliver(db: ChatDb, msgs: list[MsgV1], via_apply: bool) -> object:
 def test_the_fast_path_writes_what_the_general_loop_writes(
     steps: list[tuple[list[int], list[int], bool, int | None]],
 ) -> None:
-    with fresh_db() as fast, fresh_db() as general:
+    # every batch of the fast store through the fast path: from one message, not COLUMNS_FROM
+    with fresh_db() as fast, fresh_db() as general, patch.object(messages, "COLUMNS_FROM", 1):
         general.messages._put_new_standalone = lambda msgs, ids: None  # type: ignore[method-assign]
         members = [group_op(user, 1_000 + user) for user in range(3)]
         for db in (fast, general):
@@ -103,7 +107,8 @@ def test_the_fast_path_writes_what_the_general_loop_writes(
 
 def test_a_batch_of_new_messages_takes_the_fast_path() -> None:
     """(So that the test above compares two paths.) New NEW and KEYS messages: the fast path;
-    one twice, or one that refers to another: the general loop."""
+    one twice, or one that refers to another: the general loop; and fewer than
+    ``COLUMNS_FROM`` (its fixed cost is more than it saves there)."""
     with fresh_db() as db:
         taken: list[bool] = []
         fast = db.messages._put_new_standalone
@@ -115,7 +120,12 @@ def test_a_batch_of_new_messages_takes_the_fast_path() -> None:
 
         db.messages._put_new_standalone = spy  # type: ignore[method-assign,assignment]
         standalone = [POOL[i] for i in STANDALONE]
-        db.put_messages(standalone[:4])
-        db.put_messages([standalone[4], standalone[4]])
-        db.put_messages([standalone[5], POOL[-1]])
+        db.put_messages(standalone[:3])  # below COLUMNS_FROM: not asked
+        with patch.object(messages, "COLUMNS_FROM", 1):
+            db.put_messages(standalone[3:5])
+            db.put_messages([standalone[5], standalone[5]])
+            db.put_messages([standalone[6], POOL[-1]])
         assert taken == [True, False, False]
+        many = [MsgV1.create(KEYS[0], CHATS[1], Hlc(9_000 + i), b"x") for i in range(40)]
+        db.put_messages(many)  # COLUMNS_FROM or more
+        assert taken == [True, False, False, True]
