@@ -56,6 +56,7 @@ from store.records import (
     StoredMsg,
     check_payload_size,
     decode_msg,
+    set_stored,
     stored_msg,
 )
 from store.rocks import Rocks
@@ -550,7 +551,7 @@ class Messages:
                     continue
                 # Our own rows, written by put_messages: decoded when a field is read
                 msg = _new(StoredMsg)
-                msg.__dict__["encoded"] = value  # = stored_msg(value), inlined
+                set_stored(msg, value)  # = stored_msg(value), inlined
                 append(_new_tuple(StoredMessage, (key, seq, msg)))
             if len(items) > limit:  # the one more: there are more
                 items.pop()
@@ -575,7 +576,7 @@ class Messages:
             if len(key) != MESSAGES_KEY_LEN:
                 parse_key_messages(key)  # raises: not a messages key
             msg = new(StoredMsg)  # our own rows: decoded when a field is read
-            msg.__dict__["encoded"] = value
+            set_stored(msg, value)
             append(new_tuple(StoredMessage, (key, seq_of_key(key, _SEQ_AT)[0], msg)))
         return RangePage(items, encode_cursor(items[-1].key) if more else None)
 
