@@ -14,6 +14,7 @@ whose HLC interval holds the deleted message's claimed stamp.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 
 from store.deletes import Deletes
 from store.hlc import Hlc
@@ -36,6 +37,8 @@ from store.messages import (
 from store.records import MsgV1, stored_msg
 from store.rocks import Rocks
 from store.view_row import decode_view
+
+_KEY, _MSG = itemgetter(0), itemgetter(2)  # of a StoredMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +107,7 @@ class Views:
         changed: dict[bytes, MessageView] = {}
         if not rows:
             return changed
-        on_page = {key: msg for key, _, msg in items}
+        on_page = dict(zip(map(_KEY, items), map(_MSG, items), strict=True))  # (in C)
         for key, row in rows:
             if (msg := on_page.get(key)) is None:
                 continue
