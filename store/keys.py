@@ -9,7 +9,6 @@ extractors depend on them; a wrong length is a programming error here
 
 from __future__ import annotations
 
-import base64
 import binascii
 
 from store.errors import InvalidInput
@@ -195,15 +194,21 @@ def prefix_end(prefix: bytes) -> bytes | None:
     return trimmed[:-1] + bytes([trimmed[-1] + 1])
 
 
+_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+
+
 def encode_cursor(key: bytes) -> str:
-    """A pagination cursor: the last key of a page, URL-safe base64."""
-    return base64.urlsafe_b64encode(key).decode("ascii")
+    """A pagination cursor: the last key of a page, URL-safe base64 (``base64``'s
+    ``urlsafe_b64encode``, without its two Python calls: one per page)."""
+    return binascii.b2a_base64(key, newline=False).translate(_TO_URLSAFE).decode("ascii")
 
 
 def decode_cursor(cursor: str, key_len: int, prefix: bytes) -> bytes:
     """The key inside ``cursor``; InvalidInput unless it is ``key_len`` bytes under ``prefix``."""
     try:
-        key = base64.urlsafe_b64decode(cursor.encode("ascii"))
+        # = base64.urlsafe_b64decode, its non-alphabet bytes discarded as there
+        key = binascii.a2b_base64(cursor.encode("ascii").translate(_FROM_URLSAFE))
     except (binascii.Error, ValueError, UnicodeEncodeError):
         raise InvalidInput("cursor is not valid base64", reason="bad_cursor") from None
     if len(key) != key_len or not key.startswith(prefix):

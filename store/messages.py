@@ -62,6 +62,7 @@ from store.records import (
     StoredMsg,
     check_payload_size,
     decode_msg,
+    set_stored,
     stored_msg,
 )
 from store.rocks import Rocks
@@ -139,6 +140,9 @@ class StoredMessage(NamedTuple):
 # slice, per row of a page
 _SEQ_OF_KEY = struct.Struct(">I").unpack_from
 _SEQ_AT = MESSAGES_KEY_LEN - 4
+_KIND_INTS: dict[frozenset[int], frozenset[int]] = {
+    CONTENT: frozenset(int(kind) for kind in CONTENT)
+}  # kinds -> their kind bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -599,6 +603,8 @@ class Messages:
         hidden = self._hidden.seqs(chat_id)  # empty, without a read, for most chats
         if kinds is None and not hidden:  # (most pages) every row of the range is on it
             return self._whole_page(start, end, limit, backward)
+        if not hidden:  # (a folded page, most chats) every row of these kinds is on it
+            return self._kinds_page(start, end, limit, backward, kinds, replies)
         rows = self._rocks.items_in("messages", start, end, reverse=backward)  # ``end``: held
         items: list[StoredMessage] = []
         append, seq_of_key = items.append, _SEQ_OF_KEY
@@ -621,7 +627,7 @@ class Messages:
                     continue
                 # Our own rows, written by put_messages: decoded when a field is read
                 msg = _new(StoredMsg)
-                msg.__dict__["encoded"] = value  # = stored_msg(value), inlined
+                set_stored(msg, value)  # = stored_msg(value), inlined
                 append(_new_tuple(StoredMessage, (key, seq, msg)))
             if len(items) > limit:  # the one more: there are more
                 items.pop()
@@ -629,6 +635,46 @@ class Messages:
                     replies.pop()
                 return RangePage(items, encode_cursor(items[-1].key))
             if done:
+                return RangePage(items, None)
+
+    def _kinds_page(
+        self,
+        start: bytes,
+        end: bytes | None,
+        limit: int,
+        backward: bool,
+        kinds: frozenset[int] | None,
+        replies: list[int] | None,
+    ) -> RangePage:
+        """``range`` of the rows of ``kinds`` from ``start`` to ``end`` (nothing hidden): a
+        folded page's scan, the kind byte of each row read in place and compared as a small
+        int (the same object, not an enum member to compare by value)."""
+        assert kinds is not None
+        wanted = _KIND_INTS.get(kinds) or frozenset(int(kind) for kind in kinds)
+        rows = self._rocks.items_in("messages", start, end, reverse=backward)  # ``end``: held
+        items: list[StoredMessage] = []
+        append, new, new_tuple, seq_of_key = items.append, _new, _new_tuple, _SEQ_OF_KEY
+        kind_at, stamp_at = KIND_AT, STAMP_AT
+        while True:  # the rows the page still lacks, and one more
+            chunk, done = _take(rows, limit + 1 - len(items), start, backward)
+            for key, value in chunk:
+                kind = value[kind_at[value[stamp_at]]]  # kind_of, inlined
+                if kind not in wanted:
+                    continue
+                if kind == REPLY and replies is not None:
+                    replies.append(len(items))
+                if len(key) != MESSAGES_KEY_LEN:
+                    parse_key_messages(key)  # raises: not a messages key
+                msg = new(StoredMsg)  # our own rows: decoded when a field is read
+                set_stored(msg, value)
+                append(new_tuple(StoredMessage, (key, seq_of_key(key, _SEQ_AT)[0], msg)))
+            if len(items) > limit:  # the one more: there are more
+                items.pop()
+                if replies and replies[-1] == limit:
+                    replies.pop()
+                return RangePage(items, encode_cursor(items[-1].key))
+            if done:
+                del end  # (held to here: the iterator's upper bound, see Rocks.items)
                 return RangePage(items, None)
 
     def _whole_page(self, start: bytes, end: bytes | None, limit: int, backward: bool) -> RangePage:
@@ -646,7 +692,7 @@ class Messages:
             if len(key) != MESSAGES_KEY_LEN:
                 parse_key_messages(key)  # raises: not a messages key
             msg = new(StoredMsg)  # our own rows: decoded when a field is read
-            msg.__dict__["encoded"] = value
+            set_stored(msg, value)
             append(new_tuple(StoredMessage, (key, seq_of_key(key, _SEQ_AT)[0], msg)))
         return RangePage(items, encode_cursor(items[-1].key) if more else None)
 

@@ -402,13 +402,26 @@ class StoredMsg(MsgV1):
     first of them is asked (what a page's fold reads), the first other field decodes the
     whole message (``decode_msg``, trusted). Equal to the ``MsgV1`` of the same bytes, and hashes
     like it. Only for bytes this replica wrote (``MsgV1.encoded`` of a checked message).
+
+    ``encoded`` is a slot (``set_stored``), not an entry of ``__dict__``: a page's message
+    whose fields nobody reads never has its dict made (a tenth of a history page's time was
+    the dicts' making and freeing). The decoded fields still go to ``__dict__``.
     """
 
+    __slots__ = ("encoded",)
+
     def __getattr__(self, name: str) -> Any:  # called only for what __dict__ does not hold
-        fields = self.__dict__
-        data = fields.get("encoded")
-        if data is None or name not in _MSG_FIELDS:
+        try:
+            data = _stored_bytes(self)
+        except AttributeError:  # (made by __init__, not from a row: encode its fields)
+            if name != "encoded":
+                raise AttributeError(name) from None
+            data = self._encode_fast() or self.encode_reference()
+            set_stored(self, data)
+            return data
+        if name not in _MSG_FIELDS:
             raise AttributeError(name)
+        fields = self.__dict__
         if name in _IN_PLACE and (placed := _read_in_place(data)) is not None:
             fields.update(placed)
             return placed[name]
@@ -425,6 +438,8 @@ class StoredMsg(MsgV1):
         return MsgV1.__hash__(self)
 
 
+_stored_bytes = StoredMsg.__dict__["encoded"].__get__  # (AttributeError: not set)
+set_stored = StoredMsg.__dict__["encoded"].__set__  # set_stored(msg, row): its bytes
 _MSG_FIELDS = frozenset(MsgV1.__dataclass_fields__)
 _IN_PLACE = frozenset(("kind", "sender", "chat_id", "hlc", "payload"))  # (_read_in_place)
 _MSG_HEAD = b"\x89\x01\x58\x20"  # array(9), version 1, bytes(32): the chat id
@@ -485,7 +500,7 @@ def _payload_of(data: bytes, at: int) -> bytes | None:
 def stored_msg(data: bytes) -> StoredMsg:
     """A ``StoredMsg`` of a row this replica wrote: no field decoded yet."""
     msg = _new(StoredMsg)
-    msg.__dict__["encoded"] = data
+    set_stored(msg, data)
     return msg
 
 
@@ -497,7 +512,7 @@ def placed(msg: MsgV1) -> MsgV1:
     if (
         type(msg) is StoredMsg
         and "kind" not in fields
-        and (read := _read_in_place(fields["encoded"])) is not None
+        and (read := _read_in_place(msg.encoded)) is not None
     ):
         fields.update(read)
     return msg

@@ -13,7 +13,9 @@ whose HLC interval holds the deleted message's claimed stamp.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
+from operator import itemgetter
 
 from store.deletes import Deletes
 from store.hlc import Hlc
@@ -36,6 +38,8 @@ from store.messages import (
 from store.records import MsgV1, stored_msg
 from store.rocks import Rocks
 from store.view_row import decode_view
+
+_KEY = itemgetter(0)  # a StoredMessage's key
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,20 +98,25 @@ class Views:
         """The views of the page's messages that their edits and reactions change: their
         view rows (``store.view_rows``, keyed like the messages), read by one scan over the
         page's key interval (most pages have few). A row of a key the page does not show (a
-        hidden message's) is not looked at."""
-        low, high = items[0].key, items[-1].key
-        if low > high:  # (a backward page)
-            low, high = high, low
+        hidden message's) is not looked at. Each row's message is found by bisecting the
+        page's keys: a dict of the page would hash each of its keys, for a few rows."""
+        keys = list(map(_KEY, items))
+        backward = keys[0] > keys[-1]
+        if backward:
+            keys.reverse()  # (ascending, to bisect)
+        low, high = keys[0], keys[-1]
         end = high + b"\x00"  # (held while the rows are read: see Rocks.items)
         rows = list(self._rocks.items_in("views", low, end))
         del end
         changed: dict[bytes, MessageView] = {}
         if not rows:
             return changed
-        on_page = {key: msg for key, _, msg in items}
+        last = len(keys) - 1
         for key, row in rows:
-            if (msg := on_page.get(key)) is None:
+            at = bisect_left(keys, key)
+            if at > last or keys[at] != key:
                 continue
+            msg = items[last - at if backward else at][2]
             edit, reactions = decode_view(row)
             state = self._reply_state(msg, valid) if key in replies else None
             changed[key] = message_view(

@@ -271,6 +271,23 @@ def test_stored_msg_fields_equal_full_decode(msg: MsgV1, order: list[str]) -> No
     same_stored(got, msg)
 
 
+@settings(max_examples=50)
+@given(messages(), any_bytes)
+def test_stored_msg_keeps_its_bytes_in_a_slot(msg: MsgV1, payload: bytes) -> None:
+    """A page's StoredMsg makes no __dict__ entry until a field is read; one made by
+    ``__init__`` (``dataclasses.replace``) encodes its own fields, as a MsgV1 does."""
+    got = stored_msg(msg.encoded)
+    assert got.encoded is msg.encoded and "encoded" not in got.__dict__
+    assert got.__dict__ == {}
+    assert got.kind == msg.kind and got.encoded is msg.encoded
+    changed = dataclasses.replace(got, payload=payload)
+    assert type(changed) is StoredMsg
+    want = dataclasses.replace(msg, payload=payload)
+    assert changed.encoded == want.encoded and changed == want and hash(changed) == hash(want)
+    with pytest.raises(AttributeError):
+        _ = got.no_such_field
+
+
 @settings(max_examples=200)
 @given(messages(chats=(*CHATS, bytes(range(32)))), st.permutations(sorted(MSG_FIELDS)))
 def test_placed_stored_msg_fields_equal_full_decode(msg: MsgV1, order: list[str]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Callable
 from typing import Any
 
@@ -358,6 +360,21 @@ def test_cursor_round_trip(key: bytes) -> None:
     assert "+" not in cursor and "/" not in cursor  # URL-safe alphabet
     assert k.decode_cursor(cursor, len(key), b"") == key
     assert k.decode_cursor(cursor, len(key), key[:3]) == key
+
+
+@given(st.binary(max_size=80), st.text(max_size=80))
+def test_cursors_are_base64s_urlsafe_pair(key: bytes, text: str) -> None:
+    """encode_cursor / decode_cursor call binascii: base64's urlsafe pair's bytes and errors."""
+    assert k.encode_cursor(key) == base64.urlsafe_b64encode(key).decode("ascii")
+    try:
+        want: bytes | None = base64.urlsafe_b64decode(text.encode("ascii"))
+    except (binascii.Error, ValueError):
+        want = None
+    try:
+        got: bytes | None = k.decode_cursor(text, len(want) if want is not None else 0, b"")
+    except InvalidInput:
+        got = None
+    assert got == want
 
 
 @pytest.mark.parametrize(
