@@ -35,7 +35,7 @@ plain ``MemoryReplica`` record for record.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -220,11 +220,14 @@ class SimReplica(MemoryReplica):
         super()._mark_erased(msg_id)  # a crash takes it back out with the delete that erased it
         self._undo.append((self.t_ms, ERASED, msg_id, None))
 
-    def view(self, chat_id: bytes) -> ChatView:
-        view = super().view(chat_id)
+    def views(self, chat_ids: Iterable[bytes]) -> dict[bytes, ChatView]:
+        views = super().views(chat_ids)
         if not self.rules.edit_by_arrival:
-            return view
-        return ChatView([self._edited_by_arrival(i) for i in view.items], view.read_positions)
+            return views
+        return {
+            chat: ChatView([self._edited_by_arrival(i) for i in view.items], view.read_positions)
+            for chat, view in views.items()
+        }
 
     def _edited_by_arrival(self, item: Any) -> Any:
         """BUG: the applying edit that arrived last decides, not the greatest (hlc, id)."""
