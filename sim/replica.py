@@ -85,6 +85,7 @@ class ShardContext:
     trees: TreeCache = field(default_factory=TreeCache)  # ids' tree values, a salt's hashes
     interned: dict[bytes, MsgV1] = field(default_factory=dict)
     member_ops: dict[bytes, MembershipOp] = field(default_factory=dict)  # op id -> op
+    row_ids: dict[tuple[bytes, bytes, MemberInfo], bytes] = field(default_factory=dict)
     # Divergence: how many honest live replicas hold each record id.
     holders: dict[bytes, int] = field(default_factory=dict)
     held: int = 0  # sum of holders
@@ -393,7 +394,14 @@ class SimReplica(MemoryReplica):
     def member_row_version(self, key: Key) -> bytes | None:
         """The row's state as one id (``member_record_id``): equal rows, equal ids."""
         info = self.members.get(key)
-        return None if info is None else member_record_id(key[0], key[1], info)
+        if info is None:
+            return None
+        row = (key[0], key[1], info)
+        row_ids = self.ctx.row_ids  # most replicas hold the same version of a row
+        row_id = row_ids.get(row)
+        if row_id is None:
+            row_id = row_ids[row] = member_record_id(*row)
+        return row_id
 
     def identity_record_id(self, user: bytes) -> bytes | None:
         stored = self.identities.get(user)

@@ -33,7 +33,7 @@ from store.keys import NUM_BUCKETS
 from store.kinds import ChatView, IsAdmin, fold_chat
 from store.leaving import drop_chats
 from store.merge import merge_member_states
-from store.ops import MembershipOp, Op, member_op_id
+from store.ops import MembershipOp, Op
 from store.plan import (
     ADMIT_ALL,
     CHAT_RULES,
@@ -315,7 +315,7 @@ class MemoryReplica(ScopedTrees):
         """Add validated member ops to the index: per op, was it new."""
         new = []
         for op in ops:
-            op_id = member_op_id(op.encode())
+            op_id = op.op_id
             fresh = op_id not in self.index
             if fresh:
                 self._add_index_entry(op_id, op)
