@@ -136,7 +136,8 @@ class SparseMerkleTree(SimTree):
         # SimTree._toggle with get(i, 0): a missing node read through __missing__ is a
         # Python call, and in an almost empty tree most nodes are missing
         bucket, value, check = self._cache.ids[record_id]
-        xor, count = self._xor, self._count
+        xor: list[_Zeros] = cast(Any, self._xor)
+        count: list[_Zeros] = cast(Any, self._count)
         leaves = count[4]
         if delta < 0 and not leaves.get(bucket, 0):
             raise ValueError("remove from an empty bucket: the tree and the store disagree")
@@ -148,6 +149,6 @@ class SparseMerkleTree(SimTree):
             i >>= 4
         xor[0][0] ^= value
         count[0][0] += delta
-        checks = self._check
+        checks: _Zeros = cast(Any, self._check)
         checks[bucket] = checks.get(bucket, 0) ^ check
         self._check_root ^= check
