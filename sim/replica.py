@@ -35,7 +35,7 @@ plain ``MemoryReplica`` record for record.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -85,6 +85,7 @@ class ShardContext:
     trees: TreeCache = field(default_factory=TreeCache)  # ids' tree values, a salt's hashes
     interned: dict[bytes, MsgV1] = field(default_factory=dict)
     member_ops: dict[bytes, MembershipOp] = field(default_factory=dict)  # op id -> op
+    row_ids: dict[tuple[bytes, bytes, MemberInfo], bytes] = field(default_factory=dict)
     # Divergence: how many honest live replicas hold each record id.
     holders: dict[bytes, int] = field(default_factory=dict)
     held: int = 0  # sum of holders
@@ -220,11 +221,14 @@ class SimReplica(MemoryReplica):
         super()._mark_erased(msg_id)  # a crash takes it back out with the delete that erased it
         self._undo.append((self.t_ms, ERASED, msg_id, None))
 
-    def view(self, chat_id: bytes) -> ChatView:
-        view = super().view(chat_id)
+    def views(self, chat_ids: Iterable[bytes]) -> dict[bytes, ChatView]:
+        views = super().views(chat_ids)
         if not self.rules.edit_by_arrival:
-            return view
-        return ChatView([self._edited_by_arrival(i) for i in view.items], view.read_positions)
+            return views
+        return {
+            chat: ChatView([self._edited_by_arrival(i) for i in view.items], view.read_positions)
+            for chat, view in views.items()
+        }
 
     def _edited_by_arrival(self, item: Any) -> Any:
         """BUG: the applying edit that arrived last decides, not the greatest (hlc, id)."""
@@ -390,7 +394,14 @@ class SimReplica(MemoryReplica):
     def member_row_version(self, key: Key) -> bytes | None:
         """The row's state as one id (``member_record_id``): equal rows, equal ids."""
         info = self.members.get(key)
-        return None if info is None else member_record_id(key[0], key[1], info)
+        if info is None:
+            return None
+        row = (key[0], key[1], info)
+        row_ids = self.ctx.row_ids  # most replicas hold the same version of a row
+        row_id = row_ids.get(row)
+        if row_id is None:
+            row_id = row_ids[row] = member_record_id(*row)
+        return row_id
 
     def identity_record_id(self, user: bytes) -> bytes | None:
         stored = self.identities.get(user)

@@ -131,3 +131,24 @@ class SparseMerkleTree(SimTree):
         self._check = cast(Any, _Zeros())
         self._check_root = 0
         self._cache = cache if cache is not None else TreeCache()
+
+    def _toggle(self, record_id: bytes, delta: int) -> None:
+        # SimTree._toggle with get(i, 0): a missing node read through __missing__ is a
+        # Python call, and in an almost empty tree most nodes are missing
+        bucket, value, check = self._cache.ids[record_id]
+        xor: list[_Zeros] = cast(Any, self._xor)
+        count: list[_Zeros] = cast(Any, self._count)
+        leaves = count[4]
+        if delta < 0 and not leaves.get(bucket, 0):
+            raise ValueError("remove from an empty bucket: the tree and the store disagree")
+        i = bucket
+        for depth in (4, 3, 2, 1):
+            xors, counts = xor[depth], count[depth]
+            xors[i] = xors.get(i, 0) ^ value
+            counts[i] = counts.get(i, 0) + delta
+            i >>= 4
+        xor[0][0] ^= value
+        count[0][0] += delta
+        checks: _Zeros = cast(Any, self._check)
+        checks[bucket] = checks.get(bucket, 0) ^ check
+        self._check_root ^= check

@@ -83,9 +83,10 @@ class MembershipOp:
     sig: bytes
     proof: ChatProof | None = None  # required by a node (store.authz)
     grant: AdminGrant | None = None  # when the actor is an admin, not the creator
-    # its bytes, once encoded: an op's id is taken from them wherever it goes (the planner,
+    # its bytes and its id, once computed: the id is taken wherever the op goes (the planner,
     # the member index, every replica of a simulation), and a frozen op's bytes never change
     _encoded: bytes | None = field(default=None, init=False, repr=False, compare=False)
+    _op_id: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_len(self.chat_id, CHAT_ID_LEN, "chat_id")
@@ -107,6 +108,15 @@ class MembershipOp:
             encoded = canonical_cbor([*self._body(), self.sig])
             object.__setattr__(self, "_encoded", encoded)
         return encoded
+
+    @property
+    def op_id(self) -> bytes:
+        """Its record id in the MEMBERS domain: ``member_op_id`` of its bytes."""
+        op_id = self._op_id
+        if op_id is None:
+            op_id = member_op_id(self.encode())
+            object.__setattr__(self, "_op_id", op_id)
+        return op_id
 
     @property
     def actor(self) -> bytes:

@@ -46,7 +46,7 @@ from store.authz import DmProof
 from store.hlc import Hlc
 from store.kinds import IsAdmin, delete_is_valid, erases
 from store.merge import identity_wins
-from store.ops import MembershipAction, MembershipOp, Op, member_op_id
+from store.ops import MembershipAction, MembershipOp, Op
 from store.records import IdentityRecord, MessageKind, MsgV1, Role
 
 Pair = tuple[bytes, bytes]  # (chat, user)
@@ -290,7 +290,7 @@ class _Planner:
         member_ops = [(i, op) for i, op in enumerate(ops) if isinstance(op, MembershipOp)]
         if not member_ops:
             return
-        ids = [member_op_id(op.encode()) for _, op in member_ops]
+        ids = [op.op_id for _, op in member_ops]
         known = self.held.held_member_ops(ids)
         plan, held = self.p, self.held
         for (i, op), op_id in zip(member_ops, ids, strict=True):

@@ -23,7 +23,7 @@ returned (a session leaves them to gossip, which is still carrying them).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -33,7 +33,7 @@ from store.keys import NUM_BUCKETS
 from store.kinds import ChatView, IsAdmin, fold_chat
 from store.leaving import drop_chats
 from store.merge import merge_member_states
-from store.ops import MembershipOp, Op, member_op_id
+from store.ops import MembershipOp, Op
 from store.plan import (
     ADMIT_ALL,
     CHAT_RULES,
@@ -315,7 +315,7 @@ class MemoryReplica(ScopedTrees):
         """Add validated member ops to the index: per op, was it new."""
         new = []
         for op in ops:
-            op_id = member_op_id(op.encode())
+            op_id = op.op_id
             fresh = op_id not in self.index
             if fresh:
                 self._add_index_entry(op_id, op)
@@ -506,12 +506,23 @@ class MemoryReplica(ScopedTrees):
 
     def view(self, chat_id: bytes) -> ChatView:
         """The chat as readers see it (MESSAGES.md): edits, deletes, reactions, receipts."""
-        return fold_chat(
-            [m for m in self.messages.values() if m.chat_id == chat_id],
-            [d for d in self.deletes.values() if d.chat_id == chat_id],
-            self.admins(chat_id),
-            shown=self._visible,
-        )
+        return self.views([chat_id])[chat_id]
+
+    def views(self, chat_ids: Iterable[bytes]) -> dict[bytes, ChatView]:
+        """Several chats' views, the held messages and deletes read once for all of them
+        (a view of each in turn would read them once a chat)."""
+        msgs: dict[bytes, list[MsgV1]] = {chat: [] for chat in chat_ids}
+        deletes: dict[bytes, list[MsgV1]] = {chat: [] for chat in msgs}
+        for msg in self.messages.values():
+            if msg.chat_id in msgs:
+                msgs[msg.chat_id].append(msg)
+        for delete in self.deletes.values():
+            if delete.chat_id in deletes:
+                deletes[delete.chat_id].append(delete)
+        return {
+            chat: fold_chat(held, deletes[chat], self.admins(chat), shown=self._visible)
+            for chat, held in msgs.items()
+        }
 
     def visible_ids(self, chat_id: bytes | None = None) -> set[bytes]:
         """The stored messages readers see (of one chat, or of all)."""

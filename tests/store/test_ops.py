@@ -21,6 +21,7 @@ from store.ops import (
     decode_ops,
     encode_ops,
     make_identity,
+    member_op_id,
     op_author,
     verify_identity,
     verify_member_record,
@@ -360,3 +361,5 @@ def test_a_member_op_s_kept_bytes_are_its_own_and_never_a_copy_s() -> None:
     assert decode_membership_op(other.encode()) == other
     assert other == dataclasses.replace(op, role=Role.ADMIN)  # kept bytes are no part of ==
     assert decode_membership_op(first) == op
+    assert op.op_id == member_op_id(first) and other.op_id == member_op_id(other.encode())
+    assert other.op_id != op.op_id  # the id, kept like the bytes, is the new op's own
