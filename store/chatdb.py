@@ -127,6 +127,7 @@ class ChatDb:
         self.get_bucket_msg_ids_filtered = messages.get_bucket_msg_ids_filtered
         self.get_range_msg_ids = messages.get_range_msg_ids
         self.get_ranges_msg_ids = messages.get_ranges_msg_ids
+        self.get_ranges_msg_ids_stamped = messages.get_ranges_msg_ids_stamped
         self.get_messages_cbor_batch = messages.get_messages_cbor_batch
         self.get_messages_cbor_batch_filtered = messages.get_messages_cbor_batch_filtered
         self.get_messages_cbor_by_ids = messages.get_messages_cbor_by_ids

@@ -757,6 +757,25 @@ class Messages:
             return self._rocks.ranges_keys("seen_msg", [bucket_range_keys(*run) for run in runs])
         return [b"".join(self.get_range_msg_ids(lo, hi, cutoff_ts)) for lo, hi in runs]
 
+    def get_ranges_msg_ids_stamped(
+        self, runs: Sequence[tuple[int, int]], cutoff_ts: int
+    ) -> list[tuple[bytes, bytes]]:
+        """Per run ``(start, end)`` of buckets, its ids newer than ``cutoff_ts`` concatenated
+        and their HLC physical ms (8 bytes each, big-endian) in the same order: what a kept
+        listing filters a later cutoff by (``sync.listing_cache``)."""
+        out: list[tuple[bytes, bytes]] = []
+        for lo, hi in runs:
+            low, high = bucket_range_keys(lo, hi)
+            ids: list[bytes] = []
+            stamps: list[bytes] = []
+            for msg_id, key in self._rocks.iter_range("seen_msg", low, high):
+                stamp = extract_hlc_physical_from_seen_value(key) or 0
+                if stamp > cutoff_ts:
+                    ids.append(msg_id)
+                    stamps.append(stamp.to_bytes(8, "big"))
+            out.append((b"".join(ids), b"".join(stamps)))
+        return out
+
     def get_bucket_msg_ids_filtered(self, bucket: int, cutoff_ts: int) -> list[bytes]:
         """Ids in ``bucket`` newer than ``cutoff_ts`` (the retention soft-filter)."""
         return [

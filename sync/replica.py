@@ -48,7 +48,7 @@ from store.retention import Expiry
 from store.waiting import WaitingRoom
 from sync.buckets import Buckets
 from sync.frames import Domain
-from sync.listing_cache import DEFAULT_MAX_IDS, ListingCache
+from sync.listing_cache import DEFAULT_MAX_IDS, Change, ListingCache
 from sync.merkle import MerkleTree, TreeReader, VersionedTree
 from sync.scope import (
     EVERYTHING,
@@ -708,8 +708,7 @@ class DbReplica(ScopedTrees):
         dropped = drop_chats(self.db, leaves)
         self._shard_leaves = None  # rebuilt from the store when next needed
         for index, domain in _SYNC_INDEXES.items():
-            for record_id in dropped.ids[index]:
-                self.trees[domain].remove(record_id)
+            self._track(domain, [(record_id, None, None) for record_id in dropped.ids[index]])
         gone = [m.msg_id for m in self.waiting.waiting() if leaves(m.chat_id)]
         self.waiting.discard(set(gone))
         self.db.save_waiting([], gone)
@@ -752,9 +751,18 @@ class DbReplica(ScopedTrees):
 
     def remove_from_tree(self, msg_ids: list[bytes]) -> None:
         self._shard_leaves = None  # rebuilt from the store when next needed
-        tree = self.trees[Domain.MESSAGES]
-        for msg_id in msg_ids:
-            tree.remove(msg_id)
+        self._track(Domain.MESSAGES, [(msg_id, None, None) for msg_id in msg_ids])
+
+    def _track(self, domain: Domain, changes: list[Change]) -> None:
+        """The store's changes into the domain's tree, and into its kept listings with it
+        (``ListingCache.track``): a session reads nothing from the store for a bucket only
+        the replica's own writes changed."""
+        tree = self.trees[domain]
+        if isinstance(tree, VersionedTree):
+            self._listings[domain].track(tree, changes)
+            return
+        for old, new, _ in changes:
+            tree.replace(old, new)
 
     def bucket_ids(
         self, domain: Domain, bucket: int, cutoff_ms: int | None, scope: Scope = EVERYTHING
@@ -784,12 +792,14 @@ class DbReplica(ScopedTrees):
     ) -> bytes:
         tree = self.trees[domain]
         if isinstance(tree, VersionedTree) and self._within(domain, scope) is None:
+            stamped = self._stamped_ids(domain, cutoff_ms)
             return self._listings[domain].read(  # all we hold there: the kept listings
                 tree.versions,
                 start,
                 end,
                 cutoff_ms,
                 lambda lo, hi: b"".join(self._range_ids(domain, lo, hi, cutoff_ms)),
+                None if stamped is None else lambda lo, hi: stamped([(lo, hi)])[0],
             )
         ids = self._range_ids(domain, start, end, cutoff_ms)
         return b"".join(self._keep_in_scope(domain, ids, scope))
@@ -809,8 +819,18 @@ class DbReplica(ScopedTrees):
                 runs,
                 cutoff_ms,
                 lambda stale: self._runs_ids(domain, stale, cutoff_ms),
+                self._stamped_ids(domain, cutoff_ms),
             )
         return super().ids_in_runs(domain, runs, cutoff_ms, scope)
+
+    def _stamped_ids(
+        self, domain: Domain, cutoff_ms: int | None
+    ) -> Callable[[list[tuple[int, int]]], list[tuple[bytes, bytes]]] | None:
+        """Runs' ids with their stamps, for listings kept under a cutoff (messages only)."""
+        if domain is not Domain.MESSAGES or cutoff_ms is None:
+            return None
+        cutoff = cutoff_ms
+        return lambda runs: self.db.get_ranges_msg_ids_stamped(runs, cutoff)
 
     def _runs_ids(
         self, domain: Domain, runs: list[tuple[int, int]], cutoff_ms: int | None
@@ -882,16 +902,23 @@ class DbReplica(ScopedTrees):
 
     def _put_index(self, ops: list[MembershipOp]) -> list[bool]:
         new, ids = self.db.member_index.put(ops)
+        self._track(
+            Domain.INDEX, [(None, i, None) for i, fresh in zip(ids, new, strict=True) if fresh]
+        )
         for op, op_id, fresh in zip(ops, ids, new, strict=True):
             if fresh:
-                self.trees[Domain.INDEX].replace(None, op_id)
                 self._shard_change(Domain.INDEX, op.user_id, None, op_id)
         return new
 
     def _plan_and_carry_out(self, ops: list[Any]) -> Applied:
         plan = self.db.apply_ops(ops, self.waiting, self.plan_rules)
+        changes: dict[Domain, list[Change]] = {}
         for domain, old, new in tree_changes(plan):
-            self.trees[domain].replace(old, new)
+            # a stored message's stamp: what a retention cutoff filters its kept listing by
+            stamp = plan.store[new].hlc.physical_ms if domain is MESSAGES and new else None
+            changes.setdefault(domain, []).append((old, new, stamp))
+        for domain, domain_changes in changes.items():
+            self._track(domain, domain_changes)
         if self._shard_leaves is not None:
             for domain, key, old, new in shard_changes(plan):
                 self._shard_change(domain, key, old, new)
