@@ -173,6 +173,18 @@ def take_until(records: Iterable[bytes | None], max_bytes: int) -> tuple[list[by
     return out, False
 
 
+def _page_if_full(
+    items: list[StoredMessage], limit: int, replies: list[int] | None
+) -> RangePage | None:
+    """The page, once ``items`` holds ``limit`` and the one more that says there are more."""
+    if len(items) <= limit:
+        return None
+    items.pop()
+    if replies and replies[-1] == limit:
+        replies.pop()
+    return RangePage(items, encode_cursor(items[-1].key))
+
+
 def _take(
     rows: Iterator[tuple[bytes, bytes]], n: int, start: bytes, backward: bool
 ) -> tuple[list[tuple[bytes, bytes]], bool]:
@@ -629,11 +641,9 @@ class Messages:
                 msg = _new(StoredMsg)
                 set_stored(msg, value)  # = stored_msg(value), inlined
                 append(_new_tuple(StoredMessage, (key, seq, msg)))
-            if len(items) > limit:  # the one more: there are more
-                items.pop()
-                if replies and replies[-1] == limit:
-                    replies.pop()
-                return RangePage(items, encode_cursor(items[-1].key))
+            page = _page_if_full(items, limit, replies)
+            if page is not None:
+                return page
             if done:
                 return RangePage(items, None)
 
@@ -668,11 +678,9 @@ class Messages:
                 msg = new(StoredMsg)  # our own rows: decoded when a field is read
                 set_stored(msg, value)
                 append(new_tuple(StoredMessage, (key, seq_of_key(key, _SEQ_AT)[0], msg)))
-            if len(items) > limit:  # the one more: there are more
-                items.pop()
-                if replies and replies[-1] == limit:
-                    replies.pop()
-                return RangePage(items, encode_cursor(items[-1].key))
+            page = _page_if_full(items, limit, replies)
+            if page is not None:
+                return page
             if done:
                 del end  # (held to here: the iterator's upper bound, see Rocks.items)
                 return RangePage(items, None)
