@@ -16,7 +16,6 @@ import time
 from chaos.history import Epoch, EventPage, History, ReadRecord, SessionLog
 from client.e2e import UserKey
 from client.http import ChatsyncClient, ChatsyncClientError, Event
-from store.ops import member_op_id
 
 PAGE = 200  # events per page
 HISTORY_PAGE = 100  # messages per history read
@@ -30,7 +29,7 @@ def position(token: str) -> int:
 
 def event_key(event: Event) -> str:
     if event.member_op is not None:
-        record = member_op_id(event.member_op.encode()).hex()
+        record = event.member_op.op_id.hex()
     elif event.msg is not None and not event.truncated and event.type != "hidden":
         record = event.msg.msg_id.hex()
     else:

@@ -34,7 +34,7 @@ from client.e2e import UserKey
 from store.authz import GroupProof, new_group
 from store.hlc import HlcClock
 from store.kinds import Claims, reaction_payload
-from store.ops import MembershipAction, MembershipOp, Op, encode_op, member_op_id, op_kind
+from store.ops import MembershipAction, MembershipOp, Op, encode_op, op_kind
 from store.records import IdentityRecord, MessageKind, MsgV1, Role
 
 POST_TIMEOUT_S = 5.0
@@ -77,7 +77,7 @@ def op_record(op: Op, kind: str, node: int, made_ms: int, sent_s: float) -> OpRe
         )  # fmt: skip
     if isinstance(op, MembershipOp):
         return OpRecord(
-            member_op_id(op.encode()).hex(), MEMBERS, kind, code, data, op.actor.hex(), op.chat_id.hex(), "", op.hlc.pack(),
+            op.op_id.hex(), MEMBERS, kind, code, data, op.actor.hex(), op.chat_id.hex(), "", op.hlc.pack(),
             made_ms, node, sent_s, sent_s, subject=op.user_id.hex(),
         )  # fmt: skip
     if isinstance(op, IdentityRecord):

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from store.errors import DecodeError
 from store.keys import USER_ID_LEN, bucket_prefix, bucket_range_keys
 from store.merge import merge_member_states
-from store.ops import MembershipOp, decode_membership_op, member_op_id
+from store.ops import MembershipOp, decode_membership_op
 from store.records import MemberInfo
 from store.rocks import Rocks
 
@@ -33,7 +33,7 @@ class MemberIndex:
         """Store the ops not held yet, in one WriteBatch: per op whether it was new, and
         each op's id."""
         encoded = [op.encode() for op in ops]
-        ids = [member_op_id(e) for e in encoded]
+        ids = [op.op_id for op in ops]
         held = self._rocks.multi_get(CF, ids)
         new, fresh = [], set()
         batch = self._rocks.new_batch()

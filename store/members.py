@@ -36,7 +36,7 @@ from store.keys import (
 from store.merge import add_op_state, merge_member_states, meta_after_membership, remove_op_state
 from store.messages import take_until
 from store.metas import Metas
-from store.ops import MembershipAction, MembershipOp, decode_membership_op, member_op_id
+from store.ops import MembershipAction, MembershipOp, decode_membership_op
 from store.records import (
     ChatMeta,
     MemberInfo,
@@ -93,7 +93,7 @@ class Members:
         the ingress; the store trusts them.
         """
         encoded = [op.encode() for op in ops]
-        ids = [member_op_id(e) for e in encoded]
+        ids = [op.op_id for op in ops]
         held = self._rocks.multi_get("seen_member", ids)
         new: list[bool] = []
         fresh: dict[bytes, tuple[MembershipOp, bytes]] = {}
