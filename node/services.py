@@ -24,6 +24,8 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import base58
+
 from node.agreement import root_gauge
 from node.arrivals import ArrivalLog
 from node.clock import Clock
@@ -106,6 +108,7 @@ def build_services(
         config=sync_config(config, verifier), cutoff=lambda: replica.cutoff_ms,
         frames_per_s=config.peer_sync_frames_per_s, bytes_per_s=config.peer_sync_bytes_per_s,
         max_sessions=config.sync_max_sessions, on_outcome=judge.sync_ended,
+        own_id=base58.b58encode(own_peer_id).decode(),
     )  # fmt: skip
     settings = GossipSettings.of(config, topic=topic, own_peer_id=own_peer_id)
     not_held = functools.partial(ops_not_held, replica.db)

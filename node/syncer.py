@@ -34,7 +34,7 @@ from node.clock import Clock
 from node.framing import FrameStream, FrameTooLarge, StreamClosed
 from node.limits import TokenBuckets
 from node.metrics import Metrics
-from node.sync_slots import BUSY, DUPLICATE, SessionSlots
+from node.sync_slots import BUSY, CROSSED, DUPLICATE, SessionSlots
 from sync.claims import BucketClaims
 from sync.entitled import PeerScoped
 from sync.errors import RemoteProtocolError
@@ -127,6 +127,7 @@ class SyncService:
         max_sessions: int = MAX_SESSIONS,
         on_outcome: Callable[[SyncOutcome], None] | None = None,
         peer_bound: Callable[[str], Scope] | None = None,
+        own_id: str | None = None,
     ) -> None:
         self.replica = replica
         # scope authentication: what a peer may reconcile with us (sync/entitled.py)
@@ -142,7 +143,8 @@ class SyncService:
         # One session per peer, a few at once. Running one at a time for the whole node let
         # one silent stream stop all anti-entropy. The price of concurrency: a node that was
         # down may verify the same records from two peers (bounded by max_sessions).
-        self.slots = SessionSlots(max_sessions)
+        # (our id breaks the tie when a peer's session crosses ours: node/sync_slots.py)
+        self.slots = SessionSlots(max_sessions, own=own_id)
         # ...which split the buckets they find different: each missing record comes once
         # a session that brings no record for 3 idle timeouts loses them (not 1: at 1,000,000
         # missing, the id lists of a pass take a few record-less frames on a busy machine)
@@ -181,7 +183,7 @@ class SyncService:
         try:
             return await self._drive(peer, session, frames)
         finally:
-            self.slots.release(peer)
+            self.slots.release(peer, session.role.value)
 
     async def respond(self, peer: str, frames: FrameStream) -> SyncOutcome:
         session = SyncSession(
@@ -189,17 +191,18 @@ class SyncService:
             config=self.session_config(), claims=self.claims,
         )  # fmt: skip
         refused = self.slots.claim(peer, session.role.value)
-        if refused is not None:
-            await _try_send(frames, encode_frame(Abort(refused)))
+        if refused is not None:  # (a crossing we win reads as DUPLICATE to the peer)
+            await _try_send(frames, encode_frame(Abort(DUPLICATE if refused == CROSSED else refused)))  # fmt: skip
             await _close(frames)
             return self._refused(peer, session, refused)
         try:
             return await self._drive(peer, session, frames)
         finally:
-            self.slots.release(peer)
+            self.slots.release(peer, session.role.value)
 
     def _refused(self, peer: str, session: SyncSession, reason: str) -> SyncOutcome:
-        """A session that never started: ``reason`` is BUSY or DUPLICATE (node/sync_slots.py)."""
+        """A session that never started: ``reason`` is BUSY, DUPLICATE or CROSSED
+        (node/sync_slots.py)."""
         outcome = SyncOutcome(
             peer=peer, role=session.role.value, converged=False, error=reason,
             started_ms=self.clock.wall_ms(), duration_ms=0.0, frames=0, bytes_sent=0,

@@ -15,7 +15,7 @@ from node.clock import Clock
 from node.framing import TrioFrames
 from node.metrics import Metrics
 from node.penalties import Blocklist, PeerJudge, PeerPenalties
-from node.sync_slots import BUSY, DUPLICATE, SessionSlots
+from node.sync_slots import BUSY, CROSSED, DUPLICATE, SessionSlots, SlotStats
 from node.syncer import SyncOutcome, SyncService
 from store.ops import Op
 from sync.frames import Abort, Domain, decode_frame
@@ -37,9 +37,26 @@ def test_slots_one_per_peer_and_a_cap_per_direction() -> None:
     assert slots.claim("b", "responder") is None
     assert slots.claim("c", "responder") == BUSY  # the answering side is full ...
     assert slots.claim("c", "initiator") is None  # ... the sessions we open are not
-    slots.release("a")
+    slots.release("a", "responder")
     assert slots.claim("a", "initiator") is None
     assert slots.statistics().active == 3
+
+
+def test_a_crossing_is_broken_by_peer_id_the_same_way_at_both_ends() -> None:
+    """Both open at once: the lower id's session runs, the higher id's is refused (told
+    DUPLICATE, counted as a crossing: not charged). Without our id there is no tie-break."""
+    low, high = SessionSlots(per_direction=2, own="A"), SessionSlots(per_direction=2, own="B")
+    assert low.claim("B", "initiator") is None and high.claim("A", "initiator") is None
+    assert low.claim("B", "responder") == CROSSED  # ours (A's) wins
+    assert high.claim("A", "responder") is None  # B answers A's beside its own opening
+    assert high.statistics() == SlotStats(active=1, initiator=1, responder=1)
+    assert high.claim("A", "responder") == DUPLICATE  # once: a second stream is a probe
+    assert high.claim("C", "initiator") is None and high.claim("C", "initiator") == DUPLICATE
+    high.release("A", "initiator")  # B's opening ended (A refused it)
+    assert high.claim("A", "initiator") == DUPLICATE  # A's session still holds the slot
+    plain = SessionSlots(per_direction=2)
+    assert plain.claim("B", "initiator") is None
+    assert plain.claim("B", "responder") == DUPLICATE
 
 
 def _node(db_path: Path, judge: PeerJudge | None = None) -> tuple[SyncService, list[SyncOutcome]]:

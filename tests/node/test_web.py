@@ -103,8 +103,8 @@ async def two_nodes(
             yield a, a_http, b, b_http
 
 
-# Long: on a loaded machine (CI beside other jobs) both ends' sessions can outlast the sync
-# interval and refuse each other (duplicate_session) for a while before one runs alone
+# Long: on a loaded machine (CI beside other jobs) sessions outlast the sync interval (two
+# that cross are settled by peer id at once: node/sync_slots.py)
 async def _wait_for(check: Callable[[], Awaitable[bool]], timeout_s: float = 60.0) -> None:
     with trio.fail_after(timeout_s):
         while not await check():
@@ -208,8 +208,8 @@ async def test_every_metric_the_grafana_dashboard_queries_exists_on_a_node(tmp_p
         async def exported(name: str) -> bool:
             return name in (await b_http.get("/metrics")).text
 
-        # both ends open a session at connect and one may be refused (duplicate_session):
-        # the next comes an interval (10 s ± 25 %) later, and a loaded machine can need more
+        # both ends open a session at connect: the lower id's runs, the other is refused
+        # (node/sync_slots.py); a loaded machine can need more than one interval (10 s ± 25 %)
         await _wait_for(lambda: exported("chatsync_peer_agreed_seconds{"), timeout_s=90.0)
 
         async def gossiped() -> bool:
