@@ -103,9 +103,13 @@ class ScopeKeeper:
             await self._follow()
 
     def bound_for(self, peer: str) -> Scope:
-        """What ``peer`` (base58) may reconcile with us: the shards its users are in and its
-        shards by the R rule among the nodes we know (sync/entitled.py)."""
-        node = base58.b58decode(peer)
+        """What ``peer`` (base58) may reconcile with us (``bound_of``)."""
+        return self.bound_of(base58.b58decode(peer))
+
+    def bound_of(self, node: bytes) -> Scope:
+        """What the peer ``node`` (raw id) is entitled to — its sessions reconcile, its gossip
+        carries (``node/scopes.py``): the shards its users are in and its shards by the R
+        rule among the nodes we know (sync/entitled.py)."""
         rule = self._rule_cache.get(node)
         if rule is None:
             known = [*self._nodes, self.served.node_id]

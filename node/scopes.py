@@ -14,7 +14,7 @@ import trio
 
 from node.config import NodeConfig
 from node.gossip.settings import OPS_TOPIC
-from node.gossip.topics import shard_topic, topics_for
+from node.gossip.topics import shard_topic, topic_within, topics_for
 from node.p2p.host import Libp2pHost, Libp2pPubSub
 from node.peers import PeerManager
 from node.scope_answer import nodes_holding, nodes_holding_user
@@ -40,6 +40,7 @@ class NodeScopes:
         # gossip topics received, each loop's cancel scope (more, or fewer, as the scope changes)
         self._topics: dict[str, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
+        self.keeper: ScopeKeeper | None = None  # with --scope auto or scope authentication
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Receive the base topic and (with ``gossip_sharded``) our shards' topics; with
@@ -49,10 +50,27 @@ class NodeScopes:
         await self._subscribe(topics_for(OPS_TOPIC, services.replica.scope, sharded=cfg.gossip_sharded))  # fmt: skip
         services.intake.index_users = self._index_users
         if cfg.scope_auto or cfg.scope_authenticate:
-            keeper = self._keeper()
+            self.keeper = keeper = self._keeper()
             if cfg.scope_authenticate:
                 services.sync.peer_bound = keeper.bound_for
+                self._bound_gossip(keeper)
             nursery.start_soon(keeper.run)
+
+    def _bound_gossip(self, keeper: ScopeKeeper) -> None:
+        """A shard topic's messages only to peers entitled to the shard: the bound the
+        sessions use (``bound_of``), applied by the router (``node/p2p/gated_gossip.py``).
+        Unsharded gossip has one topic for everything, which no shard bound can split."""
+        if not self.config.gossip_sharded:
+            log.warning("scope_authenticate without gossip_sharded: gossip is not bounded")
+        metrics = self.services.metrics
+
+        def allowed(peer: bytes, topic: str) -> bool:
+            return topic_within(OPS_TOPIC, topic, keeper.bound_of(peer))
+
+        def withheld(kind: str) -> None:
+            metrics.inc("gossip_withheld", kind=kind, help=WITHHELD_HELP)
+
+        self.pubsub.set_topic_gate(allowed, withheld)
 
     def holds_chat(self, chat: bytes) -> bool:
         return self.services.replica.scope.holds_chat(chat)
@@ -159,6 +177,12 @@ class NodeScopes:
             if (loop := self._topics.pop(topic, None)) is not None:
                 loop.cancel()
                 await self.pubsub.unsubscribe(topic)
+
+
+WITHHELD_HELP = (
+    "gossip kept from peers not entitled to its shard, by kind (message, ihave, graft; "
+    "graft_refused: a GRAFT of theirs answered with PRUNE)"
+)
 
 
 async def _within(scope: trio.CancelScope, run: Callable[..., Awaitable[None]], *args: Any) -> None:
