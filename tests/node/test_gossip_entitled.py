@@ -7,6 +7,7 @@ entitled one receives them all. Without scope authentication (the control) both 
 
 from __future__ import annotations
 
+import logging
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ from store.records import MsgV1
 from sync.scope import Scope, holders, shard_of
 
 from node_support import now_ms, ops_body, running_node
+
+log = logging.getLogger(__name__)
 
 SHARDS = 8
 ALICE = UserKey.from_seed(b"\x31" * 32)
@@ -125,6 +128,11 @@ async def test_an_unentitled_subscriber_gets_none_of_a_shards_gossip(
         await u_pubsub.router.emit_iwant(wanted, own)
         unentitled = await _received(u_sub, 2.0)
 
+        log.warning(
+            "authenticate=%s: entitled peer got %d messages, unentitled %d; %s", authenticate,
+            len(entitled), len(unentitled),
+            [m for m in node.services.metrics.render().splitlines() if "withheld_total{" in m],
+        )  # fmt: skip
         router = node.pubsub.router  # type: ignore[attr-defined]
         assert isinstance(router, GatedGossipSub)
         metrics = node.services.metrics.render()
