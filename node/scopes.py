@@ -80,8 +80,8 @@ class NodeScopes:
         cfg = self.config
         found = nodes_holding(
             chat, self.services.db.reads, own=self.host.peer_id.to_bytes(),
-            known=self._connected(), replication_factor=cfg.replication_factor,
-            num_shards=cfg.network_shards,
+            known=_raw(self.peers.known()), reached=_raw(self.peers.reached()),
+            replication_factor=cfg.replication_factor, num_shards=cfg.network_shards,
         )  # fmt: skip
         return [base58.b58encode(n).decode() for n in found]
 
@@ -92,13 +92,15 @@ class NodeScopes:
         """Peer ids (base58) of nodes holding a user shard we do not index."""
         cfg = self.config
         found = nodes_holding_user(
-            user, own=self.host.peer_id.to_bytes(), known=self._connected(),
-            replication_factor=cfg.replication_factor, num_shards=cfg.network_shards,
+            user, own=self.host.peer_id.to_bytes(), known=_raw(self.peers.known()),
+            reached=_raw(self.peers.reached()), replication_factor=cfg.replication_factor,
+            num_shards=cfg.network_shards,
         )  # fmt: skip
         return [base58.b58encode(n).decode() for n in found]
 
-    def _connected(self) -> list[bytes]:
-        return [p.to_bytes() for p in self.host.get_connected_peers()]
+    def _reached(self) -> list[bytes]:
+        """The keeper's view for the R rule: peers we know alive (``PeerManager.reached``)."""
+        return _raw(self.peers.reached())
 
     def _keeper(self) -> ScopeKeeper:
         cfg, services = self.config, self.services
@@ -110,7 +112,7 @@ class NodeScopes:
         return ScopeKeeper(
             services.replica, served, services.writer, services.clock, services.metrics,
             interval_s=cfg.scope_check_interval_s, replication_factor=cfg.replication_factor,
-            known_nodes=self._connected, on_widen=self._join, on_expired=self._leave,
+            known_nodes=self._reached, on_widen=self._join, on_expired=self._leave,
             serve=cfg.scope_auto,
         )  # fmt: skip
 
@@ -183,6 +185,17 @@ WITHHELD_HELP = (
     "gossip kept from peers not entitled to its shard, by kind (message, ihave, graft; "
     "graft_refused: a GRAFT of theirs answered with PRUNE)"
 )
+
+
+def _raw(names: list[str]) -> list[bytes]:
+    """Peer ids as bytes; a name that is no base58 (a damaged peers.json) is left out."""
+    raw = []
+    for name in names:
+        try:
+            raw.append(base58.b58decode(name))
+        except ValueError:
+            continue
+    return raw
 
 
 async def _within(scope: trio.CancelScope, run: Callable[..., Awaitable[None]], *args: Any) -> None:
