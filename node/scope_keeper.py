@@ -1,8 +1,8 @@
 """``--scope auto``: keep the node's scope in step with the users naming it as a home node.
 
 The I/O shell of ``sync/serving.py`` (which decides). Every ``scope_check_interval_s`` it
-looks whether the member ops or identities changed (their trees' roots) or the peers it is
-connected to did (the replication-factor rule ranks them); if so it reads the stored
+looks whether the member ops or identities changed (their trees' roots) or the peers it
+knows alive did (``known_nodes``: the replication-factor rule ranks them); if so it reads the stored
 identities that name home nodes and the member rows (both global, small beside messages) in
 a worker thread and hands them to ``ServedScope``. When the scope grows, the wider scope is
 set through the writer (the one writer: intake, sync and gossip refuse nothing of the new
