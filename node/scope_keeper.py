@@ -31,7 +31,7 @@ from sync.entitled import entitled_shards, entitled_user_shards
 from sync.merkle import MerkleTree
 from sync.protocol import Domain
 from sync.replica import DbReplica
-from sync.scope import Scope, replica_shards
+from sync.scope import Scope, replica_shards, rule_shards
 from sync.serving import ServedScope
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,8 @@ class ScopeKeeper:
         self.entitled: dict[bytes, frozenset[int]] = {}  # node -> shards its users are in
         self.entitled_users: dict[bytes, frozenset[int]] = {}  # node -> its users' shards
         self._nodes: list[bytes] = []
-        self._rule_cache: dict[bytes, frozenset[int]] = {}
+        self._rule_of: dict[bytes, frozenset[int]] = {}  # each known node's R-rule shards
+        self._rule_cache: dict[bytes, frozenset[int]] = {}  # those of peers not known yet
         served.hold(replica.scope.shards or (), replica.scope.user_shards or ())  # at start
         metrics.gauge(
             "scope_shards",
@@ -94,7 +95,13 @@ class ScopeKeeper:
         marks = (*roots, nodes)
         if marks != self._marks:
             homes, rows = await trio.to_thread.run_sync(read_homes_and_rows, self.replica.db)
-            self._see(homes, rows, nodes)
+            self._rule_of = {}
+            if self.replication_factor > 0:  # the whole view at once, off the event loop
+                self._rule_of = await trio.to_thread.run_sync(
+                    rule_shards, [*nodes, self.served.node_id], self.replication_factor,
+                    self.served.num_shards,
+                )  # fmt: skip
+            self._see(homes, rows)
             self.entitled = entitled_shards(homes, rows, self.served.num_shards)
             self.entitled_users = entitled_user_shards(homes, self.served.num_shards)
             self._nodes, self._rule_cache = nodes, {}
@@ -110,8 +117,10 @@ class ScopeKeeper:
         """What the peer ``node`` (raw id) is entitled to — its sessions reconcile, its gossip
         carries (``node/scopes.py``): the shards its users are in and its shards by the R
         rule among the nodes we know (sync/entitled.py)."""
-        rule = self._rule_cache.get(node)
+        rule = self._rule_of.get(node)
         if rule is None:
+            rule = self._rule_cache.get(node)
+        if rule is None:  # a peer not in the view yet: counted with it, as it would be
             known = [*self._nodes, self.served.node_id]
             rule = frozenset()
             if self.replication_factor > 0:
@@ -153,7 +162,6 @@ class ScopeKeeper:
         self,
         homes: list[tuple[bytes, tuple[bytes, ...]]],
         rows: list[tuple[bytes, bytes, bool]],
-        nodes: list[bytes],
     ) -> None:
         served = self.served
         named = {user for user, home in homes if served.node_id in home}
@@ -166,9 +174,7 @@ class ScopeKeeper:
         for chat, user, active in rows:
             served.see_member(chat, user, active)
         if self.replication_factor > 0:
-            served.rule_shards = replica_shards(
-                served.node_id, nodes, self.replication_factor, served.num_shards
-            )
+            served.rule_shards = self._rule_of.get(served.node_id, frozenset())
 
 
 def read_homes_and_rows(
