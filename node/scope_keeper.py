@@ -69,7 +69,7 @@ class ScopeKeeper:
         self.entitled_users: dict[bytes, frozenset[int]] = {}  # node -> its users' shards
         self._nodes: list[bytes] = []
         self._rule_of: dict[bytes, frozenset[int]] = {}  # each known node's R-rule shards
-        self._rule_cache: dict[bytes, frozenset[int]] = {}  # those of peers not known yet
+        self._bound_cache: dict[bytes, Scope] = {}  # bound_of's answers since the last change
         served.hold(replica.scope.shards or (), replica.scope.user_shards or ())  # at start
         metrics.gauge(
             "scope_shards",
@@ -95,16 +95,17 @@ class ScopeKeeper:
         marks = (*roots, nodes)
         if marks != self._marks:
             homes, rows = await trio.to_thread.run_sync(read_homes_and_rows, self.replica.db)
-            self._rule_of = {}
+            rule_of: dict[bytes, frozenset[int]] = {}
             if self.replication_factor > 0:  # the whole view at once, off the event loop
-                self._rule_of = await trio.to_thread.run_sync(
+                rule_of = await trio.to_thread.run_sync(
                     rule_shards, [*nodes, self.served.node_id], self.replication_factor,
                     self.served.num_shards,
                 )  # fmt: skip
+            self._rule_of = rule_of  # from here to the end of the step: no await
             self._see(homes, rows)
             self.entitled = entitled_shards(homes, rows, self.served.num_shards)
             self.entitled_users = entitled_user_shards(homes, self.served.num_shards)
-            self._nodes, self._rule_cache = nodes, {}
+            self._nodes, self._bound_cache = nodes, {}
             self._marks = marks
         if self.serve:
             await self._follow()
@@ -117,21 +118,23 @@ class ScopeKeeper:
         """What the peer ``node`` (raw id) is entitled to — its sessions reconcile, its gossip
         carries (``node/scopes.py``): the shards its users are in and its shards by the R
         rule among the nodes we know (sync/entitled.py)."""
+        bound = self._bound_cache.get(node)  # asked per gossip message and peer: 14 us built
+        if bound is not None:
+            return bound
         rule = self._rule_of.get(node)
-        if rule is None:
-            rule = self._rule_cache.get(node)
         if rule is None:  # a peer not in the view yet: counted with it, as it would be
             known = [*self._nodes, self.served.node_id]
             rule = frozenset()
             if self.replication_factor > 0:
                 rule = replica_shards(node, known, self.replication_factor, self.served.num_shards)
-            if len(self._rule_cache) < 1_024:  # bounded: peers come and go
-                self._rule_cache[node] = rule
-        return Scope(
+        bound = Scope(
             self.entitled.get(node, frozenset()) | rule,
             self.served.num_shards,
             self.entitled_users.get(node, frozenset()) | rule,
         )
+        if len(self._bound_cache) < 1_024:  # bounded: peers come and go
+            self._bound_cache[node] = bound
+        return bound
 
     async def _follow(self) -> None:
         held, expired = self.served.step(self.clock.wall_ms())
