@@ -183,3 +183,33 @@ def test_the_wire_keeps_back_every_refused_topics_message_ihave_and_graft() -> N
     assert router.without_refused(peer, untouched) is untouched
     router.gate = None
     assert router.without_refused(peer, only_refused) is only_refused
+
+
+async def test_a_peer_that_loses_its_entitlement_is_pruned_and_sent_nothing_more() -> None:
+    """Two real libp2p peers; the gate of one turns against the other (its entitlement
+    gone: the keeper re-read the rows or the view): at the next heartbeat it leaves the
+    mesh with a PRUNE, and what is published after does not reach it."""
+    topic, refused = shard_topic(OPS_TOPIC, 1), set[bytes]()
+    async with AsyncExitStack() as stack:
+        (p_host, p_pubsub), (q_host, q_pubsub) = await _peer(stack), await _peer(stack)
+        router = p_pubsub.router
+        assert isinstance(router, GatedGossipSub)
+        router.gate = lambda peer, t: peer not in refused
+        await q_host.connect(info_from_p2p_addr(p_host.get_addrs()[0].encapsulate(
+            multiaddr.Multiaddr(f"/p2p/{p_host.get_id()}")
+        )))  # fmt: skip
+        await p_pubsub.subscribe(topic)
+        q_sub = await q_pubsub.subscribe(topic)
+        with trio.fail_after(10):
+            while q_host.get_id() not in router.mesh.get(topic, set()):
+                await trio.sleep(0.1)
+        await p_pubsub.publish(topic, b"before")
+        assert [m.data for m in await _received(q_sub, 1.0)] == [b"before"]
+        refused.add(q_host.get_id().to_bytes())
+        with trio.fail_after(10):
+            while q_host.get_id() in router.mesh.get(topic, set()) or p_host.get_id() in (
+                q_pubsub.router.mesh.get(topic, set())
+            ):
+                await trio.sleep(0.1)
+        await p_pubsub.publish(topic, b"after")
+        assert await _received(q_sub, 1.5) == []
