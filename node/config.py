@@ -102,7 +102,7 @@ class NodeConfig:
     scope_shards: tuple[int, ...] | None = None
     # ``--scope auto``: hold the chats of the users naming this node as a home node, plus
     # ``scope_shards`` (pins), plus the shards the replication-factor rule gives it among the
-    # peers it is connected to (``replication_factor``; 0: none); a shard no longer needed
+    # peers it knows alive (connected, or within 10 min: node/peers.py) (``replication_factor``; 0: none); a shard no longer needed
     # leaves the store ``scope_grace_s`` after (sync/serving.py)
     scope_auto: bool = False
     replication_factor: int = DEFAULT_REPLICATION

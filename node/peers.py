@@ -66,6 +66,10 @@ IDENTIFY_WAIT_S = 5.0  # after a dial, before asking the new peer for peers
 EXCHANGE_MIN_S = 5.0  # an asker is answered at most this often
 EXCHANGE_WHEN_SHORT_S = 5.0  # ask this often while below the low water with nobody to dial
 PEERS_FILE = "peers.json"
+# a peer connected to within this counts as alive for the R rule (``reached``): well below
+# ``scope_grace_s`` (a day), so a dead peer leaves the view before a shard it took from us
+# would leave our disk (SYNC.md, "Replication factor")
+REACHED_WITHIN_S = 600.0
 
 
 class PeerManager:
@@ -107,6 +111,8 @@ class PeerManager:
         self._own_addrs: list[str] = []
         self._saved: object = None
         self._connected_at: dict[str, float] = {}  # when we first saw each connection
+        self._reached: tuple[str, ...] = ()  # the book's views, as of the last round
+        self._known: tuple[str, ...] = ()
         self._restore()
 
     # --- the book ---
@@ -163,6 +169,26 @@ class PeerManager:
     def connected(self) -> list[str]:
         return [p.to_base58() for p in self.host.get_connected_peers()]
 
+    # --- the nodes we know, for the R rule (SYNC.md, "Replication factor") ---
+
+    def reached(self) -> list[str]:
+        """Peers we know alive: connected, or connected to within ``REACHED_WITHIN_S``
+        (the keeper's view: a hearsay peer counted there could take a shard from us)."""
+        return list(dict.fromkeys([*self.connected(), *self._reached]))
+
+    def known(self) -> list[str]:
+        """Every peer we know of: connected, reached, or told of by peer exchange (the
+        421 answer's view; bounded by the book, ``sync/peering.py``). Any thread."""
+        return list(dict.fromkeys([*self.connected(), *self._known]))
+
+    def _refresh_views(self, connected: list[str]) -> None:
+        now_ms = self._now_ms()
+        for name in connected:
+            self.book.seen(name, now_ms)
+        since = now_ms - int(REACHED_WITHIN_S * 1000)
+        self._reached = tuple(self.book.reached_since(since))
+        self._known = tuple(self.book.known())
+
     # --- connections: dial toward the low water, close above the high ---
 
     async def maintain(self, own_addrs: list[str]) -> None:
@@ -184,6 +210,7 @@ class PeerManager:
             del self._connected_at[name]  # bounded under churn
         for name in connected:
             self._connected_at.setdefault(name, now)
+        self._refresh_views(connected)
         young = {n for n, t in self._connected_at.items() if now - t < CONNECTION_GRACE_S}
         for name in surplus(connected, self.high, self.rnd, young):
             log.debug("closing surplus connection to %s", name)

@@ -4,12 +4,17 @@ a chat outside its scope is told where to go). Reads only; the rule is ``sync.sc
 Two sources: the home nodes its members name in their signed identities (the nodes serving
 them hold the chat under ``--scope auto``) — of the members this node's member index knows
 (the users of its user shards: a chat's member ops follow the chat, which we do not hold) —
-and the shard's holders by the replication-factor rule among the peers we know. At most
+and the shard's holders by the replication-factor rule among the peers we know — first
+over every peer we know of (``known``: connected, reached, told of by peer exchange: the
+view nearest the network's), then over the peers we reached lately (``reached``): hearsay
+can add names before them, never remove them (SYNC.md, "Replication factor"). At most
 ``MAX_NAMED`` nodes, members' home nodes first; the members read are bounded too (a big
 group's first ``MAX_MEMBERS_READ``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from store.chat_reads import ChatReads
 from store.ops import decode_identity_doc
@@ -24,7 +29,8 @@ def nodes_holding(
     reads: ChatReads,
     *,
     own: bytes,
-    known: list[bytes],
+    known: Sequence[bytes],
+    reached: Sequence[bytes] = (),
     replication_factor: int,
     num_shards: int,
 ) -> list[bytes]:
@@ -34,22 +40,34 @@ def nodes_holding(
         found = reads.get_identity(user)
         if found is not None:
             named.extend(decode_identity_doc(found[1]).home_nodes)
-    if replication_factor > 0:
-        named.extend(
-            holders(shard_of(chat, num_shards), [*known, own], replication_factor, num_shards)
-        )
+    named.extend(
+        _by_rule(shard_of(chat, num_shards), own, (known, reached), replication_factor, num_shards)
+    )
     unique = [n for n in dict.fromkeys(named) if n != own]
     return unique[:MAX_NAMED]
 
 
 def nodes_holding_user(
-    user: bytes, *, own: bytes, known: list[bytes], replication_factor: int, num_shards: int
+    user: bytes,
+    *,
+    own: bytes,
+    known: Sequence[bytes],
+    reached: Sequence[bytes] = (),
+    replication_factor: int,
+    num_shards: int,
 ) -> list[bytes]:
     """Peer ids of nodes holding ``user``'s user shard by the R rule among the peers we know
     (ourselves left out): an `--scope auto` node holds its R-rule shards as user shards too.
     Its home nodes hold it as well, but they are named in the identity we do not hold."""
-    if replication_factor <= 0:
-        return []
     shard = user_shard_of(user, num_shards)
-    found = holders(shard, [*known, own], replication_factor, num_shards)
-    return [n for n in found if n != own][:MAX_NAMED]
+    found = _by_rule(shard, own, (known, reached), replication_factor, num_shards)
+    return [n for n in dict.fromkeys(found) if n != own][:MAX_NAMED]
+
+
+def _by_rule(
+    shard: int, own: bytes, views: Sequence[Sequence[bytes]], r: int, num_shards: int
+) -> list[bytes]:
+    """The shard's holders by the R rule over each view in turn (ourselves counted)."""
+    if r <= 0:
+        return []
+    return [n for view in views for n in holders(shard, [*view, own], r, num_shards)]

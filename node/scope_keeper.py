@@ -1,8 +1,8 @@
 """``--scope auto``: keep the node's scope in step with the users naming it as a home node.
 
 The I/O shell of ``sync/serving.py`` (which decides). Every ``scope_check_interval_s`` it
-looks whether the member ops or identities changed (their trees' roots) or the peers it is
-connected to did (the replication-factor rule ranks them); if so it reads the stored
+looks whether the member ops or identities changed (their trees' roots) or the peers it
+knows alive did (``known_nodes``: the replication-factor rule ranks them); if so it reads the stored
 identities that name home nodes and the member rows (both global, small beside messages) in
 a worker thread and hands them to ``ServedScope``. When the scope grows, the wider scope is
 set through the writer (the one writer: intake, sync and gossip refuse nothing of the new
@@ -31,7 +31,7 @@ from sync.entitled import entitled_shards, entitled_user_shards
 from sync.merkle import MerkleTree
 from sync.protocol import Domain
 from sync.replica import DbReplica
-from sync.scope import Scope, replica_shards
+from sync.scope import Scope, replica_shards, rule_shards
 from sync.serving import ServedScope
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,8 @@ class ScopeKeeper:
         self.entitled: dict[bytes, frozenset[int]] = {}  # node -> shards its users are in
         self.entitled_users: dict[bytes, frozenset[int]] = {}  # node -> its users' shards
         self._nodes: list[bytes] = []
-        self._rule_cache: dict[bytes, frozenset[int]] = {}
+        self._rule_of: dict[bytes, frozenset[int]] = {}  # each known node's R-rule shards
+        self._bound_cache: dict[bytes, Scope] = {}  # bound_of's answers since the last change
         served.hold(replica.scope.shards or (), replica.scope.user_shards or ())  # at start
         metrics.gauge(
             "scope_shards",
@@ -94,31 +95,46 @@ class ScopeKeeper:
         marks = (*roots, nodes)
         if marks != self._marks:
             homes, rows = await trio.to_thread.run_sync(read_homes_and_rows, self.replica.db)
-            self._see(homes, rows, nodes)
+            rule_of: dict[bytes, frozenset[int]] = {}
+            if self.replication_factor > 0:  # the whole view at once, off the event loop
+                rule_of = await trio.to_thread.run_sync(
+                    rule_shards, [*nodes, self.served.node_id], self.replication_factor,
+                    self.served.num_shards,
+                )  # fmt: skip
+            self._rule_of = rule_of  # from here to the end of the step: no await
+            self._see(homes, rows)
             self.entitled = entitled_shards(homes, rows, self.served.num_shards)
             self.entitled_users = entitled_user_shards(homes, self.served.num_shards)
-            self._nodes, self._rule_cache = nodes, {}
+            self._nodes, self._bound_cache = nodes, {}
             self._marks = marks
         if self.serve:
             await self._follow()
 
     def bound_for(self, peer: str) -> Scope:
-        """What ``peer`` (base58) may reconcile with us: the shards its users are in and its
-        shards by the R rule among the nodes we know (sync/entitled.py)."""
-        node = base58.b58decode(peer)
-        rule = self._rule_cache.get(node)
-        if rule is None:
+        """What ``peer`` (base58) may reconcile with us (``bound_of``)."""
+        return self.bound_of(base58.b58decode(peer))
+
+    def bound_of(self, node: bytes) -> Scope:
+        """What the peer ``node`` (raw id) is entitled to — its sessions reconcile, its gossip
+        carries (``node/scopes.py``): the shards its users are in and its shards by the R
+        rule among the nodes we know (sync/entitled.py)."""
+        bound = self._bound_cache.get(node)  # asked per gossip message and peer: 14 us built
+        if bound is not None:
+            return bound
+        rule = self._rule_of.get(node)
+        if rule is None:  # a peer not in the view yet: counted with it, as it would be
             known = [*self._nodes, self.served.node_id]
             rule = frozenset()
             if self.replication_factor > 0:
                 rule = replica_shards(node, known, self.replication_factor, self.served.num_shards)
-            if len(self._rule_cache) < 1_024:  # bounded: peers come and go
-                self._rule_cache[node] = rule
-        return Scope(
+        bound = Scope(
             self.entitled.get(node, frozenset()) | rule,
             self.served.num_shards,
             self.entitled_users.get(node, frozenset()) | rule,
         )
+        if len(self._bound_cache) < 1_024:  # bounded: peers come and go
+            self._bound_cache[node] = bound
+        return bound
 
     async def _follow(self) -> None:
         held, expired = self.served.step(self.clock.wall_ms())
@@ -149,7 +165,6 @@ class ScopeKeeper:
         self,
         homes: list[tuple[bytes, tuple[bytes, ...]]],
         rows: list[tuple[bytes, bytes, bool]],
-        nodes: list[bytes],
     ) -> None:
         served = self.served
         named = {user for user, home in homes if served.node_id in home}
@@ -162,9 +177,7 @@ class ScopeKeeper:
         for chat, user, active in rows:
             served.see_member(chat, user, active)
         if self.replication_factor > 0:
-            served.rule_shards = replica_shards(
-                served.node_id, nodes, self.replication_factor, served.num_shards
-            )
+            served.rule_shards = self._rule_of.get(served.node_id, frozenset())
 
 
 def read_homes_and_rows(

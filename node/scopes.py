@@ -14,7 +14,7 @@ import trio
 
 from node.config import NodeConfig
 from node.gossip.settings import OPS_TOPIC
-from node.gossip.topics import shard_topic, topics_for
+from node.gossip.topics import shard_topic, topic_within, topics_for
 from node.p2p.host import Libp2pHost, Libp2pPubSub
 from node.peers import PeerManager
 from node.scope_answer import nodes_holding, nodes_holding_user
@@ -40,6 +40,7 @@ class NodeScopes:
         # gossip topics received, each loop's cancel scope (more, or fewer, as the scope changes)
         self._topics: dict[str, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
+        self.keeper: ScopeKeeper | None = None  # with --scope auto or scope authentication
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Receive the base topic and (with ``gossip_sharded``) our shards' topics; with
@@ -49,10 +50,27 @@ class NodeScopes:
         await self._subscribe(topics_for(OPS_TOPIC, services.replica.scope, sharded=cfg.gossip_sharded))  # fmt: skip
         services.intake.index_users = self._index_users
         if cfg.scope_auto or cfg.scope_authenticate:
-            keeper = self._keeper()
+            self.keeper = keeper = self._keeper()
             if cfg.scope_authenticate:
                 services.sync.peer_bound = keeper.bound_for
+                self._bound_gossip(keeper)
             nursery.start_soon(keeper.run)
+
+    def _bound_gossip(self, keeper: ScopeKeeper) -> None:
+        """A shard topic's messages only to peers entitled to the shard: the bound the
+        sessions use (``bound_of``), applied by the router (``node/p2p/gated_gossip.py``).
+        Unsharded gossip has one topic for everything, which no shard bound can split."""
+        if not self.config.gossip_sharded:
+            log.warning("scope_authenticate without gossip_sharded: gossip is not bounded")
+        metrics = self.services.metrics
+
+        def allowed(peer: bytes, topic: str) -> bool:
+            return topic_within(OPS_TOPIC, topic, keeper.bound_of(peer))
+
+        def withheld(kind: str) -> None:
+            metrics.inc("gossip_withheld", kind=kind, help=WITHHELD_HELP)
+
+        self.pubsub.set_topic_gate(allowed, withheld)
 
     def holds_chat(self, chat: bytes) -> bool:
         return self.services.replica.scope.holds_chat(chat)
@@ -62,8 +80,8 @@ class NodeScopes:
         cfg = self.config
         found = nodes_holding(
             chat, self.services.db.reads, own=self.host.peer_id.to_bytes(),
-            known=self._connected(), replication_factor=cfg.replication_factor,
-            num_shards=cfg.network_shards,
+            known=_raw(self.peers.known()), reached=_raw(self.peers.reached()),
+            replication_factor=cfg.replication_factor, num_shards=cfg.network_shards,
         )  # fmt: skip
         return [base58.b58encode(n).decode() for n in found]
 
@@ -74,13 +92,15 @@ class NodeScopes:
         """Peer ids (base58) of nodes holding a user shard we do not index."""
         cfg = self.config
         found = nodes_holding_user(
-            user, own=self.host.peer_id.to_bytes(), known=self._connected(),
-            replication_factor=cfg.replication_factor, num_shards=cfg.network_shards,
+            user, own=self.host.peer_id.to_bytes(), known=_raw(self.peers.known()),
+            reached=_raw(self.peers.reached()), replication_factor=cfg.replication_factor,
+            num_shards=cfg.network_shards,
         )  # fmt: skip
         return [base58.b58encode(n).decode() for n in found]
 
-    def _connected(self) -> list[bytes]:
-        return [p.to_bytes() for p in self.host.get_connected_peers()]
+    def _reached(self) -> list[bytes]:
+        """The keeper's view for the R rule: peers we know alive (``PeerManager.reached``)."""
+        return _raw(self.peers.reached())
 
     def _keeper(self) -> ScopeKeeper:
         cfg, services = self.config, self.services
@@ -92,7 +112,7 @@ class NodeScopes:
         return ScopeKeeper(
             services.replica, served, services.writer, services.clock, services.metrics,
             interval_s=cfg.scope_check_interval_s, replication_factor=cfg.replication_factor,
-            known_nodes=self._connected, on_widen=self._join, on_expired=self._leave,
+            known_nodes=self._reached, on_widen=self._join, on_expired=self._leave,
             serve=cfg.scope_auto,
         )  # fmt: skip
 
@@ -159,6 +179,23 @@ class NodeScopes:
             if (loop := self._topics.pop(topic, None)) is not None:
                 loop.cancel()
                 await self.pubsub.unsubscribe(topic)
+
+
+WITHHELD_HELP = (
+    "gossip kept from peers not entitled to its shard, by kind (message, ihave, graft; "
+    "graft_refused: a GRAFT of theirs answered with PRUNE)"
+)
+
+
+def _raw(names: list[str]) -> list[bytes]:
+    """Peer ids as bytes; a name that is no base58 (a damaged peers.json) is left out."""
+    raw = []
+    for name in names:
+        try:
+            raw.append(base58.b58decode(name))
+        except ValueError:
+            continue
+    return raw
 
 
 async def _within(scope: trio.CancelScope, run: Callable[..., Awaitable[None]], *args: Any) -> None:

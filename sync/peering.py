@@ -160,6 +160,20 @@ class PeerBook:
         tried = [p for p in self.peers.values() if p.tried and p.peer_id not in skip]
         return rnd.sample(tried, min(count, len(tried)))
 
+    def seen(self, peer_id: str, now_ms: int) -> None:
+        """We are connected to ``peer_id`` now: a tried peer's mark of life (nothing else)."""
+        entry = self.peers.get(peer_id)
+        if entry is not None and entry.tried:
+            entry.seen_ms = max(entry.seen_ms, now_ms)
+
+    def reached_since(self, since_ms: int) -> list[str]:
+        """Tried peers we were connected to at or after ``since_ms`` (alive lately)."""
+        return [p.peer_id for p in self.peers.values() if p.tried and p.seen_ms >= since_ms]
+
+    def known(self) -> list[str]:
+        """Every peer in the book, tried, heard or pinned: as bounded as the book is."""
+        return list(self.peers)
+
     def counts(self) -> dict[str, int]:
         tried = sum(1 for p in self.peers.values() if p.tried)
         return {"tried": tried, "heard": len(self.peers) - tried}

@@ -271,6 +271,22 @@ def replica_shards(
     return frozenset(s for s in range(num_shards) if node_id in holders(s, known, r, num_shards))
 
 
+def rule_shards(
+    nodes: Iterable[bytes],
+    r: int = DEFAULT_REPLICATION,
+    num_shards: int = DEFAULT_SHARDS,
+) -> dict[bytes, frozenset[int]]:
+    """Every node's ``replica_shards`` among ``nodes``, in one ranking per shard: ``S·N``
+    scores, where asking ``replica_shards`` of each node costs ``S·N`` per node (91 ms for
+    266 nodes and 256 shards)."""
+    known = set(nodes)
+    out: dict[bytes, set[int]] = {node: set() for node in known}
+    for shard in range(num_shards):
+        for node in holders(shard, known, r, num_shards):
+            out[node].add(shard)
+    return {node: frozenset(shards) for node, shards in out.items()}
+
+
 def in_chat_scope(record: object, scope: Scope) -> bool:
     """A record the scope's rules decide on: messages, deletes and member ops of its chats,
     identities of the users it indexes (a chat's rules read no identity: SYNC.md)."""

@@ -25,6 +25,20 @@ def user_topic(base: str, user_shard: int) -> str:
     return f"{base}/user/{user_shard}"
 
 
+def topic_within(base: str, topic: str, scope: Scope) -> bool:
+    """Whether ``topic``'s messages lie within ``scope``: a shard topic's if the scope holds
+    the shard, a user-shard topic's if it indexes the user shard; any other topic's (the base
+    topic, unsharded gossip's one topic) always — it is not split by shard to bound."""
+    kind, _, number = topic.removeprefix(f"{base}/").partition("/")
+    if not topic.startswith(f"{base}/") or not number.isdigit():
+        return True
+    if kind == "shard":
+        return scope.holds_shard(int(number))
+    if kind == "user":
+        return scope.holds_user_shard(int(number))
+    return True
+
+
 def topics_for(base: str, scope: Scope, *, sharded: bool) -> list[str]:
     """The topics a node holding ``scope`` subscribes to: the base one first."""
     if not sharded:

@@ -7,6 +7,7 @@
   and ``Libp2pPubSub``, the wrappers the node drives;
 * ``streams`` — ``Libp2pStream`` and ``Libp2pFrames`` (length-prefixed frames), our
   exceptions only; ``safe_handler`` so a handler's failure ends a stream, not the process;
+* ``gated_gossip`` — GossipSub sending a topic's messages only to peers a gate allows;
 * ``patches``, ``costs``, ``inbound``, ``gossip_peers`` — every change we make to py-libp2p
   0.8.1's private attributes, each with why;
 * ``ids`` — a raw peer id as base58 text;

@@ -14,6 +14,9 @@ py-libp2p 0.8.1 facts measured here (../shared/notes/py-libp2p.md) and what we d
   under overload are ones sync fetched before the gossip backlog got to them.
 * An uncaught exception in a stream handler ends the whole program:
   ``safe_handler`` (``node/p2p/streams.py``) wraps every handler.
+* A topic's messages go to any peer subscribed to it: the router is ``GatedGossipSub``
+  (``node/p2p/gated_gossip.py``), which takes a gate once the node knows who is entitled
+  to what (scope authentication); without one it is GossipSub as shipped.
 
 ``start_host`` returns py-libp2p's own host and pubsub (tests and benchmarks that speak
 libp2p use them); ``open_host`` returns them wrapped, for the node.
@@ -35,12 +38,12 @@ from libp2p.crypto.keys import KeyPair
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
-from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
 from node.p2p.costs import take_out_costs
 from node.p2p.errors import LIBP2P_ERRORS, address_errors, dial_errors, open_errors
+from node.p2p.gated_gossip import GatedGossipSub, TopicGate, gate_outbound
 from node.p2p.interfaces import (
     GOSSIP_PROTOCOL_IDS,
     GossipMessage,
@@ -108,7 +111,7 @@ async def start_host(
     host = new_host(key_pair=key_pair, listen_addrs=addrs)
     await stack.enter_async_context(host.run(listen_addrs=addrs))
     low, high = mesh_bounds(degree)
-    router = GossipSub(
+    router = GatedGossipSub(
         GOSSIP_PROTOCOLS,
         degree=degree,
         degree_low=low,
@@ -122,6 +125,7 @@ async def start_host(
     if on_dropped is not None:
         count_drops(router, on_dropped)
     pubsub = Pubsub(host, router)
+    gate_outbound(pubsub, router)  # no gate until the node sets one (set_topic_gate)
     guarded = guard_pubsub_handler(pubsub)
     for protocol in GOSSIP_PROTOCOLS:
         host.set_stream_handler(protocol, guarded)
@@ -244,6 +248,13 @@ class Libp2pPubSub:
         """Validate every message of ``topic`` with ``validator`` (synchronous; it also runs
         on our own publishes, with us as the forwarder)."""
         self.raw.set_topic_validator(topic, validator, False)
+
+    def set_topic_gate(self, gate: TopicGate, on_withheld: Callable[[str], None]) -> None:
+        """Send a topic's messages only to peers ``gate`` allows on it (``gated_gossip``);
+        ``on_withheld(kind)`` for each message, IHAVE or GRAFT kept back."""
+        router = self.raw.router
+        assert isinstance(router, GatedGossipSub), "a host from start_host"
+        router.gate, router.on_withheld = gate, on_withheld
 
     async def subscribe(self, topic: str) -> Subscription:
         return await self.raw.subscribe(topic)

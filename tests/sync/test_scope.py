@@ -21,6 +21,7 @@ from sync.scope import (
     in_index,
     rendezvous_score,
     replica_shards,
+    rule_shards,
     scope_for,
     served_users,
     shard_of,
@@ -221,3 +222,11 @@ def test_holders_of_a_shard_outside_the_network_are_refused() -> None:
     with pytest.raises(ScopeError):
         holders(16, [A], 3, 16)
     assert holders(0, [A, B], 0) == ()
+
+
+def test_every_nodes_rule_shards_at_once_are_each_nodes_replica_shards() -> None:
+    nodes = [bytes([i]) * 8 for i in range(12)]
+    every = rule_shards(nodes, 3, 64)
+    assert every == {n: replica_shards(n, nodes, 3, 64) for n in nodes}
+    assert sum(len(s) for s in every.values()) == 3 * 64  # each shard R holders
+    assert rule_shards([], 3, 64) == {}
