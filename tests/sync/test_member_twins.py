@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from store import ChatDb, ChatDbConfig
+from store import ChatDb, ChatDbConfig, MsgV1
 from store.ops import MembershipOp
 from sync.frames import Domain
 from sync.loopback import LoopbackResult, run_session
@@ -49,10 +49,11 @@ def test_full_replicas_ship_each_missing_member_op_once(
     store: ChatDb, sketch: bool, lacking: str, k: int
 ) -> None:
     """Before: 2k records (each op in MEMBERS and again in INDEX); now k."""
-    common = [message(n) for n in range(12)] + ops(3)
+    common: list[MsgV1 | MembershipOp] = [message(n) for n in range(12)]
+    common += ops(3)
     missing = ops(3 + k)[3:]
     full = DbReplica(store, admit_all=True)
-    full.apply_ops(common + missing)
+    full.apply_ops([*common, *missing])
     behind = MemoryReplica(admit_all=True)
     behind.apply_ops(common)
     pair = (behind, full) if lacking == "initiator" else (full, behind)
