@@ -127,6 +127,8 @@ class ScopeKeeper:
         )
 
     async def _follow(self) -> None:
+        if self.replica.scope.is_full:  # holds everything, releases nothing (scope auth only)
+            return
         held, expired, expired_users = self.served.step(self.clock.wall_ms())
         old = self.replica.scope
         if not old.covers(held):
