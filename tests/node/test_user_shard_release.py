@@ -10,6 +10,8 @@ from pathlib import Path
 import trio
 
 from client.e2e import UserKey
+from node.gossip.settings import OPS_TOPIC
+from node.gossip.topics import user_topic
 from store.authz import new_group
 from store.hlc import Hlc
 from store.ops import MembershipAction, MembershipOp, make_identity
@@ -36,7 +38,7 @@ async def test_a_user_shard_written_for_is_kept_over_a_restart_and_released_afte
 ) -> None:
     config = {
         "network_shards": SHARDS, "scope_shards": (shard_of(GROUP, SHARDS),),
-        "scope_check_interval_s": 0.1,
+        "scope_check_interval_s": 0.1, "gossip_sharded": True,
     }  # fmt: skip
     users = {user_shard_of(u.user_id, SHARDS) for u in (ALICE, BOB)}
     base = now_ms() - 60_000
@@ -51,11 +53,14 @@ async def test_a_user_shard_written_for_is_kept_over_a_restart_and_released_afte
     async with running_node(tmp_path, **config, scope_grace_s=1.0) as (node, http):
         replica = node.services.replica
         assert replica.scope.user_shards == users  # persisted: the store holds their rows
+        topics = {user_topic(OPS_TOPIC, s) for s in users}
+        assert topics <= set(node.scopes.pubsub.raw.topic_ids)
         assert replica.tree(Domain.INDEX).count == 2 and replica.tree(Domain.IDENTITY).count == 1
         with trio.fail_after(30):  # the grace restarts with the node: 1 s
             while replica.scope.user_shards:
                 await trio.sleep(0.1)
         assert node.services.intake.scope == replica.scope
+        assert not topics & set(node.scopes.pubsub.raw.topic_ids)  # left
         assert list(replica.db.member_index.iter_users()) == []
         assert replica.db.get_identity(ALICE.user_id) is None
         assert replica.tree(Domain.INDEX).count == 0 and replica.tree(Domain.IDENTITY).count == 0
