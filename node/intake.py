@@ -64,19 +64,21 @@ class OutsideScope(InvalidInput):
 def refuse_outside_scope(scope: Scope, ops: list[Op]) -> None:
     """Refuse, rather than drop unsaid, a client's op of a chat outside the node's scope:
     its messages, deletes and member ops are decided by the nodes holding it. (A user's
-    identity is taken: the node indexes its user first, ``unindexed_user_shards``.)"""
+    identity is taken: the node indexes its user first, ``named_user_shards``.)"""
     for op in ops:
         if isinstance(op, MsgV1 | MembershipOp) and not scope.holds_chat(op.chat_id):
             raise outside_scope(op.chat_id, scope.num_shards)
 
 
-def unindexed_user_shards(scope: Scope, ops: list[Op]) -> frozenset[int]:
-    """The user shards of the users ``ops``' member ops name, and of the identities' users,
-    that ``scope`` does not index."""
+def named_user_shards(scope: Scope, ops: list[Op]) -> frozenset[int]:
+    """The user shards of the users ``ops``' member ops name, and of the identities' users:
+    what a scoped node indexes for a client's write (none for a full one: it indexes all)."""
+    if scope.is_full:
+        return frozenset()
     return frozenset(
         user_shard_of(op.user_id, scope.num_shards)
         for op in ops
-        if isinstance(op, MembershipOp | IdentityRecord) and not scope.indexes_user(op.user_id)
+        if isinstance(op, MembershipOp | IdentityRecord)
     )
 
 
@@ -210,8 +212,8 @@ class OpIntake:
         scope: Scope = EVERYTHING,
     ) -> None:
         self.scope = scope  # what the store holds: ops of other chats are refused here
-        # told the user shards of a client's member ops and identities not indexed yet,
-        # before they are written: the node indexes what it writes (node/scopes.py)
+        # told the user shards of a client's member ops and identities before they are
+        # written: the node indexes what it writes, for a while (node/scopes.py)
         self.index_users: Callable[[frozenset[int]], Awaitable[None]] | None = None
         self.db = db
         self.writer = writer
@@ -231,9 +233,9 @@ class OpIntake:
         """
         now = self.clock.wall_ms()
         self.check(ops, now)
-        missing = unindexed_user_shards(self.scope, ops)
-        if missing and self.index_users is not None:
-            await self.index_users(missing)
+        named = named_user_shards(self.scope, ops)
+        if named and self.index_users is not None:
+            await self.index_users(named)
         request = (
             await self.writer.enqueue(ops) if wait_for_room else self.writer.submit_nowait(ops)
         )

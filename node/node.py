@@ -434,13 +434,16 @@ def db_config(cfg: NodeConfig) -> ChatDbConfig:
 
 def open_replica(db: ChatDb, cfg: NodeConfig) -> DbReplica:
     """The store with its trees, holding the node's scope: ``StartupRefused`` if the store
-    holds chats outside it (narrowing a store is not built: SYNC.md, "Scopes")."""
+    holds chats outside it (narrowing a store is not built: SYNC.md, "Scopes"). What the
+    store holds stays held until released (sync/serving.py): with ``--scope auto`` its chat
+    shards, and with any scope the user shards it indexed (its writes widened them)."""
     scope = cfg.scope
-    if cfg.scope_auto:  # what the store holds stays held until released (sync/serving.py)
+    if not scope.is_full:
         num = scope.num_shards
-        scope = Scope(
-            frozenset(scope.shards or ()) | held_shards(db, num), num, held_user_shards(db, num)
-        )
+        shards = frozenset(scope.shards or ())
+        if cfg.scope_auto:
+            shards |= held_shards(db, num)
+        scope = Scope(shards, num, held_user_shards(db, num))
     try:
         return DbReplica(db, scope=scope)
     except ScopeError as exc:

@@ -8,7 +8,9 @@ a worker thread and hands them to ``ServedScope``. When the scope grows, the wid
 set through the writer (the one writer: intake, sync and gossip refuse nothing of the new
 shards from then on) and ``on_widen`` joins them: gossip topics, sessions at once with the
 connected peers (those holding the shards fill them: SYNC.md, "Joining"). When a released
-shard's grace ends, ``on_expired`` drops it.
+shard's grace ends, ``on_expired`` drops it — a chat shard or a user shard. A node with a
+fixed scope runs one too (``serve`` off): its chat shards are its pins, and its user shards
+are those of its served users and of the users it wrote for, released like the rest.
 
 Reading every row on a change costs O(identities + member rows) per check with a change; a
 node whose member ops arrive every second re-reads them every second. Incremental updates
@@ -54,9 +56,12 @@ class ScopeKeeper:
         on_widen: Changed,
         on_expired: Changed | None = None,
         serve: bool = True,
+        bound: bool = True,
     ) -> None:
-        """``serve``: derive our own scope (``--scope auto``); off, only keep what peers are
-        entitled to (``bound_for``: scope authentication on a node with a fixed scope)."""
+        """``serve``: derive our own scope (``--scope auto``); off, a fixed scope whose user
+        shards follow its served users and its writes (``ServedScope.wrote_for``), released
+        after the grace. ``bound``: keep what peers are entitled to (``bound_for``: scope
+        authentication); the member rows are read only for ``serve`` or ``bound``."""
         self.replica, self.served, self.writer = replica, served, writer
         self.clock, self.metrics = clock, metrics
         self.interval_s = interval_s
@@ -64,7 +69,7 @@ class ScopeKeeper:
         self.known_nodes = known_nodes
         self.on_widen, self.on_expired = on_widen, on_expired
         self._marks: object = None
-        self.serve = serve
+        self.serve, self.bound = serve, bound
         self.entitled: dict[bytes, frozenset[int]] = {}  # node -> shards its users are in
         self.entitled_users: dict[bytes, frozenset[int]] = {}  # node -> its users' shards
         self._nodes: list[bytes] = []
@@ -94,9 +99,12 @@ class ScopeKeeper:
         roots = (_root(trees[d]) for d in (Domain.MEMBERS, Domain.INDEX, Domain.IDENTITY))
         marks = (*roots, nodes)
         if marks != self._marks:
-            homes, rows = await trio.to_thread.run_sync(read_homes_and_rows, self.replica.db)
+            homes, rows = await trio.to_thread.run_sync(
+                read_homes_and_rows, self.replica.db, self.serve or self.bound
+            )
             rule_of: dict[bytes, frozenset[int]] = {}
-            if self.replication_factor > 0:  # the whole view at once, off the event loop
+            if self.replication_factor > 0 and (self.serve or self.bound):
+                # the whole view at once, off the event loop
                 rule_of = await trio.to_thread.run_sync(
                     rule_shards, [*nodes, self.served.node_id], self.replication_factor,
                     self.served.num_shards,
@@ -107,8 +115,7 @@ class ScopeKeeper:
             self.entitled_users = entitled_user_shards(homes, self.served.num_shards)
             self._nodes, self._bound_cache = nodes, {}
             self._marks = marks
-        if self.serve:
-            await self._follow()
+        await self._follow()
 
     def bound_for(self, peer: str) -> Scope:
         """What ``peer`` (base58) may reconcile with us (``bound_of``)."""
@@ -137,7 +144,9 @@ class ScopeKeeper:
         return bound
 
     async def _follow(self) -> None:
-        held, expired = self.served.step(self.clock.wall_ms())
+        if self.replica.scope.is_full:  # holds everything, releases nothing (scope auth only)
+            return
+        held, expired, expired_users = self.served.step(self.clock.wall_ms())
         old = self.replica.scope
         if not old.covers(held):
 
@@ -157,9 +166,9 @@ class ScopeKeeper:
             )
             self.metrics.inc("scope_widened", help="times --scope auto added shards")
             await self.on_widen(old, wider)
-        if expired and self.on_expired is not None:
+        if (expired or expired_users) and self.on_expired is not None:
             now_held = self.replica.scope
-            await self.on_expired(now_held, Scope(frozenset(expired), now_held.num_shards))
+            await self.on_expired(now_held, Scope(expired, now_held.num_shards, expired_users))
 
     def _see(
         self,
@@ -173,6 +182,8 @@ class ScopeKeeper:
                 served.see_identity(user, ())
         for user in named:
             served.see_identity(user, (served.node_id,))
+        if not self.serve:  # a fixed scope: its served users' user shards, no chat of theirs
+            return
         served.chats = {}
         for chat, user, active in rows:
             served.see_member(chat, user, active)
@@ -181,11 +192,13 @@ class ScopeKeeper:
 
 
 def read_homes_and_rows(
-    db: ChatDb,
+    db: ChatDb, with_rows: bool = True
 ) -> tuple[list[tuple[bytes, tuple[bytes, ...]]], list[tuple[bytes, bytes, bool]]]:
-    """The identities naming home nodes, and the member rows (chat, user, active) folded
-    from the member index and, for pairs it lacks, the rows of the chats held (a worker
-    thread's read)."""
+    """The identities naming home nodes, and (``with_rows``) the member rows (chat, user,
+    active) folded from the member index and, for pairs it lacks, the rows of the chats
+    held (a worker thread's read)."""
+    if not with_rows:
+        return list(db.iter_home_nodes()), []
     rows = {(chat, user): active for chat, user, active in db.member_index.rows_of(None)}
     for chat, user, active in db.iter_member_rows():
         rows.setdefault((chat, user), active)

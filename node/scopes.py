@@ -14,7 +14,7 @@ import trio
 
 from node.config import NodeConfig
 from node.gossip.settings import OPS_TOPIC
-from node.gossip.topics import shard_topic, topic_within, topics_for
+from node.gossip.topics import topic_within, topics_for
 from node.p2p.host import Libp2pHost, Libp2pPubSub
 from node.peers import PeerManager
 from node.scope_answer import nodes_holding, nodes_holding_user
@@ -40,7 +40,8 @@ class NodeScopes:
         # gossip topics received, each loop's cancel scope (more, or fewer, as the scope changes)
         self._topics: dict[str, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
-        self.keeper: ScopeKeeper | None = None  # with --scope auto or scope authentication
+        self.keeper: ScopeKeeper | None = None  # with --scope auto, scope auth or a fixed scope
+        self._served: ServedScope | None = None  # what the keeper holds, and for how long
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Receive the base topic and (with ``gossip_sharded``) our shards' topics; with
@@ -49,8 +50,9 @@ class NodeScopes:
         self._nursery = nursery
         await self._subscribe(topics_for(OPS_TOPIC, services.replica.scope, sharded=cfg.gossip_sharded))  # fmt: skip
         services.intake.index_users = self._index_users
-        if cfg.scope_auto or cfg.scope_authenticate:
+        if cfg.scope_auto or cfg.scope_authenticate or not services.replica.scope.is_full:
             self.keeper = keeper = self._keeper()
+            self._served = keeper.served
             if cfg.scope_authenticate:
                 services.sync.peer_bound = keeper.bound_for
                 self._bound_gossip(keeper)
@@ -113,7 +115,7 @@ class NodeScopes:
             services.replica, served, services.writer, services.clock, services.metrics,
             interval_s=cfg.scope_check_interval_s, replication_factor=cfg.replication_factor,
             known_nodes=self._reached, on_widen=self._join, on_expired=self._leave,
-            serve=cfg.scope_auto,
+            serve=cfg.scope_auto, bound=cfg.scope_authenticate,
         )  # fmt: skip
 
     async def _join(self, old: Scope, new: Scope) -> None:
@@ -125,11 +127,16 @@ class NodeScopes:
             self.peers.rotation.go_on(name)
 
     async def _index_users(self, user_shards: frozenset[int]) -> None:
-        """A client's member op or identity names users of these user shards, which we do
-        not index yet: index them from now on (in one writer step, before the op is
-        written), so the op is held here and sessions carry it to the other holders of its
-        user shard even if gossip loses it on the way (docs/design/member-scopes.md)."""
+        """A client's member op or identity names users of these user shards: index them
+        (those we do not yet, in one writer step before the op is written), so the op is
+        held here and sessions carry it to the other holders of its user shard even if
+        gossip loses it on the way; and keep them for the grace period after this write
+        (``ServedScope.wrote_for``; docs/design/member-scopes.md)."""
         replica = self.services.replica
+        if self._served is not None:
+            self._served.wrote_for(user_shards, self.services.clock.wall_ms())
+        if all(replica.scope.holds_user_shard(s) for s in user_shards):
+            return
 
         def widen() -> Scope:
             held = replica.scope
@@ -144,16 +151,30 @@ class NodeScopes:
         await self._subscribe(topics_for(OPS_TOPIC, wider, sharded=self.config.gossip_sharded))
 
     async def _leave(self, held: Scope, expired: Scope) -> None:
-        """Shards whose grace ended: out of the scope, their rows off the disk, in one writer
-        step (sessions from then on neither offer nor accept them); their topics left."""
-        replica = self.services.replica
+        """Shards and user shards whose grace ended: out of the scope, their rows off the
+        disk, in one writer step (sessions from then on neither offer nor accept them);
+        their topics left. A user shard written for again since it expired stays."""
+        replica, served = self.services.replica, self._served
         shards = frozenset(expired.shards or ())
-        dropped = await self.services.writer.call(lambda: replica.drop_shards(shards))
+
+        def drop() -> tuple[frozenset[int], int]:
+            users = frozenset(expired.user_shards or ())
+            if served is not None:  # the intake's writes queue behind this step
+                users -= served.held_user_shards()
+            return users, replica.drop_shards(shards, users)
+
+        users, dropped = await self.services.writer.call(drop)
         self.services.intake.scope = replica.scope
-        await self._unsubscribe(expired)
-        log.info("left shards %s: %d records dropped", sorted(shards), dropped)
+        await self._unsubscribe(Scope(shards, expired.num_shards, users))
+        log.info(
+            "left shards %s, user shards %s: %d records dropped",
+            sorted(shards), sorted(users), dropped,
+        )  # fmt: skip
         self.services.metrics.inc(
             "scope_shards_left", len(shards), help="shards --scope auto dropped"
+        )
+        self.services.metrics.inc(
+            "scope_user_shards_left", len(users), help="user shards a scoped node dropped"
         )
 
     async def _subscribe(self, topics: list[str]) -> None:
@@ -171,11 +192,11 @@ class NodeScopes:
             self._nursery.start_soon(_within, scope, gossip.receive_loop, subscription)
 
     async def _unsubscribe(self, scope: Scope) -> None:
-        """Stop receiving the shard topics of ``scope`` (the base topic stays)."""
-        if not self.config.gossip_sharded or scope.shards is None:
+        """Stop receiving the shard and user-shard topics of ``scope`` (the base topic
+        stays)."""
+        if not self.config.gossip_sharded or scope.is_full:
             return
-        for shard in sorted(scope.shards):
-            topic = shard_topic(OPS_TOPIC, shard)
+        for topic in topics_for(OPS_TOPIC, scope, sharded=True)[1:]:
             if (loop := self._topics.pop(topic, None)) is not None:
                 loop.cancel()
                 await self.pubsub.unsubscribe(topic)

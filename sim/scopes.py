@@ -9,9 +9,10 @@ scopes:
 * a user's **home node** is node ``user % nodes`` (the node the generator makes its ops on);
 * **pins**: every shard is pinned on its ``R`` nearest nodes by rendezvous hashing
   (``rendezvous``: the holders rule), so each chat has ``R`` holders whatever its members do;
-* a node holds the **user shards** of the users it serves, its pins among users' shards and
-  those of the users named by member ops it makes, for good (its member index:
-  docs/design/member-scopes.md);
+* a node holds the **user shards** of the users it serves and its pins among users' shards,
+  for good, and those of the users named by member ops and identities it makes from then
+  until ``GRACE_MS`` after the last such write (it indexes what it writes, for a while: its
+  member index, docs/design/member-scopes.md; node/scopes.py releases them alike);
 * a node **grows** by a chat's shard ``LEARN_MS`` after a member op adds a user it serves
   (the op reaches it on its user shard's topic), and **shrinks** ``GRACE_MS`` after the
   last such user left or was removed (the grace period before a shard's rows are dropped);
@@ -113,8 +114,9 @@ def plan_scopes(
     throughout): each node's scope at the start (its pins), then every time it changes.
     ``user_shards[u]``: user ``u``'s user shard. A node holds, for good, its served users'
     user shards and its pins among the users' shards (the R rule over user shards too), and
-    the user shard of every user a member op or an identity it makes names (it indexes what
-    it writes, so its index holds the op even if gossip lost it on the way)."""
+    the user shard of every user a member op or an identity it makes names for ``GRACE_MS``
+    after it (it indexes what it writes, so its index holds the op even if gossip lost it
+    on the way, until its sessions carried it to the shard's holders)."""
     pins = _pins(used_shards, nodes, p)
     for n, shards in enumerate(_pins(set(user_shards), nodes, p)):
         pins[n].update(p.shards + u for u in shards)
@@ -127,13 +129,13 @@ def plan_scopes(
     for e in sorted(events, key=lambda e: e.t_ms):
         start_ms = e.t_ms if start_ms is None else start_ms
         if e.kind == tr.IDENTITY:  # its user's: ``target``
-            changes.append((e.t_ms, e.node, p.shards + user_shards[e.target], +1))
+            changes += _written_for(e, p.shards + user_shards[e.target])
             continue
         changes.append((e.t_ms, e.node, e.shard, +1))  # its origin, for good: the docstring
         if e.kind == tr.MSG:
             continue
-        if 0 <= e.target < len(user_shards):  # the origin indexes the op's user, for good
-            changes.append((e.t_ms, e.node, p.shards + user_shards[e.target], +1))
+        if 0 <= e.target < len(user_shards):  # the origin indexes the op's user, a while
+            changes += _written_for(e, p.shards + user_shards[e.target])
         key = (e.target, e.chat)
         home = home_node(e.target, nodes)
         if e.kind == tr.MEMBER_ADD and key not in member:
@@ -146,6 +148,12 @@ def plan_scopes(
     out = [(t0, n, sorted(pins[n])) for n in range(nodes)]
     out += _timeline(changes, pins)
     return out
+
+
+def _written_for(e: ChatEvent, user_shard: int) -> list[tuple[int, int, int, int]]:
+    """The origin holds the user shard a write names from the write until the grace after
+    it (a later write overlaps: the count stays above zero until the last one's grace)."""
+    return [(e.t_ms, e.node, user_shard, +1), (e.t_ms + GRACE_MS, e.node, user_shard, -1)]
 
 
 def _pins(shards: Iterable[int], nodes: int, p: ScopeParams) -> list[set[int]]:

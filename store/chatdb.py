@@ -189,7 +189,6 @@ class ChatDb:
         self.iter_identity_record_ids = identities.iter_identity_record_ids
         self.iter_identity_users = identities.iter_identity_users
         self.identity_users_of = identities.users_of
-        self.drop_identities = identities.drop_identities
         self.iter_home_nodes = identities.iter_home_nodes
         self.for_each_identity_record_id = identities.for_each_identity_record_id
         self.get_bucket_identity_ids = identities.get_bucket_identity_ids

@@ -123,20 +123,6 @@ class Identities:
         users = self._rocks.multi_get("seen_identity", record_ids)
         return [None if user is None else _user(user) for user in users]
 
-    def drop_identities(self, leaves: Callable[[bytes], bool]) -> list[bytes]:
-        """Delete the identities of the users ``leaves`` names (a scope that no longer
-        indexes them); their record ids."""
-        rocks = self._rocks
-        gone = [(rid, user) for rid, user in self.iter_identity_users() if leaves(user)]
-        if gone:
-            batch = rocks.new_batch()
-            identity_cf, seen_cf = rocks.handle["identity"], rocks.handle["seen_identity"]
-            for record_id, user in gone:
-                batch.delete(record_id, seen_cf)
-                batch.delete(user, identity_cf)
-            rocks.write(batch)
-        return [rid for rid, _ in gone]
-
     def for_each_identity_record_id(self, callback: Callable[[bytes], None]) -> None:
         for record_id in self.iter_identity_record_ids():
             callback(record_id)

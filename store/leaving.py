@@ -1,7 +1,8 @@
 """Leaving chats: every row of their messages, deletes and member ops out of the store, in
 one WriteBatch (SYNC.md, "Scopes": a node drops a shard no served user needs any more after
-its grace period). Identities stay: every node holds them; so does the member index (its
-own scope, by user: ``store.member_index``).
+its grace period). Leaving users (``drop_users``: a user shard no longer needed) takes their
+member-index entries and identities, the rows placed by user, in one WriteBatch too; their
+member ops stay in the chats held (placed by chat).
 
 Rows keyed by the chat (messages, the hidden index, deletes, member ops and rows,
 references, receipts, the event log's positions of shown messages) go by one
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from store.keys import CHAT_ID_LEN
+from store.keys import CHAT_ID_LEN, key_identity
 from store.retention import reset_preview
 
 if TYPE_CHECKING:  # a ChatDb is passed in; this module imports no rocksdict itself
@@ -73,6 +74,25 @@ def drop_chats(db: ChatDb, leaves: Callable[[bytes], bool]) -> Dropped:
     for chat in chats:
         reset_preview(db, chat)
     return Dropped(dropped)
+
+
+def drop_users(db: ChatDb, leaves: Callable[[bytes], bool]) -> Dropped:
+    """Drop the member-index entries naming, and the identities of, the users ``leaves``
+    says: ids per tree ("member_index", "seen_identity")."""
+    rocks = db.rocks
+    index = [(op_id, user) for op_id, user in db.member_index.iter_users() if leaves(user)]
+    identities = [(rid, user) for rid, user in db.iter_identity_users() if leaves(user)]
+    if index or identities:
+        batch = rocks.new_batch()
+        for op_id, _ in index:
+            batch.delete(op_id, rocks.handle["member_index"])
+        for record_id, user in identities:
+            batch.delete(record_id, rocks.handle["seen_identity"])
+            batch.delete(key_identity(user), rocks.handle["identity"])
+        rocks.write(batch)
+    return Dropped(
+        {"member_index": [i for i, _ in index], "seen_identity": [i for i, _ in identities]}
+    )
 
 
 def _after(prefix: bytes) -> bytes:

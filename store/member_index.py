@@ -13,7 +13,7 @@ front lets a scope's check and a served user's rows skip the decode of other use
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from store.errors import DecodeError
 from store.keys import USER_ID_LEN, bucket_prefix, bucket_range_keys
@@ -86,17 +86,6 @@ class MemberIndex:
     def indexed_members(self, chat: bytes) -> list[bytes]:
         """The users the index folds to active members of ``chat`` (those it indexes)."""
         return [user for c, user, active in self.rows_of(None) if c == chat and active]
-
-    def drop(self, leaves: Callable[[bytes], bool]) -> list[bytes]:
-        """Drop the ops naming a user ``leaves`` says, in one WriteBatch: their ids."""
-        gone = [op_id for op_id, user in self.iter_users() if leaves(user)]
-        if gone:
-            batch = self._rocks.new_batch()
-            handle = self._rocks.handle[CF]
-            for op_id in gone:
-                batch.delete(op_id, handle)
-            self._rocks.write(batch)
-        return gone
 
 
 def _user(value: bytes) -> bytes:

@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
@@ -299,6 +299,9 @@ class _DomainPass:
     diff_buckets: set[int] = field(default_factory=set)
     outbox: deque[bytes] = field(default_factory=deque)  # ids of records to push
     shipped: set[bytes] = field(default_factory=set)  # pushed this pass: never twice
+    # MEMBERS and INDEX (the same ops, placed twice): the ids either moves this pass, pushed
+    # or asked for, shared by both (``_new_passes``); None in the other domains
+    twins: set[bytes] | None = None
     moved: set[int] = field(default_factory=set)  # buckets a record travelled in, either way
     truncated: bool = False  # more leaves differed than we took this pass (initiator)
     asked: int = 0  # ids we asked for (wants, prefix wants) and have not received since
@@ -702,7 +705,7 @@ class SyncSession:
         shortcut = None if narrowed else self._shortcut(hello, differing)
         if shortcut is not None:
             return shortcut
-        self._domains = {d: self._new_pass() for d in differing}
+        self._domains = self._new_passes(differing)
         top = list(range(FANOUT**TOP_DEPTH))
         sections = {}
         for domain, dp in self._domains.items():
@@ -722,6 +725,17 @@ class SyncSession:
 
     def _new_pass(self) -> _DomainPass:
         return _DomainPass(ask_window=self.config.max_outbox // 2)
+
+    def _new_passes(self, domains: Iterable[Domain]) -> dict[Domain, _DomainPass]:
+        """A pass's domains. MEMBERS and INDEX share the ids they move: a member op the
+        peer lacks in both (a full node's two trees hold the same ids) is pushed or asked
+        for once, and the peer's one write files it in both — the intersection's chat and
+        user shards are in its scope (``sync.replica``: an op is indexed and applied in one
+        step). A peer lacking it in one tree only gets it there, as before."""
+        passes = {d: self._new_pass() for d in domains}
+        if Domain.MEMBERS in passes and Domain.INDEX in passes:
+            passes[Domain.MEMBERS].twins = passes[Domain.INDEX].twins = set()
+        return passes
 
     # --- the shortcut: roots that differ by one id name it (d = 1 in one round trip) ---
 
@@ -866,7 +880,7 @@ class SyncSession:
         if nodes.scope is not None:
             self._narrow(nodes.scope)
         self._session_cutoff = _later(self.config.cutoff_ms, nodes.cutoff_ms)
-        self._domains = {d: self._new_pass() for d in nodes.sections}
+        self._domains = self._new_passes(nodes.sections)
         if not self._domains:
             raise RemoteProtocolError("NODES without any domain", reason="unexpected_domain")
         if self.config.sketch:
@@ -1458,6 +1472,9 @@ class SyncSession:
             room = dp.ask_window - dp.asked
             wants = dp.wants[: max(0, min(id_budget, room))]
             del dp.wants[: len(wants)]
+            if dp.twins is not None:  # asked for in the other member domain: not again
+                wants = [w for w in wants if w not in dp.twins]
+                dp.twins.update(wants)
             id_budget -= len(wants)
             dp.asked += len(wants)
             id_lists = _take_within(dp.id_lists, id_budget, dp, dp.id_list_asks)
@@ -1502,11 +1519,15 @@ class SyncSession:
             for i, blob in enumerate(blobs):
                 if blob is None or chunk[i] in dp.shipped:
                     continue  # gone since (superseded, aged out), or already sent
+                if dp.twins is not None and chunk[i] in dp.twins:
+                    continue  # pushed in the other member domain: the peer files it in both
                 if (out and len(blob) > budget) or len(out) >= max_records:
                     dp.outbox.extendleft(reversed(chunk[i:]))
                     return out, budget
                 out.append(blob)
                 dp.shipped.add(chunk[i])
+                if dp.twins is not None:
+                    dp.twins.add(chunk[i])
                 dp.moved.add(bucket_of(chunk[i]))
                 budget -= len(blob)
         return out, budget

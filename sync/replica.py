@@ -31,7 +31,7 @@ from store.access import NO_HISTORY, Access, MemberHistory
 from store.hlc import Hlc
 from store.keys import NUM_BUCKETS
 from store.kinds import ChatView, IsAdmin, fold_chat
-from store.leaving import drop_chats
+from store.leaving import Dropped, drop_chats, drop_users
 from store.merge import merge_member_states
 from store.ops import MembershipOp, Op
 from store.plan import (
@@ -604,7 +604,11 @@ class Applied:
     stored: list[MsgV1] = field(default_factory=list)  # messages new to the store (DbReplica)
 
 
-_SYNC_INDEXES = {"seen_msg": MESSAGES, "seen_delete": DELETES, "seen_member": MEMBERS}
+# the indexes leaving drops ids from (``store.leaving``) -> the tree they leave
+_DROPPED_INDEXES = {
+    "seen_msg": MESSAGES, "seen_delete": DELETES, "seen_member": MEMBERS,
+    "member_index": INDEX, "seen_identity": IDENTITY,
+}  # fmt: skip
 
 
 def _fit_to_scope(db: ChatDb, scope: Scope) -> None:
@@ -615,8 +619,7 @@ def _fit_to_scope(db: ChatDb, scope: Scope) -> None:
         raise ScopeError(f"the store holds chats outside {scope}: narrowing is not built")
     if any(not scope.holds_chat(chat) for _, chat in db.members.iter_op_chats()):
         drop_chats(db, lambda chat: not scope.holds_chat(chat))
-    db.member_index.drop(lambda user: not scope.indexes_user(user))
-    db.drop_identities(lambda user: not scope.indexes_user(user))
+    drop_users(db, lambda user: not scope.indexes_user(user))
 
 
 def _chats(db: ChatDb, domain: Domain) -> Iterator[tuple[bytes, bytes]]:
@@ -692,27 +695,34 @@ class DbReplica(ScopedTrees):
             raise ScopeError(f"{scope} does not cover {self.scope}: narrowing is not built")
         self.scope = scope
 
-    def drop_shards(self, shards: frozenset[int]) -> int:
-        """Leave the chat shards ``shards``: from now on their messages, deletes and member
-        ops are refused, and every row of them leaves the store and the trees in this step
-        (``store.leaving``); the records dropped. Identities and the member index stay."""
+    def drop_shards(self, shards: frozenset[int], user_shards: frozenset[int] = frozenset()) -> int:
+        """Leave the chat shards ``shards`` and the user shards ``user_shards``: from now on
+        their records are refused, and every row of them leaves the store and the trees in
+        this step (``store.leaving``: a chat's messages, deletes and member ops; a user's
+        index entries and identity); the records dropped. A member op of a chat still held
+        stays in MEMBERS when its user's shard leaves, and in INDEX when its chat's does."""
         if self.scope.shards is None:
             raise ScopeError("a full replica leaves no shard: give it a scope first")
-        num = self.scope.num_shards
+        num, users = self.scope.num_shards, self.scope.user_shards or frozenset()
         # refuse first, then drop
-        self.scope = Scope(self.scope.shards - shards, num, self.scope.user_shards)
+        self.scope = Scope(self.scope.shards - shards, num, users - user_shards)
 
         def leaves(chat: bytes) -> bool:
             return shard_of(chat, num) in shards
 
-        dropped = drop_chats(self.db, leaves)
+        def user_leaves(user: bytes) -> bool:
+            return user_shard_of(user, num) in user_shards
+
+        dropped = drop_chats(self.db, leaves) if shards else Dropped({})
+        gone_users = drop_users(self.db, user_leaves) if user_shards else Dropped({})
         self._shard_leaves = None  # rebuilt from the store when next needed
-        for index, domain in _SYNC_INDEXES.items():
-            self._track(domain, [(record_id, None, None) for record_id in dropped.ids[index]])
+        for index, domain in _DROPPED_INDEXES.items():
+            ids = dropped.ids.get(index, []) + gone_users.ids.get(index, [])
+            self._track(domain, [(record_id, None, None) for record_id in ids])
         gone = [m.msg_id for m in self.waiting.waiting() if leaves(m.chat_id)]
         self.waiting.discard(set(gone))
         self.db.save_waiting([], gone)
-        return dropped.count
+        return dropped.count + gone_users.count
 
     def _keys_of(self, domain: Domain, ids: list[bytes]) -> list[bytes | None]:
         if domain is Domain.MESSAGES:

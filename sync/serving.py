@@ -5,25 +5,68 @@ nodes (``store.ops.IdentityDoc.home_nodes``). It holds the shards of the chats t
 are members of now, the shards its operator pins, and the shards the replication-factor rule
 gives it (``sync.scope.replica_shards``). It learns its users' chats from its member index:
 it holds the user shards of the users it serves (and its R-rule shards as user shards too,
-so every user shard has holders), and identities are global (SYNC.md, "Scopes"), so the
-node decides from what it holds; the same identities and index entries give the same scope
-whatever order they came in. User shards are not released (the index is small: a user's
-member ops).
+so every user shard has holders), so the node decides from what it holds; the same
+identities and index entries give the same scope whatever order they came in.
+
+A node also indexes the users it writes for (a client's member op or identity naming a user
+of a user shard it does not hold: ``wrote_for``); such a user shard is needed for the grace
+period after the last write, so the node's sessions carry the op to the shard's holders,
+and then leaves unless a served user or the R rule needs it (docs/design/member-scopes.md).
 
 A shard no longer needed (its served users removed, their home moved elsewhere, a pin
-dropped) is kept for a grace period (``grace_ms``, a day by default) before it leaves: a
-user removed by mistake and added back, or an identity published twice in a hurry, does not
-cost a full catch-up. ``ServedScope.held`` is what to hold now; ``expired`` what to drop.
+dropped, no write for its users for a while) is kept for a grace period (``grace_ms``, a day
+by default) before it leaves: a user removed by mistake and added back, or an identity
+published twice in a hurry, does not cost a full catch-up. Chat shards and user shards are
+kept alike (``_Kept``). ``ServedScope.step`` says what to hold now and what to drop.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from sync.scope import DEFAULT_SHARDS, Scope, shard_of, user_shard_of
 
 DEFAULT_GRACE_MS = 24 * 3600 * 1000
+
+
+@dataclass
+class _Kept:
+    """Shards held: those needed now, and those released until their grace ends."""
+
+    held: set[int] = field(default_factory=set)
+    released_ms: dict[int, int] = field(default_factory=dict)  # shard -> when released
+
+    def step(self, needed: frozenset[int], now_ms: int, grace_ms: int) -> frozenset[int]:
+        """Hold ``needed`` and what is in its grace; the shards whose grace ended. A shard
+        needed again within its grace is kept as if it had never been released."""
+        for shard in needed:
+            self.released_ms.pop(shard, None)
+        for shard in self.held - needed:
+            self.released_ms.setdefault(shard, now_ms)
+        expired = frozenset(s for s, at in self.released_ms.items() if now_ms - at >= grace_ms)
+        for shard in expired:
+            del self.released_ms[shard]
+        self.held = set(needed) | set(self.released_ms)
+        return expired
+
+    def touch(self, shards: Iterable[int], now_ms: int) -> None:
+        """Held, released at ``now_ms``: their grace (re)starts now, unless needed."""
+        for shard in shards:
+            self.held.add(shard)
+            self.released_ms[shard] = max(now_ms, self.released_ms.get(shard, now_ms))
+
+    def deadline_ms(self, grace_ms: int) -> int | None:
+        return min(self.released_ms.values()) + grace_ms if self.released_ms else None
+
+
+class Step(NamedTuple):
+    """What to hold now, and the chat and user shards whose grace ended: drop their rows."""
+
+    held: Scope
+    expired: frozenset[int]
+    expired_users: frozenset[int]
 
 
 @dataclass
@@ -38,16 +81,23 @@ class ServedScope:
     # served user -> the chats it is an active member of
     chats: dict[bytes, set[bytes]] = field(default_factory=dict)
     rule_shards: frozenset[int] = frozenset()  # ours by the replication-factor rule
-    # shard -> when it stopped being needed (dropped at that time + grace_ms)
-    released_ms: dict[int, int] = field(default_factory=dict)
-    _held: set[int] = field(default_factory=set)
-    _held_users: set[int] = field(default_factory=set)  # user shards: grow only
+    _shards: _Kept = field(default_factory=_Kept)
+    _user_shards: _Kept = field(default_factory=_Kept)
 
     def hold(self, shards: Iterable[int], user_shards: Iterable[int] = ()) -> None:
         """Shards held already (a store opened with them): released at the next ``step``
         unless needed — after a restart the grace period starts again."""
-        self._held.update(shards)
-        self._held_users.update(user_shards)
+        self._shards.held.update(shards)
+        self._user_shards.held.update(user_shards)
+
+    def wrote_for(self, user_shards: Iterable[int], now_ms: int) -> None:
+        """A client's op or identity names users of these user shards: indexed (held) from
+        now, needed for ``grace_ms`` after this write."""
+        self._user_shards.touch(user_shards, now_ms)
+
+    def held_user_shards(self) -> frozenset[int]:
+        """The user shards held now (needed, in their grace, or written for)."""
+        return frozenset(self._user_shards.held)
 
     def see_identity(self, user: bytes, home_nodes: Iterable[bytes]) -> bool:
         """A user's current home nodes; True when that starts or ends our serving it (the
@@ -82,24 +132,17 @@ class ServedScope:
         served = {user_shard_of(u, self.num_shards) for u in self.served}
         return frozenset(served) | self.rule_shards
 
-    def step(self, now_ms: int) -> tuple[Scope, frozenset[int]]:
-        """(what to hold now, the shards whose grace ended: drop their rows). A shard needed
-        again within its grace is kept as if it had never been released."""
-        needed = self.needed()
-        for shard in needed:
-            self.released_ms.pop(shard, None)
-        for shard in self._held - needed:
-            self.released_ms.setdefault(shard, now_ms)
-        expired = frozenset(s for s, at in self.released_ms.items() if now_ms - at >= self.grace_ms)
-        for shard in expired:
-            del self.released_ms[shard]
-        self._held = set(needed) | set(self.released_ms)
-        self._held_users |= self.needed_user_shards()
-        scope = Scope(frozenset(self._held), self.num_shards, frozenset(self._held_users))
-        return scope, expired
+    def step(self, now_ms: int) -> Step:
+        """What to hold now and what to drop (``Step``)."""
+        expired = self._shards.step(self.needed(), now_ms, self.grace_ms)
+        expired_users = self._user_shards.step(self.needed_user_shards(), now_ms, self.grace_ms)
+        held = Scope(
+            frozenset(self._shards.held), self.num_shards, frozenset(self._user_shards.held)
+        )
+        return Step(held, expired, expired_users)
 
     def next_deadline_ms(self) -> int | None:
         """When the next released shard's grace ends (None: nothing released)."""
-        if not self.released_ms:
-            return None
-        return min(self.released_ms.values()) + self.grace_ms
+        deadlines = [self._shards.deadline_ms(self.grace_ms)]
+        deadlines.append(self._user_shards.deadline_ms(self.grace_ms))
+        return min((d for d in deadlines if d is not None), default=None)

@@ -159,7 +159,8 @@ def test_the_restated_holders_rule_is_the_nodes(nodes: int, r: int, shards: int)
 
 def test_a_node_holds_its_served_users_user_shards_and_those_its_member_ops_name() -> None:
     """``S + u`` in a scope event's group is user shard ``u``: a home node holds its users'
-    from the start, the node that writes a member op the named user's from then on."""
+    from the start, the node that writes a member op the named user's from then until the
+    grace after the write."""
     nodes, s = 4, 64
     user_shards = [10, 11, 12, 13, 14]  # user u's user shard; user u's home node is u % 4
     events = [ChatEvent(1_000, 2, tr.MEMBER_ADD, chat=0, shard=5, target=4)]
@@ -168,19 +169,28 @@ def test_a_node_holds_its_served_users_user_shards_and_those_its_member_ops_name
     assert first[0][1] == {10, 14} and first[1][1] == {11} and first[3][1] == {13}
     later = sorted((t, n, split_group(g, s)) for t, n, g in out[nodes:])
     assert later == [
-        # node 2 wrote the add of user 4: the chat's shard and user 4's user shard, for good
+        # node 2 wrote the add of user 4: the chat's shard, for good, and user 4's user shard
         (1_000, 2, (frozenset({5}), frozenset({12, 14}))),
         # user 4's home node learns the add (its user shard it held from the start)
         (1_000 + LEARN_MS, 0, (frozenset({5}), frozenset({10, 14}))),
+        # the grace after node 2's write: user 4's user shard leaves it (not its own, 12)
+        (1_000 + GRACE_MS, 2, (frozenset({5}), frozenset({12}))),
     ]
 
 
-def test_the_node_that_puts_an_identity_holds_its_users_user_shard_from_then_on() -> None:
+def test_the_node_that_puts_an_identity_holds_its_users_user_shard_for_the_grace() -> None:
     """An identity's origin indexes its user (as the node does: node/intake.py), so the
-    identity is in an index even if its gossip is lost; an identity is in no chat's shard."""
+    identity is in an index even if its gossip is lost, until the grace after the last
+    write naming the user; an identity is in no chat's shard."""
     nodes, s = 4, 64
     user_shards = [10, 11, 12, 13, 14]  # user u's home node is u % 4
-    events = [ChatEvent(2_000, 3, tr.IDENTITY, chat=-1, shard=-1, target=1)]
+    events = [
+        ChatEvent(2_000, 3, tr.IDENTITY, chat=-1, shard=-1, target=1),
+        ChatEvent(9_000, 3, tr.IDENTITY, chat=-1, shard=-1, target=1),  # again: grace anew
+    ]
     out = plan_scopes(events, set(), nodes, ScopeParams(s, 0), user_shards)
     later = sorted((t, n, split_group(g, s)) for t, n, g in out[nodes:])
-    assert later == [(2_000, 3, (frozenset(), frozenset({11, 13})))]
+    assert later == [
+        (2_000, 3, (frozenset(), frozenset({11, 13}))),
+        (9_000 + GRACE_MS, 3, (frozenset(), frozenset({13}))),
+    ]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from store import ChatDb, ChatDbConfig, DecodeError, Hlc
+from store.leaving import drop_users
 from store.ops import make_identity
 from store.signing import key_from_seed
 
@@ -33,7 +34,7 @@ def test_identities_are_read_and_dropped_by_their_user(db: ChatDb) -> None:
     asked = [records[0].record_id, newer.record_id, b"\x00" * 32]
     assert db.identity_users_of(asked) == [None, newer.user_id, None]  # replaced, held, never
 
-    gone = db.drop_identities(lambda user: user != records[1].user_id)
+    gone = drop_users(db, lambda user: user != records[1].user_id).ids["seen_identity"]
     assert sorted(gone) == sorted([newer.record_id, records[2].record_id])
     assert [u for _, u in db.iter_identity_users()] == [records[1].user_id]
     assert db.get_identity(newer.user_id) is None and db.get_identity(records[2].user_id) is None

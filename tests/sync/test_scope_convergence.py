@@ -41,6 +41,7 @@ from sync_support import (
     USERS,
     assert_trees_match_contents,
     held_keys,
+    identity,
     in_domain,
     member,
     message,
@@ -225,18 +226,20 @@ def test_a_session_ships_only_the_intersection() -> None:
 SHARD_SETS = st.builds(lambda s, u: Scope(s, NUM_SHARDS, u), SHARD_SUBSETS, SHARD_SUBSETS)
 
 
-def rescope(replica: MemoryReplica | DbReplica, shards: frozenset[int]) -> None:
-    """What a node does when its chat shards change: leave the shards it no longer needs
-    (their rows dropped), then hold the wider set (later sessions fill it). Its user
-    shards stay (they follow the users it serves, not its chats)."""
-    users = replica.scope.user_shards
+def rescope(replica: MemoryReplica | DbReplica, scope: Scope) -> None:
+    """What a node does when its scope changes: leave the chat and user shards it no longer
+    needs (their rows dropped: a chat's messages, deletes and member ops; a user's index
+    entries and identity), then hold the wider sets (later sessions fill them)."""
     if isinstance(replica, MemoryReplica):
-        replica.set_scope(Scope(shards, NUM_SHARDS, users))
+        replica.set_scope(scope)
         return
-    old = replica.scope.shards or frozenset()
-    if old - shards:
-        replica.drop_shards(old - shards)
-    replica.widen_scope(Scope(shards, NUM_SHARDS, users))
+    old = replica.scope
+    assert old.shards is not None and old.user_shards is not None
+    assert scope.shards is not None and scope.user_shards is not None
+    gone, gone_users = old.shards - scope.shards, old.user_shards - scope.user_shards
+    if gone or gone_users:
+        replica.drop_shards(gone, gone_users)
+    replica.widen_scope(scope)
 
 
 ALL_SHARDS = Scope(frozenset(range(NUM_SHARDS)), NUM_SHARDS, frozenset(range(NUM_SHARDS)))
@@ -258,6 +261,20 @@ MESSAGES = [message(n) for n in range(0, 60, 3)]
     ],
     False,
 )
+@example(  # a store indexes every user, leaves two user shards (every chat kept), joins again
+    [ALL_SHARDS] * REPLICAS,
+    [
+        ("deliver", 0, ALL_ADMITS + [identity(u, 1_000 + u, u) for u in range(4)]),
+        ("sync", 0, 1, None),
+        ("rescope", 0, Scope(frozenset(range(NUM_SHARDS)), NUM_SHARDS, frozenset({0}))),
+        ("deliver", 0, ALL_ADMITS),
+        ("sync", 0, 2, None),
+        ("rescope", 1, Scope(frozenset({2}), NUM_SHARDS, frozenset({1, 2}))),
+        ("sync", 1, 0, None),
+        ("rescope", 0, ALL_SHARDS),
+    ],
+    True,
+)
 @given(
     st.lists(SHARD_SETS, min_size=REPLICAS, max_size=REPLICAS),
     st.lists(STEPS, min_size=4, max_size=25),
@@ -266,8 +283,10 @@ MESSAGES = [message(n) for n in range(0, 60, 3)]
 def test_stores_leaving_and_joining_shards_converge_and_hold_nothing_else(
     scopes: list[Scope], steps: list[Step], admit_all: bool
 ) -> None:
-    """Two RocksDB stores and two memory replicas: scopes change by leaving shards (their
-    rows dropped: ``DbReplica.drop_shards``) and joining others; the same guarantees."""
+    """Two RocksDB stores and two memory replicas: scopes change by leaving chat and user
+    shards (their rows dropped: ``DbReplica.drop_shards``) and joining others — user shards
+    widen and narrow as a node's writes for users come and go (sync/serving.py); the same
+    guarantees."""
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         dbs = [
             stack.enter_context(
@@ -296,7 +315,7 @@ def test_stores_leaving_and_joining_shards_converge_and_hold_nothing_else(
                     assert_within_scope(replicas[j])
             else:
                 _, i, scope = step
-                rescope(replicas[i], scope.shards or frozenset(range(NUM_SHARDS)))
+                rescope(replicas[i], ALL_SHARDS if scope.is_full else scope)
                 assert_within_scope(replicas[i])
 
         full = MemoryReplica(admit_all=admit_all)

@@ -1,12 +1,14 @@
 """A --scope auto node's scope (sync/serving.py): the users naming it as a home node, their
-chats now, pins and the R rule; a shard no longer needed leaves after its grace period."""
+chats now, pins and the R rule; a shard no longer needed leaves after its grace period —
+user shards too: those of served users and the R rule, and those written for, until the grace
+after the last write."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sync.scope import shard_of
+from sync.scope import shard_of, user_shard_of
 from sync.serving import ServedScope
 
 ME, OTHER = b"me-node", b"other-node"
@@ -25,7 +27,7 @@ def test_a_user_naming_us_brings_its_chats_and_others_do_not() -> None:
     assert not scope.see_identity(BOB, [OTHER])
     scope.see_member(CHATS[0], ALICE, True)
     scope.see_member(CHATS[1], BOB, True)  # not ours: Bob names another node
-    held, dropped = scope.step(0)
+    held, dropped, _ = scope.step(0)
     assert held.shards == {shard_of(CHATS[0], S)} and not dropped
 
 
@@ -41,9 +43,9 @@ def test_a_shard_no_longer_needed_leaves_after_its_grace_and_not_before() -> Non
     shard = shard_of(CHATS[0], S)
     assert scope.step(0)[0].shards == {shard}
     scope.see_member(CHATS[0], ALICE, False)  # removed
-    assert scope.step(100) == (scope.step(100)[0], frozenset())  # still held in its grace
+    assert scope.step(100).expired == frozenset()  # still held in its grace
     assert scope.step(1_099)[0].shards == {shard} and scope.next_deadline_ms() == 1_100
-    held, dropped = scope.step(1_100)
+    held, dropped, _ = scope.step(1_100)
     assert held.shards == frozenset() and dropped == {shard}
     assert scope.next_deadline_ms() is None
 
@@ -78,6 +80,31 @@ def test_shards_held_at_start_are_released_unless_needed() -> None:
     mine = shard_of(CHATS[0], S)
     assert scope.step(0)[0].shards == {1, 2, mine}
     assert scope.step(1_000)[1] == {1, 2} - {mine}
+
+
+def test_a_user_shard_written_for_leaves_after_the_grace_since_the_last_write() -> None:
+    scope = served(rule_shards=frozenset({3}))
+    scope.hold((), {3, 9})  # held at start: 9 is needed by nothing
+    scope.wrote_for({5}, 0)
+    held, _, expired = scope.step(0)
+    assert held.user_shards == {3, 5, 9} and not expired
+    scope.wrote_for({5}, 800)  # another write: its grace starts again
+    assert scope.step(1_000).expired_users == {9}
+    assert scope.next_deadline_ms() == 1_800
+    held, _, expired = scope.step(1_800)
+    assert held.user_shards == {3} and expired == {5}  # the R rule's stays
+    assert scope.next_deadline_ms() is None
+
+
+def test_a_served_users_shard_is_kept_and_released_when_it_moves_home() -> None:
+    scope = served()
+    mine = user_shard_of(ALICE, S)
+    scope.wrote_for({mine}, 0)  # its identity, put here: indexed first
+    scope.see_identity(ALICE, [ME])
+    assert scope.step(5_000).held.user_shards == {mine}  # served: needed, past the grace
+    scope.see_identity(ALICE, [OTHER])
+    assert scope.step(5_001).expired_users == frozenset()
+    assert scope.step(6_001).expired_users == {mine}
 
 
 events = st.lists(
