@@ -182,7 +182,7 @@ class Inbox:
             kind=ChatKind.DM if dm else ChatKind.GROUP,
             last_ts=meta.last_ts,
             last_msg_id=meta.last_msg_id,
-            last_sender=sender or next(reversed(chat.senders.values())),
+            last_sender=sender or next(reversed(chat.senders.values()), NO_SENDER),
             last_seq=meta.last_seq,
         )
         return chat_id, users, entry, chat.previous_last_ts
