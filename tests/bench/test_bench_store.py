@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from bench.store_bench import ChatDbWriter, RawWriter, StoreBenchParams, run_store_bench
@@ -71,6 +72,9 @@ def test_bench_store_tiny(tmp_path: Path) -> None:
     # the folded walk pages the messages; the raw one their edits and reactions too
     folded = results["folded_range"]
     assert folded["folded"]["items"] == 2_000 < folded["raw"]["items"]
+    # the like-for-like ratio: the time of the same chats' walks
+    same = folded["raw"]["seconds"] / folded["folded"]["seconds"]
+    assert saved["ratios"]["folded_vs_raw_same_chats"] == pytest.approx(same)
     # every delete erased its target: 200 in batches, 20 one at a time
     assert [(r["count"], r["items"]) for r in results["deletes"].values()] == [(200, 200), (20, 20)]
 
@@ -89,6 +93,7 @@ def test_bench_store_tiny(tmp_path: Path) -> None:
         "node_single_checked_vs_open",
         "range_visible_vs_unfiltered",
         "folded_vs_raw_range",
+        "folded_vs_raw_same_chats",
     }
     assert all(ratio > 0 for ratio in saved["ratios"].values())
     assert all(isinstance(goal["met"], bool) for goal in saved["goals"].values())

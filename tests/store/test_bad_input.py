@@ -241,6 +241,21 @@ def test_corrupt_stored_member_row_raises_and_writes_nothing(full_db: ChatDb) ->
     )
 
 
+@pytest.mark.parametrize("extra", [b"", b"\x00\x00"])
+def test_a_history_page_refuses_a_row_of_another_key_length(full_db: ChatDb, extra: bytes) -> None:
+    """A key in ``messages`` that is no messages key (one byte short, or a byte long beside
+    one short: the same total) is an error, never a page with a wrong seq."""
+    handle = full_db.rocks.handle["messages"]
+    value = make_msg(CHAT, Hlc(NOW)).encoded
+    batch = full_db.new_batch()
+    batch.put(CHAT + b"\xff" * 11, value, handle)  # sorts last: on the first page
+    if extra:
+        batch.put(CHAT + b"\xff" * 10 + b"\xfe" + extra, value, handle)
+    full_db.write(batch)
+    with pytest.raises(ValueError, match="messages key"):
+        full_db.range(CHAT)
+
+
 # --- size limits --------------------------------------------------------------------------
 
 
