@@ -7,9 +7,10 @@ strangers open can fill only the answering side, and the sessions a node opens t
 it chose always find room.
 
 Two nodes that open a session with each other at the same moment would each refuse the
-other's, and at a short interval on a busy machine keep doing so. The crossing is broken by
-peer id: the session opened by the lower id runs; the higher id answers it beside its own
-opening, which the lower one refuses (``CROSSED``: not charged, an honest race). Both sides
+other's (whichever side notices first: the answer to the peer's stream, or the claim of our
+own opening after it), and at the same interval keep doing so in lockstep. The crossing is
+broken by peer id: the session the lower id opened runs, beside the other one, which is
+refused (``CROSSED``: not charged, an honest race) at whichever end notices it. Both ends
 compare the same two ids, so they agree without a word. Pure: no trio, no time.
 """
 
@@ -25,6 +26,7 @@ DUPLICATE = "duplicate_session"  # the peer is in a session with us already
 CROSSED = "crossed_session"
 
 INITIATOR, RESPONDER = "initiator", "responder"
+_OTHER = {INITIATOR: RESPONDER, RESPONDER: INITIATOR}
 
 
 @dataclass(frozen=True)
@@ -42,9 +44,13 @@ class SessionSlots:
 
     def refusal(self, peer: str, role: str) -> str | None:
         """Why a session with ``peer`` in ``role`` (ours) cannot start now; None if it can."""
-        roles = {r for p, r in self._held if p == peer}
-        if roles and not self._yields(peer, role, roles):
-            return CROSSED if self._crossed(peer, role, roles) else DUPLICATE
+        held = {r for p, r in self._held if p == peer}
+        if held:
+            crossing = self.own is not None and held == {_OTHER[role]}
+            if not crossing:
+                return DUPLICATE
+            if not self._lower_opened(peer, role):
+                return CROSSED
         if Counter(r for _, r in self._held)[role] >= self.per_direction:
             return BUSY
         return None
@@ -56,6 +62,10 @@ class SessionSlots:
             self._held.add((peer, role))
         return refused
 
+    def holds(self, peer: str) -> bool:
+        """Whether some session with ``peer`` runs (we open none beside it: a crossing is a race)."""
+        return any(p == peer for p, _ in self._held)
+
     def release(self, peer: str, role: str) -> None:
         self._held.discard((peer, role))
 
@@ -63,10 +73,7 @@ class SessionSlots:
         roles = Counter(r for _, r in self._held)
         return SlotStats(len({p for p, _ in self._held}), roles[INITIATOR], roles[RESPONDER])
 
-    def _crossed(self, peer: str, role: str, roles: set[str]) -> bool:
-        """The peer opens a session while ours with it is being opened."""
-        return self.own is not None and role == RESPONDER and roles == {INITIATOR}
-
-    def _yields(self, peer: str, role: str, roles: set[str]) -> bool:
-        """A crossing the peer wins (its id is the lower): answer it beside our opening."""
-        return self._crossed(peer, role, roles) and peer < self.own  # type: ignore[operator]
+    def _lower_opened(self, peer: str, role: str) -> bool:
+        """Whether the session we would be in as ``role`` is the one the lower id opened."""
+        own: str = self.own  # type: ignore[assignment]
+        return own < peer if role == INITIATOR else peer < own

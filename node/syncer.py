@@ -170,16 +170,18 @@ class SyncService:
 
     def may_initiate(self, peer: str) -> bool:
         """Whether a session we open with ``peer`` could start now (ask before opening a stream)."""
-        return self.slots.refusal(peer, SessionRole.INITIATOR.value) is None
+        role = SessionRole.INITIATOR.value
+        return not self.slots.holds(peer) and self.slots.refusal(peer, role) is None
 
     async def initiate(self, peer: str, frames: FrameStream) -> SyncOutcome:
         session = SyncSession(
             SessionRole.INITIATOR, self._replica_for(peer), now_ms=self.clock.wall_ms(),
             salt_seed=self._salt(), config=self.session_config(), claims=self.claims,
         )  # fmt: skip
-        if self.slots.claim(peer, session.role.value) is not None:  # retried next interval
+        refused = self.slots.claim(peer, session.role.value)
+        if refused is not None:  # retried next interval
             await _close(frames)
-            return self._refused(peer, session, BUSY)
+            return self._refused(peer, session, CROSSED if refused == CROSSED else BUSY)
         try:
             return await self._drive(peer, session, frames)
         finally:

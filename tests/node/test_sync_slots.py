@@ -43,8 +43,10 @@ def test_slots_one_per_peer_and_a_cap_per_direction() -> None:
 
 
 def test_a_crossing_is_broken_by_peer_id_the_same_way_at_both_ends() -> None:
-    """Both open at once: the lower id's session runs, the higher id's is refused (told
-    DUPLICATE, counted as a crossing: not charged). Without our id there is no tie-break."""
+    """Both open at once: the lower id's session runs, the higher id's is refused (counted
+    as a crossing: not charged) at whichever end notices first. Without our id there is no
+    tie-break. (Both ends claiming their own opening after answering the other's: the
+    lockstep that kept two idle nodes from ever syncing at the same interval.)"""
     low, high = SessionSlots(per_direction=2, own="A"), SessionSlots(per_direction=2, own="B")
     assert low.claim("B", "initiator") is None and high.claim("A", "initiator") is None
     assert low.claim("B", "responder") == CROSSED  # ours (A's) wins
@@ -53,7 +55,12 @@ def test_a_crossing_is_broken_by_peer_id_the_same_way_at_both_ends() -> None:
     assert high.claim("A", "responder") == DUPLICATE  # once: a second stream is a probe
     assert high.claim("C", "initiator") is None and high.claim("C", "initiator") == DUPLICATE
     high.release("A", "initiator")  # B's opening ended (A refused it)
-    assert high.claim("A", "initiator") == DUPLICATE  # A's session still holds the slot
+    assert high.claim("A", "initiator") == CROSSED  # A's session runs: B opens none beside it
+    # the other order: each answers the other's stream first, then claims its own opening
+    low, high = SessionSlots(per_direction=2, own="A"), SessionSlots(per_direction=2, own="B")
+    assert low.claim("B", "responder") is None and high.claim("A", "responder") is None
+    assert high.claim("A", "initiator") == CROSSED  # B's opening yields ...
+    assert low.claim("B", "initiator") is None  # ... A's runs beside the one B gives up
     plain = SessionSlots(per_direction=2)
     assert plain.claim("B", "initiator") is None
     assert plain.claim("B", "responder") == DUPLICATE
