@@ -19,13 +19,15 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from sync.protocol import SessionRole
+
 BUSY = "busy"  # no slot free in that direction: the node's limit, nobody's fault
 DUPLICATE = "duplicate_session"  # the peer is in a session with us already
-# the peer's session crossed the one we opened, and ours wins the tie-break: refused (the
-# peer is told DUPLICATE), not charged
+# a session that crossed one the other way and lost the tie-break (the peer's, or our own
+# opening): refused, not charged; a peer whose session lost is told DUPLICATE
 CROSSED = "crossed_session"
 
-INITIATOR, RESPONDER = "initiator", "responder"
+INITIATOR, RESPONDER = SessionRole.INITIATOR.value, SessionRole.RESPONDER.value
 _OTHER = {INITIATOR: RESPONDER, RESPONDER: INITIATOR}
 
 
