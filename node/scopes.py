@@ -91,7 +91,8 @@ class NodeScopes:
         return self.services.replica.scope.indexes_user(user)
 
     def user_holders_of(self, user: bytes) -> list[str]:
-        """Peer ids (base58) of nodes holding a user shard we do not index."""
+        """Peer ids (base58) of nodes holding a user shard we do not index (a worker
+        thread's: the R rule assigns every shard at once)."""
         cfg = self.config
         found = nodes_holding_user(
             user, own=self.host.peer_id.to_bytes(), known=_raw(self.peers.known()),

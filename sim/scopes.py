@@ -7,8 +7,9 @@ which the replay applies with ``set_scope`` and the oracle reads as the nodes' f
 scopes:
 
 * a user's **home node** is node ``user % nodes`` (the node the generator makes its ops on);
-* **pins**: every shard is pinned on its ``R`` nearest nodes by rendezvous hashing
-  (``rendezvous``: the holders rule), so each chat has ``R`` holders whatever its members do;
+* **pins**: every shard is pinned on its ``R`` nearest nodes by rendezvous hashing with
+  bounded loads (``pinned``: the holders rule), so each chat has ``R`` holders whatever its
+  members do, and no node more than the load cap of shards;
 * a node holds the **user shards** of the users it serves and its pins among users' shards,
   for good, and those of the users named by member ops and identities it makes from then
   until ``GRACE_MS`` after the last such write (it indexes what it writes, for a while: its
@@ -26,9 +27,9 @@ Pure and deterministic: a function of the plan's ops and the seed.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 import blake3
 
@@ -70,21 +71,40 @@ def node_id(node: int) -> bytes:
     return node.to_bytes(4, "big")
 
 
-# The R rule as branch ``scope33b`` writes it (``sync.scope.holders``, not merged when this was
-# written): the R nodes of lowest BLAKE3(domain || S || shard || node id)[:8], ties by id.
-# Restated here, so the simulator's scopes do not rest on the code they check.
+# The R rule (``sync.scope.assign_shards``): shard by shard in order, the R nodes of lowest
+# BLAKE3(domain || S || shard || node id)[:8], ties by id, among those below the load cap
+# (the mean share k·S/N rounded up, plus a quarter of it; the nearest others where fewer than R
+# are below it). Restated here, so the simulator's
+# scopes do not rest on the code they check.
 HOLDERS_DOMAIN = b"chatsync/holders/v1\x00"
 
 
 def rendezvous(shard: int, nodes: int, replication: int, num_shards: int) -> list[int]:
-    """The shard's ``replication`` pinned nodes (nearest by rendezvous hashing)."""
-    prefix = HOLDERS_DOMAIN + num_shards.to_bytes(2, "big") + shard.to_bytes(2, "big")
-    nearest = heapq.nsmallest(
-        min(replication, nodes),
-        range(nodes),
-        key=lambda n: (blake3.blake3(prefix + node_id(n)).digest(8), node_id(n)),
-    )
-    return sorted(nearest)
+    """The shard's ``replication`` pinned nodes (``pinned``), ascending."""
+    return pinned(nodes, replication, num_shards)[shard]
+
+
+@cache
+def pinned(nodes: int, replication: int, num_shards: int) -> tuple[list[int], ...]:
+    """Every shard's pinned nodes by the R rule (rendezvous hashing with bounded loads)."""
+    k = min(replication, nodes)
+    share = k * num_shards
+    cap = -(-share // nodes) + share // (4 * nodes) if k > 0 else 0
+    ids = [node_id(n) for n in range(nodes)]
+    load = [0] * nodes
+    out = []
+    for shard in range(num_shards):
+        prefix = HOLDERS_DOMAIN + num_shards.to_bytes(2, "big") + shard.to_bytes(2, "big")
+        ranked = sorted(
+            range(nodes), key=lambda n: (blake3.blake3(prefix + ids[n]).digest(8), ids[n])
+        )
+        chosen = [n for n in ranked if load[n] < cap][:k]
+        if len(chosen) < k:  # too few below the cap: the nearest others, R holders first
+            chosen += [n for n in ranked if n not in chosen][: k - len(chosen)]
+        for n in chosen:
+            load[n] += 1
+        out.append(sorted(chosen))
+    return tuple(out)
 
 
 def home_node(user: int, nodes: int) -> int:

@@ -130,7 +130,7 @@ async def misdirected(request: Request, exc: OutsideScope) -> JSONResponse:
         found = await trio.to_thread.run_sync(node.holders_of, exc.chat_id)
     else:
         assert exc.user_id is not None
-        found = node.user_holders_of(exc.user_id)
+        found = await trio.to_thread.run_sync(node.user_holders_of, exc.user_id)
     node.metrics.inc("api_errors", code=exc.reason, help="HTTP requests refused, by code")
     body = {"code": exc.reason, "message": str(exc), "shard": exc.shard, "holders": found}
     return JSONResponse(body, status_code=421)

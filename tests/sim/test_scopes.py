@@ -146,7 +146,8 @@ def test_each_scope_bug_is_caught(scaled: Any, bug: Bug, seen: tuple[str, ...]) 
 
 
 @pytest.mark.parametrize(
-    ("nodes", "r", "shards"), [(5, 3, 64), (40, 3, 4096), (7, 1, 256), (2, 3, 16)]
+    ("nodes", "r", "shards"),
+    [(5, 3, 64), (40, 3, 4096), (7, 1, 256), (2, 3, 16), (9, 3, 3), (5, 3, 3)],
 )
 def test_the_restated_holders_rule_is_the_nodes(nodes: int, r: int, shards: int) -> None:
     """``sim.scopes.rendezvous`` restates ``sync.scope.holders`` (the oracle stays apart from

@@ -4,6 +4,7 @@ derived from the users it serves."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 from hypothesis import given
@@ -15,10 +16,12 @@ from sync.scope import (
     MAX_SHARDS,
     Scope,
     ScopeError,
+    assign_shards,
     chat_holders,
     holders,
     in_chat_scope,
     in_index,
+    load_cap,
     rendezvous_score,
     replica_shards,
     rule_shards,
@@ -176,30 +179,58 @@ def test_a_scope_holds_its_chats_records_and_its_users_identities_and_index() ->
 node_ids = st.sets(st.binary(min_size=1, max_size=40), min_size=1, max_size=12)
 
 
-@given(node_ids, st.integers(0, DEFAULT_SHARDS - 1), st.integers(1, 5), st.randoms())
-def test_holders_are_the_r_nearest_whatever_order_the_nodes_come_in(
-    nodes: set[bytes], shard: int, r: int, rnd: random.Random
+@given(node_ids, st.integers(1, 5), st.sampled_from([1, 3, 16, 64]), st.randoms())
+def test_every_shard_has_r_holders_nearest_first_and_no_node_more_than_the_cap(
+    nodes: set[bytes], r: int, num_shards: int, rnd: random.Random
 ) -> None:
     listed = sorted(nodes)
     rnd.shuffle(listed)
-    chosen = holders(shard, listed + listed[:2], r)  # duplicates count once
-    assert chosen == holders(shard, sorted(nodes), r)
-    assert len(chosen) == min(r, len(nodes)) and set(chosen) <= nodes
-    worst = max(rendezvous_score(shard, n) for n in chosen)
-    assert all(rendezvous_score(shard, n) >= worst for n in nodes - set(chosen))
+    every = assign_shards(listed + listed[:2], r, num_shards)  # duplicates count once
+    assert every == assign_shards(sorted(nodes), r, num_shards)  # any order
+    load = Counter(n for chosen in every for n in chosen)
+    cap, k = load_cap(len(nodes), r, num_shards), min(r, len(nodes))
+    assert sum(load.values()) == k * num_shards
+    if (len(nodes) - k + 1) * cap >= k * num_shards:  # then k nodes are always below the cap
+        assert max(load.values()) <= cap
+    for shard, chosen in enumerate(every):
+        assert len(set(chosen)) == len(chosen) == min(r, len(nodes)) and set(chosen) <= nodes
+        assert chosen == holders(shard, nodes, r, num_shards)
+        # nearest first; a nearer node passed over was full (loads only grow: it ends full)
+        scores = [rendezvous_score(shard, n, num_shards) for n in chosen]
+        assert scores == sorted(scores)
+        passed = [
+            n for n in nodes - set(chosen) if rendezvous_score(shard, n, num_shards) < scores[-1]
+        ]
+        assert all(load[n] >= cap for n in passed)
+    assert (
+        every[0]
+        == tuple(sorted(nodes, key=lambda n: (rendezvous_score(0, n, num_shards), n)))[
+            : min(r, len(nodes))
+        ]
+    )  # the first shard: plain rendezvous hashing, no node full yet
 
 
-@given(node_ids, st.integers(0, DEFAULT_SHARDS - 1), st.integers(1, 4), st.data())
-def test_a_node_leaving_moves_only_the_shards_it_held(
-    nodes: set[bytes], shard: int, r: int, data: st.DataObject
-) -> None:
-    gone = data.draw(st.sampled_from(sorted(nodes)))
-    before = holders(shard, nodes, r)
-    after = holders(shard, nodes - {gone}, r)
-    if gone not in before:
-        assert after == before
-    else:  # the others stay; at most one newcomer takes its place
-        assert set(before) - {gone} <= set(after) and len(set(after) - set(before)) <= 1
+def test_the_cap_spreads_a_few_shards_evenly() -> None:
+    """3 shards, R = 3, 9 nodes (``chatsync bench scope``): one shard each, where plain
+    rendezvous hashing gave some nodes two and some none; 1,000 nodes and 4,096 shards: at
+    most 16 each (mean 12.3; rendezvous hashing alone: 23)."""
+    nine = [bytes([i]) * 32 for i in range(9)]
+    assert sorted(len(s) for s in rule_shards(nine, 3, 3).values()) == [1] * 9
+    assert load_cap(1_000, 3, 4_096) == 16 and load_cap(9, 3, 3) == 1 and load_cap(2, 3, 16) == 20
+
+
+def test_a_node_leaving_moves_about_its_own_shards() -> None:
+    """Not only its own, as plain rendezvous hashing (a holder it displaced by the cap may
+    come back): measured over 10 networks of 30 nodes and 512 shards, the holders that change
+    are at most 1.25x the slots the node held."""
+    rnd = random.Random(7)
+    for _ in range(10):
+        nodes = [rnd.randbytes(8) for _ in range(30)]
+        gone = nodes[rnd.randrange(30)]
+        before, after = assign_shards(nodes, 3, 512), assign_shards(set(nodes) - {gone}, 3, 512)
+        own = sum(gone in chosen for chosen in before)
+        moved = sum(len(set(b) - set(a)) for b, a in zip(before, after, strict=True))
+        assert own <= moved <= 1.25 * own
 
 
 def test_replica_shards_are_the_shards_a_node_is_a_holder_of_and_spread_evenly() -> None:
