@@ -74,7 +74,8 @@ def make_load(params: ScopeBenchParams) -> Load:
     40 % of the load whatever the rule), their messages round robin."""
     clock = HlcClock()
     setup: list[MembershipOp] = []
-    chats, keys = [], []
+    chats: list[bytes] = []
+    keys = []
     share = [len(range(s, params.chats, params.shards)) for s in range(params.shards)]
     for i in count():
         if len(chats) == params.chats:
