@@ -232,8 +232,8 @@ def _score_prefix(shard: int, num_shards: int) -> bytes:
 
 
 def load_cap(num_nodes: int, r: int, num_shards: int) -> int:
-    """The most shards one node holds by the R rule: the mean share ``k·S/N`` rounded up,
-    plus a quarter of it as slack (``k = min(r, N)``). With a few shards a node (3 shards over
+    """The most shards the R rule gives one node (unless fewer than ``r`` nodes are below it):
+    the mean share ``k·S/N`` rounded up, plus a quarter of it as slack (``k = min(r, N)``). With a few shards a node (3 shards over
     9 nodes: exactly one each) the cap is the mean; with many, the slack keeps a node joining
     or leaving from shifting more than a few shards beyond its own."""
     k = min(r, num_nodes)
@@ -317,7 +317,7 @@ def replica_shards(
 ) -> frozenset[int]:
     """The shards ``node_id`` holds by the R rule among ``nodes`` (itself counted): what a
     node adds to its pins so every shard has ``r`` holders. About ``r * S / N`` shards, at
-    most ``load_cap``."""
+    most ``load_cap`` (``assign_shards``)."""
     return rule_shards([*nodes, node_id], r, num_shards)[node_id]
 
 
