@@ -92,14 +92,18 @@ def _post(cluster: Cluster, ops: list[Op]) -> None:
         cluster.post_ops(0, ops[i : i + POST_BATCH])
 
 
-def _newest_page(client: ChatsyncClient) -> frozenset[bytes] | None:
-    """The ids of the chat's newest page (a set: messages of equal stamps are ordered by
-    each node's local sequence, which differs between nodes)."""
+def _newest_page(client: ChatsyncClient) -> tuple[tuple[int, int], ...] | None:
+    """The stamps of the chat's newest page, in order: the same on two nodes that hold the
+    same history. (Not the ids: messages of equal stamps are ordered by each node's local
+    sequence, which differs between nodes, so a page's last place may hold a different one
+    of two equal-stamped messages — with 10,000 messages posted in batches that happened.)"""
     try:
-        return frozenset(m.id for m in client.history(GROUP, limit=PAGE).messages)
+        page = client.history(GROUP, limit=PAGE).messages
     except ChatsyncClientError as exc:
         LAST_ERROR[client.base_url] = str(exc)
         return None  # not a member here yet (the add has not arrived), or not held
+    LAST_ERROR[client.base_url] = f"a page of {len(page)}"
+    return tuple((m.msg.hlc.physical_ms, m.msg.hlc.logical) for m in page)
 
 
 def run_join_bench(params: JoinParams) -> dict[str, Any]:
