@@ -371,11 +371,18 @@ def join(
         "bench-results/join.json"
     ),
     data: NodesData = None,
+    dial: Annotated[
+        bool,
+        typer.Option(
+            "--dial/--connected",
+            help="The auto node starts unconnected to the holder and must dial it (3 nodes).",
+        ),
+    ] = False,
 ) -> None:
     """A --scope auto node's first page after its user joins a chat (issue 33, SYNC.md)."""
     from bench.join_bench import JoinParams, run_join_bench
 
-    run_join_bench(JoinParams(messages=messages, other=other, out=out, data=data))
+    run_join_bench(JoinParams(messages=messages, other=other, out=out, data=data, dial=dial))
 
 
 @bench_app.command("scope")

@@ -27,7 +27,8 @@ from store.ops import Op, encode_op, op_kind
 
 
 def node_config_toml(values: dict[str, Any]) -> str:
-    """A ``[node]`` TOML table of scalar settings (int, float, bool, str)."""
+    """A ``[node]`` TOML table of scalar settings (int, float, bool, str) and lists of ints
+    (``scope_shards``)."""
     lines = ["[node]"]
     for key, value in values.items():
         if isinstance(value, bool):
@@ -36,6 +37,8 @@ def node_config_toml(values: dict[str, Any]) -> str:
             rendered = repr(value)
         elif isinstance(value, str):
             rendered = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        elif isinstance(value, list | tuple) and all(type(v) is int for v in value):
+            rendered = "[" + ", ".join(str(v) for v in value) + "]"
         else:
             raise TypeError(f"node config {key}: unsupported value {value!r}")
         lines.append(f"{key} = {rendered}")
@@ -108,6 +111,8 @@ class Cluster:
         self.extra_args = list(extra_args or [])
         self.trace_dir = trace_dir
         self.bootstrap_nodes = bootstrap_nodes
+        # per node: the (earlier) nodes it bootstraps from, instead of the rule above
+        self.bootstrap_of: dict[int, list[int]] = {}
         self.nodes = [
             NodeProcess(i, base_dir / f"node{i}", free_port(), free_port(), [])
             for i in range(nodes)
@@ -120,6 +125,8 @@ class Cluster:
         for node in self.nodes:
             first = node.index if self.bootstrap_nodes is None else self.bootstrap_nodes
             bootstrap = [n.multiaddr for n in self.nodes[: min(node.index, first)]]
+            if node.index in self.bootstrap_of:
+                bootstrap = [self.nodes[i].multiaddr for i in self.bootstrap_of[node.index]]
             self._spawn(node, bootstrap)
             self._wait_ready(node, timeout_s)
 

@@ -31,7 +31,7 @@ import json
 import logging
 import os
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 
 import trio
@@ -113,6 +113,8 @@ class PeerManager:
         self._connected_at: dict[str, float] = {}  # when we first saw each connection
         self._reached: tuple[str, ...] = ()  # the book's views, as of the last round
         self._known: tuple[str, ...] = ()
+        # peers a join dialled and still needs (node/join_dials.py): not closed as surplus
+        self.needed: Callable[[], Collection[str]] = frozenset
         self._restore()
 
     # --- the book ---
@@ -212,6 +214,7 @@ class PeerManager:
             self._connected_at.setdefault(name, now)
         self._refresh_views(connected)
         young = {n for n, t in self._connected_at.items() if now - t < CONNECTION_GRACE_S}
+        young |= set(self.needed())
         for name in surplus(connected, self.high, self.rnd, young):
             log.debug("closing surplus connection to %s", name)
             self.metrics.inc("peer_connections_closed", reason="surplus", help=CLOSED_HELP)
@@ -243,6 +246,14 @@ class PeerManager:
         return now - last >= EXCHANGE_WHEN_SHORT_S
 
     async def _dial(self, peer_id: str, address: str) -> None:
+        if await self._dial_address(peer_id, address):
+            await self._identified(peer_id)
+            await self._ask_for_peers(peer_id)
+
+    async def _dial_address(self, peer_id: str, address: str) -> bool:
+        """Dial ``peer_id`` at ``address``; whether it connected (the book and the metric
+        learn either way)."""
+        self.dialing.add(peer_id)
         try:
             parsed = self.host.parse_address(address)
             await self.host.dial(parsed, DIAL_TIMEOUT_S)  # DialFailed; re-adds the address
@@ -250,14 +261,40 @@ class PeerManager:
             self.book.dial_failed(peer_id, self._now_ms(), self.rnd)
             self.metrics.inc("peer_dials", result="failed", help=DIALS_HELP)
             log.debug("dial %s failed: %s", peer_id, exc)
-            return
+            return False
         finally:
             self.dialing.discard(peer_id)
         self.book.connected(peer_id, [address], self._now_ms())
         self.metrics.inc("peer_dials", result="connected", help=DIALS_HELP)
         log.info("connected to %s", peer_id)
+        return True
+
+    async def dial_known(self, peer_id: str) -> bool:
+        """Connect to a peer of the book (a holder a join needs: ``node/join_dials.py``) at
+        its first address, unless connected already, blocked, or without an address; then
+        wait (a little) for identify, so its sessions can start. Whether it is connected."""
+        if peer_id in self.connected():
+            return True
+        entry = self.book.peers.get(peer_id)
+        if entry is None or not entry.addrs or peer_id in self.blocked:
+            return False
+        if peer_id in self.dialing:  # the maintenance loop dials it now: wait for that
+            with trio.move_on_after(DIAL_TIMEOUT_S + 1):
+                while peer_id in self.dialing:
+                    await trio.sleep(0.05)
+            return peer_id in self.connected()
+        if not await self._dial_address(peer_id, entry.addrs[0]):
+            return False
         await self._identified(peer_id)
-        await self._ask_for_peers(peer_id)
+        return True
+
+    def dialable(self, peer_id: str) -> bool:
+        """Whether ``dial_known`` could reach ``peer_id``: connected, or in the book with an
+        address, and not blocked."""
+        if peer_id in self.blocked:
+            return False
+        entry = self.book.peers.get(peer_id)
+        return (entry is not None and bool(entry.addrs)) or peer_id in self.connected()
 
     async def _identified(self, name: str) -> None:
         """Wait (a little) until identify told us what ``name`` speaks."""

@@ -35,14 +35,35 @@ def nodes_holding(
     num_shards: int,
 ) -> list[bytes]:
     """Peer ids of nodes that hold ``chat`` (ourselves left out), best first."""
+    return nodes_holding_shard(
+        shard_of(chat, num_shards), [chat], reads, own=own, known=known, reached=reached,
+        replication_factor=replication_factor, num_shards=num_shards,
+    )  # fmt: skip
+
+
+def nodes_holding_shard(
+    shard: int,
+    chats: Sequence[bytes],
+    reads: ChatReads,
+    *,
+    own: bytes,
+    known: Sequence[bytes],
+    reached: Sequence[bytes] = (),
+    replication_factor: int,
+    num_shards: int,
+) -> list[bytes]:
+    """Peer ids of nodes that hold ``shard``, best first (ourselves left out): the home
+    nodes of the members of ``chats`` (chats of the shard: a node joining it knows those of
+    its served users), then the shard's holders by the R rule (``node/join_dials.py``)."""
     named: list[bytes] = []
-    for user in reads.indexed_members(chat)[:MAX_MEMBERS_READ]:
-        found = reads.get_identity(user)
-        if found is not None:
-            named.extend(decode_identity_doc(found[1]).home_nodes)
-    named.extend(
-        _by_rule(shard_of(chat, num_shards), own, (known, reached), replication_factor, num_shards)
-    )
+    for chat in chats:
+        for user in reads.indexed_members(chat)[:MAX_MEMBERS_READ]:
+            found = reads.get_identity(user)
+            if found is not None:
+                named.extend(decode_identity_doc(found[1]).home_nodes)
+        if len(set(named)) > MAX_NAMED:
+            break
+    named.extend(_by_rule(shard, own, (known, reached), replication_factor, num_shards))
     unique = [n for n in dict.fromkeys(named) if n != own]
     return unique[:MAX_NAMED]
 
@@ -59,7 +80,22 @@ def nodes_holding_user(
     """Peer ids of nodes holding ``user``'s user shard by the R rule among the peers we know
     (ourselves left out): an `--scope auto` node holds its R-rule shards as user shards too.
     Its home nodes hold it as well, but they are named in the identity we do not hold."""
-    shard = user_shard_of(user, num_shards)
+    return nodes_holding_user_shard(
+        user_shard_of(user, num_shards), own=own, known=known, reached=reached,
+        replication_factor=replication_factor, num_shards=num_shards,
+    )  # fmt: skip
+
+
+def nodes_holding_user_shard(
+    shard: int,
+    *,
+    own: bytes,
+    known: Sequence[bytes],
+    reached: Sequence[bytes] = (),
+    replication_factor: int,
+    num_shards: int,
+) -> list[bytes]:
+    """Peer ids of nodes holding the user shard ``shard`` by the R rule (ourselves left out)."""
     found = _by_rule(shard, own, (known, reached), replication_factor, num_shards)
     return [n for n in dict.fromkeys(found) if n != own][:MAX_NAMED]
 

@@ -6,7 +6,7 @@ leaving shards, and who holds a chat it does not. The I/O shell around ``sync/se
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import base58
@@ -15,12 +15,20 @@ import trio
 from node.config import NodeConfig
 from node.gossip.settings import OPS_TOPIC
 from node.gossip.topics import topic_within, topics_for
+from node.join_dials import JoinDialer
 from node.p2p.host import Libp2pHost, Libp2pPubSub
 from node.peers import PeerManager
-from node.scope_answer import nodes_holding, nodes_holding_user
+from node.scope_answer import (
+    MAX_NAMED,
+    nodes_holding,
+    nodes_holding_shard,
+    nodes_holding_user,
+    nodes_holding_user_shard,
+)
 from node.scope_keeper import ScopeKeeper
 from node.services import Services
-from sync.scope import Scope
+from sync.joining import Target
+from sync.scope import Scope, shard_of
 from sync.serving import ServedScope
 
 log = logging.getLogger(__name__)
@@ -42,6 +50,10 @@ class NodeScopes:
         self._nursery: trio.Nursery | None = None
         self.keeper: ScopeKeeper | None = None  # with --scope auto, scope auth or a fixed scope
         self._served: ServedScope | None = None  # what the keeper holds, and for how long
+        # dials a known holder of a shard joined that no connected peer holds
+        self.dialer = JoinDialer(
+            peers, services.sync, self.join_holders, services.metrics, services.clock
+        )
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Receive the base topic and (with ``gossip_sharded``) our shards' topics; with
@@ -57,6 +69,7 @@ class NodeScopes:
                 services.sync.peer_bound = keeper.bound_for
                 self._bound_gossip(keeper)
             nursery.start_soon(keeper.run)
+            nursery.start_soon(self.dialer.run)
 
     def _bound_gossip(self, keeper: ScopeKeeper) -> None:
         """A shard topic's messages only to peers entitled to the shard: the bound the
@@ -101,6 +114,38 @@ class NodeScopes:
         )  # fmt: skip
         return [base58.b58encode(n).decode() for n in found]
 
+    async def join_holders(self, targets: Sequence[Target]) -> dict[Target, list[str]]:
+        """Each joined shard's holders, best first (peer ids, base58): for a chat shard, the
+        home nodes of the members of our served users' chats in it, then the R rule over the
+        peers we know and those we reached (the 421 answer's ranking); for a user shard, the
+        R rule."""
+        served = self._served
+        chats: dict[int, list[bytes]] = {}
+        if served is not None:  # read here, in the event loop: the keeper rewrites it there
+            for user_chats in list(served.chats.values()):
+                for chat in user_chats:
+                    chats.setdefault(shard_of(chat, self.config.network_shards), []).append(chat)
+        known, reached = _raw(self.peers.known()), _raw(self.peers.reached())
+        own, cfg, reads = self.host.peer_id.to_bytes(), self.config, self.services.db.reads
+
+        def rank() -> dict[Target, list[str]]:
+            found: dict[Target, list[bytes]] = {}
+            for target in targets:
+                if target.user:
+                    found[target] = nodes_holding_user_shard(
+                        target.shard, own=own, known=known, reached=reached,
+                        replication_factor=cfg.replication_factor, num_shards=cfg.network_shards,
+                    )  # fmt: skip
+                else:
+                    found[target] = nodes_holding_shard(
+                        target.shard, sorted(set(chats.get(target.shard, ())))[:MAX_NAMED],
+                        reads, own=own, known=known, reached=reached,
+                        replication_factor=cfg.replication_factor, num_shards=cfg.network_shards,
+                    )  # fmt: skip
+            return {t: [base58.b58encode(n).decode() for n in ns] for t, ns in found.items()}
+
+        return await trio.to_thread.run_sync(rank)
+
     def _reached(self) -> list[bytes]:
         """The keeper's view for the R rule: peers we know alive (``PeerManager.reached``)."""
         return _raw(self.peers.reached())
@@ -120,12 +165,14 @@ class NodeScopes:
         )  # fmt: skip
 
     async def _join(self, old: Scope, new: Scope) -> None:
-        """New shards held: their gossip topics, and a session at once with every connected
-        peer (the holders among them fill the shards; the others' intersection is empty)."""
+        """New shards held: their gossip topics, a session at once with every connected peer
+        (the holders among them fill the shards; the others' intersection is empty), and a
+        join for each (``node/join_dials.py``: a known holder dialled if none is connected)."""
         self.services.intake.scope = new
         await self._subscribe(topics_for(OPS_TOPIC, new, sharded=self.config.gossip_sharded))
         for name in self.peers.connected():
             self.peers.rotation.go_on(name)
+        self.dialer.joined(old, new)  # no connected holder: dial a known one
 
     async def _index_users(self, user_shards: frozenset[int]) -> None:
         """A client's member op or identity names users of these user shards: index them

@@ -7,7 +7,7 @@ import sys
 
 PURE = ["store.hlc", "store.keys", "store.records", "store.merge", "store.ops", "store.ingress", "store.retention",
         "store.access", "store.kinds", "store.plan", "store.waiting", "store.leaving", "sync.scope",
-        "sync.serving", "sync.entitled",
+        "sync.serving", "sync.entitled", "sync.joining",
         "sync.merkle", "sync.frames", "sync.protocol", "sync.replica", "sync.loopback", "sync.claims", "sync.sketch",
         "dm3.crypto", "dm3.containers"]  # fmt: skip
 FORBIDDEN = ["trio", "libp2p", "rocksdict", "pyspark"]
