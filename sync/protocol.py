@@ -398,6 +398,9 @@ class SyncSession:
         self._session_cutoff = self.config.cutoff_ms  # the later of both sides' (RETENTION.md)
         self._now_ms = now_ms  # the clock of the frame at hand: receive() sets it
         self._moved = 0  # records sent or received in this pass
+        # a sketch of this session did not decode: later passes descend to the leaves' cells
+        # (``_sketching``)
+        self._sketch_failed = False
         self._claims = claims
         self._checked: dict[Domain, CheckedRecords] = {}  # the frame at hand's, from check()
         # the frame at hand's valid records for the driver to write, the first bad one's error,
@@ -883,7 +886,7 @@ class SyncSession:
         self._domains = self._new_passes(nodes.sections)
         if not self._domains:
             raise RemoteProtocolError("NODES without any domain", reason="unexpected_domain")
-        if self.config.sketch:
+        if self._sketching():
             return self._sketch_or_descend(nodes.sections, TOP_DEPTH, State.AWAIT_LEAVES)
         self.state = State.AWAIT_LEAVES
         return self._answer_with_hashes(nodes.sections, TOP_DEPTH)
@@ -903,14 +906,14 @@ class SyncSession:
 
     def _on_middle(self, nodes: Nodes) -> Nodes | Sketches:
         self._no_scope(nodes)
-        if self.config.sketch:
+        if self._sketching():
             return self._sketch_or_descend(nodes.sections, TOP_DEPTH + 1, State.AWAIT_CELLS)
         self.state = State.AWAIT_CELLS
         return self._answer_with_hashes(nodes.sections, TOP_DEPTH + 1)
 
     def _on_leaves(self, nodes: Nodes) -> Cells | Nodes | Sketches:
         self._no_scope(nodes)
-        if self.config.sketch:
+        if self._sketching():
             return self._sketch_or_descend(nodes.sections, DEPTH, State.TRANSFER)
         self._section_domains(nodes.sections, "NODES")
         out = {}
@@ -948,6 +951,15 @@ class SyncSession:
         return self._next_transfer()
 
     # --- sketches: the differing ranges' ids, decoded as a set difference ---
+
+    def _sketching(self) -> bool:
+        """Whether this pass may sketch: not after a sketch of this session failed to decode.
+        A sketch is sized by the share of equal nodes, which assumes the difference scattered
+        over the ids; a difference in one id range (a catch-up cut short, a waiting room that
+        evicted what came first: the lowest ids) leaves most nodes equal and the estimate far
+        too low, the same every pass, and the session never converged (SYNC.md, "Sizing by
+        the tree"). The cells of the differing leaves name ids wherever they lie."""
+        return self.config.sketch and not self._sketch_failed
 
     def _sketch_or_descend(
         self, sections: dict[Domain, tuple[bytes, bytes]], depth: int, deeper: State
@@ -1108,6 +1120,7 @@ class SyncSession:
             theirs = Sketch.decode(region.key, cells, section.blob)  # frames checked the length
             peeled = self._sketch_of(region, cells).subtract(theirs).peel()
             larger = min(2 * cells, self._max_sketch_cells)
+            self._sketch_failed |= not peeled.complete
             if not peeled.complete and not frame.answer and larger > cells:
                 blob = self._sketch_of(region, larger).encode()
                 answers[domain] = SketchSection(b"", larger, region.key.width, blob)

@@ -254,6 +254,24 @@ def test_an_undersized_sketch_is_answered_once_with_a_larger_one() -> None:
     assert answer.sections[Domain.MESSAGES].cells == 2 * first.sections[Domain.MESSAGES].cells
 
 
+def test_a_difference_in_one_id_range_converges_after_the_sketch_fails() -> None:
+    """The responder lacks the 500 lowest ids of 3,000 (what a waiting room that evicted the
+    first of a catch-up leaves: a session moves buckets in id order). The share of equal
+    top nodes sizes a sketch for ~60 ids; it and the answer twice its size fail — before,
+    every pass and every session alike, and the two never converged (a real node stalled at
+    8,332 of 10,000). After a failed sketch the session descends to the leaves' cells."""
+    held = [message(n) for n in range(3_000)]
+    lowest = set(sorted(m.msg_id for m in held)[:500])
+    a = fill(engine(), held)
+    b = fill(engine(), [m for m in held if m.msg_id not in lowest])
+    wire = Wire()
+    result = run_session(a, b, on_frame=wire)
+    assert result.converged and set(a.messages) == set(b.messages)
+    kinds = [type(f).__name__ for _, f in wire.frames]
+    assert "Sketches" in kinds and "Cells" in kinds[kinds.index("Sketches") :]
+    assert len(wire.frames) <= 20
+
+
 def test_a_cap_that_is_no_whole_number_of_cells_a_hash_is_rounded_down() -> None:
     """``max_sketch_cells`` = 30 with four cells an id: sketches of at most 28 cells, never a
     local error for a size no sketch can have."""
