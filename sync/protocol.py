@@ -1294,8 +1294,9 @@ class SyncSession:
         that moved records, no: whatever still differs — a sketch that did not decode, buckets
         another session held, a write that raced — is found by the next. One that moved
         nothing is final when a cutoff or settling explains it (it would find the same
-        again); otherwise a short-id collision may have hidden the difference, and the next
-        pass's fresh salt will not. Cells passes, as before: a pass that found differences
+        again) and no sketch failed to decode (the next pass descends to cells instead:
+        ``_sketching``); otherwise a short-id collision may have hidden the difference, and
+        the next pass's fresh salt will not. Cells passes, as before: a pass that found differences
         but could move nothing (e.g. records the other side's retention refuses) would find
         the same again."""
         passes = list(self._domains.values())
@@ -1303,7 +1304,7 @@ class SyncSession:
             return False
         if any(dp.region is not None for dp in passes):
             explained = self._session_cutoff is not None or self.config.settle_ms is not None
-            return self._moved == 0 and explained
+            return self._moved == 0 and explained and not self._sketch_failed
         found = any(dp.diff_buckets for dp in passes)
         return found and (self._moved == 0 or self._stuck())
 
