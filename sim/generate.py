@@ -19,6 +19,7 @@ tie-breaks (blob bytes, remove-wins) are exercised and a broken tie-break shows.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import os
@@ -156,6 +157,8 @@ class _Planner:
         self.end = self.heal + rounds * p.anti_entropy_ms
         self.max_offset = DEFAULT_MAX_OFFSET_MS
         self.faults: list[Fault] = []
+        # (faults when made, times, the cuts in time order, heal times): _cut_list
+        self._cuts: tuple[int, list[int], list[Fault], list[int]] | None = None
         self.down: dict[int, list[tuple[int, int]]] = {n: [] for n in range(p.nodes)}
         self.offsets: dict[int, list[tuple[int, int]]] = {n: [] for n in range(p.nodes)}
         self.poisoned: dict[int, tuple[int, int]] = {}  # node -> (clock jumped, clock fixed)
@@ -582,21 +585,32 @@ class _Planner:
         group = self._partitioned(t_ms)
         if group is None:
             return None
-        heals = (f.t_ms for f in self.faults if f.kind == tr.HEAL and f.t_ms > t_ms)
-        return frozenset(group), min(heals, default=self.heal)
+        heals = self._cut_list()[2]
+        later = bisect.bisect_right(heals, t_ms)
+        return frozenset(group), heals[later] if later < len(heals) else self.heal
 
     def _partition_starts(self) -> list[int]:
         return sorted(f.t_ms for f in self.faults if f.kind in (tr.PARTITION, tr.PARTITION_ONEWAY))
 
+    def _cut_list(self) -> tuple[list[int], list[Fault], list[int]]:
+        """The partitions and heals in time order (a stable sort: ties keep their planning
+        order), their times, and the heals' times; made again when a fault was added since.
+        Each member op asks for the cut it is made in: scanning every fault an op made the
+        plan O(ops × faults), both of which grow with the nodes."""
+        if self._cuts is None or self._cuts[0] != len(self.faults):
+            kinds = (tr.PARTITION, tr.PARTITION_ONEWAY, tr.HEAL)
+            cuts = sorted((f for f in self.faults if f.kind in kinds), key=lambda f: f.t_ms)
+            heals = [f.t_ms for f in cuts if f.kind == tr.HEAL]
+            self._cuts = (len(self.faults), [f.t_ms for f in cuts], cuts, heals)
+        return self._cuts[1], self._cuts[2], self._cuts[3]
+
     def _partitioned(self, t_ms: int) -> set[int] | None:
         """The group of the latest partition on at ``t_ms`` (a heal ends every one)."""
-        group: set[int] | None = None
-        cuts = (f for f in self.faults if f.kind in (tr.PARTITION, tr.PARTITION_ONEWAY, tr.HEAL))
-        for f in sorted(cuts, key=lambda f: f.t_ms):
-            if f.t_ms > t_ms:
-                break
-            group = None if f.kind == tr.HEAL else set(f.args["group"])
-        return group
+        times, cuts, _ = self._cut_list()
+        last = bisect.bisect_right(times, t_ms) - 1
+        if last < 0 or cuts[last].kind == tr.HEAL:
+            return None
+        return set(cuts[last].args["group"])
 
 
 # --- signing (worker processes) -----------------------------------------------------------
