@@ -74,8 +74,7 @@ def node_id(node: int) -> bytes:
 # The R rule (``sync.scope.assign_shards``): shard by shard in order, the R nodes of lowest
 # BLAKE3(domain || S || shard || node id)[:8], ties by id, among those below the load cap
 # (the mean share k·S/N rounded up, plus a quarter of it; the nearest others where fewer than R
-# are below it). Restated here, so the simulator's
-# scopes do not rest on the code they check.
+# are below it). Restated here, so the simulator's scopes do not rest on the code they check.
 HOLDERS_DOMAIN = b"chatsync/holders/v1\x00"
 
 
