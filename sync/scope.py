@@ -239,8 +239,8 @@ def load_cap(num_nodes: int, r: int, num_shards: int) -> int:
     k = min(r, num_nodes)
     if k <= 0:
         return 0
-    mean = k * num_shards / num_nodes
-    return -(-k * num_shards // num_nodes) + int(mean / 4)
+    share = k * num_shards  # holder slots: the cap in integers, as sim.scopes restates it
+    return -(-share // num_nodes) + share // (4 * num_nodes)
 
 
 def assign_shards(
