@@ -1,7 +1,8 @@
 """``chatsync bench scope`` on tiny parameters, through its command: real node processes, once
-full and once ``--scope auto``; the JSON's shape, each partial node holding exactly the R rule's
-shards and their messages (the bench waits for that and fails if it never comes), nothing
-outside them. Correctness, not timing: figures from a shared machine are never asserted."""
+full and once ``--scope auto`` (R = 2, so a shard's two holders exchange its messages); the
+JSON's shape, each partial node holding exactly the R rule's shards and their messages (the
+bench waits for that and fails if it never comes), nothing outside them. Correctness, not
+timing: figures from a shared machine are never asserted."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.slow
 def test_bench_scope_tiny(tmp_path: Path) -> None:
     out = tmp_path / "scope.json"
     args = [
-        "bench", "scope", "--nodes", "3", "--shards", "3", "--replication", "1", "--chats", "6",
+        "bench", "scope", "--nodes", "3", "--shards", "3", "--replication", "2", "--chats", "6",
         "--messages", "120", "--out", str(out),
     ]  # fmt: skip
     result = CliRunner().invoke(build_app(), args)
@@ -28,8 +29,9 @@ def test_bench_scope_tiny(tmp_path: Path) -> None:
     saved = json.loads(out.read_text())
     full, partial = saved["runs"]["full"], saved["runs"]["partial"]
     assert full["shards_held"] == [3, 3, 3] and full["held_messages"] == [120] * 3
-    # the cap: 3 shards over 3 nodes at R = 1 is one each; the chats spread evenly, 40 a shard
-    assert partial["shards_held"] == [1, 1, 1] and partial["held_messages"] == [40] * 3
+    # the cap: 3 shards over 3 nodes at R = 2 is two each; the chats spread evenly, 40 a shard.
+    # (At R = 1 a partial node would hold alone what it is sent: no bytes between nodes at all.)
+    assert partial["shards_held"] == [2, 2, 2] and partial["held_messages"] == [80] * 3
     for run in (full, partial):
         assert len(run["disk_bytes"]) == len(run["cpu_ms_per_op"]) == len(run["net_bytes"]) == 3
         assert min(run["disk_bytes"]) > 0 and min(run["net_bytes"]) > 0
