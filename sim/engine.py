@@ -340,13 +340,14 @@ class ShardSim:
 
     def _settle_handovers(self) -> None:
         """The run ends quiescent: graces end (``Handovers.settle``); what no session
-        handed over stays held, and counted."""
+        handed over stays held, and counted on the honest live nodes (the checked ones)."""
         if self.handovers is None:
             return
         for node in self.handovers.settle(self.header.end_ms, self.alive):
             self._hold_users(node)
         self.stats["index_handovers"] = self.handovers.handed_over
-        self.stats["index_unhanded_at_end"] = self.handovers.unhanded(range(self.n))
+        checked = [n for n in range(self.n) if self.alive[n] and self.honest[n]]
+        self.stats["index_unhanded_at_end"] = self.handovers.unhanded(checked)
 
     def _local_op(self, i: int, node: int, t: int) -> None:
         if not self.alive[node]:

@@ -116,6 +116,9 @@ def test_a_scoped_trace_converges_on_every_chat_and_nothing_outside_a_scope(scal
     assert check["chats_diverged"] == 0
     assert scopes["chats"] == SCALED_SMALL["chats"]
     assert scopes["holders_min"] >= SCALED_SMALL["replication"]
+    # writers' user shards were handed over, every one on the checked nodes (sim/handover.py)
+    assert result["stats"]["index_handovers"] > 0
+    assert result["stats"]["index_unhanded_at_end"] == 0
     # partial: a node holds a few of the shards in use, and some scopes grew and shrank
     final = oracle.final_scopes
     used = {s for g in final.values() for s in g}
