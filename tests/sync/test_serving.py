@@ -5,6 +5,8 @@ session handed them over to a peer that keeps them, then the grace."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -149,16 +151,16 @@ def test_the_same_final_identities_and_rows_give_the_same_needed_shards(
     rows: dict[tuple[bytes, bytes], bool] = {}
     for event in seen:
         if event[0] == "id":
-            _, user, ours = event
-            identity[user] = ours  # type: ignore[index]
-            if scope.see_identity(user, [ME] if ours else [OTHER]):  # type: ignore[arg-type]
+            user, ours = cast(bytes, event[1]), bool(event[2])
+            identity[user] = ours
+            if scope.see_identity(user, [ME] if ours else [OTHER]):
                 for (chat, u), active in rows.items():  # the node rescans the user's rows
                     if u == user:
                         scope.see_member(chat, u, active)
         else:
-            _, chat, user, active = event
-            rows[(chat, user)] = active  # type: ignore[index]
-            scope.see_member(chat, user, active)  # type: ignore[arg-type]
+            chat, user, active = cast(bytes, event[1]), cast(bytes, event[2]), bool(event[3])
+            rows[(chat, user)] = active
+            scope.see_member(chat, user, active)
     expected = {
         shard_of(chat, S) for (chat, user), active in rows.items() if active and identity.get(user)
     }
