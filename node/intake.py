@@ -215,6 +215,9 @@ class OpIntake:
         # told the user shards of a client's member ops and identities before they are
         # written: the node indexes what it writes, for a while (node/scopes.py)
         self.index_users: Callable[[frozenset[int]], Awaitable[None]] | None = None
+        # ...and again once written: a session that started before then may lack the ops,
+        # so it hands none of those user shards over (ServedScope.handed_over)
+        self.wrote_for: Callable[[frozenset[int]], None] | None = None
         self.db = db
         self.writer = writer
         self.gossip = gossip
@@ -240,6 +243,8 @@ class OpIntake:
             await self.writer.enqueue(ops) if wait_for_room else self.writer.submit_nowait(ops)
         )
         new = await self.writer.wait(request)
+        if named and self.wrote_for is not None:
+            self.wrote_for(named)
         waiting = request.waiting
         fresh = [op for op, n, w in zip(ops, new, waiting, strict=True) if n or w]
         self.metrics.inc("ops_submitted", len(ops), help="ops submitted through the API")

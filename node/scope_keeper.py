@@ -75,7 +75,8 @@ class ScopeKeeper:
         self._nodes: list[bytes] = []
         self._rule_of: dict[bytes, frozenset[int]] = {}  # each known node's R-rule shards
         self._bound_cache: dict[bytes, Scope] = {}  # bound_of's answers since the last change
-        served.hold(replica.scope.shards or (), replica.scope.user_shards or ())  # at start
+        held = replica.scope
+        served.hold(held.shards or (), held.user_shards or (), clock.wall_ms())  # at start
         metrics.gauge(
             "scope_shards",
             lambda: {(): _count(self.replica.scope)},

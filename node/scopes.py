@@ -27,6 +27,7 @@ from node.scope_answer import (
 )
 from node.scope_keeper import ScopeKeeper
 from node.services import Services
+from node.syncer import SyncOutcome
 from sync.joining import Target
 from sync.scope import Scope, shard_of
 from sync.serving import ServedScope
@@ -62,9 +63,11 @@ class NodeScopes:
         self._nursery = nursery
         await self._subscribe(topics_for(OPS_TOPIC, services.replica.scope, sharded=cfg.gossip_sharded))  # fmt: skip
         services.intake.index_users = self._index_users
+        services.intake.wrote_for = self._wrote_for
         if cfg.scope_auto or cfg.scope_authenticate or not services.replica.scope.is_full:
             self.keeper = keeper = self._keeper()
             self._served = keeper.served
+            services.sync.on_converged = self._reconciled
             if cfg.scope_authenticate:
                 services.sync.peer_bound = keeper.bound_for
                 self._bound_gossip(keeper)
@@ -178,8 +181,9 @@ class NodeScopes:
         """A client's member op or identity names users of these user shards: index them
         (those we do not yet, in one writer step before the op is written), so the op is
         held here and sessions carry it to the other holders of its user shard even if
-        gossip loses it on the way; and keep them for the grace period after this write
-        (``ServedScope.wrote_for``; docs/design/member-scopes.md)."""
+        gossip loses it on the way; and keep them until a session handed them over to a
+        peer that keeps them, then for the grace period (``ServedScope.wrote_for``,
+        ``_reconciled``; docs/design/member-scopes.md)."""
         replica = self.services.replica
         if self._served is not None:
             self._served.wrote_for(user_shards, self.services.clock.wall_ms())
@@ -194,9 +198,41 @@ class NodeScopes:
             replica.widen_scope(wider)
             return wider
 
+        old = replica.scope
         wider = await self.services.writer.call(widen)
-        self.services.intake.scope = wider
-        await self._subscribe(topics_for(OPS_TOPIC, wider, sharded=self.config.gossip_sharded))
+        await self._join(old, wider)  # sessions at once: the hand-over (``_reconciled``)
+
+    def _wrote_for(self, user_shards: frozenset[int]) -> None:
+        """The ops naming users of these user shards are written: only a session started
+        from now on hands them over."""
+        if self._served is not None:
+            self._served.wrote_for(user_shards, self.services.clock.wall_ms())
+
+    def _reconciled(self, outcome: SyncOutcome) -> None:
+        """A converged session: the user shards we wrote for that it reconciled with a peer
+        that keeps them (its served users' or its R-rule share, as far as we know: the
+        keeper's ``bound_of``) are handed over, and their grace starts
+        (``ServedScope.handed_over``; docs/design/member-scopes.md)."""
+        served, keeper, reconciled = self._served, self.keeper, outcome.reconciled
+        if served is None or keeper is None or reconciled is None:
+            return
+        unhanded = served.unhanded()
+        if reconciled.user_shards is not None:
+            unhanded &= reconciled.user_shards
+        if not unhanded:
+            return
+        try:
+            peer = base58.b58decode(outcome.peer)
+        except ValueError:
+            return
+        kept = keeper.bound_of(peer).user_shards
+        handed = unhanded if kept is None else unhanded & kept
+        done = served.handed_over(handed, outcome.started_ms, self.services.clock.wall_ms())
+        if done:
+            self.services.metrics.inc(
+                "scope_user_shards_handed_over", len(done),
+                help="user shards written for whose index entries a session handed over",
+            )  # fmt: skip
 
     async def _leave(self, held: Scope, expired: Scope) -> None:
         """Shards and user shards whose grace ended: out of the scope, their rows off the

@@ -82,6 +82,8 @@ class SyncOutcome:
     # records other sessions applied while this one ran: they may have been the ones this
     # peer sent (the same catch-up from several peers), so "nothing new" is no one's fault
     applied_by_others: int = 0
+    # converged: what it reconciled (the intersection of both scopes), else None
+    reconciled: Scope | None = None
 
     @property
     def result(self) -> str:
@@ -128,6 +130,7 @@ class SyncService:
         on_outcome: Callable[[SyncOutcome], None] | None = None,
         peer_bound: Callable[[str], Scope] | None = None,
         own_id: str | None = None,
+        on_converged: Callable[[SyncOutcome], None] | None = None,
     ) -> None:
         self.replica = replica
         # scope authentication: what a peer may reconcile with us (sync/entitled.py)
@@ -151,6 +154,8 @@ class SyncService:
         self.claims = BucketClaims(stale_ms=3 * self.config.idle_timeout_ms)
         self._applied_total = 0  # records applied by every session since start
         self.on_outcome = on_outcome
+        # a session that converged (``reconciled`` set): node/scopes.py hands over user shards
+        self.on_converged = on_converged
         # per peer, across its sessions: a peer cannot flood us by opening many of them
         self._frames = TokenBuckets(frames_per_s, max(frames_per_s, 1.0) * 2)
         self._bytes = TokenBuckets(bytes_per_s, max(bytes_per_s, 1.0) * 2)
@@ -228,6 +233,8 @@ class SyncService:
         self._record(outcome)
         if self.on_outcome is not None:
             self.on_outcome(outcome)
+        if outcome.reconciled is not None and self.on_converged is not None:
+            self.on_converged(outcome)
         return outcome
 
     async def _exchange(self, peer: str, session: SyncSession, frames: FrameStream) -> str | None:
@@ -331,10 +338,11 @@ def _outcome(
     peer: str, session: SyncSession, error: str | None, started_ms: int, duration_ms: float
 ) -> SyncOutcome:
     stats = session.stats
+    converged = session.converged if error is None else False
     return SyncOutcome(
         peer=peer,
         role=session.role.value,
-        converged=session.converged if error is None else False,
+        converged=converged,
         error=error,
         started_ms=started_ms,
         duration_ms=duration_ms,
@@ -345,6 +353,7 @@ def _outcome(
         records_applied=stats.records_applied,
         passes=stats.passes,
         records_sent=stats.records_sent,
+        reconciled=session.scope if converged else None,
     )
 
 

@@ -36,6 +36,7 @@ import blake3
 
 from sim import retention_model
 from sim.bugs import Rules, book_for, rules_for
+from sim.handover import Handovers
 from sim.rand import derive
 from sim.replica import DELETES, IDENTITY, INDEX, MEMBERS, MESSAGES, ShardContext, SimReplica
 from sim.schedule import (
@@ -51,7 +52,7 @@ from sim.schedule import (
 )
 from sim.scope_book import ScopeBook
 from sim.scope_check import check_scopes
-from sim.scopes import ScopeParams, split_group
+from sim.scopes import GRACE_MS, ScopeParams, split_group
 from sim.shards import Expected, content_item, shard_of, tombstone_item, view_digest
 from store import trace as tr
 from store.errors import ClockDriftError, InvalidInput
@@ -169,6 +170,8 @@ class ShardSim:
         scope = ScopeParams.of(h.params)
         # scoped traces: who holds what, from the trace's scope events (None: every node full)
         self.book = ScopeBook(self.n, scope.shards, h.seed) if scope.scoped else None
+        # and the user shards a node holds for its writes until handed over (sim/handover.py)
+        self.handovers = Handovers(self.n, scope.shards, GRACE_MS) if scope.scoped else None
         self.reps = [SimReplica(self.ctx, self.rules, c, sparse=scope.scoped) for c in self.clocks]
         if self.book is not None:
             for rep in self.reps:
@@ -203,6 +206,8 @@ class ShardSim:
             "waiting_at_end": 0,
             "waiting_lost_in_crashes": 0,
             "erased_waiting_at_end": 0,
+            "index_handovers": 0,
+            "index_unhanded_at_end": 0,
         }
         self.abort_reasons: dict[str, int] = {}
         self.round_bytes = dict.fromkeys(("gossip", *KINDS), 0)
@@ -280,6 +285,7 @@ class ShardSim:
             for n, rep in enumerate(self.reps)
             if self.alive[n] and self.honest[n]
         )
+        self._settle_handovers()
         self._final_gc()
         result = self._result()
         result["wall_s"] = time.perf_counter() - started
@@ -314,10 +320,34 @@ class ShardSim:
         rep = self.reps[node]
         held = rep.scope.shards or frozenset()
         shards, users = split_group(group, self.book.num_shards)
+        if self.handovers is not None:
+            self.handovers.kept[node] = users
+            users |= self.handovers.held(node)
         told = self.book.set(node, shards, users)
         rep.flush()
         chats = self.rules.next_scope(held, shards)
         rep.set_scope(Scope(chats, told.num_shards, told.user_shards))
+
+    def _hold_users(self, node: int) -> None:
+        """The node's user shards changed for its writes (held, or handed over and their
+        grace ended): the trace's, and those it holds for its writes (sim/handover.py)."""
+        assert self.book is not None and self.handovers is not None
+        rep, told = self.reps[node], self.book.scopes[node]
+        users = self.handovers.kept[node] | self.handovers.held(node)
+        self.book.set(node, frozenset(told.shards or ()), users)
+        rep.flush()
+        rep.set_scope(Scope(rep.scope.shards, told.num_shards, users))
+
+    def _settle_handovers(self) -> None:
+        """The run ends quiescent: graces end (``Handovers.settle``); what no session
+        handed over stays held, and counted on the honest live nodes (the checked ones)."""
+        if self.handovers is None:
+            return
+        for node in self.handovers.settle(self.header.end_ms, self.alive):
+            self._hold_users(node)
+        self.stats["index_handovers"] = self.handovers.handed_over
+        checked = [n for n in range(self.n) if self.alive[n] and self.honest[n]]
+        self.stats["index_unhanded_at_end"] = self.handovers.unhanded(checked)
 
     def _local_op(self, i: int, node: int, t: int) -> None:
         if not self.alive[node]:
@@ -338,6 +368,10 @@ class ShardSim:
             rep.flush()
             return
         rep.t_ms, rep.now_ms = t, phys
+        if self.handovers is not None and isinstance(record, (MembershipOp, IdentityRecord)):
+            assert self.book is not None  # it indexes what it writes, first (sim/handover.py)
+            if self.handovers.wrote_for(node, self.book.user_shard(record.user_id), t):
+                self._hold_users(node)
         if not rep.apply_record(record) and isinstance(record, MsgV1):
             # no op admits it here (yet): a stranger's post, or one that overtook its add
             self.stats["posts_waiting_at_origin"] += record.msg_id in rep.waiting
@@ -387,6 +421,9 @@ class ShardSim:
 
     def _round(self, step: Round) -> None:
         t = step.t_ms
+        if self.handovers is not None:  # graces that ended: those user shards leave
+            for node in self.handovers.step(t, self.alive):
+                self._hold_users(node)
         peer_of = None if self.book is None else self.book.peer_of(self.schedule.net.peer)
         sessions, unreachable = self.schedule.sessions(step.number, self.alive, peer_of)
         self.stats["sessions_unreachable"] += unreachable
@@ -441,6 +478,10 @@ class ShardSim:
             raise_errors=False,
         )
         ra.scope = own_scope
+        if outcome.converged and self.handovers is not None:
+            assert self.book is not None
+            ua, ub = self.book.scopes[a].user_shards, self.book.scopes[b].user_shards
+            self.handovers.reconciled(a, b, frozenset(ua or ()) & frozenset(ub or ()), t)
         s = self.stats
         s["sessions"] += 1
         self.round_sessions[0] += 1
@@ -485,6 +526,8 @@ class ShardSim:
             return
         self.alive[node] = True
         self.reps[node].set_counting(self.honest[node])
+        if self.handovers is not None:
+            self.handovers.restarted(node, t)
         self._gc(node, t)
 
     def _gc(self, node: int, t: int) -> None:

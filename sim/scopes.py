@@ -11,9 +11,10 @@ scopes:
   bounded loads (``pinned``: the holders rule), so each chat has ``R`` holders whatever its
   members do, and no node more than the load cap of shards;
 * a node holds the **user shards** of the users it serves and its pins among users' shards,
-  for good, and those of the users named by member ops and identities it makes from then
-  until ``GRACE_MS`` after the last such write (it indexes what it writes, for a while: its
-  member index, docs/design/member-scopes.md; node/scopes.py releases them alike);
+  for good. Those of the users named by member ops and identities it makes are not in the
+  trace: it holds them until a session hands them over, then ``GRACE_MS`` (its member
+  index, docs/design/member-scopes.md), which depends on the sessions, so the replay keeps
+  them with the node's own rule (``sim.handover``, ``sync.serving.ServedScope``);
 * a node **grows** by a chat's shard ``LEARN_MS`` after a member op adds a user it serves
   (the op reaches it on its user shard's topic), and **shrinks** ``GRACE_MS`` after the
   last such user left or was removed (the grace period before a shard's rows are dropped);
@@ -132,10 +133,9 @@ def plan_scopes(
     """``(t_ms, node, group)`` scope events (``split_group``: a user shard ``u`` is ``S + u``
     throughout): each node's scope at the start (its pins), then every time it changes.
     ``user_shards[u]``: user ``u``'s user shard. A node holds, for good, its served users'
-    user shards and its pins among the users' shards (the R rule over user shards too), and
-    the user shard of every user a member op or an identity it makes names for ``GRACE_MS``
-    after it (it indexes what it writes, so its index holds the op even if gossip lost it
-    on the way, until its sessions carried it to the shard's holders)."""
+    user shards and its pins among the users' shards (the R rule over user shards too). The
+    user shards it holds for the writes it makes are not here: they end when a session hands
+    them over, which the replay keeps (``sim.handover``)."""
     pins = _pins(used_shards, nodes, p)
     for n, shards in enumerate(_pins(set(user_shards), nodes, p)):
         pins[n].update(p.shards + u for u in shards)
@@ -147,14 +147,11 @@ def plan_scopes(
     start_ms = None
     for e in sorted(events, key=lambda e: e.t_ms):
         start_ms = e.t_ms if start_ms is None else start_ms
-        if e.kind == tr.IDENTITY:  # its user's: ``target``
-            changes += _written_for(e, p.shards + user_shards[e.target])
+        if e.kind == tr.IDENTITY:  # its user shard is held while unhanded: the replay's
             continue
         changes.append((e.t_ms, e.node, e.shard, +1))  # its origin, for good: the docstring
         if e.kind == tr.MSG:
             continue
-        if 0 <= e.target < len(user_shards):  # the origin indexes the op's user, a while
-            changes += _written_for(e, p.shards + user_shards[e.target])
         key = (e.target, e.chat)
         home = home_node(e.target, nodes)
         if e.kind == tr.MEMBER_ADD and key not in member:
@@ -167,12 +164,6 @@ def plan_scopes(
     out = [(t0, n, sorted(pins[n])) for n in range(nodes)]
     out += _timeline(changes, pins)
     return out
-
-
-def _written_for(e: ChatEvent, user_shard: int) -> list[tuple[int, int, int, int]]:
-    """The origin holds the user shard a write names from the write until the grace after
-    it (a later write overlaps: the count stays above zero until the last one's grace)."""
-    return [(e.t_ms, e.node, user_shard, +1), (e.t_ms + GRACE_MS, e.node, user_shard, -1)]
 
 
 def _pins(shards: Iterable[int], nodes: int, p: ScopeParams) -> list[set[int]]:

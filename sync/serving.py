@@ -9,9 +9,12 @@ so every user shard has holders), so the node decides from what it holds; the sa
 identities and index entries give the same scope whatever order they came in.
 
 A node also indexes the users it writes for (a client's member op or identity naming a user
-of a user shard it does not hold: ``wrote_for``); such a user shard is needed for the grace
-period after the last write, so the node's sessions carry the op to the shard's holders,
-and then leaves unless a served user or the R rule needs it (docs/design/member-scopes.md).
+of a user shard it does not hold: ``wrote_for``); such a user shard is needed until it is
+**handed over** — a converged session that reconciled it, started after the last write,
+with a peer that keeps it (its served users' shard or its R-rule share: ``handed_over``) —
+and for the grace period after that, then leaves unless a served user or the R rule needs
+it (docs/design/member-scopes.md). Needed for a time alone, it could leave before any
+session carried the op (a cut longer than the grace): the index entry would be lost.
 
 A shard no longer needed (its served users removed, their home moved elsewhere, a pin
 dropped, no write for its users for a while) is kept for a grace period (``grace_ms``, a day
@@ -83,17 +86,41 @@ class ServedScope:
     rule_shards: frozenset[int] = frozenset()  # ours by the replication-factor rule
     _shards: _Kept = field(default_factory=_Kept)
     _user_shards: _Kept = field(default_factory=_Kept)
+    # user shards written for and not handed over yet -> when last written for
+    _unhanded: dict[int, int] = field(default_factory=dict)
 
-    def hold(self, shards: Iterable[int], user_shards: Iterable[int] = ()) -> None:
+    def hold(self, shards: Iterable[int], user_shards: Iterable[int] = (), now_ms: int = 0) -> None:
         """Shards held already (a store opened with them): released at the next ``step``
-        unless needed — after a restart the grace period starts again."""
+        unless needed — after a restart the grace period starts again. The user shards are
+        not handed over (``wrote_for``): whether what we wrote for them reached a holder
+        that keeps them is not known after a restart."""
         self._shards.held.update(shards)
-        self._user_shards.held.update(user_shards)
+        self.wrote_for(user_shards, now_ms)
 
     def wrote_for(self, user_shards: Iterable[int], now_ms: int) -> None:
         """A client's op or identity names users of these user shards: indexed (held) from
-        now, needed for ``grace_ms`` after this write."""
-        self._user_shards.touch(user_shards, now_ms)
+        now, needed until handed over (``handed_over``), then for ``grace_ms``."""
+        for shard in user_shards:
+            self._user_shards.held.add(shard)
+            self._unhanded[shard] = max(now_ms, self._unhanded.get(shard, now_ms))
+
+    def handed_over(
+        self, user_shards: Iterable[int], started_ms: int, now_ms: int
+    ) -> frozenset[int]:
+        """A session that started at ``started_ms`` converged on these user shards with a
+        peer that keeps them (the caller's judgement: its served users' shards or its R-rule
+        share, ``sync.entitled``): what we wrote for them before it started is held there
+        too. Their grace starts now; a write during the session keeps one unhanded. The
+        user shards handed over."""
+        done = frozenset(s for s in user_shards if self._unhanded.get(s, started_ms) < started_ms)
+        for shard in done:
+            del self._unhanded[shard]
+        self._user_shards.touch(done, now_ms)
+        return done
+
+    def unhanded(self) -> frozenset[int]:
+        """The user shards written for and not handed over yet."""
+        return frozenset(self._unhanded)
 
     def held_user_shards(self) -> frozenset[int]:
         """The user shards held now (needed, in their grace, or written for)."""
@@ -128,9 +155,10 @@ class ServedScope:
         return frozenset(member) | self.pinned_shards | self.rule_shards
 
     def needed_user_shards(self) -> frozenset[int]:
-        """The user shards of the served users, and ours by the R rule."""
+        """The user shards of the served users, ours by the R rule, and those written for
+        and not handed over yet."""
         served = {user_shard_of(u, self.num_shards) for u in self.served}
-        return frozenset(served) | self.rule_shards
+        return frozenset(served) | self.rule_shards | frozenset(self._unhanded)
 
     def step(self, now_ms: int) -> Step:
         """What to hold now and what to drop (``Step``)."""

@@ -1,9 +1,11 @@
 """A --scope auto node's scope (sync/serving.py): the users naming it as a home node, their
 chats now, pins and the R rule; a shard no longer needed leaves after its grace period —
-user shards too: those of served users and the R rule, and those written for, until the grace
-after the last write."""
+user shards too: those of served users and the R rule, and those written for, until a
+session handed them over to a peer that keeps them, then the grace."""
 
 from __future__ import annotations
+
+from typing import cast
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -82,18 +84,37 @@ def test_shards_held_at_start_are_released_unless_needed() -> None:
     assert scope.step(1_000)[1] == {1, 2} - {mine}
 
 
-def test_a_user_shard_written_for_leaves_after_the_grace_since_the_last_write() -> None:
+def test_a_user_shard_written_for_is_kept_until_handed_over_then_for_the_grace() -> None:
+    """A cut longer than the grace (issue 33: the lost index entries): no session handed the
+    write over, so the user shard stays, however long; once one did, the grace runs."""
     scope = served(rule_shards=frozenset({3}))
-    scope.hold((), {3, 9})  # held at start: 9 is needed by nothing
+    scope.hold((), {3, 9}, 0)  # held at start: 9 is needed by nothing, but not handed over
     scope.wrote_for({5}, 0)
     held, _, expired = scope.step(0)
     assert held.user_shards == {3, 5, 9} and not expired
-    scope.wrote_for({5}, 800)  # another write: its grace starts again
-    assert scope.step(1_000).expired_users == {9}
-    assert scope.next_deadline_ms() == 1_800
-    held, _, expired = scope.step(1_800)
-    assert held.user_shards == {3} and expired == {5}  # the R rule's stays
+    assert scope.step(1_000_000).held.user_shards == {3, 5, 9}  # no hand-over: kept
     assert scope.next_deadline_ms() is None
+    assert scope.handed_over({5, 9}, 0, 1_000_001) == frozenset()  # started with the write
+    assert scope.handed_over({9}, 1, 1_000_001) == {9}
+    assert scope.step(1_000_001).held.user_shards == {3, 5, 9}  # 9 in its grace
+    assert scope.handed_over({5}, 2, 1_000_500) == {5}
+    assert scope.next_deadline_ms() == 1_001_001
+    held, _, expired = scope.step(1_001_001)
+    assert held.user_shards == {3, 5} and expired == {9}
+    held, _, expired = scope.step(1_001_500)
+    assert held.user_shards == {3} and expired == {5}  # the R rule's stays
+
+
+def test_a_write_during_the_hand_over_keeps_the_user_shard_unhanded() -> None:
+    scope = served()
+    scope.wrote_for({5}, 0)
+    assert scope.handed_over({5}, 1, 10) == {5}
+    scope.wrote_for({5}, 20)  # written again, in its grace: unhanded again
+    assert scope.unhanded() == {5}
+    assert scope.handed_over({5}, 15, 30) == frozenset()  # that session began before it
+    assert scope.step(5_000).held.user_shards == {5}
+    assert scope.handed_over({5}, 21, 5_000) == {5}
+    assert scope.step(6_000).expired_users == {5}
 
 
 def test_a_served_users_shard_is_kept_and_released_when_it_moves_home() -> None:
@@ -101,6 +122,7 @@ def test_a_served_users_shard_is_kept_and_released_when_it_moves_home() -> None:
     mine = user_shard_of(ALICE, S)
     scope.wrote_for({mine}, 0)  # its identity, put here: indexed first
     scope.see_identity(ALICE, [ME])
+    assert scope.handed_over({mine}, 1, 1) == {mine}  # a session carried it to a holder
     assert scope.step(5_000).held.user_shards == {mine}  # served: needed, past the grace
     scope.see_identity(ALICE, [OTHER])
     assert scope.step(5_001).expired_users == frozenset()
@@ -129,16 +151,16 @@ def test_the_same_final_identities_and_rows_give_the_same_needed_shards(
     rows: dict[tuple[bytes, bytes], bool] = {}
     for event in seen:
         if event[0] == "id":
-            _, user, ours = event
-            identity[user] = ours  # type: ignore[index]
-            if scope.see_identity(user, [ME] if ours else [OTHER]):  # type: ignore[arg-type]
+            user, ours = cast(bytes, event[1]), bool(event[2])
+            identity[user] = ours
+            if scope.see_identity(user, [ME] if ours else [OTHER]):
                 for (chat, u), active in rows.items():  # the node rescans the user's rows
                     if u == user:
                         scope.see_member(chat, u, active)
         else:
-            _, chat, user, active = event
-            rows[(chat, user)] = active  # type: ignore[index]
-            scope.see_member(chat, user, active)  # type: ignore[arg-type]
+            chat, user, active = cast(bytes, event[1]), cast(bytes, event[2]), bool(event[3])
+            rows[(chat, user)] = active
+            scope.see_member(chat, user, active)
     expected = {
         shard_of(chat, S) for (chat, user), active in rows.items() if active and identity.get(user)
     }
