@@ -73,4 +73,5 @@ class Handovers:
 
     def unhanded(self, nodes: Iterable[int]) -> int:
         """(node, user shard) holds not handed over."""
-        return sum(len(s.unhanded()) for n, s in self._served.items() if n in set(nodes))
+        counted = set(nodes)
+        return sum(len(s.unhanded()) for n, s in self._served.items() if n in counted)
