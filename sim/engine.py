@@ -322,7 +322,7 @@ class ShardSim:
         shards, users = split_group(group, self.book.num_shards)
         if self.handovers is not None:
             self.handovers.kept[node] = users
-            users |= self.handovers.held(node)
+            users = self.handovers.user_shards(node)
         told = self.book.set(node, shards, users)
         rep.flush()
         chats = self.rules.next_scope(held, shards)
@@ -333,7 +333,7 @@ class ShardSim:
         grace ended): the trace's, and those it holds for its writes (sim/handover.py)."""
         assert self.book is not None and self.handovers is not None
         rep, told = self.reps[node], self.book.scopes[node]
-        users = self.handovers.kept[node] | self.handovers.held(node)
+        users = self.handovers.user_shards(node)
         self.book.set(node, frozenset(told.shards or ()), users)
         rep.flush()
         rep.set_scope(Scope(rep.scope.shards, told.num_shards, users))

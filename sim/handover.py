@@ -35,6 +35,10 @@ class Handovers:
         served = self._served.get(node)
         return frozenset() if served is None else served.held_user_shards()
 
+    def user_shards(self, node: int) -> frozenset[int]:
+        """The user shards ``node`` holds: the trace's and those it holds for its writes."""
+        return self.kept[node] | self.held(node)
+
     def wrote_for(self, node: int, user_shard: int, t_ms: int) -> bool:
         """``node`` made an op naming a user of ``user_shard``; True when it holds it newly."""
         if user_shard in self.kept[node]:
