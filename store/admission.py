@@ -204,11 +204,14 @@ class Admission:
                 if plan.identities:
                     identities = {u: (b, (r.hlc, r.blob)) for u, (b, r) in plan.identities.items()}
                     self._identities.set_identities(identities)
+                erased: set[bytes] = set()  # messages keys: the writes below still read them
                 if plan.deletes or plan.erase or plan.refused_erased:
                     deletes = list(plan.deletes.values())
-                    self._deletes.write_deletes(deletes, plan.erase, plan.refused_erased)
+                    erased = self._deletes.write_deletes(deletes, plan.erase, plan.refused_erased)
                 if msgs:
-                    self._messages.put_messages(msgs, now_ms=now_ms, hidden=plan.hidden)
+                    self._messages.put_messages(
+                        msgs, now_ms=now_ms, hidden=plan.hidden, erased=erased
+                    )
                 if room is not None:
                     self._keep_waiting(plan, room)
         except BaseException:

@@ -103,10 +103,11 @@ class Deletes:
 
     def write_deletes(
         self, deletes: list[MsgV1], erase: dict[bytes, MsgV1], refused: dict[bytes, bytes]
-    ) -> None:
+    ) -> set[bytes]:
         """Store new DELETE messages, erase the held messages ``erase`` names, and remember as
         erased ``refused`` (id -> chat: they came after the delete erasing them) — one
-        WriteBatch."""
+        WriteBatch; returns the messages keys erased (a later write into the same shared
+        batch reads them as still held: ``put_messages``' ``erased``)."""
         batch = self._rocks.new_batch()
         deletes_cf, seen_cf = self._handle["deletes"], self._handle["seen_delete"]
         events: list[Event] = []
@@ -116,17 +117,18 @@ class Deletes:
             batch.put(key, d.encoded, deletes_cf)
             batch.put(d.msg_id, key, seen_cf)
             events.append((EventKind.DELETE, key))
-        rewrite = self._erase(list(erase.values()), batch)
+        rewrite, erased = self._erase(list(erase.values()), batch)
         for msg_id, chat_id in sorted(refused.items()):
             batch.put(msg_id, chat_id, self._handle["erased"])
         self._log.write(batch, events)
         self.delete_chats().update(d.chat_id for d in deletes)
         self._note_erased(rewrite)
+        return erased
 
-    def _erase(self, msgs: list[MsgV1], batch: WriteBatch) -> list[bytes]:
+    def _erase(self, msgs: list[MsgV1], batch: WriteBatch) -> tuple[list[bytes], set[bytes]]:
         """Add to ``batch`` the erasure of these held messages; returns the messages keys
-        whose rows (in ``messages``, ``referred`` and ``views``) held what went:
-        ``compact_erased`` rewrites them. The view rows of the targets of erased edits and
+        whose rows (in ``messages``, ``referred`` and ``views``) held what went —
+        ``compact_erased`` rewrites them — and the erased messages' own keys. The view rows of the targets of erased edits and
         reactions are folded again without them (``store.view_rows``)."""
         seen = self._rocks.multi_get("seen_msg", [m.msg_id for m in msgs])
         self._unread.void(batch, {m.chat_id for m in msgs})  # what they count may go
@@ -149,11 +151,11 @@ class Deletes:
                     batch.delete(target + key, referred)
                     rewrite.append(target)
                     refold[target] = None
+        gone = {value[:MESSAGES_KEY_LEN] for value in seen if value is not None}
         if refold:
-            gone = {value[:MESSAGES_KEY_LEN] for value in seen if value is not None}
             kept: dict[bytes, MsgV1 | None] = {t: None for t in refold if t not in gone}
             self._views.refresh(batch, kept, gone=gone)
-        return rewrite
+        return rewrite, gone
 
     def _erase_one(self, msg: MsgV1, key: bytes, batch: WriteBatch) -> None:
         handle = self._handle

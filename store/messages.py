@@ -315,9 +315,12 @@ class Messages:
         *,
         now_ms: int | None = None,
         hidden: frozenset[bytes] | set[bytes] = frozenset(),
+        erased: frozenset[bytes] | set[bytes] = frozenset(),
     ) -> list[PutResult]:
         """Store many messages in one WriteBatch: messages + seen_msg per message, chats_meta
-        per chat, one events row (``store.events``).
+        per chat, one events row (``store.events``). ``erased``: messages keys the same
+        shared batch erases (``Deletes.write_deletes``, in ``one_write``) — still in the
+        store for this write's reads, so the view rows leave them out by name.
 
         Every message is checked before anything is written: a payload over the
         limit raises TooLarge and, if ``now_ms`` is given, an HLC more than
@@ -332,7 +335,12 @@ class Messages:
                 self._check_message(msg, now_ms)
         ids = [msg.msg_id for msg in msgs]
         already = self._multi_get("seen_msg", ids)
-        if len(msgs) >= COLUMNS_FROM and not hidden and already.count(None) == len(msgs):
+        if (
+            len(msgs) >= COLUMNS_FROM
+            and not hidden
+            and not erased
+            and already.count(None) == len(msgs)
+        ):
             plain = self._put_new_standalone(msgs, ids)
             if plain is not None:
                 return plain
@@ -402,7 +410,7 @@ class Messages:
                 for chat, (seq, packed, msg_id, _, _) in chats.items()
             }
             self._put_metas(batch, metas)
-            self._mark_referred_split(batch, new_keys, contents, referrers, hidden)
+            self._mark_referred_split(batch, new_keys, contents, referrers, hidden, erased)
             shown = {chat: state[4] for chat, state in chats.items() if state[4]}
             followed = self._unread.follow(batch, shown) if shown else None
             self._write(batch, events)
@@ -501,6 +509,7 @@ class Messages:
         contents: list[MsgV1],
         referrers: list[tuple[MsgV1, bytes]],
         hidden: frozenset[bytes] | set[bytes] = frozenset(),
+        erased: frozenset[bytes] | set[bytes] = frozenset(),
     ) -> None:
         """``referred[target key | referrer key]`` for the edits and reactions stored now
         (``referrers``: with their refs) whose target in their chat is held, and for the
@@ -509,7 +518,7 @@ class Messages:
         in step with a page of the folded history (``store.views``); its value is the
         referrer's bytes (``_referred_value``), so that page needs no second read. The
         targets' view rows follow (``store.view_rows``; ``hidden``: the ids of the messages
-        stored here hidden, which they leave out)."""
+        stored here hidden, ``erased``: the messages keys the batch erases, both left out)."""
         referred = self._handle["referred"]
         targets: dict[bytes, MsgV1 | None] = {}  # whose view rows the batch changes
         added: Added = {}
@@ -544,7 +553,7 @@ class Messages:
                 targets[target] = m
                 fresh.add(target)
         if targets:
-            self._views.refresh(batch, targets, added=added, fresh=fresh)
+            self._views.refresh(batch, targets, added=added, gone=erased, fresh=fresh)
 
     def rebuild_reference_indexes(self, rows_per_batch: int = 10_000) -> None:
         """Index every held message that refers to another (``refs``, ``ref_targets``,

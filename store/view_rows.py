@@ -58,14 +58,18 @@ class ViewRows:
         """Put in ``batch`` the row of each target (messages key -> its message, or None:
         read here; not content: no row) as it will be once the batch is written: the rule
         over its shown referrers — the held ones (``referred``; none for a key in ``fresh``:
-        stored by this batch, or referred to by none before), less ``gone`` (referrer keys the batch removes), plus
-        ``added`` (the rows the batch adds). ``hidden``: chat -> its hidden seqs once the
+        stored by this batch, or referred to by none before), plus ``added`` (the rows the
+        batch adds), less ``gone`` (messages keys the batch removes: a target among them has
+        no row). ``hidden``: chat -> its hidden seqs once the
         batch is written, where the batch changes them (else the index's)."""
         views = self._handle["views"]
         unread = [key for key, msg in targets.items() if msg is None]
         held = dict(zip(unread, self._rocks.multi_get("messages", unread), strict=True))
         seqs_of: dict[bytes, set[int]] = dict(hidden or {})
         for key, target in targets.items():
+            if key in gone:  # erased by the batch (its row goes with it: store.deletes)
+                batch.delete(key, views)
+                continue
             if target is None:
                 raw = held[key]
                 if raw is None or raw[KIND_AT[raw[STAMP_AT]]] not in _CONTENT_BYTES:
@@ -81,6 +85,8 @@ class ViewRows:
                 seqs = seqs_of[chat] = self._hidden.seqs(chat)
             refs = {} if key in fresh else self.held_referrers(key, gone, seqs)
             for referrer_key, referrer in (added or {}).get(key, ()):
+                if referrer_key in gone:  # held before the batch, erased by it
+                    continue
                 if not seqs or seq_of(referrer_key) not in seqs:
                     refs[referrer_key] = referrer
             row = encode_view(*changes_of(target, refs.values()))
