@@ -249,6 +249,7 @@ TRANSITIONS: dict[tuple[SessionRole, State, type], str] = {
     (INIT, State.AWAIT_TOP, Done): "_on_done",
     (INIT, State.AWAIT_TOP, Nodes): "_on_top",
     (RESP, State.AWAIT_MIDDLE, Nodes): "_on_middle",
+    (RESP, State.AWAIT_MIDDLE, Done): "_on_equal_top",  # (after a narrowed HELLO only)
     (INIT, State.AWAIT_LEAVES, Nodes): "_on_leaves",
     (RESP, State.AWAIT_CELLS, Cells): "_on_cells",
     (INIT, State.AWAIT_TOP, Transfer): "_on_shortcut",  # the roots differed by one id
@@ -412,6 +413,7 @@ class SyncSession:
         self._closing: Hello | None = None  # a HELLO with records: opened once they are written
         self._last_sent_drained = False
         self._sent_roots = False  # our last TRANSFER carried our roots: the peer may close
+        self._narrowed = False  # our NODES named the intersection: the peer may close at once
         self._answer_due = False
         # what this session reconciles: our replica's scope, until the peer's narrows it
         self._scope: Scope = replica.scope
@@ -717,7 +719,7 @@ class SyncSession:
                 b"",
                 self._tree(domain).hashes(TOP_DEPTH, top, self._salt, self._width),
             )
-        self.state = State.AWAIT_MIDDLE
+        self.state, self._narrowed = State.AWAIT_MIDDLE, narrowed
         return Nodes(sections, max(0, self._session_cutoff or 0), inner if narrowed else None)
 
     def _no_scope(self, nodes: Nodes) -> None:
@@ -812,6 +814,14 @@ class SyncSession:
         self.state, self.converged = State.DONE, done.converged
         return None
 
+    def _on_equal_top(self, done: Done) -> None:
+        """The initiator found every top node of the intersection equal. Only after NODES
+        that narrowed the scope: unnarrowed, the roots it compared in HELLO differed, so an
+        honest initiator finds some top node different."""
+        if not self._narrowed:
+            raise RemoteProtocolError("DONE before we sent our roots", reason="unexpected_frame")
+        return self._on_done(done)
+
     def _on_closed(self, done: Done) -> None:
         """The initiator compared our roots with its own and ended the session (one way)."""
         if not self._sent_roots:
@@ -853,14 +863,6 @@ class SyncSession:
         dp.sent = theirs  # what our flags in the reply refer to
         return differ
 
-    def _answer_with_hashes(self, sections: dict[Domain, tuple[bytes, bytes]], depth: int) -> Nodes:
-        """Flag the peer's differing nodes at ``depth``; send our hashes of their children."""
-        self._section_domains(sections, "NODES")
-        differs = {
-            d: self._descend(d, flags, hashes, depth) for d, (flags, hashes) in sections.items()
-        }
-        return self._children_hashes(differs, depth)
-
     def _children_hashes(
         self, differs: dict[Domain, list[int]], depth: int, *, narrow: bool = False
     ) -> Nodes:
@@ -879,17 +881,23 @@ class SyncSession:
             out[domain] = (reply_flags, np.packbits(_hash_bits(hashes, w, bits)).tobytes())
         return Nodes(out)
 
-    def _on_top(self, nodes: Nodes) -> Nodes | Sketches:
+    def _on_top(self, nodes: Nodes) -> Nodes | Sketches | Done:
         if nodes.scope is not None:
             self._narrow(nodes.scope)
         self._session_cutoff = _later(self.config.cutoff_ms, nodes.cutoff_ms)
         self._domains = self._new_passes(nodes.sections)
         if not self._domains:
             raise RemoteProtocolError("NODES without any domain", reason="unexpected_domain")
+        differs = self._compared(nodes, TOP_DEPTH)
+        if not any(differs.values()):
+            # Every top node equal over the intersection: the roots we offered differed only
+            # by shards the responder does not hold (a narrowed HELLO: most scoped sessions).
+            self.state, self.converged = State.DONE, True
+            return Done(True)
         if self._sketching():
-            return self._sketch_or_descend(nodes.sections, TOP_DEPTH, State.AWAIT_LEAVES)
+            return self._sketch_or_descend(differs, TOP_DEPTH, State.AWAIT_LEAVES)
         self.state = State.AWAIT_LEAVES
-        return self._answer_with_hashes(nodes.sections, TOP_DEPTH)
+        return self._children_hashes(differs, TOP_DEPTH)
 
     def _narrow(self, scope: Scope) -> None:
         """The responder named the intersection: it must lie within what we offered."""
@@ -906,20 +914,20 @@ class SyncSession:
 
     def _on_middle(self, nodes: Nodes) -> Nodes | Sketches:
         self._no_scope(nodes)
+        differs = self._compared(nodes, TOP_DEPTH + 1)
         if self._sketching():
-            return self._sketch_or_descend(nodes.sections, TOP_DEPTH + 1, State.AWAIT_CELLS)
+            return self._sketch_or_descend(differs, TOP_DEPTH + 1, State.AWAIT_CELLS)
         self.state = State.AWAIT_CELLS
-        return self._answer_with_hashes(nodes.sections, TOP_DEPTH + 1)
+        return self._children_hashes(differs, TOP_DEPTH + 1)
 
     def _on_leaves(self, nodes: Nodes) -> Cells | Nodes | Sketches:
         self._no_scope(nodes)
+        differs = self._compared(nodes, DEPTH)
         if self._sketching():
-            return self._sketch_or_descend(nodes.sections, DEPTH, State.TRANSFER)
-        self._section_domains(nodes.sections, "NODES")
+            return self._sketch_or_descend(differs, DEPTH, State.TRANSFER)
         out = {}
-        for domain, (flags, hashes) in nodes.sections.items():
+        for domain, differ in differs.items():
             dp = self._domains[domain]
-            differ = self._descend(domain, flags, hashes, DEPTH)
             taken = self._take(domain, differ)
             # the rest (over max_cells, or another session's): a later pass
             dp.truncated = len(taken) < len(differ)
@@ -961,16 +969,20 @@ class SyncSession:
         the tree"). The cells of the differing leaves name ids wherever they lie."""
         return self.config.sketch and not self._sketch_failed
 
-    def _sketch_or_descend(
-        self, sections: dict[Domain, tuple[bytes, bytes]], depth: int, deeper: State
-    ) -> Nodes | Sketches:
-        """Compare the peer's hashes at ``depth``; sketch the differing ranges, sized by the
-        difference the share of equal nodes implies, or — when no compared node was equal,
-        so that share says nothing — descend one level to estimate again (``deeper``)."""
-        self._section_domains(sections, "NODES")
-        differs = {
-            d: self._descend(d, flags, hashes, depth) for d, (flags, hashes) in sections.items()
+    def _compared(self, nodes: Nodes, depth: int) -> dict[Domain, list[int]]:
+        """Per domain, the peer's nodes at ``depth`` whose hashes differ from ours."""
+        self._section_domains(nodes.sections, "NODES")
+        return {
+            d: self._descend(d, flags, hashes, depth)
+            for d, (flags, hashes) in nodes.sections.items()
         }
+
+    def _sketch_or_descend(
+        self, differs: dict[Domain, list[int]], depth: int, deeper: State
+    ) -> Nodes | Sketches:
+        """Sketch the ranges that differ at ``depth`` (``differs``), sized by the difference
+        the share of equal nodes implies, or — when no compared node was equal, so that
+        share says nothing — descend one level to estimate again (``deeper``)."""
         saturated = any(
             differ and len(differ) == len(self._domains[d].sent) for d, differ in differs.items()
         )

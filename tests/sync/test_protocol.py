@@ -24,6 +24,7 @@ from sync.frames import (
 from sync.loopback import run_session
 from sync.protocol import TRANSITIONS, SessionRole, State, SyncConfig, SyncSession
 from sync.replica import MemoryReplica, Record
+from sync.scope import Scope, shard_of
 
 from sync_support import (
     CHATS,
@@ -394,6 +395,11 @@ def test_every_transition_is_reachable_in_a_real_session() -> None:
     seen |= _transitions_of(fill(engine(), many[::2]), fill(engine(), many[1::2]), None)
     small_frames = SyncConfig(max_record_bytes=1)  # a transfer of several frames each way
     seen |= _transitions_of(*pair(), small_frames)
+    shard = Scope(frozenset({shard_of(CHATS[0], 3)}), 3)  # the full side's roots cover more:
+    held = [message(n) for n in range(30)]  # NODES over the intersection, all equal, DONE
+    seen |= _transitions_of(
+        fill(engine(), held), fill(MemoryReplica(admit_all=True, scope=shard), held), None
+    )
     assert seen <= set(TRANSITIONS)
     retries = {  # a sketch too small to decode: tests/sync/test_sketch_sessions.py
         (SessionRole.INITIATOR, State.AWAIT_DECODE, Sketches),

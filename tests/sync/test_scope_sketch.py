@@ -113,3 +113,30 @@ def test_one_id_inside_an_unnarrowed_scope_takes_the_shortcut() -> None:
     assert result.error is None and result.converged
     assert not any(isinstance(f, Nodes) for _, f in wire.frames)  # no descent
     assert inside.msg_id in narrow.messages
+
+
+@pytest.mark.parametrize("on_disk", [False, True], ids=["memory", "rocksdb"])
+def test_a_session_equal_over_the_intersection_ends_at_the_top_level(
+    on_disk: bool, store: ChatDb
+) -> None:
+    """The full initiator's roots cover chats the narrow responder does not hold, so they
+    differ from the intersection's; every top node of the intersection is equal, so the
+    initiator ends the session there, converged: HELLO, NODES, DONE — no sketch, no pass 2.
+    With one message of the intersection missing it descends as before."""
+    full = holding(MemoryReplica(admit_all=True), MESSAGES)
+    narrow_side = DbReplica(store, admit_all=True, scope=NARROW) if on_disk else None
+    narrow = holding(narrow_side or MemoryReplica(admit_all=True, scope=NARROW), MESSAGES)
+    wire = Wire()
+    result = run_session(full, narrow, on_frame=wire)
+    assert result.error is None and result.converged
+    assert result.responder.converged
+    assert [type(f).__name__ for _, f in wire.frames] == ["Hello", "Nodes", "Done"]
+    assert result.initiator.stats.passes == 1 and not wire.records("initiator")
+    missing = next(m for m in MESSAGES if m.msg_id in INSIDE)
+    behind = holding(
+        MemoryReplica(admit_all=True, scope=NARROW), [m for m in MESSAGES if m != missing]
+    )
+    wire = Wire()
+    result = run_session(full, behind, on_frame=wire)
+    assert result.error is None and result.converged
+    assert missing.msg_id in behind.messages and len(wire.frames) > 3
