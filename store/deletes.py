@@ -128,8 +128,9 @@ class Deletes:
     def _erase(self, msgs: list[MsgV1], batch: WriteBatch) -> tuple[list[bytes], set[bytes]]:
         """Add to ``batch`` the erasure of these held messages; returns the messages keys
         whose rows (in ``messages``, ``referred`` and ``views``) held what went —
-        ``compact_erased`` rewrites them — and the erased messages' own keys. The view rows of the targets of erased edits and
-        reactions are folded again without them (``store.view_rows``)."""
+        ``compact_erased`` rewrites them — and the erased messages' own keys. The view rows
+        of the targets of erased edits and reactions are folded again without them
+        (``store.view_rows``)."""
         seen = self._rocks.multi_get("seen_msg", [m.msg_id for m in msgs])
         self._unread.void(batch, {m.chat_id for m in msgs})  # what they count may go
         referred = self._handle["referred"]

@@ -60,8 +60,8 @@ class ViewRows:
         over its shown referrers — the held ones (``referred``; none for a key in ``fresh``:
         stored by this batch, or referred to by none before), plus ``added`` (the rows the
         batch adds), less ``gone`` (messages keys the batch removes: a target among them has
-        no row). ``hidden``: chat -> its hidden seqs once the
-        batch is written, where the batch changes them (else the index's)."""
+        no row). ``hidden``: chat -> its hidden seqs once the batch is written, where the
+        batch changes them (else the index's)."""
         views = self._handle["views"]
         unread = [key for key, msg in targets.items() if msg is None]
         held = dict(zip(unread, self._rocks.multi_get("messages", unread), strict=True))
