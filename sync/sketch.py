@@ -303,6 +303,7 @@ class Sketch:
         mine: list[int] = []
         theirs: list[int] = []
         touched = np.flatnonzero(keys | checks)
+        hit = np.zeros(self.m, dtype=bool)
         for _ in range(PEEL_ROUNDS):
             if len(touched) < ROUND_MIN_IDS or len(mine) + len(theirs) >= limit:
                 break
@@ -323,7 +324,9 @@ class Sketch:
                 np.subtract.at(checks, index, delta_checks)
             keys &= np.uint64(_key_mask(self.key.width))
             checks &= np.uint64(_CHECK_MASK)
-            touched = np.unique(cells)
+            hit[cells] = True  # the cells this round changed, sorted and once each:
+            touched = np.flatnonzero(hit)  # np.unique's answer, without its sort or hash
+            hit[touched] = False
             touched = touched[(keys[touched] | checks[touched]) != 0]
             if len(shorts) < ROUND_MIN_IDS:
                 break
