@@ -403,7 +403,8 @@ class SyncSession:
         # (``_sketching``)
         self._sketch_failed = False
         self._claims = claims
-        self._narrow_when_drained = False  # our region's claims, once the peer pushed all it decoded
+        # narrow our region's claims once the peer has pushed all it decoded
+        self._narrow_when_drained = False
         self._checked: dict[Domain, CheckedRecords] = {}  # the frame at hand's, from check()
         # the frame at hand's valid records for the driver to write, the first bad one's error,
         # and what ``answer`` sends once they are written (a TRANSFER: the peer's, to answer)

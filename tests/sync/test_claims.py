@@ -125,7 +125,9 @@ def test_concurrent_sessions_move_each_missing_record_once(we_open: list[bool]) 
     assert behind.tree(Domain.MESSAGES) == peers[0].tree(Domain.MESSAGES)
 
 
-@pytest.mark.parametrize("we_open", [[True, True, True], [True, False, True]], ids=["we-open", "mixed"])
+@pytest.mark.parametrize(
+    "we_open", [[True, True, True], [True, False, True]], ids=["we-open", "mixed"]
+)
 def test_a_sketch_whose_records_take_several_frames_keeps_its_buckets_until_they_came(
     we_open: list[bool],
 ) -> None:
