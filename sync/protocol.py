@@ -1254,7 +1254,13 @@ class SyncSession:
         another session of this replica is reconciling now (``sync.claims``)."""
         if self._claims is None:
             return buckets[: self.config.max_cells]
-        return self._claims.take(self, domain, buckets, self.config.max_cells, self._now_ms)
+        # From where this pass's salt points, not from the lowest: the sessions several peers
+        # open with a node that catches up then name different leaves, and its responder
+        # sides find some that none of its sessions holds.
+        start = int.from_bytes(self._salt[:4], "big") % len(buckets) if buckets else 0
+        rotated = buckets[start:] + buckets[:start]
+        taken = set(self._claims.take(self, domain, rotated, self.config.max_cells, self._now_ms))
+        return [b for b in buckets if b in taken]
 
     def _reconcile_cell(
         self,

@@ -158,6 +158,20 @@ def test_a_catch_up_over_more_leaves_than_a_pass_reconciles_is_split_by_cells() 
     assert behind.tree(Domain.MESSAGES) == peers[0].tree(Domain.MESSAGES)
 
 
+def test_peers_opening_sessions_with_a_node_that_catches_up_name_different_leaves() -> None:
+    """Each peer's session sends cells for ``max_cells`` of the differing leaves. All named
+    the lowest ones, so the node's responder sides found them held by its first session
+    and moved nothing until the peers' next sessions; from where each pass's salt points,
+    every peer moves a share at once."""
+    peers = [fill(engine(), MISSED) for _ in range(3)]
+    behind = engine()
+    config = SyncConfig(max_cells=64)
+    received, _ = _catch_up(behind, peers, we_open=[False] * 3, claims=BucketClaims(),
+                            ours=config, theirs=config)  # fmt: skip
+    assert sum(received) == len(MISSED)
+    assert all(received), received
+
+
 def test_without_claims_concurrent_sessions_move_the_same_records_again() -> None:
     """The cost the claims remove (and what makes the test above able to fail)."""
     peers = [fill(engine(), MISSED) for _ in range(3)]
