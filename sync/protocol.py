@@ -403,6 +403,8 @@ class SyncSession:
         # (``_sketching``)
         self._sketch_failed = False
         self._claims = claims
+        # narrow our region's claims once the peer has pushed all it decoded
+        self._narrow_when_drained = False
         self._checked: dict[Domain, CheckedRecords] = {}  # the frame at hand's, from check()
         # the frame at hand's valid records for the driver to write, the first bad one's error,
         # and what ``answer`` sends once they are written (a TRANSFER: the peer's, to answer)
@@ -516,6 +518,7 @@ class SyncSession:
     def release_claims(self) -> None:
         """Give back the buckets this session was reconciling (``sync.claims``); done at every
         pass and at the end — a driver calls it too once a session is over, however it ended."""
+        self._narrow_when_drained = False
         if self._claims is not None:
             self._claims.release(self)
 
@@ -889,9 +892,11 @@ class SyncSession:
         if not self._domains:
             raise RemoteProtocolError("NODES without any domain", reason="unexpected_domain")
         differs = self._compared(nodes, TOP_DEPTH)
-        if not any(differs.values()):
+        if not any(differs.values()) and nodes.scope is not None:
             # Every top node equal over the intersection: the roots we offered differed only
             # by shards the responder does not hold (a narrowed HELLO: most scoped sessions).
+            # Unnarrowed, equal top nodes mean a write since our HELLO (another session's
+            # records) or a collision: the pass goes on, and its closing roots decide.
             self.state, self.converged = State.DONE, True
             return Done(True)
         if self._sketching():
@@ -923,7 +928,7 @@ class SyncSession:
     def _on_leaves(self, nodes: Nodes) -> Cells | Nodes | Sketches:
         self._no_scope(nodes)
         differs = self._compared(nodes, DEPTH)
-        if self._sketching():
+        if self._sketching() and not self._catching_up(differs, DEPTH):
             return self._sketch_or_descend(differs, DEPTH, State.TRANSFER)
         out = {}
         for domain, differ in differs.items():
@@ -986,7 +991,9 @@ class SyncSession:
         saturated = any(
             differ and len(differ) == len(self._domains[d].sent) for d, differ in differs.items()
         )
-        if depth < DEPTH and (saturated or self._descend_cheaper(differs, depth)):
+        if depth < DEPTH and (
+            saturated or self._descend_cheaper(differs, depth) or self._catching_up(differs, depth)
+        ):
             self.state = deeper
             return self._children_hashes(differs, depth, narrow=True)
         # Another session of ours holds buckets: the peer would push into them as well, so
@@ -1008,6 +1015,30 @@ class SyncSession:
             sketches[domain] = SketchSection(flags, cells, width, blob, skip)
         self.state = State.AWAIT_DECODE
         return Sketches(sketches)
+
+    def _catching_up(self, differs: dict[Domain, list[int]], depth: int) -> bool:
+        """A catch-up: more leaves differ (by the estimate) than a pass reconciles
+        (``max_cells``), and other sessions of ours may share them (``claims``). It goes by
+        the leaves' cells, whose passes take ``max_cells`` leaves each, so that sessions with
+        several peers split it; a sketch covers its whole region, and its sender's session
+        moved all of it alone (SYNC.md, "Sessions at once"). A session without claims (one
+        peer at a time) still sketches: one session then converges at any difference."""
+        if self._claims is None:
+            return False
+        for domain, differ in differs.items():
+            if not differ:
+                continue
+            if depth == DEPTH:
+                leaves = float(len(differ))
+            else:
+                compared = len(self._domains[domain].sent)
+                if len(differ) == compared:
+                    return True  # every node differs: the share says nothing, assume the most
+                estimate = estimate_difference(depth, compared, len(differ))
+                leaves = -NUM_BUCKETS * math.expm1(-estimate / NUM_BUCKETS)
+            if leaves > self.config.max_cells:
+                return True
+        return False
 
     def _descend_cheaper(self, differs: dict[Domain, list[int]], depth: int) -> bool:
         """Whether hashing the differing nodes' children costs less than sketching every id
@@ -1177,8 +1208,9 @@ class SyncSession:
         return set(self._claims.take(self, domain, sorted(named), len(named), self._now_ms))
 
     def _narrow_claims(self, transfer: Transfer) -> None:
-        """The peer decoded our sketch: keep the buckets its answer names, free the rest of
-        the region (for the other sessions' next passes)."""
+        """The peer decoded our sketch and pushed all it found: keep the buckets records moved
+        in, either way, or that it asks in, free the rest of the region (for the other
+        sessions' next passes)."""
         if self._claims is None:
             return
         keep: dict[Domain, set[int]] = {}
@@ -1192,7 +1224,7 @@ class SyncSession:
                 width = dp.region.key.width
                 shorts = _split(section.short_wants, width)
                 named.update(bucket_of_short(int.from_bytes(s, "big"), width) for s in shorts)
-                named.update(dp.moved)
+            named.update(dp.moved)
             named.update(bucket_of(i) for i in dp.outbox)
         if keep:
             self._claims.keep_only(self, keep, self._now_ms)
@@ -1222,7 +1254,13 @@ class SyncSession:
         another session of this replica is reconciling now (``sync.claims``)."""
         if self._claims is None:
             return buckets[: self.config.max_cells]
-        return self._claims.take(self, domain, buckets, self.config.max_cells, self._now_ms)
+        # From where this pass's salt points, not from the lowest: the sessions several peers
+        # open with a node that catches up then name different leaves, and its responder
+        # sides find some that none of its sessions holds.
+        start = int.from_bytes(self._salt[:4], "big") % len(buckets) if buckets else 0
+        rotated = buckets[start:] + buckets[:start]
+        taken = set(self._claims.take(self, domain, rotated, self.config.max_cells, self._now_ms))
+        return [b for b in buckets if b in taken]
 
     def _reconcile_cell(
         self,
@@ -1268,7 +1306,13 @@ class SyncSession:
             self._take_requests(domain, dp, section)
             if not self._take_records(domain, dp, section.records):
                 break  # a bad record: what came before it is written, then the session ends
-        if decoded_ours:
+        # The peer decoded our sketch and pushes what it found over as many frames as that
+        # takes: only once it has nothing left to push do the buckets it moved tell us which
+        # of our region's we still need (narrowed earlier, the rest of the region went to our
+        # other sessions, which moved the same records again).
+        self._narrow_when_drained |= decoded_ours
+        if self._narrow_when_drained and (transfer.idle or transfer.drained):
+            self._narrow_when_drained = False
             self._narrow_claims(transfer)
         self._taken = transfer  # answered by ``answer`` once the records are written
         return None

@@ -86,23 +86,27 @@ def _interleaved(*exchanges: Iterator[None]) -> None:
 
 
 def _catch_up(behind: MemoryReplica, peers: list[MemoryReplica], *, we_open: list[bool],
-              claims: BucketClaims | None) -> tuple[int, int]:  # fmt: skip
+              claims: BucketClaims | None, ours: SyncConfig | None = None,
+              theirs: SyncConfig | None = None) -> tuple[list[int], int]:  # fmt: skip
     """Rounds of concurrent sessions, ``behind`` with every peer, until it holds what they
-    hold: (records ``behind`` received in all, rounds)."""
-    received = 0
+    hold: (records ``behind`` received from each peer, rounds)."""
+    received = [0] * len(peers)
     for rounds in range(1, 20):
-        ours = []
+        sessions = []
         exchanges = []
         for i, (peer, opens) in enumerate(zip(peers, we_open, strict=True)):
             role = SessionRole.INITIATOR if opens else SessionRole.RESPONDER
-            mine = SyncSession(role, behind, now_ms=0, salt_seed=bytes([rounds, i]), claims=claims)
+            mine = SyncSession(role, behind, now_ms=0, salt_seed=bytes([rounds, i]),
+                               config=ours, claims=claims)  # fmt: skip
             other_role = SessionRole.RESPONDER if opens else SessionRole.INITIATOR
-            theirs = SyncSession(other_role, peer, now_ms=0, salt_seed=bytes([rounds, i, 1]))
-            pair = (mine, theirs) if opens else (theirs, mine)
+            peers_side = SyncSession(other_role, peer, now_ms=0, config=theirs,
+                                     salt_seed=bytes([rounds, i, 1]),
+                                     claims=BucketClaims())  # a node: its own  # fmt: skip
+            pair = (mine, peers_side) if opens else (peers_side, mine)
             exchanges.append(_exchange(*pair))
-            ours.append(mine)
+            sessions.append(mine)
         _interleaved(*exchanges)
-        received += sum(s.stats.records_received for s in ours)
+        received = [n + s.stats.records_received for n, s in zip(received, sessions, strict=True)]
         if set(behind.messages) == set(peers[0].messages):
             assert claims is None or claims.held() == 0  # every session gave its buckets back
             return received, rounds
@@ -117,15 +121,62 @@ def test_concurrent_sessions_move_each_missing_record_once(we_open: list[bool]) 
     peers = [fill(engine(), MISSED) for _ in we_open]
     behind = engine()
     received, _ = _catch_up(behind, peers, we_open=we_open, claims=BucketClaims())
-    assert received == len(MISSED)
+    assert sum(received) == len(MISSED)
     assert behind.tree(Domain.MESSAGES) == peers[0].tree(Domain.MESSAGES)
+
+
+@pytest.mark.parametrize(
+    "we_open", [[True, True, True], [True, False, True]], ids=["we-open", "mixed"]
+)
+def test_a_sketch_whose_records_take_several_frames_keeps_its_buckets_until_they_came(
+    we_open: list[bool],
+) -> None:
+    """The peer that decoded our sketch pushes what we lack over several frames. Its first
+    TRANSFER named only the buckets of its first frame's records, and the sketch's sender
+    narrowed its claims to those: the rest of its region went to the other sessions, which
+    then moved the same records the peer was still pushing (a catch-up of 200,000 received
+    397,167 records). Narrowed once the peer has nothing left to push, each record comes once."""
+    peers = [fill(engine(), MISSED) for _ in we_open]
+    behind = engine()
+    theirs = SyncConfig(max_record_bytes=4_000)  # 300 records: ~13 frames
+    received, _ = _catch_up(behind, peers, we_open=we_open, claims=BucketClaims(), theirs=theirs)
+    assert sum(received) == len(MISSED)
+    assert behind.tree(Domain.MESSAGES) == peers[0].tree(Domain.MESSAGES)
+
+
+def test_a_catch_up_over_more_leaves_than_a_pass_reconciles_is_split_by_cells() -> None:
+    """A catch-up (more differing leaves than ``max_cells``) takes the cells path, whose
+    passes the sessions split by ``max_cells`` leaves at a time: each peer moves a share.
+    One sketch of the whole region would be moved by its sender's session alone."""
+    peers = [fill(engine(), MISSED) for _ in range(3)]
+    behind = engine()
+    config = SyncConfig(max_cells=64)  # 300 records in ~300 leaves
+    received, _ = _catch_up(behind, peers, we_open=[True] * 3, claims=BucketClaims(),
+                            ours=config, theirs=config)  # fmt: skip
+    assert sum(received) == len(MISSED)
+    assert all(received), received  # every peer moved a share
+    assert behind.tree(Domain.MESSAGES) == peers[0].tree(Domain.MESSAGES)
+
+
+def test_peers_opening_sessions_with_a_node_that_catches_up_name_different_leaves() -> None:
+    """Each peer's session sends cells for ``max_cells`` of the differing leaves. All named
+    the lowest ones, so the node's responder sides found them held by its first session
+    and moved nothing until the peers' next sessions; from where each pass's salt points,
+    every peer moves a share at once."""
+    peers = [fill(engine(), MISSED) for _ in range(3)]
+    behind = engine()
+    config = SyncConfig(max_cells=64)
+    received, _ = _catch_up(behind, peers, we_open=[False] * 3, claims=BucketClaims(),
+                            ours=config, theirs=config)  # fmt: skip
+    assert sum(received) == len(MISSED)
+    assert all(received), received
 
 
 def test_without_claims_concurrent_sessions_move_the_same_records_again() -> None:
     """The cost the claims remove (and what makes the test above able to fail)."""
     peers = [fill(engine(), MISSED) for _ in range(3)]
     received, _ = _catch_up(engine(), peers, we_open=[True] * 3, claims=None)
-    assert received == 3 * len(MISSED)
+    assert received == [len(MISSED)] * 3
 
 
 def test_a_session_that_dies_gives_its_buckets_back() -> None:

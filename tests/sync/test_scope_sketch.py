@@ -13,6 +13,7 @@ from store import ChatDb, ChatDbConfig, MsgV1
 from store.records import decode_msg
 from sync.frames import Domain, Nodes, Sketches
 from sync.loopback import run_session
+from sync.protocol import SessionRole, SyncSession
 from sync.replica import DbReplica, MemoryReplica
 from sync.scope import EVERYTHING, Scope, shard_of
 
@@ -140,3 +141,22 @@ def test_a_session_equal_over_the_intersection_ends_at_the_top_level(
     result = run_session(full, behind, on_frame=wire)
     assert result.error is None and result.converged
     assert missing.msg_id in behind.messages and len(wire.frames) > 3
+
+
+def test_an_initiator_that_caught_up_since_its_hello_closes_the_pass_as_before() -> None:
+    """Unnarrowed, the initiator's top nodes can all equal the responder's when another
+    session wrote the records it lacked between its HELLO and the responder's NODES (a
+    catch-up from several peers). Ending there with DONE made the responder abort the
+    session (``unexpected_frame``, penalty points); the pass goes on and converges."""
+    full = holding(MemoryReplica(admit_all=True), MESSAGES)
+    behind = holding(MemoryReplica(admit_all=True), MESSAGES[:-3])
+    initiator = SyncSession(SessionRole.INITIATOR, behind, now_ms=0, salt_seed=b"i")
+    responder = SyncSession(SessionRole.RESPONDER, full, now_ms=0, salt_seed=b"r")
+    frame = responder.receive(initiator.start(0), 0)  # NODES: the roots differed
+    holding(behind, MESSAGES[-3:])  # another session brought them meanwhile
+    while frame is not None:
+        frame = initiator.receive(frame, 0)
+        if frame is not None:
+            frame = responder.receive(frame, 0)
+    assert initiator.error is None and responder.error is None
+    assert initiator.converged and responder.converged
