@@ -135,7 +135,7 @@ def test_a_sketch_whose_records_take_several_frames_keeps_its_buckets_until_they
     TRANSFER named only the buckets of its first frame's records, and the sketch's sender
     narrowed its claims to those: the rest of its region went to the other sessions, which
     then moved the same records the peer was still pushing (a catch-up of 200,000 received
-    397,167 records). Narrowed once the peer has nothing left to push, each record comes once."""
+    397,490 records). Narrowed once the peer has nothing left to push, each record comes once."""
     peers = [fill(engine(), MISSED) for _ in we_open]
     behind = engine()
     theirs = SyncConfig(max_record_bytes=4_000)  # 300 records: ~13 frames
