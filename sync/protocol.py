@@ -1032,8 +1032,6 @@ class SyncSession:
                 leaves = float(len(differ))
             else:
                 compared = len(self._domains[domain].sent)
-                if len(differ) == compared:
-                    return True  # every node differs: the share says nothing, assume the most
                 estimate = estimate_difference(depth, compared, len(differ))
                 leaves = -NUM_BUCKETS * math.expm1(-estimate / NUM_BUCKETS)
             if leaves > self.config.max_cells:
