@@ -92,6 +92,18 @@ class BucketClaims:
             else:
                 self._progress_ms.pop(id(owner), None)
 
+    def held_by_others(
+        self, owner: object, domain: Domain, buckets: Iterable[int], now_ms: int
+    ) -> bool:
+        """Whether other owners hold every one of ``buckets`` (none of them stale): a session
+        need not descend under them, ``take`` would give it none."""
+        with self._lock:
+            for bucket in buckets:
+                holder = self._owner.get((domain, bucket))
+                if holder is None or holder is owner or self._stale(holder, now_ms):
+                    return False
+            return True
+
     def others_hold(self, owner: object) -> bool:
         """Whether another session holds buckets now: ``owner``'s next take may be cut short."""
         with self._lock:

@@ -304,7 +304,7 @@ class _DomainPass:
     # or asked for, shared by both (``_new_passes``); None in the other domains
     twins: set[bytes] | None = None
     moved: set[int] = field(default_factory=set)  # buckets a record travelled in, either way
-    truncated: bool = False  # more leaves differed than we took this pass (initiator)
+    truncated: bool = False  # more leaves differed than we took this pass, or looked under
     asked: int = 0  # ids we asked for (wants, prefix wants) and have not received since
     ask_window: int = 100_000  # at most this many asked and unanswered: max_outbox // 2
     id_list_asks: dict[int, int] = field(default_factory=dict)  # bucket -> records it asks
@@ -705,7 +705,12 @@ class SyncSession:
         self._session_cutoff = _later(self.config.cutoff_ms, hello.cutoff_ms)
         self._scope = inner
         differing = self._differing(hello)
-        if not differing or hello.final or hello.pass_no > self.config.max_passes:
+        if (
+            not differing
+            or hello.final
+            or hello.pass_no > self.config.max_passes
+            or self._left_to_others()  # (the last pass's: the initiator cannot know it)
+        ):
             self.state, self.converged = State.DONE, not differing
             return Done(not differing)
         # Narrowed, the one id the cells differ by may lie in a shard we do not hold: only a
@@ -875,6 +880,7 @@ class SyncSession:
         w = self._width
         for domain, differ in differs.items():
             dp = self._domains[domain]
+            differ = self._not_held_elsewhere(domain, dp, differ, depth)
             reply_flags = write_flags(dp.sent, set(differ))
             bits = 8 * w
             if narrow and depth == TOP_DEPTH:
@@ -883,6 +889,29 @@ class SyncSession:
             hashes = self._tree(domain).hashes(depth + 1, dp.sent, self._salt, w)
             out[domain] = (reply_flags, np.packbits(_hash_bits(hashes, w, bits)).tobytes())
         return Nodes(out)
+
+    def _not_held_elsewhere(
+        self, domain: Domain, dp: _DomainPass, differ: list[int], depth: int
+    ) -> list[int]:
+        """The differing nodes at ``depth`` with a bucket under them that no other session of
+        ours holds: under the others, every bucket would be left to those sessions at the
+        leaves (``_take``), so the descent stops above them — a session beside a catch-up
+        hashed all 65,536 leaves (263–675 kB) to find nothing it could take. What it leaves
+        is deferred, as ``_take``'s rest is (``truncated``)."""
+        claims = self._claims
+        if claims is None or not differ or not claims.others_hold(self):
+            return differ
+        shift = FANOUT_BITS * (DEPTH - depth)
+        kept = [
+            node
+            for node in differ
+            if not claims.held_by_others(
+                self, domain, range(node << shift, (node + 1) << shift), self._now_ms
+            )
+        ]
+        if len(kept) < len(differ):
+            dp.truncated = True
+        return kept
 
     def _on_top(self, nodes: Nodes) -> Nodes | Sketches | Done:
         if nodes.scope is not None:
@@ -1356,11 +1385,19 @@ class SyncSession:
         passes = list(self._domains.values())
         if any(dp.shortcut for dp in passes):
             return False
+        if self._left_to_others():
+            return True
         if any(dp.region is not None for dp in passes):
             explained = self._session_cutoff is not None or self.config.settle_ms is not None
             return self._moved == 0 and explained and not self._sketch_failed
         found = any(dp.diff_buckets for dp in passes)
         return found and (self._moved == 0 or self._stuck())
+
+    def _left_to_others(self) -> bool:
+        """This pass left every leaf it found different to other sessions of ours (``_take``,
+        ``_not_held_elsewhere``): they bring those records; the next pass would find the same."""
+        passes = self._domains.values()
+        return any(dp.truncated for dp in passes) and not any(dp.diff_buckets for dp in passes)
 
     def _stuck(self) -> bool:
         """Only messages differed, all leaves were compared, and in one no record moved.

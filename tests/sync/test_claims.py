@@ -14,6 +14,7 @@ import pytest
 from sync.claims import BucketClaims
 from sync.frames import Domain
 from sync.loopback import run_session
+from sync.merkle import NUM_BUCKETS
 from sync.protocol import SessionRole, SyncConfig, SyncSession
 from sync.replica import MemoryReplica
 
@@ -170,6 +171,43 @@ def test_peers_opening_sessions_with_a_node_that_catches_up_name_different_leave
                             ours=config, theirs=config)  # fmt: skip
     assert sum(received) == len(MISSED)
     assert all(received), received
+
+
+@pytest.mark.parametrize("we_open", [True, False], ids=["we-open", "they-open"])
+def test_a_session_whose_differences_other_sessions_hold_stops_above_them(we_open: bool) -> None:
+    """Another session of ours holds every bucket that differs: this one would leave them
+    all to it at the leaves. It descended the whole tree to find that (in a catch-up of
+    200,000, 263-675 kB of leaf hashes and ~1.3 s a session, three or four passes); it now
+    stops where every bucket under a differing node is held, and ends after that pass.
+    Once the buckets are free again, a session moves every record: nothing was lost."""
+    claims = BucketClaims()
+    busy = object()  # the session that catches up, live (not stale at now_ms=0)
+    claims.take(busy, Domain.MESSAGES, range(NUM_BUCKETS), NUM_BUCKETS, now_ms=0)
+    behind, peer = engine(), fill(engine(), MISSED)
+    config = SyncConfig(max_cells=64)  # a catch-up: the cells path
+    mine = _one_session(behind, peer, we_open, claims, config)
+    assert mine.stats.records_received == 0
+    assert mine.stats.passes == 2  # the pass, then the closing root comparison (4 before)
+    assert mine.stats.bytes_sent["tree"] < 2_000  # 21,906 (we open), 19,762 (they open) before
+    claims.release(busy)
+    received = 0
+    for _ in range(5):
+        if behind.tree(Domain.MESSAGES) == peer.tree(Domain.MESSAGES):
+            break
+        received += _one_session(behind, peer, we_open, claims, config).stats.records_received
+    assert received == len(MISSED)  # each once, in 2 sessions of 3 passes of 64 leaves
+    assert behind.tree(Domain.MESSAGES) == peer.tree(Domain.MESSAGES)
+
+
+def _one_session(behind: MemoryReplica, peer: MemoryReplica, we_open: bool,
+                 claims: BucketClaims, config: SyncConfig) -> SyncSession:  # fmt: skip
+    """One whole session of ``behind`` (with ``claims``) and ``peer``: ``behind``'s side."""
+    ours, theirs = (SessionRole.INITIATOR, SessionRole.RESPONDER)[:: 1 if we_open else -1]
+    mine = SyncSession(ours, behind, now_ms=0, salt_seed=b"a", config=config, claims=claims)
+    other = SyncSession(theirs, peer, now_ms=0, salt_seed=b"b", config=config,
+                        claims=BucketClaims())  # fmt: skip
+    _interleaved(_exchange(*((mine, other) if we_open else (other, mine))))
+    return mine
 
 
 def test_without_claims_concurrent_sessions_move_the_same_records_again() -> None:
