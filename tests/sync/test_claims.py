@@ -187,7 +187,7 @@ def test_a_session_whose_differences_other_sessions_hold_stops_above_them(we_ope
     config = SyncConfig(max_cells=64)  # a catch-up: the cells path
     mine = _one_session(behind, peer, we_open, claims, config)
     assert mine.stats.records_received == 0
-    assert mine.stats.passes == 2  # the pass, then the closing root comparison (4 before)
+    assert mine.stats.passes == 2  # the pass, then its closing HELLO (we open: 4 before)
     assert mine.stats.bytes_sent["tree"] < 2_000  # 21,906 (we open), 19,762 (they open) before
     claims.release(busy)
     received = 0
