@@ -46,9 +46,7 @@ class BucketClaims:
                 if len(taken) >= limit:
                     break
                 key = (domain, bucket)
-                holder = self._owner.get(key)
-                if holder is not None and holder is not owner and self._stale(holder, now_ms):
-                    holder = None
+                holder = self._live_holder(key, now_ms)
                 if holder is None:
                     self._owner[key] = owner
                     self._of.setdefault(id(owner), []).append(key)
@@ -61,6 +59,11 @@ class BucketClaims:
         with self._lock:
             if id(owner) in self._of:
                 self._progress_ms[id(owner)] = now_ms
+
+    def _live_holder(self, key: tuple[Domain, int], now_ms: int) -> object | None:
+        """Who holds ``key``, unless nobody does or its holder is stale (under the lock)."""
+        holder = self._owner.get(key)
+        return None if holder is None or self._stale(holder, now_ms) else holder
 
     def _stale(self, holder: object, now_ms: int) -> bool:
         return now_ms - self._progress_ms.get(id(holder), now_ms) > self.stale_ms
@@ -99,8 +102,8 @@ class BucketClaims:
         need not descend under them, ``take`` would give it none."""
         with self._lock:
             for bucket in buckets:
-                holder = self._owner.get((domain, bucket))
-                if holder is None or holder is owner or self._stale(holder, now_ms):
+                holder = self._live_holder((domain, bucket), now_ms)
+                if holder is None or holder is owner:
                     return False
             return True
 
