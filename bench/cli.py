@@ -9,6 +9,7 @@ import typer
 
 from bench.demo import store_demo
 from bench.store_bench import StoreBenchParams, run_store_bench
+from bench.store_layouts import LayoutParams, run_store_layouts
 from bench.sync_bench import SyncBenchParams, run_sync_bench
 from store.records import DEFAULT_MAX_PAYLOAD
 
@@ -72,6 +73,18 @@ def store(
         data=data,
     )
     run_store_bench(params)
+
+
+@bench_app.command("store-layouts")
+def store_layouts(
+    messages: Annotated[int, typer.Option(min=1, help="Signed messages to write.")] = 200_000,
+    chats: Annotated[int, typer.Option(min=1, help="Chats to spread them over.")] = 100,
+    out: Annotated[Path, typer.Option(help="JSON file to write.")] = Path(
+        "bench-results/store_layouts.json"
+    ),
+) -> None:
+    """The folded page against the other goals: what a content copy or a CF apart would cost."""
+    run_store_layouts(LayoutParams(messages=messages, chats=chats, out=out))
 
 
 @bench_app.command("sync")
