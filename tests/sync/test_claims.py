@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from store.keys import bucket_of
 from sync.claims import BucketClaims
 from sync.frames import Domain
 from sync.loopback import run_session
@@ -197,6 +198,44 @@ def test_a_session_whose_differences_other_sessions_hold_stops_above_them(we_ope
         received += _one_session(behind, peer, we_open, claims, config).stats.records_received
     assert received == len(MISSED)  # each once, in 2 sessions of 3 passes of 64 leaves
     assert behind.tree(Domain.MESSAGES) == peer.tree(Domain.MESSAGES)
+
+
+@pytest.mark.parametrize("we_open", [True, False], ids=["we-open", "they-open"])
+def test_a_session_stops_above_only_the_nodes_whose_every_bucket_another_session_holds(
+    we_open: bool,
+) -> None:
+    """Another session holds the lower half of the buckets: this one leaves exactly the nodes
+    under that half (where one bucket in them is free, it descends) — it moves every missing
+    record of the upper half and none of the lower, and hashes only the upper half's
+    subtrees (the pruning above, ``_not_held_elsewhere``, decides by each node's buckets)."""
+    half = NUM_BUCKETS // 2
+    upper = [m for m in MISSED if bucket_of(m.msg_id) >= half]
+    config = SyncConfig(max_cells=64, sketch=False)  # the descent to the leaves, every level
+    lone = max(b for b in map(bucket_of, (m.msg_id for m in MISSED)) if b < half)
+    but_one = [b for b in range(half) if b != lone]  # a missed record's bucket left free
+    tree_bytes = {}
+    for held in (range(0), range(half), but_one):  # none, the lower half, all of it but one
+        claims = BucketClaims()
+        busy = object()  # a live session of ours (not stale at now_ms=0)
+        claims.take(busy, Domain.MESSAGES, held, NUM_BUCKETS, now_ms=0)
+        behind, peer = engine(), fill(engine(), MISSED)
+        first = _one_session(behind, peer, we_open, claims, config)
+        tree_bytes[len(held)] = first.stats.bytes_sent["tree"]
+        received = first.stats.records_received
+        for _ in range(5):  # the free buckets' records, 64 leaves a pass
+            more = _one_session(behind, peer, we_open, claims, config).stats.records_received
+            received += more
+            if not more:
+                break
+        got = set(behind.record_ids(Domain.MESSAGES))
+        free = [m for m in MISSED if bucket_of(m.msg_id) not in held]
+        assert got == {m.msg_id for m in free}, len(held)  # all the free ones, none held
+        assert received == len(free)
+    assert len(upper) < len(MISSED)  # (both halves hold some)
+    # the lower half's nodes left above the leaves: about half the tree's hashes
+    assert tree_bytes[half] < 0.7 * tree_bytes[0], tree_bytes
+    # one free, differing bucket under the lower half: the nodes above it are descended
+    assert tree_bytes[half - 1] > tree_bytes[half], tree_bytes
 
 
 def _one_session(behind: MemoryReplica, peer: MemoryReplica, we_open: bool,
