@@ -43,6 +43,7 @@ from bench.store_bench import (
     SqliteWriter,
     Step,
     Writer,
+    _walk,
     interleave,
     walk_chatdb,
     walk_folded,
@@ -187,25 +188,17 @@ def _us(rates: dict[str, Rate]) -> dict[str, float]:
 def _fold(db: ChatDb, page: int, chats: list[bytes], progress: Progress) -> dict[str, Rate]:
     """ChatDb's raw page, its content scan alone and its folded page, walked interleaved."""
 
-    def content_scan(chat: bytes, cursor: str | None) -> RangePage:
-        return db.messages.range(chat, cursor, page, Direction.BACKWARD, kinds=CONTENT, replies=[])
+    def content_scan(
+        chat: bytes, cursor: str | None, limit: int, direction: Direction
+    ) -> RangePage:
+        return db.messages.range(chat, cursor, limit, direction, kinds=CONTENT, replies=[])
 
     walks: dict[str, Step[bytes]] = {
         "raw": lambda chat: walk_chatdb(db, page, chat),
-        "content_scan": lambda chat: _walk_range(content_scan, chat),
+        "content_scan": lambda chat: _walk(content_scan, page, chat),
         "folded": lambda chat: walk_folded(db, page, chat),
     }
     return _walked(walks, chats, progress, "ChatDb pages")
-
-
-def _walk_range(pages_of: Callable[[bytes, str | None], RangePage], chat: bytes) -> tuple[int, int]:
-    pages = items = 0
-    cursor: str | None = None
-    while True:
-        result = pages_of(chat, cursor)
-        pages, items = pages + 1, items + len(result.items)
-        if (cursor := result.next_cursor) is None:
-            return pages, items
 
 
 def _walked(
