@@ -129,6 +129,8 @@ MODULE_TESTS: dict[str, list[str]] = {
         "test_frame_bignums.py",
         "test_retention_property.py",
         "test_authz_convergence.py",
+        "test_claims.py",  # the sessions of one replica at once: claims, pruning, pacing
+        "test_sketch_sessions.py",
     ],
     "sync/frames.py": [
         "test_frames.py",
