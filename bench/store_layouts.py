@@ -28,6 +28,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from itertools import islice, takewhile
 from pathlib import Path
 from typing import Any, cast
@@ -44,6 +45,7 @@ from bench.store_bench import (
     Step,
     Writer,
     _walk,
+    _write_step,
     interleave,
     walk_chatdb,
     walk_folded,
@@ -132,7 +134,10 @@ def _measure(params: LayoutParams, wl: Workload, base: Path, progress: Progress)
         "chatdb_content_copy": copying,
         "sqlite": sqlite,
     }
-    steps = {name: _write_step(writer, params) for name, writer in writers.items()}
+    steps: dict[str, Step[int]] = {
+        name: partial(_write_step, writer, params.messages, params.batch, False)
+        for name, writer in writers.items()
+    }
     starts = range(0, params.messages, params.batch)
     writes = interleave(steps, starts, "msgs", progress, "writes, batched")
     copies = copying.copies()
@@ -170,15 +175,6 @@ def _measure(params: LayoutParams, wl: Workload, base: Path, progress: Progress)
         "layout_page_us": _us(layouts),
         "items": items,
     }
-
-
-def _write_step(writer: Writer, params: LayoutParams) -> Step[int]:
-    def step(lo: int) -> tuple[int, int]:
-        hi = min(lo + params.batch, params.messages)
-        writer.put(lo, hi, each=False)
-        return hi - lo, hi - lo
-
-    return step
 
 
 def _us(rates: dict[str, Rate]) -> dict[str, float]:
@@ -268,7 +264,7 @@ def _open(path: Path, cfs: list[str], config: ChatDbConfig) -> Rdict:
 
 
 def _is_content(value: bytes) -> bool:
-    return value[KIND_AT[value[STAMP_AT]]] in _CONTENT
+    return value[KIND_AT[value[STAMP_AT]]] in _CONTENT  # kind_of, inlined (a call per row)
 
 
 def _rows(cf: Rdict, chat: bytes, end: bytes) -> Iterator[Row]:
@@ -293,9 +289,7 @@ def _merged(
     got = list(islice(_rows(content, chat, end), page + 1))
     low = got[-1][0] if len(got) > page else chat
     more = list(takewhile(lambda row: row[0] >= low, _rows(others, chat, end)))
-    if more:
-        got = sorted(got + more, reverse=True)[: page + 1]
-    return len(_items(got[:page])), got[page - 1][0] if len(got) > page else None
+    return _page(iter(sorted(got + more, reverse=True) if more else got), page)
 
 
 def _walker(pages_of: Page) -> Step[bytes]:
