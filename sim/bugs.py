@@ -27,7 +27,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sim.trees import SimTree, TreeCache
+from sim.trees import SimTree, SparseMerkleTree, TreeCache
 from store.access import Access, admissible, visible
 from store.hlc import Hlc
 from store.keys import NUM_BUCKETS, RECORD_ID_LEN
@@ -110,7 +110,7 @@ class Rules:
     member_active: Callable[[MemberInfo], bool] = _active
     check_drift: bool = True
     retention_filter: bool = True
-    message_tree: Callable[[TreeCache], MerkleTree] = SimTree
+    message_tree: Callable[[TreeCache], MerkleTree] = SparseMerkleTree
     admissible: MessageRule = admissible  # stored (store.access)
     visible: MessageRule = visible  # shown, decided when read
     # BUG switch: shown iff the sender's member row was active when the message was stored

@@ -172,7 +172,7 @@ class ShardSim:
         self.book = ScopeBook(self.n, scope.shards, h.seed) if scope.scoped else None
         # and the user shards a node holds for its writes until handed over (sim/handover.py)
         self.handovers = Handovers(self.n, scope.shards, GRACE_MS) if scope.scoped else None
-        self.reps = [SimReplica(self.ctx, self.rules, c, sparse=scope.scoped) for c in self.clocks]
+        self.reps = [SimReplica(self.ctx, self.rules, c) for c in self.clocks]
         if self.book is not None:
             for rep in self.reps:
                 rep.set_scope(Scope(frozenset(), scope.shards))  # nothing until its first event

@@ -24,9 +24,11 @@ hooks set for the simulator:
   are counted shard-wide (``ShardContext.holders``).
 * **Memory for hundreds of replicas per process**: decoded messages are shared
   between replicas, and so are decoded member ops; bucket listings come from one
-  shard-wide index (filtered by what this replica holds), and the small member
-  and identity trees use dict-backed levels (``SparseMerkleTree``: ``MerkleTree``'s
-  own code over sparse storage).
+  shard-wide index (filtered by what this replica holds), and every tree keeps its
+  levels in dicts (``SparseMerkleTree``: ``MerkleTree``'s own code over sparse
+  storage). A full message tree's lists are ~1.6 MB a replica before any record, a
+  shard's a node; at the fill of a shard of 4 or more the dicts cost a third of
+  that (SIM.md, "Memory").
 
 ``tests/sim/test_replica.py`` asserts that with the real rules it agrees with a
 plain ``MemoryReplica`` record for record.
@@ -40,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sim.bugs import Rules
-from sim.trees import SimTree, SparseMerkleTree, TreeCache
+from sim.trees import SparseMerkleTree, TreeCache
 from store.access import NO_HISTORY, MemberHistory
 from store.authz import DmProof
 from store.errors import ClockDriftError, InvalidInput
@@ -139,14 +141,9 @@ class Counters:
 class SimReplica(MemoryReplica):
     """One node's replica within one shard."""
 
-    def __init__(
-        self, ctx: ShardContext, rules: Rules, clock: HlcClock, *, sparse: bool = False
-    ) -> None:
-        # ``sparse``: a scoped node holds a few shards' messages, so its message tree keeps
-        # the levels in dicts rather than ~1.6 MB of full lists (the real rules' tree only)
-        plain = sparse and rules.message_tree is SimTree
+    def __init__(self, ctx: ShardContext, rules: Rules, clock: HlcClock) -> None:
         trees = {
-            MESSAGES: SparseMerkleTree(ctx.trees) if plain else rules.message_tree(ctx.trees),
+            MESSAGES: rules.message_tree(ctx.trees),
             MEMBERS: SparseMerkleTree(ctx.trees),
             IDENTITY: SparseMerkleTree(ctx.trees),
             DELETES: SparseMerkleTree(ctx.trees),

@@ -1,7 +1,7 @@
 """``MerkleTree`` as the simulator stores it: the project's tree code, cheaper per replica.
 
-Hundreds of replicas share one process, each shard's message tree covers only
-its own bucket range, and the member and identity trees hold few ids. So:
+Hundreds of replicas share one process, each shard's trees hold only the records of
+its chats (or users), and the member and identity trees hold few ids. So:
 
 * a ``TreeCache`` shared by every tree of a shard keeps, per record id, what
   ``MerkleTree._toggle`` derives from it — its bucket, its value as an int and its
@@ -14,8 +14,10 @@ its own bucket range, and the member and identity trees hold few ids. So:
   with one salt, and where their trees agree (most nodes) the second end finds
   the first's bytes (``node_hash`` is a function of salt, xor, count and width only);
 * ``SparseMerkleTree`` keeps its levels in dicts that read 0 for absent nodes, so
-  an almost empty tree costs almost nothing. Every other method is
-  ``MerkleTree``'s own, running unchanged over that storage.
+  an almost empty tree costs almost nothing: every tree of a simulated replica is
+  one (a shard holds a part of the records, so most leaves of its trees are
+  empty). Every other method is ``MerkleTree``'s own, running unchanged over that
+  storage.
 """
 
 from __future__ import annotations
