@@ -167,6 +167,58 @@ def run_cmd(
         raise typer.Exit(1)
 
 
+@sim_app.command("workers")
+def workers_cmd(
+    trace: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Trace file.")],
+    workers: Annotated[
+        str, typer.Option(help="Worker counts to compare, comma-separated.")
+    ] = "1,2",
+    cores: Annotated[int, typer.Option(min=1, help="Cores per worker.")] = 1,
+    memory: Annotated[str, typer.Option(help="Memory per worker (its executors' JVMs).")] = "2g",
+    shards: Annotated[int, typer.Option(min=1, max=256, help="Shards (bucket ranges).")] = 8,
+    out: Annotated[Path | None, typer.Option(help="Report directory.")] = None,
+) -> None:
+    """Replay TRACE on a standalone cluster on this machine (master and workers from
+    pyspark's own scripts) once per worker count: does another executor add speed?"""
+    from sim.workers import COLUMNS, measure_workers, problems, table_rows, write_report
+
+    counts = _counts(workers)
+    console = Console(width=max(Console().width, 120))
+    warnings.filterwarnings("ignore", module="pyspark")
+    with console.status("starting") as status:
+        runs = measure_workers(
+            trace, counts, shards=shards, cores=cores, memory=memory, note=status.update
+        )
+    table = Table(title=f"{trace.name}: {shards} shards on 1 .. {max(counts)} standalone workers")
+    for column in COLUMNS:
+        table.add_column(column, justify="right")
+    for row in table_rows(runs):
+        table.add_row(*row)
+    console.print(table)
+    command = (
+        f"chatsync sim workers {trace} --workers {workers} --cores {cores} "
+        f"--memory {memory} --shards {shards}"
+    )
+    path = write_report(runs, out or DEFAULT_OUT / trace.stem, command)
+    found = problems(runs)
+    console.print(
+        "OK: every run gave the same result" if not found else "FAILED: " + "; ".join(found)
+    )
+    console.print(f"report: {path}")
+    if found:
+        raise typer.Exit(1)
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"--workers: comma-separated integers, got {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise typer.BadParameter(f"--workers: at least one count, each >= 1, got {text!r}")
+    return counts
+
+
 @sim_app.command("bugs")
 def bugs_cmd(
     max_seeds: Annotated[int, typer.Option(min=1, help="Seeds to try per bug.")] = 200,
