@@ -28,9 +28,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def _chatsync(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CHATSYNC, "sim", *args], capture_output=True, text=True, timeout=900
-    )
+    return subprocess.run([CHATSYNC, "sim", *args], capture_output=True, text=True, timeout=900)
 
 
 def test_the_simulator_runs_on_a_standalone_cluster(cluster: str, tmp_path: Path) -> None:
@@ -81,6 +79,6 @@ def test_worker_counts_that_are_no_counts_are_refused(workers: str, tmp_path: Pa
 
 
 def test_a_cluster_that_cannot_start_names_its_log(tmp_path: Path) -> None:
-    with pytest.raises(ClusterError, match="Memory is below 1MB.*worker-0.log"):
-        with local_cluster(tmp_path, memory="0", timeout_s=20):
-            pass
+    no_memory = pytest.raises(ClusterError, match=r"Memory is below 1MB.*worker-0\.log")
+    with no_memory, local_cluster(tmp_path, memory="0", timeout_s=20):
+        pass
