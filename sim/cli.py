@@ -189,6 +189,8 @@ def workers_cmd(
         runs = measure_workers(
             trace, counts, shards=shards, cores=cores, memory=memory, note=status.update
         )
+    for run in runs:
+        console.print(f"[bold]{run.workers} worker(s)[/bold]\n{run.summary}", highlight=False)
     table = Table(title=f"{trace.name}: {shards} shards on 1 .. {max(counts)} standalone workers")
     for column in COLUMNS:
         table.add_column(column, justify="right")

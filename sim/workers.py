@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sim.cluster import local_cluster
+from sim.report import summary
 from sim.runner import run_simulation
 from sim.spark import spark_session
 
@@ -39,6 +40,7 @@ class WorkersRun:
     cores: int  # per worker
     timing: dict[str, Any]
     result: dict[str, Any]
+    summary: str  # what ``chatsync sim run`` prints of it
 
     @property
     def executor_cores(self) -> int:
@@ -70,7 +72,7 @@ def measure_workers(
                     outcome = run_simulation(spark, trace, shards=shards)
                 finally:
                     spark.stop()
-        runs.append(WorkersRun(count, cores, outcome.timing, outcome.result))
+        runs.append(WorkersRun(count, cores, outcome.timing, outcome.result, summary(outcome)))
     return runs
 
 
@@ -114,14 +116,22 @@ def _canonical(result: Any) -> str:
 def write_report(runs: Sequence[WorkersRun], out: Path, command: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "workers.json"
-    rows = [{"workers": r.workers, "cores_per_worker": r.cores, "timing": r.timing} for r in runs]
+    rows = [
+        {
+            "workers": r.workers,
+            "cores_per_worker": r.cores,
+            "timing": r.timing,
+            "summary": r.summary,
+        }
+        for r in runs
+    ]
     report = {
         "command": command,
         "columns": list(COLUMNS),
         "table": table_rows(runs),
         "runs": rows,
         "problems": problems(runs),
-        "result": asdict(runs[0])["result"] if runs else None,
+        "result": runs[0].result if runs else None,
     }
     path.write_text(json.dumps(report, indent=2) + "\n")
     return path

@@ -61,6 +61,7 @@ def test_one_and_two_workers_give_the_same_result_side_by_side(tmp_path: Path) -
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "OK: every run gave the same result" in done.stdout
+    assert done.stdout.count("check: lost 0, extra 0") == 2  # each run's summary
     report = json.loads((out / "workers.json").read_text())
     assert [r["workers"] for r in report["runs"]] == [1, 2]
     assert [row[0] for row in report["table"]] == ["1", "2"]
