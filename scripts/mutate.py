@@ -131,6 +131,7 @@ MODULE_TESTS: dict[str, list[str]] = {
         "test_authz_convergence.py",
         "test_claims.py",  # the sessions of one replica at once: claims, pruning, pacing
         "test_sketch_sessions.py",
+        "test_checked_listing.py",  # a region's listing against its tree
     ],
     "sync/frames.py": [
         "test_frames.py",

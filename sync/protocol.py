@@ -1130,19 +1130,19 @@ class SyncSession:
         if not ids:
             return ids, set()
         listed = np.frombuffer(ids, dtype=">u2")[:: RECORD_ID_LEN // 2].astype(np.intp)
-        per_bucket = np.bincount(listed, minlength=NUM_BUCKETS)
-        keep = np.zeros(NUM_BUCKETS, dtype=bool)
-        keep[np.asarray(buckets, dtype=np.intp)] = True
-        named = np.flatnonzero(per_bucket)  # only a bucket the listing names can list too many
-        named = named[keep[named]]
+        # Only a bucket the listing names can list too many: the work goes by the listing's
+        # size, not by the 65,536 buckets (a session opens a region or two of a few ids).
+        named, per_bucket = np.unique(listed, return_counts=True)
+        inside = _members(named, np.asarray(buckets, dtype=np.intp))  # buckets: ascending
+        named, per_bucket = named[inside], per_bucket[inside]
         filed = np.asarray(self._tree(domain).leaf_counts(named.tolist()), dtype=np.int64)
-        over = named[per_bucket[named] > filed]
-        if not len(over) and int(per_bucket[named].sum()) == len(listed):
+        over = per_bucket > filed
+        if not over.any() and int(per_bucket.sum()) == len(listed):
             return ids, set()
-        keep[over] = False
-        kept = np.frombuffer(ids, dtype=np.uint8).reshape(-1, RECORD_ID_LEN)[keep[listed]]
-        self.stats.inconsistent_buckets += len(over)
-        return kept.tobytes(), set(over.tolist())
+        rows = np.frombuffer(ids, dtype=np.uint8).reshape(-1, RECORD_ID_LEN)
+        kept = rows[_members(listed, named[~over])]
+        self.stats.inconsistent_buckets += int(over.sum())
+        return kept.tobytes(), set(named[over].tolist())
 
     @property
     def _max_sketch_cells(self) -> int:
@@ -1636,6 +1636,14 @@ class SyncSession:
                 dp.moved.add(bucket_of(chunk[i]))
                 budget -= len(blob)
         return out, budget
+
+
+def _members(values: np.ndarray, ascending: np.ndarray) -> np.ndarray:
+    """Which of ``values`` are in ``ascending`` (sorted, distinct): a bisect each."""
+    if not len(ascending):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(ascending, values), len(ascending) - 1)
+    return np.asarray(ascending[at] == values)
 
 
 def _runs(buckets: list[int]) -> Iterator[tuple[int, int]]:
