@@ -10,6 +10,7 @@ import json
 import sys
 import time
 import warnings
+from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -182,7 +183,7 @@ def workers_cmd(
     pyspark's own scripts) once per worker count: does another executor add speed?"""
     from sim.workers import COLUMNS, measure_workers, problems, table_rows, write_report
 
-    counts = _counts(workers)
+    counts = _int_list(workers, "--workers", 1)
     console = Console(width=max(Console().width, 120))
     warnings.filterwarnings("ignore", module="pyspark")
     with console.status("starting") as status:
@@ -191,12 +192,8 @@ def workers_cmd(
         )
     for run in runs:
         console.print(f"[bold]{run.workers} worker(s)[/bold]\n{run.summary}", highlight=False)
-    table = Table(title=f"{trace.name}: {shards} shards on 1 .. {max(counts)} standalone workers")
-    for column in COLUMNS:
-        table.add_column(column, justify="right")
-    for row in table_rows(runs):
-        table.add_row(*row)
-    console.print(table)
+    title = f"{trace.name}: {shards} shards on 1 .. {max(counts)} standalone workers"
+    _print_table(console, title, COLUMNS, table_rows(runs))
     command = (
         f"chatsync sim workers {trace} --workers {workers} --cores {cores} "
         f"--memory {memory} --shards {shards}"
@@ -209,16 +206,6 @@ def workers_cmd(
     console.print(f"report: {path}")
     if found:
         raise typer.Exit(1)
-
-
-def _counts(text: str) -> list[int]:
-    try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise typer.BadParameter(f"--workers: comma-separated integers, got {text!r}") from None
-    if not counts or min(counts) < 1:
-        raise typer.BadParameter(f"--workers: at least one count, each >= 1, got {text!r}")
-    return counts
 
 
 @sim_app.command("bugs")
@@ -289,7 +276,7 @@ def scale_cmd(
     from sim.scale import ScaleParams, run_scale
     from sim.scale_report import TABLE_CAPTION, TABLE_COLUMNS, table_rows, verdict, write_report
 
-    sizes = _sizes(nodes)
+    sizes = _int_list(nodes, "--nodes", 8)
     console = Console(width=max(Console().width, 120))
     results = []
     with console.status("starting") as status:
@@ -308,14 +295,8 @@ def scale_cmd(
 
             results.append(run_scale(params, note))
     title = "peering by discovery: per node per round (steady), and after a partition heals"
-    table = Table(
-        title=title + (f" — planted bug {plant.value}" if plant else ""), caption=TABLE_CAPTION
-    )
-    for column in TABLE_COLUMNS:
-        table.add_column(column, justify="right")
-    for row in table_rows(results):
-        table.add_row(*row)
-    console.print(table)
+    title += f" — planted bug {plant.value}" if plant else ""
+    _print_table(console, title, TABLE_COLUMNS, table_rows(results), TABLE_CAPTION)
     command = (
         f"chatsync sim scale --nodes {nodes} --seed {seed} --sample {sample} "
         f"--heal-sample {heal_sample}"
@@ -335,14 +316,30 @@ def scale_cmd(
         raise typer.Exit(1)
 
 
-def _sizes(text: str) -> list[int]:
+def _int_list(text: str, option: str, least: int) -> list[int]:
+    """A comma-separated list of integers, each at least ``least``, or a clear error."""
     try:
-        sizes = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+        values = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise typer.BadParameter(f"--nodes: comma-separated integers, got {text!r}") from None
-    if not sizes or min(sizes) < 8:
-        raise typer.BadParameter(f"--nodes: at least one size, each >= 8, got {text!r}")
-    return sizes
+        raise typer.BadParameter(f"{option}: comma-separated integers, got {text!r}") from None
+    if not values or min(values) < least:
+        raise typer.BadParameter(f"{option}: at least one value, each >= {least}, got {text!r}")
+    return values
+
+
+def _print_table(
+    console: Console,
+    title: str,
+    columns: Iterable[str],
+    rows: Iterable[list[str]],
+    caption: str | None = None,
+) -> None:
+    table = Table(title=title, caption=caption)
+    for column in columns:
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
 
 
 @sim_app.command("merge")
