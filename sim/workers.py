@@ -102,7 +102,7 @@ def problems(runs: Sequence[WorkersRun]) -> list[str]:
     out = [f"{r.workers} worker(s): the check failed" for r in runs if not r.result["ok"]]
     first = runs[0].result if runs else None
     out += [
-        f"{r.workers} worker(s): another result than {runs[0].workers} worker(s)'"
+        f"{r.workers} worker(s): a result other than that of {runs[0].workers} worker(s)"
         for r in runs[1:]
         if _canonical(r.result) != _canonical(first)
     ]
