@@ -26,9 +26,8 @@ hooks set for the simulator:
   between replicas, and so are decoded member ops; bucket listings come from one
   shard-wide index (filtered by what this replica holds), and every tree keeps its
   levels in dicts (``SparseMerkleTree``: ``MerkleTree``'s own code over sparse
-  storage). A full message tree's lists are ~1.6 MB a replica before any record, a
-  shard's a node; at the fill of a shard of 4 or more the dicts cost a third of
-  that (SIM.md, "Memory").
+  storage): a message tree's full lists would cost ~1.6 MB a replica and shard before
+  any record (SIM.md, "Memory", has what the dicts cost instead).
 
 ``tests/sim/test_replica.py`` asserts that with the real rules it agrees with a
 plain ``MemoryReplica`` record for record.
