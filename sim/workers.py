@@ -13,6 +13,7 @@ import json
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -68,12 +69,20 @@ def measure_workers(
             with local_cluster(Path(tmp), workers=count, cores=cores, memory=memory) as url:
                 spark = spark_session(url)
                 try:
-                    note(f"{count} worker(s): replaying on {url}")
-                    outcome = run_simulation(spark, trace, shards=shards)
+                    outcome = run_simulation(
+                        spark,
+                        trace,
+                        shards=shards,
+                        on_progress=partial(_progress, note, count),
+                    )
                 finally:
                     spark.stop()
         runs.append(WorkersRun(count, cores, outcome.timing, outcome.result, summary(outcome)))
     return runs
+
+
+def _progress(note: Callable[[str], None], workers: int, _: float, what: str) -> None:
+    note(f"{workers} worker(s): {what}")  # what sim run's bar says: simulated time, rate, ETA
 
 
 def table_rows(runs: Sequence[WorkersRun]) -> list[list[str]]:
