@@ -192,7 +192,7 @@ def workers_cmd(
         )
     for run in runs:
         console.print(f"[bold]{run.workers} worker(s)[/bold]\n{run.summary}", highlight=False)
-    title = f"{trace.name}: {shards} shards on 1 .. {max(counts)} standalone workers"
+    title = f"{trace.name}: {shards} shards on standalone clusters of {workers} worker(s)"
     _print_table(console, title, COLUMNS, table_rows(runs))
     command = (
         f"chatsync sim workers {trace} --workers {workers} --cores {cores} "
