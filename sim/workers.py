@@ -109,11 +109,13 @@ def table_rows(runs: Sequence[WorkersRun]) -> list[list[str]]:
 def problems(runs: Sequence[WorkersRun]) -> list[str]:
     """What makes the comparison fail: a failed check, or results that differ."""
     out = [f"{r.workers} worker(s): the check failed" for r in runs if not r.result["ok"]]
-    first = runs[0].result if runs else None
+    if not runs:
+        return out
+    first = _canonical(runs[0].result)  # once, not once per run compared with it
     out += [
         f"{r.workers} worker(s): a result other than that of {runs[0].workers} worker(s)"
         for r in runs[1:]
-        if _canonical(r.result) != _canonical(first)
+        if _canonical(r.result) != first
     ]
     return out
 
