@@ -128,6 +128,7 @@ from sync.sketch import (
     bucket_of_short,
     cells_for,
     lookup,
+    members,
     short_id_width,
     short_ids,
 )
@@ -1133,14 +1134,14 @@ class SyncSession:
         # Only a bucket the listing names can list too many: the work goes by the listing's
         # size, not by the 65,536 buckets (a session opens a region or two of a few ids).
         named, per_bucket = np.unique(listed, return_counts=True)
-        inside = _members(named, np.asarray(buckets, dtype=np.intp))  # buckets: ascending
+        inside = members(named, np.asarray(buckets, dtype=np.intp))  # buckets: ascending
         named, per_bucket = named[inside], per_bucket[inside]
         filed = np.asarray(self._tree(domain).leaf_counts(named.tolist()), dtype=np.int64)
         over = per_bucket > filed
         if not over.any() and int(per_bucket.sum()) == len(listed):
             return ids, set()
         rows = np.frombuffer(ids, dtype=np.uint8).reshape(-1, RECORD_ID_LEN)
-        kept = rows[_members(listed, named[~over])]
+        kept = rows[members(listed, named[~over])]
         self.stats.inconsistent_buckets += int(over.sum())
         return kept.tobytes(), set(named[over].tolist())
 
@@ -1636,14 +1637,6 @@ class SyncSession:
                 dp.moved.add(bucket_of(chunk[i]))
                 budget -= len(blob)
         return out, budget
-
-
-def _members(values: np.ndarray, ascending: np.ndarray) -> np.ndarray:
-    """Which of ``values`` are in ``ascending`` (sorted, distinct): a bisect each."""
-    if not len(ascending):
-        return np.zeros(len(values), dtype=bool)
-    at = np.minimum(np.searchsorted(ascending, values), len(ascending) - 1)
-    return np.asarray(ascending[at] == values)
 
 
 def _runs(buckets: list[int]) -> Iterator[tuple[int, int]]:

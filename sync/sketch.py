@@ -399,6 +399,14 @@ def _key_mask(width: int) -> int:
     return (1 << (8 * width)) - 1
 
 
+def members(values: npt.NDArray[Any], ascending: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """Which of ``values`` are in ``ascending`` (sorted, distinct): a bisect each."""
+    if not len(ascending):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(ascending, values), len(ascending) - 1)
+    return np.asarray(ascending[at] == values)
+
+
 def lookup(shorts: U64, ids: bytes, wanted: Sequence[int]) -> list[bytes]:
     """The ids (of concatenated ``ids``, whose short ids are ``shorts``) with a wanted short id;
     every id that shares one, so a collision among our own ids costs a record, never a miss.
@@ -413,8 +421,7 @@ def lookup(shorts: U64, ids: bytes, wanted: Sequence[int]) -> list[bytes]:
     table = np.zeros(1 << _FILTER_BITS, dtype=bool)
     table[(want & low).astype(np.intp)] = True
     candidates = np.flatnonzero(table[(shorts & low).view(np.intp)])  # < 2^20: same bits
-    at = np.minimum(np.searchsorted(want, shorts[candidates]), len(want) - 1)
-    found = candidates[want[at] == shorts[candidates]]
+    found = candidates[members(shorts[candidates], want)]
     pairs = sorted(  # by short id, then id: not the listing's order, which may vary by process
         (int(shorts[k]), ids[k * RECORD_ID_LEN : (k + 1) * RECORD_ID_LEN]) for k in found.tolist()
     )
