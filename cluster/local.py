@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -45,8 +46,39 @@ def node_config_toml(values: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Ports handed out by this process: a cluster takes all of its ports before its first node
+# binds, so a free port must not be handed out twice.
+_handed_out: set[int] = set()
+LOWEST_PORT = 10_000
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's range for outgoing connections (Linux: 32768)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback TCP port free now and not handed out before, below the ephemeral range.
+
+    Binding port 0 gives a port from the ephemeral range, which any outgoing connection's
+    local end may take before the node binds it (earlier nodes dial their peers while later
+    ones start: a node then exits on a taken port). Below that range only listeners bind."""
+    low = _ephemeral_low()
+    for _ in range(1_000 if low > LOWEST_PORT + 1_000 else 0):
+        port = random.randrange(LOWEST_PORT, low)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    with socket.socket() as s:  # no room below the range on this machine: the kernel's pick
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port

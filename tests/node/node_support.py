@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import errno
-import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,6 +14,7 @@ import httpx
 import trio
 from nacl.signing import SigningKey
 
+from cluster.local import free_port
 from node.config import NodeConfig
 from node.errors import PortInUse
 from node.node import Node, RunningNode
@@ -75,13 +75,6 @@ def seed(db: ChatDb, msgs: list[MsgV1], *ops: MembershipOp) -> None:
 
 def identity(user: int, hlc: int):  # type: ignore[no-untyped-def]
     return make_identity(KEYS[user], bytes([user]) * 32, Hlc(hlc))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def now_ms() -> int:
