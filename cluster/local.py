@@ -80,8 +80,7 @@ def free_port() -> int:
         return port
     with socket.socket() as s:  # no room below the range on this machine: the kernel's pick
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        return int(s.getsockname()[1])
 
 
 @dataclass
