@@ -27,7 +27,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sim.trees import SimTree, SparseMerkleTree, TreeCache
+from sim.trees import IndexedTree, SimTree, TreeCache
 from store.access import Access, admissible, visible
 from store.hlc import Hlc
 from store.keys import NUM_BUCKETS, RECORD_ID_LEN
@@ -35,6 +35,7 @@ from store.kinds import IsAdmin
 from store.merge import identity_wins, merge_member_states
 from store.plan import AdminState, RuleSet, admin_rule
 from store.records import MemberInfo, MessageKind, MsgV1
+from sync.buckets import Buckets
 from sync.merkle import DEPTH, FANOUT_BITS, MerkleTree, check_hash
 from sync.peering import KnownPeer, PeerBook
 
@@ -110,7 +111,7 @@ class Rules:
     member_active: Callable[[MemberInfo], bool] = _active
     check_drift: bool = True
     retention_filter: bool = True
-    message_tree: Callable[[TreeCache], MerkleTree] = SparseMerkleTree
+    message_tree: Callable[[TreeCache, Buckets], MerkleTree] = IndexedTree
     admissible: MessageRule = admissible  # stored (store.access)
     visible: MessageRule = visible  # shown, decided when read
     # BUG switch: shown iff the sender's member row was active when the message was stored
@@ -176,6 +177,9 @@ class OffByOneTree(SimTree):
     """BUG: ``MerkleTree._toggle`` with the leaf index one too high."""
 
     __slots__ = ()
+
+    def __init__(self, cache: TreeCache | None = None, known: Buckets | None = None) -> None:
+        super().__init__(cache)  # every level its own: the shard's index is not read
 
     def _toggle(self, record_id: bytes, delta: int) -> None:
         if len(record_id) != RECORD_ID_LEN:

@@ -24,10 +24,11 @@ hooks set for the simulator:
   are counted shard-wide (``ShardContext.holders``).
 * **Memory for hundreds of replicas per process**: decoded messages are shared
   between replicas, and so are decoded member ops; bucket listings come from one
-  shard-wide index (filtered by what this replica holds), and every tree keeps its
-  levels in dicts (``SparseMerkleTree``: ``MerkleTree``'s own code over sparse
-  storage): a message tree's full lists would cost ~1.6 MB a replica and shard before
-  any record (SIM.md, "Memory", has what the dicts cost instead).
+  shard-wide index (filtered by what this replica holds), and every tree keeps only
+  its top levels, in dicts, and reads the nodes below from that index and what the
+  replica holds (``sim.trees.IndexedTree``): a message tree's full lists would cost
+  ~1.6 MB a replica and shard before any record, and its lower levels in dicts about a
+  node per record each (SIM.md, "Memory").
 
 ``tests/sim/test_replica.py`` asserts that with the real rules it agrees with a
 plain ``MemoryReplica`` record for record.
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sim.bugs import Rules
-from sim.trees import SparseMerkleTree, TreeCache
+from sim.trees import IndexedTree, TreeCache
 from store.access import NO_HISTORY, MemberHistory
 from store.authz import DmProof
 from store.errors import ClockDriftError, InvalidInput
@@ -142,13 +143,16 @@ class SimReplica(MemoryReplica):
 
     def __init__(self, ctx: ShardContext, rules: Rules, clock: HlcClock) -> None:
         trees = {
-            MESSAGES: rules.message_tree(ctx.trees),
-            MEMBERS: SparseMerkleTree(ctx.trees),
-            IDENTITY: SparseMerkleTree(ctx.trees),
-            DELETES: SparseMerkleTree(ctx.trees),
-            INDEX: SparseMerkleTree(ctx.trees),
+            MESSAGES: rules.message_tree(ctx.trees, ctx.buckets[MESSAGES]),
+            **{
+                d: IndexedTree(ctx.trees, ctx.buckets[d])
+                for d in (MEMBERS, IDENTITY, DELETES, INDEX)
+            },
         }
         super().__init__(trees, ctx.buckets)
+        for domain, tree in trees.items():
+            if isinstance(tree, IndexedTree):  # its lower levels are read from what is held
+                tree.hold(self._held(domain))
         self.ctx = ctx
         self.rules = rules
         self.plan_rules = rules.plan_rules()

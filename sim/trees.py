@@ -14,19 +14,26 @@ its chats (or users), and the member and identity trees hold few ids. So:
   with one salt, and where their trees agree (most nodes) the second end finds
   the first's bytes (``node_hash`` is a function of salt, xor, count and width only);
 * ``SparseMerkleTree`` keeps its levels in dicts that read 0 for absent nodes, so
-  an almost empty tree costs almost nothing: every tree of a simulated replica is
-  one (a shard holds a part of the records, so most leaves of its trees are
-  empty). Every other method is ``MerkleTree``'s own, running unchanged over that
-  storage.
+  an almost empty tree costs almost nothing (a shard holds a part of the records,
+  so most leaves of its trees are empty). Every other method is ``MerkleTree``'s
+  own, running unchanged over that storage;
+* ``IndexedTree``, every tree of a simulated replica, keeps only the levels a
+  session reads whole (0 to ``KEPT_DEPTH``) and derives a node below them when it
+  is read: from the shard's bucket index (``sync.buckets.Buckets``, every id the
+  shard's replicas ever listed) and the ids the replica holds. In a shard's sparse
+  trees the two lowest levels held about one node per record each, with the
+  leaves' checks 69 % of a task's memory (SIM.md, "Memory"); a session reads a
+  handful of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any, cast
 
-from store.keys import RECORD_ID_LEN
-from sync.merkle import DEPTH, MerkleTree, check_hash, node_hash
+from store.keys import NUM_BUCKETS, RECORD_ID_LEN
+from sync.buckets import Buckets
+from sync.merkle import DEPTH, FANOUT_BITS, MerkleTree, check_hash, node_hash
 
 assert DEPTH == 4  # SimTree._toggle unrolls the levels
 
@@ -96,20 +103,23 @@ class SimTree(MerkleTree):
 
     def hashes(self, depth: int, indexes: Iterable[int], salt: bytes, width: int) -> bytes:
         xors, counts = self._xor[depth], self._count[depth]
+        return self._hashed(((xors[i], counts[i]) for i in indexes), salt, width)
+
+    def _hashed(self, nodes: Iterable[tuple[int, int]], salt: bytes, width: int) -> bytes:
+        """The salted hashes of ``nodes`` ((xor, count) each), the current salt's remembered."""
         known = self._cache.node_hashes(salt)
         empty = known.get((0, 0, width))
         if empty is None:
             empty = known[(0, 0, width)] = node_hash(salt, 0, 0, width)
         out = []
-        for i in indexes:
-            count = counts[i]
+        for xor, count in nodes:
             if not count:
                 out.append(empty)
                 continue
-            key = (xors[i], count, width)
+            key = (xor, count, width)
             digest = known.get(key)
             if digest is None:
-                digest = known[key] = node_hash(salt, key[0], count, width)
+                digest = known[key] = node_hash(salt, xor, count, width)
             out.append(digest)
         return b"".join(out)
 
@@ -154,3 +164,101 @@ class SparseMerkleTree(SimTree):
         checks: _Zeros = cast(Any, self._check)
         checks[bucket] = checks.get(bucket, 0) ^ check
         self._check_root ^= check
+
+
+# A session's first NODES frame carries every depth-2 node (``sync.protocol.TOP_DEPTH``):
+# the levels down to it are read whole, so they are kept; the rest is read a few nodes at a
+# time and derived.
+KEPT_DEPTH = 2
+
+
+class IndexedTree(SparseMerkleTree):
+    """A replica's tree with levels 0 to ``KEPT_DEPTH`` kept and the rest derived when read:
+    a node below is the XOR and count of the ids under it that the replica holds, found
+    through the shard's bucket index (``known``: ids of the domain any replica listed).
+
+    The replica calls ``hold`` with its dict of the domain's held records once; it must add
+    an id to that dict (and list it in ``known``) before inserting it here, and remove it
+    before removing it here — as ``MemoryReplica._index`` does. Reads between are the
+    replica's business: a session reads trees after its writes."""
+
+    __slots__ = ("_held", "_known")
+
+    def __init__(self, cache: TreeCache | None = None, known: Buckets | None = None) -> None:
+        super().__init__(cache)
+        self._known = known if known is not None else Buckets()
+        self._held: Container[bytes] = frozenset()
+
+    def hold(self, held: Container[bytes]) -> None:
+        self._held = held
+
+    def _toggle(self, record_id: bytes, delta: int) -> None:
+        bucket, value, check = self._cache.ids[record_id]
+        xor: list[_Zeros] = cast(Any, self._xor)
+        count: list[_Zeros] = cast(Any, self._count)
+        i = bucket >> (FANOUT_BITS * (DEPTH - KEPT_DEPTH))
+        if delta < 0 and not count[KEPT_DEPTH].get(i, 0):
+            raise ValueError("remove from an empty node: the tree and the store disagree")
+        for depth in range(KEPT_DEPTH, 0, -1):
+            xors, counts = xor[depth], count[depth]
+            xors[i] = xors.get(i, 0) ^ value
+            counts[i] = counts.get(i, 0) + delta
+            i >>= FANOUT_BITS
+        xor[0][0] ^= value
+        count[0][0] += delta
+        self._check_root ^= check
+
+    def _held_values(self, start: int, end: int) -> list[tuple[int, int, int]]:
+        """(bucket, value, check) of each held id in buckets ``[start, end)``."""
+        held, values = self._held, self._cache.ids
+        return [
+            values[record_id]
+            for ids in self._known.in_range(start, end)
+            for record_id in ids
+            if record_id in held
+        ]
+
+    def _cell(self, start: int, end: int) -> tuple[int, int, int]:
+        """(count, xor, check) of the held ids in buckets ``[start, end)``."""
+        count = xor = check = 0
+        for _, value, id_check in self._held_values(start, end):
+            count += 1
+            xor ^= value
+            check ^= id_check
+        return count, xor, check
+
+    def node(self, depth: int, index: int) -> tuple[int, int]:
+        if depth <= KEPT_DEPTH:
+            return super().node(depth, index)
+        shift = FANOUT_BITS * (DEPTH - depth)
+        count, xor, _ = self._cell(index << shift, (index + 1) << shift)
+        return xor, count
+
+    def hashes(self, depth: int, indexes: Iterable[int], salt: bytes, width: int) -> bytes:
+        if depth <= KEPT_DEPTH:
+            return super().hashes(depth, indexes, salt, width)
+        return self._hashed((self.node(depth, i) for i in indexes), salt, width)
+
+    def leaf_counts(self, buckets: Iterable[int]) -> list[int]:
+        held, known = self._held, self._known
+        return [sum(1 for i in known.of(b) if i in held) for b in buckets]
+
+    def cell(self, bucket: int) -> tuple[int, int, int]:
+        return self._cell(bucket, bucket + 1)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MerkleTree):
+            return NotImplemented
+        return self.materialized() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def copy(self) -> MerkleTree:
+        return self.materialized()
+
+    def materialized(self) -> MerkleTree:
+        """The same tree with every level stored (``MerkleTree.from_ids`` of the held ids)."""
+        held = self._held
+        return MerkleTree.from_ids(
+            i for ids in self._known.in_range(0, NUM_BUCKETS) for i in ids if i in held
+        )

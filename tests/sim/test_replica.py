@@ -10,12 +10,13 @@ import pytest
 from sim import retention_model
 from sim.bugs import Bug, OffByOneTree, rules_for
 from sim.replica import DELETES, IDENTITY, MEMBERS, MESSAGES, ShardContext, SimReplica
-from sim.trees import SimTree, SparseMerkleTree
+from sim.trees import IndexedTree, SimTree, SparseMerkleTree, TreeCache
 from store.hlc import Hlc, HlcClock
 from store.kinds import Claims, MessageView, Tombstone, reaction_payload
 from store.ops import MembershipAction, MembershipOp
 from store.records import IdentityRecord, MessageKind, MsgV1, Role
 from store.signing import key_from_seed, public_key, user_id_from_key
+from sync.buckets import Buckets
 from sync.frames import Domain
 from sync.merkle import MerkleTree
 from sync.replica import MemoryReplica, Record
@@ -150,6 +151,33 @@ def test_sparse_and_sim_trees_are_merkle_trees() -> None:
             indexes = list(range(min(16**depth, 300)))
             assert tree.hashes(depth, indexes, salt, 4) == reference.hashes(depth, indexes, salt, 4)
         assert all(tree.cell(b) == reference.cell(b) for b in range(0, 65_536, 97))
+
+
+def test_an_indexed_tree_reads_as_the_merkle_tree_of_what_its_replica_holds() -> None:
+    """Its lower levels come from the shard's index, where other replicas' ids are too."""
+    ids = [m.msg_id for m in MESSAGES_POOL]
+    known, held = Buckets(), dict.fromkeys(ids[: len(ids) // 2])
+    for record_id in ids:  # the other half: listed by other replicas of the shard
+        known.add(record_id)
+    tree = IndexedTree(TreeCache(), known)
+    tree.hold(held)
+    for record_id in held:
+        tree.insert(record_id)
+    del held[ids[0]]
+    tree.remove(ids[0])
+    reference = MerkleTree.from_ids(held)
+    assert tree.root() == reference.root() and tree.root_check() == reference.root_check()
+    salt = b"s" * 16
+    for depth in range(5):
+        indexes = list(range(0, 16**depth, max(1, 16**depth // 300)))
+        assert tree.hashes(depth, indexes, salt, 4) == reference.hashes(depth, indexes, salt, 4)
+        assert all(tree.node(depth, i) == reference.node(depth, i) for i in indexes)
+    buckets = sorted({(i[0] << 8) | i[1] for i in ids})
+    assert tree.leaf_counts(buckets) == reference.leaf_counts(buckets)
+    assert all(tree.cell(b) == reference.cell(b) for b in buckets)
+    assert tree == reference and tree.copy() == reference
+    with pytest.raises(ValueError, match="empty"):  # nothing under the node: out of step
+        IndexedTree(TreeCache(), known).remove(ids[1])
 
 
 @pytest.mark.parametrize("seed", range(10))
