@@ -13,17 +13,13 @@ its chats (or users), and the member and identity trees hold few ids. So:
   current salt in the ``TreeCache``: both ends of a session hash the same nodes
   with one salt, and where their trees agree (most nodes) the second end finds
   the first's bytes (``node_hash`` is a function of salt, xor, count and width only);
-* ``SparseMerkleTree`` keeps its levels in dicts that read 0 for absent nodes, so
-  an almost empty tree costs almost nothing (a shard holds a part of the records,
-  so most leaves of its trees are empty). Every other method is ``MerkleTree``'s
-  own, running unchanged over that storage;
 * ``IndexedTree``, every tree of a simulated replica, keeps only the levels a
   session reads whole (0 to ``KEPT_DEPTH``) and derives a node below them when it
   is read: from the shard's bucket index (``sync.buckets.Buckets``, every id the
-  shard's replicas ever listed) and the ids the replica holds. In a shard's sparse
-  trees the two lowest levels held about one node per record each, with the
-  leaves' checks 69 % of a task's memory (SIM.md, "Memory"); a session reads a
-  handful of them.
+  shard's replicas ever listed) and the ids the replica holds. A shard holds a
+  part of the records, so its trees are sparse: stored, the two lowest levels
+  held about one node per record each, and with the leaves' checks they were
+  69 % of a task's memory (SIM.md, "Memory"); a session reads a handful of them.
 """
 
 from __future__ import annotations
@@ -124,55 +120,14 @@ class SimTree(MerkleTree):
         return b"".join(out)
 
 
-class _Zeros(dict[int, int]):
-    """A dict that reads 0 for a missing key, without storing it."""
-
-    __slots__ = ()
-
-    def __missing__(self, key: int) -> int:
-        return 0
-
-
-class SparseMerkleTree(SimTree):
-    __slots__ = ()
-
-    def __init__(self, cache: TreeCache | None = None) -> None:
-        # no MerkleTree.__init__: it would allocate the full lists
-        self._xor = cast(Any, [_Zeros() for _ in range(DEPTH + 1)])
-        self._count = cast(Any, [_Zeros() for _ in range(DEPTH + 1)])
-        self._check = cast(Any, _Zeros())
-        self._check_root = 0
-        self._cache = cache if cache is not None else TreeCache()
-
-    def _toggle(self, record_id: bytes, delta: int) -> None:
-        # SimTree._toggle with get(i, 0): a missing node read through __missing__ is a
-        # Python call, and in an almost empty tree most nodes are missing
-        bucket, value, check = self._cache.ids[record_id]
-        xor: list[_Zeros] = cast(Any, self._xor)
-        count: list[_Zeros] = cast(Any, self._count)
-        leaves = count[4]
-        if delta < 0 and not leaves.get(bucket, 0):
-            raise ValueError("remove from an empty bucket: the tree and the store disagree")
-        i = bucket
-        for depth in (4, 3, 2, 1):
-            xors, counts = xor[depth], count[depth]
-            xors[i] = xors.get(i, 0) ^ value
-            counts[i] = counts.get(i, 0) + delta
-            i >>= 4
-        xor[0][0] ^= value
-        count[0][0] += delta
-        checks: _Zeros = cast(Any, self._check)
-        checks[bucket] = checks.get(bucket, 0) ^ check
-        self._check_root ^= check
-
-
 # A session's first NODES frame carries every depth-2 node (``sync.protocol.TOP_DEPTH``):
 # the levels down to it are read whole, so they are kept; the rest is read a few nodes at a
 # time and derived.
 KEPT_DEPTH = 2
+assert KEPT_DEPTH == 2  # IndexedTree._toggle unrolls the kept levels
 
 
-class IndexedTree(SparseMerkleTree):
+class IndexedTree(SimTree):
     """A replica's tree with levels 0 to ``KEPT_DEPTH`` kept and the rest derived when read:
     a node below is the XOR and count of the ids under it that the replica holds, found
     through the shard's bucket index (``known``: ids of the domain any replica listed).
@@ -185,7 +140,13 @@ class IndexedTree(SparseMerkleTree):
     __slots__ = ("_held", "_known")
 
     def __init__(self, cache: TreeCache | None = None, known: Buckets | None = None) -> None:
-        super().__init__(cache)
+        # no MerkleTree.__init__: only the kept levels, in lists (273 slots: a session reads
+        # them whole, and a list reads faster than a dict of what is filled)
+        self._xor = [[0] * (1 << (FANOUT_BITS * k)) for k in range(KEPT_DEPTH + 1)]
+        self._count = [[0] * (1 << (FANOUT_BITS * k)) for k in range(KEPT_DEPTH + 1)]
+        self._check = cast(Any, None)  # the leaves' checks are derived too (``cell``)
+        self._check_root = 0
+        self._cache = cache if cache is not None else TreeCache()
         self._known = known if known is not None else Buckets()
         self._held: Container[bytes] = frozenset()
 
@@ -194,16 +155,15 @@ class IndexedTree(SparseMerkleTree):
 
     def _toggle(self, record_id: bytes, delta: int) -> None:
         bucket, value, check = self._cache.ids[record_id]
-        xor: list[_Zeros] = cast(Any, self._xor)
-        count: list[_Zeros] = cast(Any, self._count)
+        xor, count = self._xor, self._count
         i = bucket >> (FANOUT_BITS * (DEPTH - KEPT_DEPTH))
-        if delta < 0 and not count[KEPT_DEPTH].get(i, 0):
+        if delta < 0 and not count[2][i]:
             raise ValueError("remove from an empty node: the tree and the store disagree")
-        for depth in range(KEPT_DEPTH, 0, -1):
-            xors, counts = xor[depth], count[depth]
-            xors[i] = xors.get(i, 0) ^ value
-            counts[i] = counts.get(i, 0) + delta
-            i >>= FANOUT_BITS
+        xor[2][i] ^= value
+        count[2][i] += delta
+        i >>= FANOUT_BITS
+        xor[1][i] ^= value
+        count[1][i] += delta
         xor[0][0] ^= value
         count[0][0] += delta
         self._check_root ^= check
