@@ -25,7 +25,7 @@ hooks set for the simulator:
 * **Memory for hundreds of replicas per process**: decoded messages are shared
   between replicas, and so are decoded member ops; bucket listings come from one
   shard-wide index (filtered by what this replica holds), and every tree keeps only
-  its top levels, in dicts, and reads the nodes below from that index and what the
+  its top three levels and reads the nodes below from that index and what the
   replica holds (``sim.trees.IndexedTree``): a message tree's full lists would cost
   ~1.6 MB a replica and shard before any record, and its lower levels in dicts about a
   node per record each (SIM.md, "Memory").
