@@ -30,6 +30,7 @@ from typing import Any, cast
 from store.keys import NUM_BUCKETS, RECORD_ID_LEN
 from sync.buckets import Buckets
 from sync.merkle import DEPTH, FANOUT_BITS, MerkleTree, check_hash, node_hash
+from sync.protocol import TOP_DEPTH
 
 assert DEPTH == 4  # SimTree._toggle unrolls the levels
 
@@ -120,10 +121,9 @@ class SimTree(MerkleTree):
         return b"".join(out)
 
 
-# A session's first NODES frame carries every depth-2 node (``sync.protocol.TOP_DEPTH``):
-# the levels down to it are read whole, so they are kept; the rest is read a few nodes at a
-# time and derived.
-KEPT_DEPTH = 2
+# A session's first NODES frame carries every node at TOP_DEPTH: the levels down to it are
+# read whole, so they are kept; the rest is read a few nodes at a time and derived.
+KEPT_DEPTH = TOP_DEPTH
 assert KEPT_DEPTH == 2  # IndexedTree._toggle unrolls the kept levels
 
 
