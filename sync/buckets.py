@@ -9,9 +9,23 @@ them alone.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+
+import numpy as np
 
 from store.keys import bucket_of
+
+
+def runs_of(indexes: Sequence[int]) -> list[tuple[int, int]]:
+    """Ascending indexes as half-open runs ``[lo, hi)`` of consecutive ones (in numpy: a
+    depth-3 region is ~14,000 buckets in ~900 runs)."""
+    if not indexes:
+        return []
+    at = np.asarray(indexes, dtype=np.int64)
+    breaks = np.flatnonzero(np.diff(at) != 1) + 1
+    starts = at[np.concatenate(([0], breaks))]
+    ends = at[np.concatenate((breaks - 1, [len(at) - 1]))] + 1
+    return list(zip(starts.tolist(), ends.tolist(), strict=True))
 
 
 class Buckets:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from store.keys import NUM_BUCKETS, RECORD_ID_LEN
+from sync.buckets import runs_of
 
 if TYPE_CHECKING:
     from sync.merkle import VersionedTree
@@ -211,7 +212,7 @@ class ListingCache:
                 if kept_versions[start] == -1 and kept == [-1] * len(kept):  # none kept yet
                     changed = [(0, end - start)]
                 else:
-                    changed = _runs(
+                    changed = runs_of(
                         [k for k, (a, b) in enumerate(zip(kept, seen, strict=True)) if a != b]
                     )
                 for lo, hi in changed:
@@ -296,14 +297,3 @@ def _oldest(stamps: bytes) -> int:
         ),
         default=NO_STAMP,
     )
-
-
-def _runs(indexes: list[int]) -> list[tuple[int, int]]:
-    """Ascending indexes as half-open runs of consecutive ones."""
-    runs: list[tuple[int, int]] = []
-    for k in indexes:
-        if runs and runs[-1][1] == k:
-            runs[-1] = (runs[-1][0], k + 1)
-        else:
-            runs.append((k, k + 1))
-    return runs

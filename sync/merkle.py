@@ -21,6 +21,7 @@ collision in one pass is not repeated in the next.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import chain
 from typing import Protocol, TypeVar
 
 import blake3
@@ -193,7 +194,14 @@ class MerkleTree:
 
 def children(depth: int, parents: Iterable[int]) -> list[int]:
     """Indexes at ``depth + 1`` of the children of ``parents`` (at ``depth``), in order."""
-    return [(p << FANOUT_BITS) | c for p in parents for c in range(FANOUT)]
+    return descendants(depth, parents, depth + 1)
+
+
+def descendants(depth: int, nodes: Iterable[int], at: int) -> list[int]:
+    """Indexes at depth ``at`` of the nodes under ``nodes`` (at ``depth``), in order; each
+    node's are one ``range``, so the list is built in C (a region is up to 65,536 buckets)."""
+    shift = FANOUT_BITS * (at - depth)
+    return list(chain.from_iterable(range(n << shift, (n + 1) << shift) for n in nodes))
 
 
 class VersionedTree(MerkleTree):

@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
@@ -93,6 +93,7 @@ from store.records import (
     decode_identity_record,
     decode_msg,
 )
+from sync.buckets import runs_of
 from sync.claims import BucketClaims
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.frames import (
@@ -116,7 +117,15 @@ from sync.frames import (
     decode_frame,
     encode_frame,
 )
-from sync.merkle import DEPTH, FANOUT, FANOUT_BITS, TreeReader, check_hash, children
+from sync.merkle import (
+    DEPTH,
+    FANOUT,
+    FANOUT_BITS,
+    TreeReader,
+    check_hash,
+    children,
+    descendants,
+)
 from sync.replica import Record, Replica
 from sync.scope import EVERYTHING, Scope, ScopeError
 from sync.shards import in_domain_scope
@@ -1098,15 +1107,19 @@ class SyncSession:
         region (``announce``) also leaves out, and says so in ``skip``, the buckets whose
         listing disagrees with its tree (``_checked_listing``); the other side just does not
         act in its own."""
-        shift = FANOUT_BITS * (DEPTH - depth)
-        under = [b for n in nodes for b in range(n << shift, (n + 1) << shift)]
+        under = descendants(depth, nodes, DEPTH)
         left_out = set(read_flags(under, skip)) if skip else set()
         if claim and self._claims is not None:
             taken = set(self._claims.take(self, domain, under, len(under), self._now_ms))
             left_out |= set(under) - taken
-        buckets = [b for b in under if b not in left_out] if left_out else under
+        if left_out:
+            buckets = [b for b in under if b not in left_out]
+            runs = runs_of(buckets)
+        else:  # the nodes' runs: no pass over the buckets
+            shift = FANOUT_BITS * (DEPTH - depth)
+            buckets, runs = under, [(lo << shift, hi << shift) for lo, hi in runs_of(nodes)]
         key = SketchKey.derive(self._salt, int(domain), width)
-        ids, bad = self._checked_listing(domain, buckets, self._read_region(domain, buckets))
+        ids, bad = self._checked_listing(domain, buckets, self._read_region(domain, runs))
         if announce and (left_out or bad):
             skip = write_flags(under, left_out | bad)
             buckets = [b for b in buckets if b not in bad]
@@ -1114,10 +1127,8 @@ class SyncSession:
         dp.diff_buckets = set(buckets) - bad
         return dp.region, skip
 
-    def _read_region(self, domain: Domain, buckets: list[int]) -> bytes:
-        return self.replica.ids_in_runs(
-            domain, list(_runs(buckets)), self._cutoff(domain), self._scope
-        )
+    def _read_region(self, domain: Domain, runs: list[tuple[int, int]]) -> bytes:
+        return self.replica.ids_in_runs(domain, runs, self._cutoff(domain), self._scope)
 
     def _checked_listing(
         self, domain: Domain, buckets: list[int], ids: bytes
@@ -1221,9 +1232,8 @@ class SyncSession:
         buckets are read again rather than asking for the same records twice."""
         if not wants or region.sent or self._claims is None:
             return wants
-        ids, _ = self._checked_listing(
-            domain, sorted(buckets), self._read_region(domain, sorted(buckets))
-        )
+        ordered = sorted(buckets)
+        ids, _ = self._checked_listing(domain, ordered, self._read_region(domain, runs_of(ordered)))
         have = set(short_ids(region.key, ids).tolist())
         return [s for s in wants if s not in have]
 
@@ -1270,7 +1280,7 @@ class SyncSession:
         if region is None or section.flags or section.skip or section.width != region.key.width:
             raise RemoteProtocolError("an answer must keep the region", reason="bad_flags")
         # read again: other sessions may have brought records since we sent ours
-        ids = self._read_region(domain, region.buckets)
+        ids = self._read_region(domain, runs_of(region.buckets))
         region.ids, bad = self._checked_listing(domain, region.buckets, ids)
         region.bad |= bad
         dp.diff_buckets -= bad
@@ -1637,18 +1647,6 @@ class SyncSession:
                 dp.moved.add(bucket_of(chunk[i]))
                 budget -= len(blob)
         return out, budget
-
-
-def _runs(buckets: list[int]) -> Iterator[tuple[int, int]]:
-    """Ascending buckets as ranges ``[lo, hi)`` of consecutive ones (in numpy: a depth-3
-    region is ~14,000 buckets in ~900 runs)."""
-    if not buckets:
-        return iter(())
-    at = np.asarray(buckets, dtype=np.int64)
-    breaks = np.flatnonzero(np.diff(at) != 1) + 1
-    starts = at[np.concatenate(([0], breaks))]
-    ends = at[np.concatenate((breaks - 1, [len(at) - 1]))] + 1
-    return zip(starts.tolist(), ends.tolist(), strict=True)
 
 
 def _pushed_records(frame: Frame) -> dict[Domain, list[bytes]]:
