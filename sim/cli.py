@@ -24,6 +24,7 @@ from rich.table import Table
 from sim.bugs import GENERATOR_BUGS, Bug, PeeringBug
 from sim.generate import FAULTS, GenParams, generate, parse_faults
 from sim.schedule import DISCOVERY, UNIFORM
+from sim.shards import MAX_SIM_SHARDS
 from sync.scope import MAX_SHARDS
 
 sim_app = typer.Typer(
@@ -114,7 +115,15 @@ def generate_cmd(
 def run_cmd(
     trace: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Trace file.")],
     master: Annotated[str, typer.Option(help="Spark master URL.")] = "local[*]",
-    shards: Annotated[int, typer.Option(min=1, max=256, help="Shards (bucket ranges).")] = 4,
+    shards: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=MAX_SIM_SHARDS,
+            help="Shards: ranges of chats and users, one Spark task each. 0: one a core, more"
+            " where a task would pass 3.5 GB (the report says how many).",
+        ),
+    ] = 0,
     out: Annotated[Path | None, typer.Option(help="Report directory.")] = None,
     plant: Annotated[
         Bug | None, typer.Option(hidden=True, help="Test only: plant a bug in the simulated nodes.")
@@ -150,7 +159,7 @@ def run_cmd(
         outcome = run_simulation(
             spark,
             trace,
-            shards=shards,
+            shards=shards or None,
             plant=plant.value if plant else None,
             peering=peering.value,
             on_progress=lambda f, what: bar.update(task, completed=f, description=what),
@@ -176,7 +185,14 @@ def workers_cmd(
     ] = "1,2",
     cores: Annotated[int, typer.Option(min=1, help="Cores per worker.")] = 1,
     memory: Annotated[str, typer.Option(help="Memory per worker (its executors' JVMs).")] = "2g",
-    shards: Annotated[int, typer.Option(min=1, max=256, help="Shards (bucket ranges).")] = 8,
+    shards: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=MAX_SIM_SHARDS,
+            help="Shards: ranges of chats and users, one Spark task each.",
+        ),
+    ] = 8,
     out: Annotated[Path | None, typer.Option(help="Report directory.")] = None,
 ) -> None:
     """Replay TRACE on a standalone cluster on this machine (master and workers from

@@ -123,6 +123,8 @@ def summary(outcome: RunOutcome) -> str:
         f"oracle {timing['oracle_s']:.1f} s) on {timing['master']}, "
         f"load average {timing['load_avg_1m'][0]:.1f} -> {timing['load_avg_1m'][1]:.1f} "
         f"on {timing['cpus']} CPUs",
+        f"memory: shard peak RSS {timing.get('shard_peak_rss_mb', 0):,.0f} MB "
+        f"(estimated {timing.get('shard_rss_mb_estimate', 0):,.0f} MB: sim.shards.task_bytes)",
     ]
     if not r["ok"]:
         lines.append(f"seed {h.seed}; replay: {outcome.replay}")

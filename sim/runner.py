@@ -37,11 +37,10 @@ from sim import engine
 from sim.oracle import Oracle, compute_oracle, oracle_summary
 from sim.schedule import UNIFORM
 from sim.scope_check import WANT_DOMAINS
+from sim.shards import shards_for, task_bytes
 from sim.spark import LOOPBACK, ProgressServer, is_local_master
 from store import trace as tr
 from sync.frames import Domain
-
-DEFAULT_SHARDS = 4
 
 
 @dataclass
@@ -110,13 +109,17 @@ def run_simulation(
     spark: SparkSession,
     trace_path: str | Path,
     *,
-    shards: int = DEFAULT_SHARDS,
+    shards: int | None = None,
     plant: str | None = None,
     peering: str = UNIFORM,
     on_progress: Callable[[float, str], None] | None = None,
 ) -> RunOutcome:
+    """Replay a trace on ``spark``: ``shards`` tasks (None: ``shards_for`` the trace's size
+    and the session's cores)."""
     trace_path = Path(trace_path).resolve()
     header = tr.read_header(trace_path)
+    if shards is None:
+        shards = shards_for(header.nodes, header.ops, spark.sparkContext.defaultParallelism)
     wall0 = time.perf_counter()
     load0 = os.getloadavg()[0]
     note = on_progress or (lambda fraction, what: None)
@@ -178,6 +181,7 @@ def run_simulation(
         "shard_wall_s_sum": round(sum(r["wall_s"] for r in results), 3),
         "shard_cpu_s_sum": round(sum(r.get("cpu_s", 0.0) for r in results), 3),
         "shard_peak_rss_mb": round(max(r.get("peak_rss_mb", 0.0) for r in results), 1),
+        "shard_rss_mb_estimate": round(task_bytes(header.nodes, header.ops, shards) / 1e6, 1),
         "node_ops": node_ops,
         "node_ops_per_s": round(node_ops / wall, 1),
         "node_ops_per_s_simulating": round(node_ops / max(t_sim, 1e-9), 1),

@@ -24,6 +24,32 @@ def shard_of(key: int, shards: int) -> int:
     return (key * shards) >> 16
 
 
+MAX_SIM_SHARDS = 256
+TASK_BUDGET_BYTES = 3_500_000_000  # a task's peak RSS: under 4 GB, with the worker's own
+
+# A task's peak RSS, fitted to the runs in SIM.md ("Memory"; within ~15 % from 1,000 nodes x
+# 10,000 ops to 10,000 x 10,000): a base, every node's replica of the shard, and the
+# (node, record) pairs, which divide among the shards — the replicas do not.
+_TASK_BASE_BYTES = 200_000_000
+_REPLICA_BYTES = 180_000
+_NODE_OP_BYTES = 180
+
+
+def task_bytes(nodes: int, ops: int, shards: int) -> int:
+    """A shard task's estimated peak RSS for a trace of ``nodes`` x ``ops``."""
+    return _TASK_BASE_BYTES + _REPLICA_BYTES * nodes + _NODE_OP_BYTES * nodes * ops // shards
+
+
+def shards_for(nodes: int, ops: int, cores: int, budget: int = TASK_BUDGET_BYTES) -> int:
+    """How many shards to cut a trace into: one a core at least (a shard is one Spark task,
+    and a run's CPU time does not grow with shards: SIM.md), more while a task would pass
+    ``budget``; ``MAX_SIM_SHARDS`` where no number does."""
+    for shards in range(max(1, cores), MAX_SIM_SHARDS + 1):
+        if task_bytes(nodes, ops, shards) <= budget:
+            return shards
+    return MAX_SIM_SHARDS
+
+
 @dataclass
 class Expected:
     """The oracle's final state restricted to one shard (what the check compares with)."""
