@@ -7,6 +7,7 @@ Mounted by the root command (``cli/main.py``), which imports this module only wh
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 import warnings
@@ -156,13 +157,19 @@ def run_cmd(
         task = bar.add_task("starting Spark", total=1.0)
         owned = SparkSession.getActiveSession() is None  # in-process callers keep theirs
         spark = spark_session(master)
+        log = _ProgressLog(enabled=progress and not console.is_terminal)
+
+        def show(fraction: float, what: str) -> None:
+            bar.update(task, completed=fraction, description=what)
+            log(f"{fraction:6.1%} {what}")
+
         outcome = run_simulation(
             spark,
             trace,
             shards=shards or None,
             plant=plant.value if plant else None,
             peering=peering.value,
-            on_progress=lambda f, what: bar.update(task, completed=f, description=what),
+            on_progress=show,
         )
     paths = write_report(outcome, out)
     print(summary(outcome))
@@ -175,6 +182,23 @@ def run_cmd(
             file=sys.stderr,
         )
         raise typer.Exit(1)
+
+
+class _ProgressLog:
+    """Progress as plain lines on stderr where no terminal shows the bar (a log file, a
+    pipe): a run of hours otherwise says nothing until its end."""
+
+    every_s = 60.0
+
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled = enabled
+        self._last = -math.inf
+
+    def __call__(self, what: str) -> None:
+        now = time.monotonic()
+        if self.enabled and now - self._last >= self.every_s:
+            self._last = now
+            print(f"{time.strftime('%H:%M:%S')} {what}", file=sys.stderr, flush=True)
 
 
 @sim_app.command("workers")
@@ -202,10 +226,14 @@ def workers_cmd(
     counts = _int_list(workers, "--workers", 1)
     console = Console(width=max(Console().width, 120))
     warnings.filterwarnings("ignore", module="pyspark")
+    log = _ProgressLog(enabled=not console.is_terminal)
     with console.status("starting") as status:
-        runs = measure_workers(
-            trace, counts, shards=shards, cores=cores, memory=memory, note=status.update
-        )
+
+        def note(what: str) -> None:
+            status.update(what)
+            log(what)
+
+        runs = measure_workers(trace, counts, shards=shards, cores=cores, memory=memory, note=note)
     for run in runs:
         console.print(f"[bold]{run.workers} worker(s)[/bold]\n{run.summary}", highlight=False)
     title = f"{trace.name}: {shards} shards on standalone clusters of {workers} worker(s)"

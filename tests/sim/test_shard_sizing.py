@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
-from sim.cli import sim_app
+from sim.cli import _ProgressLog, sim_app
 from sim.hunt import small_trace
 from sim.shards import MAX_SIM_SHARDS, TASK_BUDGET_BYTES, shards_for, task_bytes
 
@@ -49,13 +49,17 @@ def test_the_estimate_is_the_runs_measured_in_sim_md() -> None:
     assert shards_for(1000, 151_895, 2) == 9
 
 
-def test_sim_run_without_shards_cuts_one_a_core_and_says_its_memory(
-    spark: SparkSession, tmp_path: Path
+def test_sim_run_without_shards_cuts_one_a_core_and_logs_progress_and_memory(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(_ProgressLog, "every_s", 0.0)  # every update a line
     trace = small_trace(3, tmp_path / "t.parquet")
-    cmd = ["run", str(trace), "--out", str(tmp_path / "r"), "--no-progress"]
-    result = CliRunner().invoke(sim_app, cmd)
+    cmd = ["run", str(trace), "--out", str(tmp_path / "r")]
+    result = CliRunner().invoke(sim_app, cmd)  # no terminal: the progress comes as lines
     assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if "simulating:" in line]
+    assert lines and all("node-ops/s, ETA" in line for line in lines)
+    assert "100.0%" in result.stderr  # the last update: checking
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     cores = spark.sparkContext.defaultParallelism
     assert report["result"]["shards"] == cores == 2  # a small trace: the cores decide
