@@ -12,6 +12,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterator, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from store.keys import bucket_of
 
@@ -26,6 +27,15 @@ def runs_of(indexes: Sequence[int]) -> list[tuple[int, int]]:
     starts = at[np.concatenate(([0], breaks))]
     ends = at[np.concatenate((breaks - 1, [len(at) - 1]))] + 1
     return list(zip(starts.tolist(), ends.tolist(), strict=True))
+
+
+def in_runs(values: npt.NDArray[np.intp], runs: Sequence[tuple[int, int]]) -> npt.NDArray[np.bool_]:
+    """Which of ``values`` lie in ``runs`` (ascending, disjoint ``[lo, hi)``): a bisect each."""
+    if not runs:
+        return np.zeros(len(values), dtype=bool)
+    bounds = np.asarray(runs, dtype=np.intp)
+    at = np.searchsorted(bounds[:, 0], values, side="right") - 1
+    return np.asarray((at >= 0) & (values < bounds[np.maximum(at, 0), 1]))
 
 
 class Buckets:

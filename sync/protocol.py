@@ -93,7 +93,7 @@ from store.records import (
     decode_identity_record,
     decode_msg,
 )
-from sync.buckets import runs_of
+from sync.buckets import in_runs, runs_of
 from sync.claims import BucketClaims
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.frames import (
@@ -361,11 +361,10 @@ def read_flags(items: list[int], flags: bytes) -> list[int]:
         raise RemoteProtocolError(
             f"flags of {len(flags)} bytes for a list of {len(items)}", reason="bad_flags"
         )
-    chosen = [item for i, item in enumerate(items) if flags[i >> 3] & (0x80 >> (i & 7))]
-    padding = len(flags) * 8 - len(items)
-    if padding and flags[-1] & ((1 << padding) - 1):
+    bits = np.unpackbits(np.frombuffer(flags, dtype=np.uint8))  # a list of 4,096: 25x a loop
+    if bits[len(items) :].any():
         raise RemoteProtocolError("flags set beyond the end of the list", reason="bad_flags")
-    return chosen
+    return [items[i] for i in np.flatnonzero(bits[: len(items)]).tolist()]
 
 
 def salted_prefix(salt: bytes, record_id: bytes) -> bytes:
@@ -1119,7 +1118,7 @@ class SyncSession:
             shift = FANOUT_BITS * (DEPTH - depth)
             buckets, runs = under, [(lo << shift, hi << shift) for lo, hi in runs_of(nodes)]
         key = SketchKey.derive(self._salt, int(domain), width)
-        ids, bad = self._checked_listing(domain, buckets, self._read_region(domain, runs))
+        ids, bad = self._listing(domain, runs)
         if announce and (left_out or bad):
             skip = write_flags(under, left_out | bad)
             buckets = [b for b in buckets if b not in bad]
@@ -1127,25 +1126,27 @@ class SyncSession:
         dp.diff_buckets = set(buckets) - bad
         return dp.region, skip
 
-    def _read_region(self, domain: Domain, runs: list[tuple[int, int]]) -> bytes:
-        return self.replica.ids_in_runs(domain, runs, self._cutoff(domain), self._scope)
+    def _listing(self, domain: Domain, runs: list[tuple[int, int]]) -> tuple[bytes, set[int]]:
+        """Our ids in the buckets of ``runs`` (ascending), checked (``_checked_listing``)."""
+        ids = self.replica.ids_in_runs(domain, runs, self._cutoff(domain), self._scope)
+        return self._checked_listing(domain, runs, ids)
 
     def _checked_listing(
-        self, domain: Domain, buckets: list[int], ids: bytes
+        self, domain: Domain, runs: list[tuple[int, int]], ids: bytes
     ) -> tuple[bytes, set[int]]:
-        """The listing of ``buckets`` checked against the tree that located them: the buckets
-        where it holds more ids than the tree's leaf counts (a cutoff only ever lists fewer),
-        and the listing without their ids or any outside ``buckets``. An index and a tree
-        out of step — a bucket mapping off by one, say — so never reconcile by what the tree
-        does not file (SYNC.md, "Sketches"), and the session's closing root comparison says
-        it did not converge."""
+        """The listing of the buckets of ``runs`` checked against the tree that located them:
+        the buckets where it holds more ids than the tree's leaf counts (a cutoff only ever
+        lists fewer), and the listing without their ids or any outside ``runs``. An index
+        and a tree out of step — a bucket mapping off by one, say — so never reconcile by
+        what the tree does not file (SYNC.md, "Sketches"), and the session's closing root
+        comparison says it did not converge."""
         if not ids:
             return ids, set()
         listed = np.frombuffer(ids, dtype=">u2")[:: RECORD_ID_LEN // 2].astype(np.intp)
         # Only a bucket the listing names can list too many: the work goes by the listing's
         # size, not by the 65,536 buckets (a session opens a region or two of a few ids).
         named, per_bucket = np.unique(listed, return_counts=True)
-        inside = members(named, np.asarray(buckets, dtype=np.intp))  # buckets: ascending
+        inside = in_runs(named, runs)
         named, per_bucket = named[inside], per_bucket[inside]
         filed = np.asarray(self._tree(domain).leaf_counts(named.tolist()), dtype=np.int64)
         over = per_bucket > filed
@@ -1232,8 +1233,7 @@ class SyncSession:
         buckets are read again rather than asking for the same records twice."""
         if not wants or region.sent or self._claims is None:
             return wants
-        ordered = sorted(buckets)
-        ids, _ = self._checked_listing(domain, ordered, self._read_region(domain, runs_of(ordered)))
+        ids, _ = self._listing(domain, runs_of(sorted(buckets)))
         have = set(short_ids(region.key, ids).tolist())
         return [s for s in wants if s not in have]
 
@@ -1280,8 +1280,7 @@ class SyncSession:
         if region is None or section.flags or section.skip or section.width != region.key.width:
             raise RemoteProtocolError("an answer must keep the region", reason="bad_flags")
         # read again: other sessions may have brought records since we sent ours
-        ids = self._read_region(domain, runs_of(region.buckets))
-        region.ids, bad = self._checked_listing(domain, region.buckets, ids)
+        region.ids, bad = self._listing(domain, runs_of(region.buckets))
         region.bad |= bad
         dp.diff_buckets -= bad
         region.shorts = short_ids(region.key, region.ids)

@@ -3,11 +3,14 @@ in the run lists."""
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
 from store.keys import NUM_BUCKETS, bucket_of
-from sync.buckets import Buckets
+from sync.buckets import Buckets, in_runs, runs_of
 
 ids = st.binary(min_size=32, max_size=32)
 
@@ -45,3 +48,23 @@ def test_an_emptied_bucket_lists_nothing_and_an_unknown_one_reads_empty() -> Non
     index.discard(bytes(32))  # never added: nothing to do
     assert [set(s) for s in index.in_range(0, NUM_BUCKETS)] == [set()]
     assert index.of(0) == ()
+
+
+@given(st.sets(st.integers(0, NUM_BUCKETS - 1), max_size=300))
+def test_runs_of_ascending_buckets_cover_them_and_nothing_else_in_maximal_runs(
+    chosen: set[int],
+) -> None:
+    runs = runs_of(sorted(chosen))
+    covered = [b for lo, hi in runs for b in range(lo, hi)]
+    assert covered == sorted(chosen)
+    # ascending, disjoint and maximal: a gap between every two runs
+    assert all(hi < lo for (_, hi), (lo, _) in itertools.pairwise(runs))
+
+
+@given(
+    st.sets(st.integers(0, NUM_BUCKETS - 1), max_size=300),
+    st.lists(st.integers(-5, NUM_BUCKETS + 5), max_size=100),
+)
+def test_in_runs_says_which_values_lie_in_the_runs(chosen: set[int], values: list[int]) -> None:
+    inside = in_runs(np.asarray(values, dtype=np.intp), runs_of(sorted(chosen)))
+    assert inside.tolist() == [v in chosen for v in values]
