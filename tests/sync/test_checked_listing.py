@@ -9,6 +9,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sync.buckets import runs_of
 from sync.frames import Domain
 from sync.protocol import SessionRole, SyncSession
 from sync.replica import MemoryReplica
@@ -52,7 +53,7 @@ def test_a_listing_is_checked_against_the_tree_as_the_rule_says(
         tree.insert(record_id)
     ids += [_id(b, 1_000 + n) for n, b in enumerate(extra)]
     session = SyncSession(SessionRole.INITIATOR, replica, now_ms=0)
-    got = session._checked_listing(Domain.MESSAGES, region, b"".join(ids))
+    got = session._checked_listing(Domain.MESSAGES, runs_of(region), b"".join(ids))
     want = _model(Counter(held), region, ids)
     assert got == want
     assert session.stats.inconsistent_buckets == len(want[1])
