@@ -34,19 +34,20 @@ def test_the_fewest_shards_that_fit_the_budget_and_one_a_core_at_least(
         assert task_bytes(nodes, ops, shards - 1) > TASK_BUDGET_BYTES  # one fewer would not fit
 
 
-def test_the_estimate_is_the_runs_measured_in_sim_md() -> None:
+def test_the_estimate_is_never_below_the_runs_measured_in_sim_md() -> None:
     # (nodes, ops, shards) -> a task's peak RSS in MB, from SIM.md's runs with IndexedTree
     measured = {
-        (1000, 10_600, 8): 653,
+        (1000, 13_661, 8): 761,
+        (1000, 13_661, 2): 2106,
         (1000, 151_895, 16): 1985,
         (1000, 151_895, 8): 3529,
         (10_000, 2_746, 8): 2200,
     }
     for (nodes, ops, shards), mb in measured.items():
         estimate = task_bytes(nodes, ops, shards) / 1e6
-        assert 0.85 * mb <= estimate <= 1.25 * mb, (nodes, ops, shards, estimate, mb)
-    # the goal's trace fits the 4 GB goal at 9 shards on 2 cores, not at 8
-    assert shards_for(1000, 151_895, 2) == 9
+        assert mb <= estimate <= 1.6 * mb, (nodes, ops, shards, estimate, mb)
+    # the goal's trace: 13 shards on 2 cores (1,985 MB measured at 16, 3,529 MB at 8)
+    assert shards_for(1000, 151_895, 2) == 13
 
 
 def test_sim_run_without_shards_cuts_one_a_core_and_logs_progress_and_memory(
