@@ -8,8 +8,8 @@ them alone.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
-from collections.abc import Iterator, Sequence
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Collection, Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +36,42 @@ def in_runs(values: npt.NDArray[np.intp], runs: Sequence[tuple[int, int]]) -> np
     bounds = np.asarray(runs, dtype=np.intp)
     at = np.searchsorted(bounds[:, 0], values, side="right") - 1
     return np.asarray((at >= 0) & (values < bounds[np.maximum(at, 0), 1]))
+
+
+class RunSet:
+    """Buckets as ascending, disjoint runs ``[lo, hi)``: a region of up to 65,536 buckets
+    (a whole domain) in a run or a few hundred, never a set of each."""
+
+    __slots__ = ("_size", "_starts", "runs")
+
+    def __init__(self, runs: list[tuple[int, int]]) -> None:
+        self.runs = runs
+        self._starts = [lo for lo, _ in runs]
+        self._size = sum(hi - lo for lo, hi in runs)
+
+    def __contains__(self, bucket: object) -> bool:
+        if not isinstance(bucket, int):
+            return False
+        i = bisect_right(self._starts, bucket) - 1
+        return i >= 0 and bucket < self.runs[i][1]
+
+    def __len__(self) -> int:
+        return self._size
+
+    def without(self, buckets: Collection[int]) -> RunSet:
+        """These runs less ``buckets`` (a few: the buckets a listing found inconsistent)."""
+        cuts = sorted(b for b in buckets if b in self)
+        if not cuts:
+            return self
+        out, j = [], 0
+        for lo, hi in self.runs:
+            while j < len(cuts) and cuts[j] < hi:
+                if cuts[j] > lo:
+                    out.append((lo, cuts[j]))
+                lo, j = cuts[j] + 1, j + 1
+            if lo < hi:
+                out.append((lo, hi))
+        return RunSet(out)
 
 
 class Buckets:

@@ -159,6 +159,11 @@ class SketchSection:
     buckets are the region; empty in a retry, which keeps the region), ``cells`` cells of
     ``width``-byte short ids, encoded by ``sync.sketch.Sketch.encode``. ``skip``: empty, or a
     bitmap over the region's buckets of those left out (another session reconciles them).
+
+    A **listing** (``cells`` 0) carries the sender's short ids of the region themselves
+    (``sync.sketch.encode_listing``): fewer bytes than a sketch where the region holds fewer
+    ids than a sketch would have cells, and it always decodes. A **request** (``cells`` > 0,
+    no ``blob``) asks for the peer's sketch of that size.
     """
 
     flags: bytes
@@ -167,16 +172,29 @@ class SketchSection:
     blob: bytes
     skip: bytes = b""
 
+    @property
+    def is_listing(self) -> bool:
+        return self.cells == 0
+
+    @property
+    def is_request(self) -> bool:
+        return self.cells > 0 and not self.blob
+
 
 @dataclass(frozen=True, slots=True)
 class Sketches:
     """Per domain, a sketch of the sender's ids in the region, or (an empty ``blob``) a request
     for the peer's sketch of ``cells`` cells, so that we decode it. ``answer``: this sketch
     answers the peer's sketch that did not decode (larger) or its request; its receiver
-    decodes it and never sketches back."""
+    decodes it and never sketches back.
+
+    ``cutoff_ms`` in a responder's answer to HELLO (a pass over small sets: its whole-domain
+    listings, no descent) — the session's message cutoff, as in the first NODES; None in every
+    other sketch, and not on the wire."""
 
     sections: dict[Domain, SketchSection]
     answer: bool = False
+    cutoff_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,12 +240,14 @@ def encode_frame(frame: Frame) -> bytes:
             if roots is not None:
                 digests, (xor, count, check) = roots
                 body.append([digests, b"" if xor == ZERO_XOR else xor, count, check])
-        case Sketches(sketch_sections, answer):
+        case Sketches(sketch_sections, answer, cutoff_ms):
             body = [
                 FrameType.SKETCH,
                 [[int(d), s.flags, s.cells, s.width, s.blob, s.skip] for d, s in sorted(sketch_sections.items())],
                 answer,
             ]  # fmt: skip
+            if cutoff_ms is not None:
+                body.append(cutoff_ms)
         case Abort(reason):
             body = [FrameType.ABORT, reason[:200]]
     return cbor2.dumps(body)
@@ -465,7 +485,7 @@ def _root_cell(xor: Any, count: Any, check: Any) -> tuple[bytes, int, int]:
 
 
 def _decode_sketches(v: list[Any], max_ids: int) -> Sketches:
-    sections, answer = _arity(v, 2, "SKETCH")
+    sections, answer, cutoff = _arity(v, 2, "SKETCH", optional=1)
     out: dict[Domain, SketchSection] = {}
     for domain, rest in _sections(sections, "SKETCH"):
         flags, cells, width, blob, skip = _arity(rest, 5, "SKETCH section")
@@ -474,12 +494,16 @@ def _decode_sketches(v: list[Any], max_ids: int) -> Sketches:
             raise _fail(f"short id width must be {MIN_SHORT_ID_LEN}..8", "bad_width")
         cells = _uint(cells, "cells", 1 << 32)
         blob = _bytes(blob, "sketch cells")
-        if blob and len(blob) != cells * (width + SKETCH_CHECK_LEN):
+        if not cells:  # a listing: whole short ids
+            if len(blob) % width or len(blob) // width > max_ids:
+                raise _fail(f"a listing of {len(blob)} bytes in {width}-byte ids", "bad_cells")
+        elif blob and len(blob) != cells * (width + SKETCH_CHECK_LEN):
             raise _fail(f"{len(blob)} bytes for {cells} cells of width {width}", "bad_cells")
         out[domain] = SketchSection(
             _bytes(flags, "flags"), cells, width, blob, _bytes(skip, "skipped buckets")
         )
-    return Sketches(out, _bool(answer, "answer"))
+    cutoff_ms = None if len(v) == 2 else _uint(cutoff, "cutoff")
+    return Sketches(out, _bool(answer, "answer"), cutoff_ms)
 
 
 def _decode_abort(v: list[Any], max_ids: int) -> Abort:

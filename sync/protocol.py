@@ -35,7 +35,11 @@ sketch that does not decode is answered once with a larger one from the other
 side. Summed roots that differ by exactly one id, in the one domain whose digest
 differs, name it without any descent. The side that opens a sketched region
 checks its listing against its tree, bucket by bucket (``_checked_listing``), and
-leaves out (announcing them in ``skip``) buckets that list more than the tree files. The
+leaves out (announcing them in ``skip``) buckets that list more than the tree files. A
+region whose short ids take fewer bytes than its sketch is sent as a *listing* of them
+(always decoded), and small sets skip the descent: a responder holding at most
+``WHOLE_LISTING_MAX`` ids in each differing domain, facing an initiator with as few in all,
+answers HELLO with whole-domain listings (``_whole_listings``; SYNC.md, "Listings"). The
 initiator closes a pass with a HELLO that carries its last pushes, so the
 records and the root comparison share a round trip. A responder TRANSFER that
 pushes its last records and asks nothing carries its roots; an initiator that
@@ -93,7 +97,7 @@ from store.records import (
     decode_identity_record,
     decode_msg,
 )
-from sync.buckets import in_runs, runs_of
+from sync.buckets import RunSet, in_runs, runs_of
 from sync.claims import BucketClaims
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.frames import (
@@ -130,12 +134,18 @@ from sync.replica import Record, Replica
 from sync.scope import EVERYTHING, Scope, ScopeError
 from sync.shards import in_domain_scope
 from sync.sketch import (
+    BUCKET_BITS,
     HASHES,
     U64,
+    Peeled,
     Sketch,
     SketchKey,
     bucket_of_short,
+    cell_len,
     cells_for,
+    decode_listing,
+    encode_listing,
+    listed_difference,
     lookup,
     members,
     short_id_width,
@@ -151,6 +161,10 @@ DESCENT_SAFETY_BITS = 10
 ESTIMATE_DEVIATIONS = 2  # standard deviations of the equal-node count taken off an estimate
 MIN_DESCENT_BITS = 16
 FETCH_CHUNK = 256  # ids looked up per replica call while filling a frame
+ROOT_FLAGS = b"\x80"  # flags over the root alone, set: a whole listing's region
+# A responder lists a differing domain whole when it holds at most this many ids there and
+# the initiator at most this many in all: <= 1 kB of 4-byte short ids, one top frame's worth.
+WHOLE_LISTING_MAX = 256
 # What a record is refused for (store.ingress) — not its stamp: one too far ahead is skipped
 # (``SyncConfig.max_offset_ms``), not refused, since our clock may be the one behind.
 RECORD_LIMITS = Limits()
@@ -177,6 +191,11 @@ class SyncConfig:
     # this on average: hashing a node costs both sides ~2 us, a sketched id ~70 ns, so
     # below ~30 ids a node the sketch is cheaper (SYNC.md, "CPU"). 0: always descend (tests).
     descend_above: float = 32
+    # Send a region's short ids themselves where that is fewer bytes than its sketch
+    # (``_section``), and answer a HELLO over small sets with whole-domain listings, no
+    # descent (``_whole_listings``). A peer accepts both either way. False: tests of the
+    # descent and of sketches as such.
+    listings: bool = True
     # A silent peer ends the session after this long while little is in flight (the node's
     # setting: sync_idle_timeout_s), plus the time the data in flight needs at
     # min_bytes_per_s: our last frame (the peer reads, checks and stores it before it can
@@ -263,6 +282,7 @@ TRANSITIONS: dict[tuple[SessionRole, State, type], str] = {
     (INIT, State.AWAIT_LEAVES, Nodes): "_on_leaves",
     (RESP, State.AWAIT_CELLS, Cells): "_on_cells",
     (INIT, State.AWAIT_TOP, Transfer): "_on_shortcut",  # the roots differed by one id
+    (INIT, State.AWAIT_TOP, Sketches): "_on_whole_listings",  # small sets, listed whole
     (RESP, State.AWAIT_MIDDLE, Sketches): "_on_sketch",
     (INIT, State.AWAIT_LEAVES, Sketches): "_on_sketch",
     (RESP, State.AWAIT_CELLS, Sketches): "_on_sketch",
@@ -307,7 +327,7 @@ class _DomainPass:
     """One domain's progress within one pass."""
 
     sent: list[int] = field(default_factory=list)  # node indexes whose hashes we sent last
-    diff_buckets: set[int] = field(default_factory=set)
+    diff_buckets: set[int] | RunSet = field(default_factory=set)
     outbox: deque[bytes] = field(default_factory=deque)  # ids of records to push
     shipped: set[bytes] = field(default_factory=set)  # pushed this pass: never twice
     # MEMBERS and INDEX (the same ops, placed twice): the ids either moves this pass, pushed
@@ -337,7 +357,7 @@ class _Region:
     """One domain's sketched region in a pass: the buckets under the differing nodes, our
     ids there and their short ids (to build our sketch, and to map a short id back)."""
 
-    buckets: list[int]
+    buckets: RunSet  # less those left out (and, on the side that announced them, the bad)
     key: SketchKey
     ids: bytes  # concatenated 32-byte ids
     shorts: U64
@@ -727,6 +747,9 @@ class SyncSession:
         shortcut = None if narrowed else self._shortcut(hello, differing)
         if shortcut is not None:
             return shortcut
+        listings = None if narrowed else self._whole_listings(hello, differing)
+        if listings is not None:
+            return listings
         self._domains = self._new_passes(differing)
         top = list(range(FANOUT**TOP_DEPTH))
         sections = {}
@@ -826,6 +849,51 @@ class SyncSession:
             dp.shortcut, dp.diff_buckets = True, {bucket_of(one)}
         self.state = State.TRANSFER
         return self._on_transfer(transfer)
+
+    # --- small sets: the responder lists its differing domains whole, no descent ---
+
+    def _whole_listings(self, hello: Hello, differing: list[Domain]) -> Sketches | None:
+        """Our short ids of each differing domain, when every one holds at most
+        ``WHOLE_LISTING_MAX`` of ours and the initiator holds at most that many in all (its
+        HELLO's count): no more bytes than the 256 top hashes of a domain, a round trip
+        saved, and neither side hashes a node. The region is the whole domain (the root's buckets). Not after a
+        sketch failed, nor beside another session of ours that holds buckets: we claim
+        none, and the initiator claims the buckets it names (as a requested sketch's decoder).
+        Unnarrowed passes only — a narrowed scope travels in NODES."""
+        most = WHOLE_LISTING_MAX
+        if not (self._sketching() and self.config.listings) or hello.cell[1] > most:
+            return None
+        if self._claims is not None and self._claims.others_hold(self):
+            return None
+        counts = [self._tree(d).count for d in differing]
+        if max(counts) > min(most, self.config.max_ids_per_frame):
+            return None
+        width = self.config.short_id_bytes or short_id_width(max(counts) + hello.cell[1], 1.0)
+        self._domains = self._new_passes(differing)
+        sections = {}
+        for domain, dp in self._domains.items():
+            dp.sent, dp.sent_depth = [0], 0  # the listing's flags are over the root
+            region, skip = self._open_region(domain, dp, 0, [0], width, announce=True)
+            listing = encode_listing(region.shorts, width)
+            sections[domain] = SketchSection(ROOT_FLAGS, 0, width, listing, skip)
+        self.state = State.AWAIT_DECODE
+        return Sketches(sections, cutoff_ms=max(0, self._session_cutoff or 0))
+
+    def _on_whole_listings(self, frame: Sketches) -> Sketches | Transfer:
+        """The responder listed its differing domains whole (``_whole_listings``): decode
+        them over the root, under the session cutoff the frame names."""
+        sections = frame.sections.values()
+        if frame.answer or frame.cutoff_ms is None or not frame.sections:
+            raise RemoteProtocolError("only whole listings answer HELLO", reason="unexpected_frame")
+        if any(not s.is_listing for s in sections):
+            raise RemoteProtocolError("HELLO is answered by listings", reason="bad_cells")
+        if any(s.flags != ROOT_FLAGS for s in sections):
+            raise RemoteProtocolError("a whole listing covers the root", reason="bad_flags")
+        self._session_cutoff = _later(self.config.cutoff_ms, frame.cutoff_ms)
+        self._domains = self._new_passes(frame.sections)
+        for dp in self._domains.values():
+            dp.sent, dp.sent_depth = [0], 0
+        return self._on_sketch(frame)
 
     def _on_done(self, done: Done) -> None:
         self.state, self.converged = State.DONE, done.converged
@@ -1048,9 +1116,11 @@ class SyncSession:
             region, skip = self._open_region(
                 domain, dp, depth, differ, width, claim=not request, announce=True
             )
-            region.cells = cells  # the size of our sketch, or of the one we ask for
-            blob = b"" if request else self._sketch_of(region, cells).encode()
-            sketches[domain] = SketchSection(flags, cells, width, blob, skip)
+            if request:
+                region.cells = cells  # the size of the sketch we ask for
+                sketches[domain] = SketchSection(flags, cells, width, b"", skip)
+            else:
+                sketches[domain] = self._section(region, flags, cells, skip)
         self.state = State.AWAIT_DECODE
         return Sketches(sketches)
 
@@ -1106,24 +1176,27 @@ class SyncSession:
         region (``announce``) also leaves out, and says so in ``skip``, the buckets whose
         listing disagrees with its tree (``_checked_listing``); the other side just does not
         act in its own."""
-        under = descendants(depth, nodes, DEPTH)
-        left_out = set(read_flags(under, skip)) if skip else set()
-        if claim and self._claims is not None:
-            taken = set(self._claims.take(self, domain, under, len(under), self._now_ms))
-            left_out |= set(under) - taken
-        if left_out:
-            buckets = [b for b in under if b not in left_out]
-            runs = runs_of(buckets)
-        else:  # the nodes' runs: no pass over the buckets
-            shift = FANOUT_BITS * (DEPTH - depth)
-            buckets, runs = under, [(lo << shift, hi << shift) for lo, hi in runs_of(nodes)]
+        shift = FANOUT_BITS * (DEPTH - depth)
+        runs = [(lo << shift, hi << shift) for lo, hi in runs_of(nodes)]  # the nodes' buckets
+        under: list[int] = []  # each bucket: only for a bitmap over them, or to claim them
+        left_out: set[int] = set()
+        if skip or (claim and self._claims is not None):
+            under = descendants(depth, nodes, DEPTH)
+            if skip:
+                left_out = set(read_flags(under, skip))
+            if claim and self._claims is not None:
+                taken = set(self._claims.take(self, domain, under, len(under), self._now_ms))
+                left_out |= set(under) - taken
+            if left_out:
+                runs = runs_of([b for b in under if b not in left_out])
         key = SketchKey.derive(self._salt, int(domain), width)
         ids, bad = self._listing(domain, runs)
+        buckets = RunSet(runs)
         if announce and (left_out or bad):
-            skip = write_flags(under, left_out | bad)
-            buckets = [b for b in buckets if b not in bad]
+            skip = write_flags(under or descendants(depth, nodes, DEPTH), left_out | bad)
+            buckets = buckets.without(bad)
         dp.region = _Region(buckets, key, ids, short_ids(key, ids), claim, bad=bad)
-        dp.diff_buckets = set(buckets) - bad
+        dp.diff_buckets = buckets.without(bad)
         return dp.region, skip
 
     def _listing(self, domain: Domain, runs: list[tuple[int, int]]) -> tuple[bytes, set[int]]:
@@ -1166,6 +1239,31 @@ class SyncSession:
         region.cells = cells
         return Sketch.of(region.key, cells, region.shorts)
 
+    def _section(
+        self, region: _Region, flags: bytes, cells: int, skip: bytes = b""
+    ) -> SketchSection:
+        """Our ids of ``region`` for the peer to decode: their listing where that is fewer
+        bytes than a sketch of ``cells`` cells (a region of a few ids: most sessions at
+        10,000 nodes), else the sketch."""
+        width, listed = region.key.width, len(region.shorts)
+        smaller = listed * width < cells * cell_len(width)
+        if self.config.listings and smaller and listed <= self.config.max_ids_per_frame:
+            region.cells = cells
+            return SketchSection(flags, 0, width, encode_listing(region.shorts, width), skip)
+        return SketchSection(flags, cells, width, self._sketch_of(region, cells).encode(), skip)
+
+    def _listed(self, region: _Region, blob: bytes) -> Peeled:
+        """What the peer's listing of ``region`` and our ids there differ by. A listed short id
+        names its bucket: one outside the region is refused, as a push there would be."""
+        width = region.key.width
+        theirs = decode_listing(blob, width)  # the frame's length was checked
+        buckets = (theirs >> np.uint64(8 * width - BUCKET_BITS)).astype(np.intp)
+        if not in_runs(buckets, region.buckets.runs).all():
+            raise RemoteProtocolError(
+                "a listing names a bucket outside the region", reason="unsolicited"
+            )
+        return listed_difference(region.shorts, theirs)
+
     def _on_sketch(self, frame: Sketches) -> Sketches | Transfer:
         """Subtract the peer's sketch from ours and peel: push what only we hold, ask (by
         short id) for what only the peer holds. A sketch that does not decode is answered
@@ -1181,7 +1279,7 @@ class SyncSession:
                 "an answer comes only after our own sketch, and only then",
                 reason="unexpected_frame",
             )
-        requests = [not section.blob for section in frame.sections.values()]
+        requests = [section.is_request for section in frame.sections.values()]
         if any(requests) and (frame.answer or not all(requests)):
             raise RemoteProtocolError("a request is a whole first sketch", reason="bad_cells")
         if not frame.answer:
@@ -1192,22 +1290,22 @@ class SyncSession:
             # an answer is at most twice the sketch we sent (or the size we asked for)
             limit = 2 * dp.region.cells if frame.answer and dp.region else None
             region = self._region_for(domain, dp, section, frame.answer)
-            cells = section.cells
-            if cells < HASHES or cells % HASHES or cells > (limit or self._max_sketch_cells):
-                raise RemoteProtocolError(f"a sketch of {cells} cells", reason="bad_cells")
-            if not section.blob:  # a request: our sketch, for the peer to decode
-                answers[domain] = SketchSection(
-                    b"", cells, region.key.width, self._sketch_of(region, cells).encode()
-                )
-                continue
-            theirs = Sketch.decode(region.key, cells, section.blob)  # frames checked the length
-            peeled = self._sketch_of(region, cells).subtract(theirs).peel()
-            larger = min(2 * cells, self._max_sketch_cells)
-            self._sketch_failed |= not peeled.complete
-            if not peeled.complete and not frame.answer and larger > cells:
-                blob = self._sketch_of(region, larger).encode()
-                answers[domain] = SketchSection(b"", larger, region.key.width, blob)
-                continue
+            if section.is_listing:
+                peeled = self._listed(region, section.blob)
+            else:
+                cells = section.cells
+                if cells < HASHES or cells % HASHES or cells > (limit or self._max_sketch_cells):
+                    raise RemoteProtocolError(f"a sketch of {cells} cells", reason="bad_cells")
+                if section.is_request:  # our sketch (or listing), for the peer to decode
+                    answers[domain] = self._section(region, b"", cells)
+                    continue
+                theirs = Sketch.decode(region.key, cells, section.blob)  # length checked
+                peeled = self._sketch_of(region, cells).subtract(theirs).peel()
+                larger = min(2 * cells, self._max_sketch_cells)
+                self._sketch_failed |= not peeled.complete
+                if not peeled.complete and not frame.answer and larger > cells:
+                    answers[domain] = self._section(region, b"", larger)
+                    continue
             region.complete = peeled.complete
             mine = lookup(region.shorts, region.ids, peeled.mine)
             width = region.key.width  # a short id names its bucket: ask only in ours
@@ -1280,9 +1378,9 @@ class SyncSession:
         if region is None or section.flags or section.skip or section.width != region.key.width:
             raise RemoteProtocolError("an answer must keep the region", reason="bad_flags")
         # read again: other sessions may have brought records since we sent ours
-        region.ids, bad = self._listing(domain, runs_of(region.buckets))
+        region.ids, bad = self._listing(domain, region.buckets.runs)
         region.bad |= bad
-        dp.diff_buckets -= bad
+        dp.diff_buckets = region.buckets.without(region.bad)
         region.shorts = short_ids(region.key, region.ids)
         return region
 
@@ -1420,7 +1518,7 @@ class SyncSession:
         dp = self._domains.get(Domain.MESSAGES)
         if dp is None or len(self._domains) != 1 or dp.truncated:
             return False
-        return bool(dp.diff_buckets - dp.moved)
+        return len(dp.diff_buckets) > sum(1 for b in dp.moved if b in dp.diff_buckets)
 
     def _take_requests(self, domain: Domain, dp: _DomainPass, section: TransferSection) -> None:
         for record_id in _split(section.wants, RECORD_ID_LEN):

@@ -35,6 +35,10 @@ whose top bits are kept. Two distinct ids whose four words all differ in their l
 bits at most collide before the truncation with probability ``2^-(64-t)`` for a random key, so
 two ids of one bucket collide with probability about ``2^-8(w-2) + 2^-(64-t)``; making ``t``
 large takes agreeing ids in ``4t`` bits, a ``2^(2t)`` search (SYNC.md, "Security").
+
+A region of a few ids is cheaper sent as its short ids themselves, a **listing**
+(``encode_listing``): its receiver takes the set difference (``listed_difference``), which
+always decodes (SYNC.md, "Listings").
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ MIN_CELLS = 12
 # ``ROUND_MIN_IDS`` ids (a round costs ~0.1 ms of numpy calls, an id peeled in Python ~5 us)
 PEEL_ROUNDS, ROUND_MIN_IDS = 32, 32
 _FILTER_BITS = 20  # lookup's candidate table (1 MiB): a short id passes it by chance at k/2^20
+_SEARCHED_DIRECTLY = 1_024  # short ids lookup searches one by one (a bisect each), no table
 _M64 = (1 << 64) - 1
 _M32 = (1 << 32) - 1
 _MUL1, _MUL2 = 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53  # murmur3's finalizer
@@ -407,6 +412,27 @@ def members(values: npt.NDArray[Any], ascending: npt.NDArray[Any]) -> npt.NDArra
     return np.asarray(ascending[at] == values)
 
 
+def encode_listing(shorts: U64, width: int) -> bytes:
+    """A listing: distinct short ids of ``width`` bytes, big-endian, ascending."""
+    return np.unique(shorts).astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - width :].tobytes()
+
+
+def decode_listing(blob: bytes, width: int) -> U64:
+    """The inverse of ``encode_listing``; ValueError if ``blob`` is no whole number of ids."""
+    if len(blob) % width:
+        raise ValueError(f"{len(blob)} bytes of {width}-byte short ids")
+    padded = np.zeros((len(blob) // width, 8), dtype=np.uint8)
+    padded[:, 8 - width :] = np.frombuffer(blob, dtype=np.uint8).reshape(-1, width)
+    return padded.view(">u8").reshape(-1).astype(np.uint64)
+
+
+def listed_difference(mine: U64, listed: U64) -> Peeled:
+    """A listing decoded: the short ids only we hold and those only its sender holds
+    (``listed``, the sender's short ids of the region), ascending — always complete."""
+    ours, theirs = set(mine.tolist()), set(listed.tolist())  # a few ids: sets beat numpy's
+    return Peeled(sorted(ours - theirs), sorted(theirs - ours), True)
+
+
 def lookup(shorts: U64, ids: bytes, wanted: Sequence[int]) -> list[bytes]:
     """The ids (of concatenated ``ids``, whose short ids are ``shorts``) with a wanted short id;
     every id that shares one, so a collision among our own ids costs a record, never a miss.
@@ -417,11 +443,14 @@ def lookup(shorts: U64, ids: bytes, wanted: Sequence[int]) -> list[bytes]:
     if not wanted or not len(shorts):
         return []
     want = np.asarray(sorted(set(wanted)), dtype=np.uint64)
-    low = np.uint64((1 << _FILTER_BITS) - 1)
-    table = np.zeros(1 << _FILTER_BITS, dtype=bool)
-    table[(want & low).astype(np.intp)] = True
-    candidates = np.flatnonzero(table[(shorts & low).view(np.intp)])  # < 2^20: same bits
-    found = candidates[members(shorts[candidates], want)]
+    if len(shorts) <= _SEARCHED_DIRECTLY:  # clearing the table would cost more
+        found = np.flatnonzero(members(shorts, want))
+    else:
+        low = np.uint64((1 << _FILTER_BITS) - 1)
+        table = np.zeros(1 << _FILTER_BITS, dtype=bool)
+        table[(want & low).astype(np.intp)] = True
+        candidates = np.flatnonzero(table[(shorts & low).view(np.intp)])  # < 2^20: same bits
+        found = candidates[members(shorts[candidates], want)]
     pairs = sorted(  # by short id, then id: not the listing's order, which may vary by process
         (int(shorts[k]), ids[k * RECORD_ID_LEN : (k + 1) * RECORD_ID_LEN]) for k in found.tolist()
     )

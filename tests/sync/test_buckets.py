@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from store.keys import NUM_BUCKETS, bucket_of
-from sync.buckets import Buckets, in_runs, runs_of
+from sync.buckets import Buckets, RunSet, in_runs, runs_of
 
 ids = st.binary(min_size=32, max_size=32)
 
@@ -68,3 +68,23 @@ def test_runs_of_ascending_buckets_cover_them_and_nothing_else_in_maximal_runs(
 def test_in_runs_says_which_values_lie_in_the_runs(chosen: set[int], values: list[int]) -> None:
     inside = in_runs(np.asarray(values, dtype=np.intp), runs_of(sorted(chosen)))
     assert inside.tolist() == [v in chosen for v in values]
+
+
+@given(
+    st.sets(st.integers(0, NUM_BUCKETS - 1), max_size=300),
+    st.sets(st.integers(0, NUM_BUCKETS - 1), max_size=20),
+    st.lists(st.integers(0, NUM_BUCKETS - 1), max_size=30),
+)
+def test_a_run_set_holds_its_buckets_and_less_what_it_is_without(
+    buckets: set[int], removed: set[int], probes: list[int]
+) -> None:
+    runs = RunSet(runs_of(sorted(buckets)))
+    assert len(runs) == len(buckets)
+    less = runs.without(removed | set(probes[:3]))
+    kept = buckets - removed - set(probes[:3])
+    assert len(less) == len(kept)
+    for b in [*probes, *buckets, *removed]:
+        assert (b in runs) == (b in buckets)
+        assert (b in less) == (b in kept)
+    assert all(lo < hi for lo, hi in less.runs)
+    assert "a bucket" not in runs  # not an int: never a member

@@ -18,6 +18,8 @@ from sync.frames import (
     IdList,
     Nodes,
     PrefixWant,
+    Sketches,
+    SketchSection,
     Transfer,
     TransferSection,
     decode_frame,
@@ -36,6 +38,19 @@ sections = st.builds(
     id_lists=st.lists(st.builds(IdList, buckets, st.booleans(), prefixes), max_size=2),
     prefix_wants=st.lists(st.builds(PrefixWant, buckets, prefixes), max_size=2),
 )
+
+
+@st.composite
+def sketch_sections(draw: st.DrawFn) -> SketchSection:
+    """A sketch (cells of short id and check), a request (no blob) or a listing (cells 0)."""
+    width = draw(st.integers(3, 8))
+    kind = draw(st.sampled_from(["sketch", "request", "listing"]))
+    cells = 0 if kind == "listing" else 4 * draw(st.integers(1, 5))
+    size = {"sketch": cells * (width + 2), "request": 0}.get(kind, width * draw(st.integers(0, 5)))
+    flags, skip = draw(st.binary(max_size=4)), draw(st.binary(max_size=4))
+    return SketchSection(flags, cells, width, draw(st.binary(min_size=size, max_size=size)), skip)
+
+
 frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(
         Hello,
@@ -66,6 +81,12 @@ frames: st.SearchStrategy[Frame] = st.one_of(
         ),
     ),
     st.builds(Transfer, st.booleans(), st.dictionaries(domains, sections)),
+    st.builds(
+        Sketches,
+        st.dictionaries(domains, sketch_sections(), min_size=1),
+        st.booleans(),
+        st.none() | st.integers(0, 2**48),
+    ),
     st.builds(Abort, st.text(max_size=50)),
 )
 
@@ -109,7 +130,7 @@ def test_mutated_frames_raise_only_protocol_errors(frame: Frame, data: st.DataOb
     )
 )
 def test_well_formed_cbor_of_the_wrong_shape(value: object) -> None:
-    for head in (1, 2, 3, 4, 5, 6):
+    for head in (1, 2, 3, 4, 5, 6, 7):
         try:
             decode_frame(cbor2.dumps([head, value]), **LIMITS)
             decode_frame(cbor2.dumps([head, *value]) if isinstance(value, list) else b"", **LIMITS)
@@ -146,3 +167,31 @@ def test_oversized_frame_is_refused_before_parsing() -> None:
     with pytest.raises(RemoteProtocolError) as info:
         decode_frame(b"\x00" * (LIMITS["max_frame"] + 1), **LIMITS)
     assert info.value.reason == "oversize_frame"
+
+
+@pytest.mark.parametrize(
+    ("listing", "why"),
+    [
+        (SketchSection(b"\x80", 0, 4, bytes(10)), "not a whole number of short ids"),
+        (SketchSection(b"\x80", 0, 4, bytes(4 * 1001)), "more short ids than max_ids"),
+        (SketchSection(b"\x80", 0, 2, bytes(4)), "short ids narrower than 3 bytes"),
+    ],
+)
+def test_a_listing_of_the_wrong_size_is_refused(listing: SketchSection, why: str) -> None:
+    data = encode_frame(Sketches({Domain.MESSAGES: listing}, cutoff_ms=0))
+    with pytest.raises(RemoteProtocolError) as info:
+        decode_frame(data, **LIMITS)
+    assert info.value.reason in ("bad_cells", "bad_width"), why
+
+
+def test_a_sketch_frame_names_a_cutoff_only_when_it_has_one() -> None:
+    section = SketchSection(b"\x80", 0, 4, bytes(8))
+    bare, named = (
+        Sketches({Domain.MESSAGES: section}),
+        Sketches({Domain.MESSAGES: section}, cutoff_ms=0),
+    )
+    assert len(encode_frame(named)) == len(encode_frame(bare)) + 1
+    assert decode_frame(encode_frame(bare), **LIMITS).cutoff_ms is None  # type: ignore[union-attr]
+    assert decode_frame(encode_frame(named), **LIMITS).cutoff_ms == 0  # type: ignore[union-attr]
+    with pytest.raises(RemoteProtocolError):
+        decode_frame(cbor2.dumps([7, [[0, b"\x80", 0, 4, b"", b""]], False, -1]), **LIMITS)

@@ -200,6 +200,7 @@ def test_a_duplicated_frame_ends_the_session_or_is_harmless(
 
 
 CELLS = SyncConfig(sketch=False)  # the per-leaf cells and id lists path
+DESCENT = SyncConfig(listings=False)  # small sets descend too (no whole listings)
 CELL_STATES = (State.AWAIT_LEAVES, State.AWAIT_CELLS, State.TRANSFER)  # reached with CELLS
 
 
@@ -209,7 +210,7 @@ def _session_in(state: State) -> tuple[SyncSession, MemoryReplica, bytes]:
     them at this size, and closes with a HELLO)."""
     a = fill(engine(), [message(n) for n in range(0, 30)])
     b = fill(engine(), [message(n) for n in range(10, 40)])
-    config = CELLS if state in CELL_STATES else None
+    config = CELLS if state in CELL_STATES else DESCENT
     i = SyncSession(SessionRole.INITIATOR, a, now_ms=0, salt_seed=b"h", config=config)
     r = SyncSession(SessionRole.RESPONDER, b, now_ms=0, config=config)
     receiver, frame = advance(i, r, state)
@@ -293,7 +294,7 @@ def test_a_forged_record_is_never_applied_and_ends_the_session() -> None:
 def test_the_idle_deadline_grows_with_the_data_in_flight() -> None:
     """Short while the peer owes a small frame; longer by what our last frame (which the peer
     digests before it answers) and the frame it announced take at ``min_bytes_per_s``."""
-    config = SyncConfig(idle_timeout_ms=1_000, min_bytes_per_s=1_000)
+    config = SyncConfig(idle_timeout_ms=1_000, min_bytes_per_s=1_000, listings=False)
     a = fill(engine(), [message(n) for n in range(0, 30)])
     responder = SyncSession(SessionRole.RESPONDER, a, now_ms=0, config=config)
     assert responder.next_deadline() == 1_000  # nothing in flight: a HELLO is ~150 bytes
@@ -390,11 +391,13 @@ def test_every_transition_is_reachable_in_a_real_session() -> None:
         return a, b
 
     seen = _transitions_of(*pair(), CELLS) | _transitions_of(*pair(), None)
+    seen |= _transitions_of(*pair(), DESCENT)  # (None: small sets, listed whole)
     seen |= _transitions_of(fill(engine(), [message(1)]), engine(), None)  # the shortcut
     many = [message(n) for n in range(3_000)]  # every depth-2 node differs: one level deeper
     seen |= _transitions_of(fill(engine(), many[::2]), fill(engine(), many[1::2]), None)
     small_frames = SyncConfig(max_record_bytes=1)  # a transfer of several frames each way
     seen |= _transitions_of(*pair(), small_frames)
+    seen |= _transitions_of(*pair(), dc_replace(small_frames, listings=False))
     shard = Scope(frozenset({shard_of(CHATS[0], 3)}), 3)  # the full side's roots cover more:
     held = [message(n) for n in range(30)]  # NODES over the intersection, all equal, DONE
     seen |= _transitions_of(

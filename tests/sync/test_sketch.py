@@ -6,6 +6,7 @@ import random
 from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +17,9 @@ from sync.sketch import (
     bucket_of_short,
     cell_len,
     cells_for,
+    decode_listing,
+    encode_listing,
+    listed_difference,
     lookup,
     short_id,
     short_id_width,
@@ -163,3 +167,33 @@ def test_peeling_in_rounds_decodes_what_one_by_one_does(d: int, load: float, see
     if rounds.complete:
         assert sorted(rounds.mine) == sorted(one_by_one.mine)
         assert sorted(rounds.theirs) == sorted(one_by_one.theirs)
+
+
+@settings(max_examples=60)
+@given(st.integers(3, 8), st.lists(st.integers(0, 2**64 - 1), max_size=40), st.data())
+def test_a_listing_round_trips_and_decodes_to_the_set_difference(
+    width: int, values: list[int], data: st.DataObject
+) -> None:
+    mask = (1 << (8 * width)) - 1
+    ours = np.asarray([v & mask for v in values], dtype=np.uint64)
+    theirs_list = data.draw(st.lists(st.sampled_from(values) if values else st.nothing()))
+    theirs_list += data.draw(st.lists(st.integers(0, mask), max_size=10))
+    theirs = np.asarray([v & mask for v in theirs_list], dtype=np.uint64)
+    blob = encode_listing(theirs, width)
+    assert len(blob) == width * len(set(theirs.tolist()))
+    assert decode_listing(blob, width).tolist() == sorted(set(theirs.tolist()))
+    peeled = listed_difference(ours, decode_listing(blob, width))
+    assert peeled.complete
+    assert peeled.mine == sorted(set(ours.tolist()) - set(theirs.tolist()))
+    assert peeled.theirs == sorted(set(theirs.tolist()) - set(ours.tolist()))
+
+
+@pytest.mark.parametrize("count", [10, 1_024, 1_025, 5_000])
+def test_lookup_finds_the_same_holders_with_or_without_its_table(count: int) -> None:
+    """Up to 1,024 short ids lookup searches them directly; above, through its table."""
+    ids = _ids(count, count)
+    shorts = short_ids(KEY, b"".join(ids))
+    rng = random.Random(count)
+    wanted = rng.sample(shorts.tolist(), min(20, count)) + [12345]  # and one nobody holds
+    expected = sorted(i for i, s in zip(ids, shorts.tolist(), strict=True) if s in set(wanted))
+    assert sorted(lookup(shorts, b"".join(ids), wanted)) == expected

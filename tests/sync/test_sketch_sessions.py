@@ -45,6 +45,7 @@ from sync.sketch import SketchKey, cell_len, short_id
 from sync_support import Wire, advance, engine, fill, message
 
 INIT, RESP = SessionRole.INITIATOR, SessionRole.RESPONDER
+SKETCHES = SyncConfig(listings=False)  # sketches as such: no listing stands in for a small one
 PAIR = (235, 247)  # two messages of sync_support's universe in one bucket (44481)
 GROUND = bucket_of(message(PAIR[0]).msg_id)
 
@@ -129,7 +130,7 @@ def test_a_collision_across_sides_hides_the_difference_for_one_pass_only() -> No
     the pass moves nothing, and the next pass's fresh salt separates them."""
     x, y = message(PAIR[0]), message(PAIR[1])
     a, b = fill(engine(), [x, message(1), message(2)]), fill(engine(), [y, message(1), message(2)])
-    tiny = SyncConfig(short_id_bytes=3, max_passes=4)
+    tiny = SyncConfig(short_id_bytes=3, max_passes=4, listings=False)
     seed = _colliding_seed(x.msg_id, y.msg_id, 3)
     wire = Wire()
     result = run_session(a, b, config=tiny, salt_seed=seed, on_frame=wire)
@@ -207,8 +208,8 @@ def test_a_peer_that_lies_in_its_sketch_ends_within_bounded_frames(seed: int) ->
 def test_a_sketch_over_max_sketch_cells_is_refused() -> None:
     a = fill(engine(), [message(n) for n in range(0, 30)])
     b = fill(engine(), [message(n) for n in range(20, 50)])
-    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"big")
-    r = SyncSession(RESP, b, now_ms=0, config=SyncConfig(max_sketch_cells=30))
+    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"big", config=SKETCHES)
+    r = SyncSession(RESP, b, now_ms=0, config=SyncConfig(max_sketch_cells=30, listings=False))
     session, frame = advance(i, r, State.AWAIT_MIDDLE, RESP)
     sketch = decoded(frame)
     assert isinstance(sketch, Sketches)
@@ -221,8 +222,8 @@ def test_a_sketch_over_max_sketch_cells_is_refused() -> None:
 def test_an_answer_nobody_asked_for_and_short_wants_outside_a_sketch_are_refused() -> None:
     a = fill(engine(), [message(n) for n in range(0, 30)])
     b = fill(engine(), [message(n) for n in range(20, 50)])
-    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"x")
-    r = SyncSession(RESP, b, now_ms=0)
+    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"x", config=SKETCHES)
+    r = SyncSession(RESP, b, now_ms=0, config=SKETCHES)
     session, frame = advance(i, r, State.AWAIT_MIDDLE, RESP)
     honest = decoded(frame)
     assert isinstance(honest, Sketches)
@@ -244,9 +245,9 @@ def test_an_undersized_sketch_is_answered_once_with_a_larger_one() -> None:
     and answers with its own, twice as large; the initiator decodes that and both converge."""
     a = fill(engine(), [message(n) for n in range(0, 10)])
     b = fill(engine(), [message(n) for n in range(4, 12)])  # d = 6
-    small = SyncConfig(max_sketch_cells=8)
+    small = SyncConfig(max_sketch_cells=8, listings=False)
     wire = Wire()
-    result = run_session(a, b, config=small, responder_config=SyncConfig(), on_frame=wire)
+    result = run_session(a, b, config=small, responder_config=SKETCHES, on_frame=wire)
     assert result.converged and set(a.messages) == set(b.messages)
     sketches = [(s, f) for s, f in wire.frames if isinstance(f, Sketches)]
     assert [(s, f.answer) for s, f in sketches][:2] == [("initiator", False), ("responder", True)]
@@ -266,7 +267,7 @@ def test_a_difference_in_one_id_range_converges_after_the_sketch_fails() -> None
     b = fill(engine(), [m for m in held if m.msg_id not in lowest])
     wire = Wire()
     # with a retention cutoff, as a node has: a sketch pass that moved nothing was final
-    cutoff = SyncConfig(cutoff_ms=1)
+    cutoff = SyncConfig(cutoff_ms=1, listings=False)
     result = run_session(a, b, config=cutoff, responder_config=cutoff, on_frame=wire)
     assert result.converged and set(a.messages) == set(b.messages)
     kinds = [type(f).__name__ for _, f in wire.frames]
@@ -294,8 +295,8 @@ def test_a_request_for_the_peers_sketch_is_answered_at_the_size_asked() -> None:
     blob) and decodes it itself; the answer keeps the region and the size."""
     a = fill(engine(), [message(n) for n in range(0, 30)])
     b = fill(engine(), [message(n) for n in range(20, 50)])
-    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"req")
-    r = SyncSession(RESP, b, now_ms=0)
+    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"req", config=SKETCHES)
+    r = SyncSession(RESP, b, now_ms=0, config=SKETCHES)
     session, frame = advance(i, r, State.AWAIT_MIDDLE, RESP)
     sketch = decoded(frame)
     assert isinstance(sketch, Sketches)
@@ -409,8 +410,8 @@ def test_depth3_hashes_that_collide_on_purpose_hide_nothing_for_good() -> None:
 def test_a_done_from_the_initiator_is_refused_before_the_responder_sent_its_roots() -> None:
     a = fill(engine(), [message(n) for n in range(0, 30)])
     b = fill(engine(), [message(n) for n in range(20, 50)])
-    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"early")
-    r = SyncSession(RESP, b, now_ms=0)
+    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"early", config=SKETCHES)
+    r = SyncSession(RESP, b, now_ms=0, config=SKETCHES)
     session, _ = advance(i, r, State.AWAIT_MIDDLE, RESP)
     with pytest.raises(RemoteProtocolError) as info:
         session.receive(encode_frame(Done(True)), 0)
