@@ -194,6 +194,6 @@ def test_lookup_finds_the_same_holders_with_or_without_its_table(count: int) -> 
     ids = _ids(count, count)
     shorts = short_ids(KEY, b"".join(ids))
     rng = random.Random(count)
-    wanted = rng.sample(shorts.tolist(), min(20, count)) + [12345]  # and one nobody holds
+    wanted = [*rng.sample(shorts.tolist(), min(20, count)), 12345]  # and one nobody holds
     expected = sorted(i for i, s in zip(ids, shorts.tolist(), strict=True) if s in set(wanted))
     assert sorted(lookup(shorts, b"".join(ids), wanted)) == expected
