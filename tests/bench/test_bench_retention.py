@@ -63,6 +63,7 @@ def test_bench_retention_tiny(tmp_path: Path) -> None:
 
     # 3. waste grid: every (loss, skew, lag), the baseline first per loss
     cases = saved["waste"]["cases"]
+    lossless = next(x for x in cases if (x["loss"], x["skew_s"], x["lag_s"]) == (0, 0, 0))
     grid = {(x["loss"], x["skew_s"], x["lag_s"]) for x in cases}
     assert grid == {(loss, s, lag) for loss in (0, 0.02) for s in (0, 10, 120) for lag in (0, 60)}
     for case in cases:
@@ -84,7 +85,9 @@ def test_bench_retention_tiny(tmp_path: Path) -> None:
             assert summary["window_records_mean"] == 0
         else:
             assert summary["window_records_mean"] > 0
-            assert summary["bytes_mean"] > summary["baseline_bytes_mean"]
+            # the window costs bytes: the descent finds its nodes (a listing leaves its ids
+            # out, so against a lossy baseline that moves lost records it may cost less)
+            assert summary["bytes_mean"] > lossless["summary"]["bytes_mean"]
             assert all(not row["converged"] for row in case["sessions"])
     loss0 = [x for x in cases if x["loss"] == 0]
     assert all(

@@ -3,8 +3,8 @@
 Two small ``MemoryReplica``s under the message rule (a message is stored once a member
 op admits its sender) that differ in every domain (signed messages, signed member ops —
 a leave on one side, a re-add on the other —, identity documents; two of one side's
-messages share a bucket, so the id-list path runs too) sync once per config — plain, and
-authenticated with a retention cutoff. Before every frame of those honest sessions the receiving side is
+messages share a bucket, so the id-list path runs too) sync once per config — plain (the
+responder lists its small sets whole), by a descent, and authenticated with a retention cutoff. Before every frame of those honest sessions the receiving side is
 saved: that is a *checkpoint*, one per (config, role, state, step).
 
 Input: ``[checkpoint index][frame](SEP[frame])*`` — the session of that checkpoint,
@@ -53,7 +53,12 @@ TARGET = "sync_session"
 SEP = b"\xfe\xed\xfa\xce"
 MAX_FRAMES = 4
 CUTOFF_MS = NOW_MS - 3_600_000  # messages at or before it are neither shipped nor taken
-CONFIGS = [SyncConfig(), SyncConfig(authenticate=True, cutoff_ms=CUTOFF_MS)]
+# plain (small sets: whole listings), by a descent, authenticated with a cutoff
+CONFIGS = [
+    SyncConfig(),
+    SyncConfig(listings=False),
+    SyncConfig(authenticate=True, cutoff_ms=CUTOFF_MS),
+]
 DECODE_LIMITS = {"max_frame": 1 << 26, "max_ids": 1 << 22}
 
 

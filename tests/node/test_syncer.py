@@ -226,9 +226,10 @@ async def _session_with_paced_peer(
 ) -> tuple[SyncOutcome, int, str | None]:
     db = small_db(tmp_path / f"paced-{pause_s}")
     try:
-        seed(db, messages(0, 40))
+        # more ids than a whole listing takes (WHOLE_LISTING_MAX): a descent, more frames
+        seed(db, messages(0, 280))
         peer = MemoryReplica()
-        assert peer.apply_ops([JOIN, *messages(20, 60)]).changed == 61
+        assert peer.apply_ops([JOIN, *messages(20, 300)]).changed == 301
         left, right = trio.testing.memory_stream_pair()
         ours = service(DbReplica(db), Metrics(), timeout_s=10, frames_per_s=frames_per_s)
         async with trio.open_nursery() as nursery:
