@@ -445,6 +445,7 @@ class SyncSession:
         self._last_sent_drained = False
         self._sent_roots = False  # our last TRANSFER carried our roots: the peer may close
         self._narrowed = False  # our NODES named the intersection: the peer may close at once
+        self._offered = 0  # the ids our last HELLO said we hold (its summed count)
         self._answer_due = False
         # what this session reconciles: our replica's scope, until the peer's narrows it
         self._scope: Scope = replica.scope
@@ -680,7 +681,7 @@ class SyncSession:
         self.state = State.AWAIT_TOP
         own_cutoff = max(0, self.config.cutoff_ms or 0)  # before the epoch: nothing expired
         trees = {d: self._tree(d) for d in Domain}
-        return hello_for(
+        hello = hello_for(
             self._pass_no,
             self._salt,
             self.config.hash_width,
@@ -691,6 +692,8 @@ class SyncSession:
             records or {},
             self._scope,
         )
+        self._offered = hello.cell[1]
+        return hello
 
     def _on_hello(self, hello: Hello) -> Frame | None:
         # We may be asked to close while our asks are open: the HELLO's records answer them.
@@ -856,10 +859,11 @@ class SyncSession:
         """Our short ids of each differing domain, when every one holds at most
         ``WHOLE_LISTING_MAX`` of ours and the initiator holds at most that many in all (its
         HELLO's count): no more bytes than the 256 top hashes of a domain, a round trip
-        saved, and neither side hashes a node. The region is the whole domain (the root's buckets). Not after a
-        sketch failed, nor beside another session of ours that holds buckets: we claim
-        none, and the initiator claims the buckets it names (as a requested sketch's decoder).
-        Unnarrowed passes only — a narrowed scope travels in NODES."""
+        saved, and neither side hashes a node. The region is the whole domain (the root's
+        buckets). Not after a sketch failed, nor beside another session of ours that holds
+        buckets: we claim none, and the initiator claims the buckets it names (as a
+        requested sketch's decoder). Unnarrowed passes only: a narrowed scope travels in
+        NODES."""
         most = WHOLE_LISTING_MAX
         if not (self._sketching() and self.config.listings) or hello.cell[1] > most:
             return None
@@ -885,6 +889,10 @@ class SyncSession:
         sections = frame.sections.values()
         if frame.answer or frame.cutoff_ms is None or not frame.sections:
             raise RemoteProtocolError("only whole listings answer HELLO", reason="unexpected_frame")
+        if self._offered > WHOLE_LISTING_MAX:  # we would list more than a small set
+            raise RemoteProtocolError(
+                f"whole listings after a HELLO of {self._offered} ids", reason="unexpected_frame"
+            )
         if any(not s.is_listing for s in sections):
             raise RemoteProtocolError("HELLO is answered by listings", reason="bad_cells")
         if any(s.flags != ROOT_FLAGS for s in sections):

@@ -187,6 +187,16 @@ def test_a_whole_listing_over_anything_but_the_root_or_a_sketch_instead_is_refus
     assert _refused(session, replica, replace(honest, sections=sketch)) == "bad_cells"
 
 
+def test_whole_listings_to_an_initiator_holding_more_than_a_small_set_are_refused() -> None:
+    """However few ids the responder lists, the initiator would list its whole domain: only
+    when its HELLO offered at most WHOLE_LISTING_MAX ids."""
+    a = fill(engine(), [message(n) for n in range(WHOLE_LISTING_MAX + 1)])
+    session = SyncSession(INIT, a, now_ms=0, salt_seed=b"big")
+    session.start(0)
+    forged = Sketches({Domain.MESSAGES: SketchSection(ROOT_FLAGS, 0, 4, b"")}, cutoff_ms=0)
+    assert _refused(session, a, forged) == "unexpected_frame"
+
+
 def test_a_listing_that_names_a_bucket_outside_its_region_is_refused() -> None:
     """The initiator descends (listings off on its side) and lists the region under the top
     nodes that differ; a lying listing adds a short id of a bucket outside it."""
