@@ -25,7 +25,7 @@ from rich.table import Table
 from sim.bugs import GENERATOR_BUGS, Bug, PeeringBug
 from sim.generate import FAULTS, GenParams, generate, parse_faults
 from sim.schedule import DISCOVERY, UNIFORM
-from sim.shards import MAX_SIM_SHARDS
+from sim.shards import MAX_SIM_SHARDS, TASK_BUDGET_BYTES
 from sync.scope import MAX_SHARDS
 
 sim_app = typer.Typer(
@@ -122,7 +122,7 @@ def run_cmd(
             min=0,
             max=MAX_SIM_SHARDS,
             help="Shards: ranges of chats and users, one Spark task each. 0: one a core, more"
-            " where a task would pass 3.5 GB (the report says how many).",
+            f" where a task would pass {TASK_BUDGET_BYTES / 1e9:g} GB (the report says how many).",
         ),
     ] = 0,
     out: Annotated[Path | None, typer.Option(help="Report directory.")] = None,
