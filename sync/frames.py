@@ -190,11 +190,13 @@ class Sketches:
 
     ``cutoff_ms`` in a responder's answer to HELLO (a pass over small sets: its whole-domain
     listings, no descent) — the session's message cutoff, as in the first NODES; None in every
-    other sketch, and not on the wire."""
+    other sketch, and not on the wire. ``scope`` there too, when the intersection of both
+    scopes is narrower than the HELLO offered (as in the first NODES): after the cutoff."""
 
     sections: dict[Domain, SketchSection]
     answer: bool = False
     cutoff_ms: int | None = None
+    scope: Scope | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,14 +242,16 @@ def encode_frame(frame: Frame) -> bytes:
             if roots is not None:
                 digests, (xor, count, check) = roots
                 body.append([digests, b"" if xor == ZERO_XOR else xor, count, check])
-        case Sketches(sketch_sections, answer, cutoff_ms):
+        case Sketches(sketch_sections, answer, cutoff_ms, scope):
             body = [
                 FrameType.SKETCH,
                 [[int(d), s.flags, s.cells, s.width, s.blob, s.skip] for d, s in sorted(sketch_sections.items())],
                 answer,
             ]  # fmt: skip
-            if cutoff_ms is not None:
-                body.append(cutoff_ms)
+            if cutoff_ms is not None or scope is not None:
+                body.append(cutoff_ms or 0)
+            if scope is not None and not scope.is_full:
+                body.append(scope.to_wire())
         case Abort(reason):
             body = [FrameType.ABORT, reason[:200]]
     return cbor2.dumps(body)
@@ -485,7 +489,7 @@ def _root_cell(xor: Any, count: Any, check: Any) -> tuple[bytes, int, int]:
 
 
 def _decode_sketches(v: list[Any], max_ids: int) -> Sketches:
-    sections, answer, cutoff = _arity(v, 2, "SKETCH", optional=1)
+    sections, answer, cutoff, scope = _arity(v, 2, "SKETCH", optional=2)
     out: dict[Domain, SketchSection] = {}
     for domain, rest in _sections(sections, "SKETCH"):
         flags, cells, width, blob, skip = _arity(rest, 5, "SKETCH section")
@@ -503,7 +507,7 @@ def _decode_sketches(v: list[Any], max_ids: int) -> Sketches:
             _bytes(flags, "flags"), cells, width, blob, _bytes(skip, "skipped buckets")
         )
     cutoff_ms = None if len(v) == 2 else _uint(cutoff, "cutoff")
-    return Sketches(out, _bool(answer, "answer"), cutoff_ms)
+    return Sketches(out, _bool(answer, "answer"), cutoff_ms, None if len(v) < 4 else _scope(scope))
 
 
 def _decode_abort(v: list[Any], max_ids: int) -> Abort:

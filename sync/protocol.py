@@ -288,6 +288,7 @@ TRANSITIONS: dict[tuple[SessionRole, State, type], str] = {
     (RESP, State.AWAIT_CELLS, Sketches): "_on_sketch",
     (INIT, State.AWAIT_DECODE, Sketches): "_on_sketch",  # an answer: to decode here
     (RESP, State.AWAIT_DECODE, Sketches): "_on_sketch",
+    (RESP, State.AWAIT_DECODE, Done): "_on_equal_top",  # (after listings naming the intersection)
     (INIT, State.AWAIT_DECODE, Transfer): "_on_transfer",
     (RESP, State.AWAIT_DECODE, Transfer): "_on_transfer",
     (INIT, State.TRANSFER, Transfer): "_on_transfer",
@@ -750,8 +751,9 @@ class SyncSession:
         shortcut = None if narrowed else self._shortcut(hello, differing)
         if shortcut is not None:
             return shortcut
-        listings = None if narrowed else self._whole_listings(hello, differing)
+        listings = self._whole_listings(hello, differing, inner if narrowed else None)
         if listings is not None:
+            self._narrowed = narrowed
             return listings
         self._domains = self._new_passes(differing)
         top = list(range(FANOUT**TOP_DEPTH))
@@ -855,15 +857,17 @@ class SyncSession:
 
     # --- small sets: the responder lists its differing domains whole, no descent ---
 
-    def _whole_listings(self, hello: Hello, differing: list[Domain]) -> Sketches | None:
+    def _whole_listings(
+        self, hello: Hello, differing: list[Domain], narrowed: Scope | None
+    ) -> Sketches | None:
         """Our short ids of each differing domain, when every one holds at most
         ``WHOLE_LISTING_MAX`` of ours and the initiator holds at most that many in all (its
         HELLO's count): no more bytes than the 256 top hashes of a domain, a round trip
         saved, and neither side hashes a node. The region is the whole domain (the root's
         buckets). Not after a sketch failed, nor beside another session of ours that holds
         buckets: we claim none, and the initiator claims the buckets it names (as a
-        requested sketch's decoder). Unnarrowed passes only: a narrowed scope travels in
-        NODES."""
+        requested sketch's decoder). ``narrowed``: the intersection, when narrower than the
+        HELLO offered — named in the frame, as in the first NODES."""
         most = WHOLE_LISTING_MAX
         if not (self._sketching() and self.config.listings) or hello.cell[1] > most:
             return None
@@ -881,11 +885,13 @@ class SyncSession:
             listing = encode_listing(region.shorts, width)
             sections[domain] = SketchSection(ROOT_FLAGS, 0, width, listing, skip)
         self.state = State.AWAIT_DECODE
-        return Sketches(sections, cutoff_ms=max(0, self._session_cutoff or 0))
+        return Sketches(sections, cutoff_ms=max(0, self._session_cutoff or 0), scope=narrowed)
 
-    def _on_whole_listings(self, frame: Sketches) -> Sketches | Transfer:
+    def _on_whole_listings(self, frame: Sketches) -> Sketches | Transfer | Done:
         """The responder listed its differing domains whole (``_whole_listings``): decode
-        them over the root, under the session cutoff the frame names."""
+        them over the root, under the session cutoff (and scope) the frame names. Over a
+        named intersection where nothing differs, end at once with a one-way DONE — as equal
+        top nodes there do (``_on_top``)."""
         sections = frame.sections.values()
         if frame.answer or frame.cutoff_ms is None or not frame.sections:
             raise RemoteProtocolError("only whole listings answer HELLO", reason="unexpected_frame")
@@ -897,20 +903,27 @@ class SyncSession:
             raise RemoteProtocolError("HELLO is answered by listings", reason="bad_cells")
         if any(s.flags != ROOT_FLAGS for s in sections):
             raise RemoteProtocolError("a whole listing covers the root", reason="bad_flags")
+        if frame.scope is not None:
+            self._narrow(frame.scope)
         self._session_cutoff = _later(self.config.cutoff_ms, frame.cutoff_ms)
         self._domains = self._new_passes(frame.sections)
         for dp in self._domains.values():
             dp.sent, dp.sent_depth = [0], 0
-        return self._on_sketch(frame)
+        reply = self._on_sketch(frame)
+        moves = not isinstance(reply, Transfer) or not reply.idle or reply.sections
+        if frame.scope is None or moves:
+            return reply
+        self.state, self.converged = State.DONE, True
+        return Done(True)
 
     def _on_done(self, done: Done) -> None:
         self.state, self.converged = State.DONE, done.converged
         return None
 
     def _on_equal_top(self, done: Done) -> None:
-        """The initiator found every top node of the intersection equal. Only after NODES
-        that narrowed the scope: unnarrowed, the roots it compared in HELLO differed, so an
-        honest initiator finds some top node different."""
+        """The initiator found every top node of the intersection equal, or our whole
+        listings of it. Only after NODES (or listings) that narrowed the scope: unnarrowed,
+        the roots it compared in HELLO differed, so an honest initiator finds a difference."""
         if not self._narrowed:
             raise RemoteProtocolError("DONE before we sent our roots", reason="unexpected_frame")
         return self._on_done(done)

@@ -25,6 +25,7 @@ from sync.frames import (
     decode_frame,
     encode_frame,
 )
+from sync.scope import Scope
 
 LIMITS = {"max_frame": 1 << 20, "max_ids": 1000}
 domains = st.sampled_from(list(Domain))
@@ -195,3 +196,12 @@ def test_a_sketch_frame_names_a_cutoff_only_when_it_has_one() -> None:
     assert decode_frame(encode_frame(named), **LIMITS).cutoff_ms == 0  # type: ignore[union-attr]
     with pytest.raises(RemoteProtocolError):
         decode_frame(cbor2.dumps([7, [[0, b"\x80", 0, 4, b"", b""]], False, -1]), **LIMITS)
+
+
+def test_whole_listings_name_their_scope_after_the_cutoff() -> None:
+    section = SketchSection(b"\x80", 0, 4, bytes(8))
+    scoped = Sketches({Domain.MESSAGES: section}, cutoff_ms=7, scope=Scope(frozenset({1}), 4))
+    assert decode_frame(encode_frame(scoped), **LIMITS) == scoped
+    with pytest.raises(RemoteProtocolError) as info:
+        decode_frame(cbor2.dumps([7, [[0, b"\x80", 0, 4, b"", b""]], False, 0, [9, b""]]), **LIMITS)
+    assert info.value.reason == "bad_scope"

@@ -13,9 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from store.records import MsgV1
 from sync.claims import BucketClaims
 from sync.errors import RemoteProtocolError
-from sync.frames import Domain, Nodes, Sketches, SketchSection, decode_frame, encode_frame
+from sync.frames import (
+    Domain,
+    Done,
+    Nodes,
+    Sketches,
+    SketchSection,
+    decode_frame,
+    encode_frame,
+)
 from sync.loopback import run_session
 from sync.protocol import (
     ROOT_FLAGS,
@@ -26,9 +35,11 @@ from sync.protocol import (
     SyncSession,
 )
 from sync.replica import MemoryReplica
+from sync.scope import Scope, shard_of
 from sync.sketch import SketchKey, encode_listing, short_ids
 
 from sync_support import (
+    CHATS,
     Wire,
     advance,
     assert_trees_match_contents,
@@ -113,6 +124,62 @@ def test_a_responder_beside_another_session_holding_buckets_descends() -> None:
     assert reply is not None and isinstance(
         decode_frame(reply, max_frame=1 << 24, max_ids=1 << 20), Nodes
     )
+
+
+SHARD = Scope(frozenset({shard_of(CHATS[0], 3)}), 3)  # one chat shard of three
+
+
+def _scoped(records: list[MsgV1]) -> MemoryReplica:
+    return fill(MemoryReplica(admit_all=True, scope=SHARD), records)
+
+
+def test_listings_over_a_named_intersection_end_in_three_frames_when_equal() -> None:
+    """A full initiator, a responder holding one shard: the roots differ (the initiator's
+    cover more), the listings name the intersection, everything there is equal, and the
+    initiator ends with a one-way DONE: HELLO, SKETCH, DONE."""
+    held = [message(n) for n in range(30)]
+    inside = [m for m in held if SHARD.holds_chat(m.chat_id)]
+    assert 0 < len(inside) < len(held)
+    wire = Wire()
+    result = run_session(fill(engine(), held), _scoped(inside), on_frame=wire)
+    assert result.converged and result.frames == 3
+    listing = wire.frames[1][1]
+    assert isinstance(listing, Sketches) and listing.scope == SHARD
+    assert wire.frames[2] == ("initiator", Done(True))
+
+
+def test_listings_over_a_named_intersection_move_what_differs_there_only() -> None:
+    held = [message(n) for n in range(60)]
+    inside = [m for m in held if SHARD.holds_chat(m.chat_id)]
+    full, scoped = fill(engine(), held[::2]), _scoped(inside[1::2])
+    wire = Wire()
+    result = run_session(full, scoped, on_frame=wire)
+    assert result.converged
+    assert set(scoped.messages) == {m.msg_id for m in inside if m in held[::2] or m in inside[1::2]}
+    assert {i for i in full.messages if i in scoped.messages} == set(scoped.messages)
+    assert isinstance(wire.frames[1][1], Sketches) and wire.frames[1][1].scope == SHARD
+
+
+def test_a_listing_naming_a_scope_wider_than_offered_is_refused() -> None:
+    a = _scoped([message(n) for n in range(10)])
+    b = fill(engine(), [message(n) for n in range(5, 20)])
+    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"wide")
+    r = SyncSession(RESP, b, now_ms=0)
+    session, frame = advance(i, r, State.AWAIT_TOP, INIT)
+    honest = decode_frame(frame, max_frame=1 << 24, max_ids=1 << 20)
+    assert isinstance(honest, Sketches)
+    wider = Scope(frozenset({0, 1, 2}), 3)
+    assert _refused(session, a, replace(honest, scope=wider)) == "scope_widened"
+
+
+def test_a_done_after_unnarrowed_listings_is_refused() -> None:
+    a, b = _small_pair()
+    i = SyncSession(INIT, a, now_ms=0, salt_seed=b"early")
+    r = SyncSession(RESP, b, now_ms=0)
+    session, _ = advance(i, r, State.AWAIT_DECODE, RESP)
+    with pytest.raises(RemoteProtocolError) as info:
+        session.receive(encode_frame(Done(True)), 0)
+    assert info.value.reason == "unexpected_frame"
 
 
 def test_a_small_region_after_a_descent_is_listed_not_sketched() -> None:

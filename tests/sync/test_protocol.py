@@ -400,9 +400,10 @@ def test_every_transition_is_reachable_in_a_real_session() -> None:
     seen |= _transitions_of(*pair(), dc_replace(small_frames, listings=False))
     shard = Scope(frozenset({shard_of(CHATS[0], 3)}), 3)  # the full side's roots cover more:
     held = [message(n) for n in range(30)]  # NODES over the intersection, all equal, DONE
-    seen |= _transitions_of(
-        fill(engine(), held), fill(MemoryReplica(admit_all=True, scope=shard), held), None
-    )
+    for config in (None, DESCENT):  # listed whole, and by the top NODES
+        seen |= _transitions_of(
+            fill(engine(), held), fill(MemoryReplica(admit_all=True, scope=shard), held), config
+        )
     assert seen <= set(TRANSITIONS)
     retries = {  # a sketch too small to decode: tests/sync/test_sketch_sessions.py
         (SessionRole.INITIATOR, State.AWAIT_DECODE, Sketches),

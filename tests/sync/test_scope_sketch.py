@@ -13,7 +13,7 @@ from store import ChatDb, ChatDbConfig, MsgV1
 from store.records import decode_msg
 from sync.frames import Domain, Nodes, Sketches
 from sync.loopback import run_session
-from sync.protocol import SessionRole, SyncSession
+from sync.protocol import SessionRole, SyncConfig, SyncSession
 from sync.replica import DbReplica, MemoryReplica
 from sync.scope import EVERYTHING, Scope, shard_of
 
@@ -123,16 +123,18 @@ def test_a_session_equal_over_the_intersection_ends_at_the_top_level(
     """The full initiator's roots cover chats the narrow responder does not hold, so they
     differ from the intersection's; every top node of the intersection is equal, so the
     initiator ends the session there, converged: HELLO, NODES, DONE — no sketch, no pass 2.
-    With one message of the intersection missing it descends as before."""
+    A small set is listed whole over the intersection instead: HELLO, SKETCH, DONE. With one
+    message of the intersection missing it descends as before."""
     full = holding(MemoryReplica(admit_all=True), MESSAGES)
     narrow_side = DbReplica(store, admit_all=True, scope=NARROW) if on_disk else None
     narrow = holding(narrow_side or MemoryReplica(admit_all=True, scope=NARROW), MESSAGES)
-    wire = Wire()
-    result = run_session(full, narrow, on_frame=wire)
-    assert result.error is None and result.converged
-    assert result.responder.converged
-    assert [type(f).__name__ for _, f in wire.frames] == ["Hello", "Nodes", "Done"]
-    assert result.initiator.stats.passes == 1 and not wire.records("initiator")
+    for config, first in ((SyncConfig(listings=False), "Nodes"), (None, "Sketches")):
+        wire = Wire()
+        result = run_session(full, narrow, config=config, on_frame=wire)
+        assert result.error is None and result.converged
+        assert result.responder.converged
+        assert [type(f).__name__ for _, f in wire.frames] == ["Hello", first, "Done"]
+        assert result.initiator.stats.passes == 1 and not wire.records("initiator")
     missing = next(m for m in MESSAGES if m.msg_id in INSIDE)
     behind = holding(
         MemoryReplica(admit_all=True, scope=NARROW), [m for m in MESSAGES if m != missing]
